@@ -1,0 +1,23 @@
+"""PPO-EWMA and PPG-EWMA (Hilton, Cobbe & Schulman, *Batch size-invariance for policy optimization*) for Stable-Baselines3."""
+
+import os
+
+from sb3_ewma.common.ewma import (
+    center_of_mass_from_ewma_decay,
+    ewma_decay_from_center_of_mass,
+    ewma_decay_from_span,
+    ewma_span_from_decay,
+)
+from sb3_ewma.ppo_ewma import PPO_EWMA
+
+with open(os.path.join(os.path.dirname(__file__), "version.txt")) as file_handler:
+    __version__ = file_handler.read().strip()
+
+__all__ = [
+    "PPO_EWMA",
+    "__version__",
+    "center_of_mass_from_ewma_decay",
+    "ewma_decay_from_center_of_mass",
+    "ewma_decay_from_span",
+    "ewma_span_from_decay",
+]

@@ -1,0 +1,198 @@
+"""
+Pieces shared by PPO_EWMA and PPG_EWMA: hyperparameter checks, the decoupled policy objective applied to a
+minibatch (with its diagnostics), advantage normalization and the choice of the proximal policy.
+"""
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch as th
+from stable_baselines3.common.distributions import Distribution
+
+from sb3_ewma.common.distributions import distribution_kl
+from sb3_ewma.common.ewma import EWMAMoments, check_decay, ewma_decay_from_center_of_mass
+from sb3_ewma.common.losses import capped_fraction, clip_fraction, decoupled_policy_loss, sampled_kl
+
+EWMA_DECAY_AUTO = "auto"
+KL_ESTIMATORS = ("sample", "exact")
+ADVANTAGE_NORMALIZATIONS = ("minibatch", "ewma")
+STALENESS_MODES = ("decoupled", "behavior", "proximal")
+
+
+def mean_of(values: "list[float] | list[th.Tensor] | list[float | th.Tensor]") -> float:
+    """Mean of numbers or 0-dim tensors (read once, after the optimization loop, so the device syncs once)."""
+    return float(np.mean([float(value) for value in values]))
+
+
+def check_decoupled_hyperparams(
+    ewma_decay: float | str | None,
+    kl_coef: float,
+    kl_estimator: str,
+    imp_samp_max: float,
+    normalize_advantage: bool,
+    advantage_normalization: str,
+    advantage_ewma_decay: float,
+    staleness: int,
+    staleness_mode: str,
+) -> None:
+    """Raise a ``ValueError`` naming the first hyperparameter outside its allowed range."""
+    if ewma_decay is not None and ewma_decay != EWMA_DECAY_AUTO:
+        if isinstance(ewma_decay, str):
+            raise ValueError(f"ewma_decay must be 'auto', None or a number in [0, 1), got {ewma_decay!r}")
+        check_decay("ewma_decay", ewma_decay)
+    if not isinstance(kl_coef, (int, float)) or not math.isfinite(kl_coef) or kl_coef < 0:
+        raise ValueError(f"kl_coef must be a finite number >= 0, got {kl_coef!r}")
+    if kl_estimator not in KL_ESTIMATORS:
+        raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {kl_estimator!r}")
+    if not isinstance(imp_samp_max, (int, float)) or not (imp_samp_max == 0 or imp_samp_max > 1):
+        raise ValueError(f"imp_samp_max must be 0 (no cap) or a number > 1, got {imp_samp_max!r}")
+    if advantage_normalization not in ADVANTAGE_NORMALIZATIONS:
+        raise ValueError(f"advantage_normalization must be one of {ADVANTAGE_NORMALIZATIONS}, got {advantage_normalization!r}")
+    check_decay("advantage_ewma_decay", advantage_ewma_decay)
+    if advantage_normalization == "ewma" and not normalize_advantage:
+        raise ValueError("advantage_normalization='ewma' needs normalize_advantage=True")
+    if isinstance(staleness, bool) or not isinstance(staleness, (int, np.integer)) or staleness < 0:
+        raise ValueError(f"staleness must be an integer >= 0 (iterations), got {staleness!r}")
+    if staleness_mode not in STALENESS_MODES:
+        raise ValueError(f"staleness_mode must be one of {STALENESS_MODES}, got {staleness_mode!r}")
+    if staleness > 0 and staleness_mode == "behavior" and kl_coef > 0 and kl_estimator == "exact":
+        raise ValueError(
+            "kl_estimator='exact' needs the proximal policy's distribution, which staleness_mode='behavior' with "
+            "staleness > 0 does not keep: use kl_estimator='sample'"
+        )
+
+
+def check_clip_range(clip_range: object) -> None:
+    """``clip_range`` may be ``None`` (no clipping), a schedule, or a number in ``(0, 1)``."""
+    if clip_range is None or callable(clip_range):
+        return
+    if isinstance(clip_range, bool) or not isinstance(clip_range, (int, float)) or not 0 < clip_range < 1:
+        raise ValueError(f"clip_range must be None (no clipping), a schedule or a number in (0, 1), got {clip_range!r}")
+
+
+def resolve_ewma_decay(ewma_decay: float | str | None, minibatches_per_epoch: int) -> float | None:
+    """
+    The decay of the proximal-policy EWMA: ``None`` (no EWMA), the given number, or for ``"auto"`` the paper's
+    default, a center of mass equal to the number of minibatches per epoch.
+    """
+    if ewma_decay is None:
+        return None
+    if ewma_decay == EWMA_DECAY_AUTO:
+        return ewma_decay_from_center_of_mass(minibatches_per_epoch)
+    return float(ewma_decay)
+
+
+def uses_proximal_network(ewma_decay: float | None, staleness: int, staleness_mode: str, exact_kl: bool = False) -> bool:
+    """
+    Whether the proximal policy needs a network of its own: an EWMA, or (EWMA off) a snapshot of the policy at the
+    start of each iteration when the data is stale or when the exact KL penalty needs its action distribution.
+    Otherwise the proximal policy is the behavior policy, whose log-probabilities are in the rollout buffer.
+    """
+    if staleness_mode == "behavior":
+        return exact_kl
+    return ewma_decay is not None or staleness > 0 or exact_kl
+
+
+@dataclass
+class DecoupledPolicyObjective:
+    """
+    The policy term of the loss for one minibatch: the decoupled clipped surrogate (or, with ``clip_range=None``, the
+    importance-sampled policy gradient) plus ``kl_coef * KL[pi_prox, pi]``.
+
+    :param clip_range: ``eps`` of the clipped surrogate, ``None`` for no clipping
+    :param kl_coef: coefficient of the KL penalty (0: no penalty)
+    :param kl_estimator: ``"sample"`` (``0.5 * mean(log-ratio^2)``) or ``"exact"`` (KL of the distributions)
+    :param imp_samp_max: cap on ``pi / pi_behav`` (0: none)
+    """
+
+    clip_range: float | None
+    kl_coef: float = 0.0
+    kl_estimator: str = "sample"
+    imp_samp_max: float = 0.0
+    stats: dict[str, list[th.Tensor]] = field(default_factory=lambda: defaultdict(list))
+
+    def __call__(
+        self,
+        advantages: th.Tensor,
+        log_prob: th.Tensor,
+        proximal_log_prob: th.Tensor,
+        behavior_log_prob: th.Tensor,
+        distribution: Distribution | None = None,
+        proximal_distribution: Distribution | None = None,
+    ) -> th.Tensor:
+        """Return the loss to minimize; diagnostics are appended to ``self.stats`` (as tensors: no device sync)."""
+        policy_loss = decoupled_policy_loss(
+            advantages, log_prob, proximal_log_prob, behavior_log_prob, self.clip_range, self.imp_samp_max
+        )
+        with th.no_grad():
+            proximal_kl = sampled_kl(log_prob, proximal_log_prob)
+        loss = policy_loss
+        if self.kl_coef > 0:
+            if self.kl_estimator == "exact":
+                assert distribution is not None and proximal_distribution is not None, "exact KL needs both distributions"
+                kl_penalty = distribution_kl(proximal_distribution, distribution).mean()
+            else:
+                kl_penalty = sampled_kl(log_prob, proximal_log_prob)
+            loss = loss + self.kl_coef * kl_penalty
+            self.stats["kl_penalty"].append(kl_penalty.detach())
+        self.stats["policy_gradient_loss"].append(policy_loss.detach())
+        self.stats["proximal_kl"].append(proximal_kl)
+        if self.clip_range is not None:
+            self.stats["clip_fraction"].append(clip_fraction(log_prob, proximal_log_prob, self.clip_range))
+        self.stats["imp_samp_capped_fraction"].append(capped_fraction(log_prob, behavior_log_prob, self.imp_samp_max))
+        return loss
+
+    def reset_stats(self) -> None:
+        self.stats.clear()
+
+    def mean_stats(self) -> dict[str, float]:
+        """Mean of each diagnostic over the minibatches since the last ``reset_stats``."""
+        return {key: mean_of(values) for key, values in self.stats.items() if values}
+
+
+class AdvantageNormalizer:
+    """
+    Advantage normalization, three ways:
+
+    - ``"minibatch"``: SB3's, each minibatch by its own mean and std (skipped for minibatches of one sample);
+    - ``"ewma"``: the whole iteration by the mean and std of EWMA moments over iterations (decay ``decay``;
+      span ``2 / (1 - decay) - 1`` iterations), as in Hilton et al.;
+    - off (``enabled=False``).
+
+    :param enabled: normalize at all (SB3's ``normalize_advantage``)
+    :param mode: ``"minibatch"`` or ``"ewma"``
+    :param decay: decay of the moments per iteration, for ``"ewma"``
+    """
+
+    def __init__(self, enabled: bool = True, mode: str = "minibatch", decay: float = 0.0) -> None:
+        self.enabled = enabled
+        self.mode = mode
+        self.moments = EWMAMoments(decay)
+        self.iteration_means: list[float | th.Tensor] = []
+        self.iteration_stds: list[float | th.Tensor] = []
+
+    def start_iteration(self, advantages: np.ndarray) -> np.ndarray:
+        """Called once per iteration with all its advantages; returns them, normalized in ``"ewma"`` mode."""
+        self.iteration_means, self.iteration_stds = [], []
+        if not (self.enabled and self.mode == "ewma"):
+            return advantages
+        self.moments.update(advantages)
+        self.iteration_means.append(self.moments.mean)
+        self.iteration_stds.append(self.moments.std)
+        return self.moments.normalize(advantages).astype(advantages.dtype, copy=False)
+
+    def minibatch(self, advantages: th.Tensor) -> th.Tensor:
+        """Normalize one minibatch (``"minibatch"`` mode only; otherwise returned as given)."""
+        if not (self.enabled and self.mode == "minibatch") or len(advantages) <= 1:
+            return advantages
+        mean, std = advantages.mean(), advantages.std()
+        self.iteration_means.append(mean.detach())
+        self.iteration_stds.append(std.detach())
+        return (advantages - mean) / (std + 1e-8)
+
+    def stats(self) -> dict[str, float]:
+        if not self.iteration_means:
+            return {}
+        return {"advantage_mean": mean_of(self.iteration_means), "advantage_std": mean_of(self.iteration_stds)}

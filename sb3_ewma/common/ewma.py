@@ -1,0 +1,213 @@
+"""Exponentially weighted moving averages: of network parameters (the proximal policy) and of advantage moments."""
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+import torch as th
+from torch import nn
+
+
+def ewma_decay_from_center_of_mass(center_of_mass: float) -> float:
+    """
+    Decay ``beta`` of an EWMA whose center of mass (mean age of its terms, in updates) is ``center_of_mass``:
+    ``COM = beta / (1 - beta)``, so ``beta = COM / (COM + 1)``.
+
+    :param center_of_mass: mean age of the averaged terms, ``>= 0`` (0 means no averaging)
+    :return: the decay, in ``[0, 1)``
+    """
+    if not np.isfinite(center_of_mass) or center_of_mass < 0:
+        raise ValueError(f"center_of_mass must be a finite number >= 0, got {center_of_mass}")
+    return float(center_of_mass) / (float(center_of_mass) + 1.0)
+
+
+def center_of_mass_from_ewma_decay(decay: float) -> float:
+    """
+    Center of mass ``beta / (1 - beta) = 1 / (1 - beta) - 1`` of an EWMA with decay ``beta`` in ``[0, 1)``.
+
+    :param decay: the decay ``beta``
+    :return: the mean age of the averaged terms, in updates
+    """
+    check_decay("decay", decay)
+    return float(decay) / (1.0 - float(decay))
+
+
+def ewma_span_from_decay(decay: float) -> float:
+    """Span (effective sample size) ``2 / (1 - d) - 1`` of an EWMA with decay ``d`` in ``[0, 1)``."""
+    check_decay("decay", decay)
+    return 2.0 / (1.0 - float(decay)) - 1.0
+
+
+def ewma_decay_from_span(span: float) -> float:
+    """Decay ``d = 1 - 2 / (span + 1)`` of an EWMA with the given span (``>= 1``; span 1 is decay 0)."""
+    if not np.isfinite(span) or span < 1:
+        raise ValueError(f"span must be a finite number >= 1, got {span}")
+    return 1.0 - 2.0 / (float(span) + 1.0)
+
+
+def check_decay(name: str, decay: float) -> None:
+    """Raise a ``ValueError`` naming ``name`` unless ``decay`` is a number in ``[0, 1)``."""
+    if isinstance(decay, bool) or not isinstance(decay, (int, float, np.floating, np.integer)) or not 0 <= decay < 1:
+        raise ValueError(f"{name} must be a number in [0, 1), got {decay!r}")
+
+
+class ParameterEWMA(nn.Module):
+    """
+    Bias-corrected exponentially weighted moving average of a network's parameters
+    (Hilton et al. 2021, appendix A). After ``k`` updates with parameters ``theta_1 .. theta_k`` of the source
+    (``theta_0`` being the source at construction or at the last ``reset``)::
+
+        average = sum_i beta^(k - i) theta_i / sum_i beta^(k - i)
+
+    computed incrementally with a weight ``w`` that starts at 1:
+    ``w' = 1 + beta w``; ``average = theta / w' + (beta w / w') average``; ``w = w'``.
+
+    The averaged copy is an ordinary module (``self.average``) that receives no gradients; it is saved in this
+    module's ``state_dict`` together with the weight ``w``, and follows ``.to(device)``.
+    Buffers (batch-norm statistics...) are copied from the source, not averaged.
+
+    :param source: the network being trained
+    :param average: a network of the same structure that will hold the average (it is overwritten with ``source``)
+    :param decay: the decay ``beta`` in ``[0, 1)``; 0 makes the average a copy of the latest parameters
+    :param include: which parameters (by name) are averaged; the others are left as they are (they are not
+        needed by the caller, e.g. the value head of an actor-critic when only the policy is used). Default: all.
+    """
+
+    def __init__(
+        self,
+        source: nn.Module,
+        average: nn.Module,
+        decay: float,
+        include: Callable[[str], bool] | None = None,
+    ) -> None:
+        super().__init__()
+        check_decay("decay", decay)
+        self.decay = float(decay)
+        self.average = average
+        self.average.requires_grad_(False)
+        names = [name for name, _ in source.named_parameters() if include is None or include(name)]
+        source_params = dict(source.named_parameters())
+        average_params = dict(self.average.named_parameters())
+        missing = [name for name in names if name not in average_params]
+        if missing:
+            raise ValueError(f"`average` does not have the parameters {missing} of `source`")
+        # plain lists: the source is not registered as a submodule, so it is neither saved nor moved here
+        self._source_params: list[th.Tensor] = [source_params[name] for name in names]
+        self._average_params: list[th.Tensor] = [average_params[name] for name in names]
+        self._source_buffers = [buffer for _, buffer in source.named_buffers()]
+        self._average_buffers = [buffer for _, buffer in self.average.named_buffers()]
+        self.averaged_names = names
+        self.weight = 1.0
+        self.n_updates = 0
+        self.reset()
+
+    @th.no_grad()
+    def reset(self) -> None:
+        """Restart the average from the current source parameters (``average = theta``, ``w = 1``)."""
+        th._foreach_copy_(self._average_params, self._source_params)
+        self._copy_buffers()
+        self.weight = 1.0
+        self.n_updates = 0
+
+    @th.no_grad()
+    def update(self) -> None:
+        """Fold the current source parameters into the average (call after every optimizer step)."""
+        new_weight = 1.0 + self.decay * self.weight
+        # average + (theta - average) / w'  ==  theta / w' + (beta w / w') average
+        th._foreach_lerp_(self._average_params, self._source_params, 1.0 / new_weight)
+        self._copy_buffers()
+        self.weight = new_weight
+        self.n_updates += 1
+
+    def _copy_buffers(self) -> None:
+        for average_buffer, source_buffer in zip(self._average_buffers, self._source_buffers):
+            average_buffer.copy_(source_buffer)
+
+    @property
+    def center_of_mass(self) -> float:
+        """Mean age (in updates) of the parameters in the average, ``sum_i (k-i) beta^(k-i) / sum_i beta^(k-i)``."""
+        if self.decay == 0.0:
+            return 0.0
+        k = self.n_updates
+        ages = np.arange(k + 1, dtype=np.float64)
+        weights = self.decay**ages
+        return float((ages * weights).sum() / weights.sum())
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.average(*args, **kwargs)
+
+    def state_dict_from_source(self, source_state: dict[str, th.Tensor]) -> dict[str, Any]:
+        """The state dict of an average restarted (``w = 1``) from a ``state_dict`` of the source network."""
+        state: dict[str, Any] = {f"average.{name}": value for name, value in source_state.items()}
+        state["_extra_state"] = {"weight": 1.0, "n_updates": 0}  # the key torch uses for get_extra_state()
+        return state
+
+    def get_extra_state(self) -> dict[str, float]:
+        return {"weight": self.weight, "n_updates": self.n_updates}
+
+    def set_extra_state(self, state: dict[str, float]) -> None:
+        self.weight = float(state["weight"])
+        self.n_updates = int(state["n_updates"])
+
+    def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        # `.to(device)` may replace the tensors of `average`: refresh the cached lists afterwards
+        result = super()._apply(fn, *args, **kwargs)
+        average_params = dict(self.average.named_parameters())
+        self._average_params = [average_params[name] for name in self.averaged_names]
+        self._average_buffers = [buffer for _, buffer in self.average.named_buffers()]
+        return result
+
+
+class EWMAMoments:
+    """
+    Mean and variance of a stream of batches, from exponentially weighted sums with decay ``d`` per batch
+    (the authors' advantage normalization, Hilton et al. 2021 section 4). With ``d = 0`` they are the moments of
+    the latest batch alone. Span in batches: ``2 / (1 - d) - 1``.
+
+    Each ``update`` with a batch of mean ``m``, variance ``v`` and size ``n`` multiplies the sums by ``d``
+    (``d^2`` for the sum of squared per-sample weights) and adds ``n``, ``n``, ``m n`` and ``n v + n m^2``.
+
+    :param decay: ``d`` in ``[0, 1)``
+    """
+
+    def __init__(self, decay: float = 0.0) -> None:
+        check_decay("decay", decay)
+        self.decay = float(decay)
+        self.weight = 0.0  # sum of weights
+        self.weight_sq = 0.0  # sum of squared per-sample weights (for the effective sample size)
+        self.weighted_sum = 0.0
+        self.weighted_sumsq = 0.0
+
+    def update(self, values: Iterable[float] | np.ndarray) -> None:
+        """Fold a batch of values in."""
+        batch = np.asarray(values, dtype=np.float64).reshape(-1)
+        if batch.size == 0:
+            return
+        n, mean, var = batch.size, batch.mean(), batch.var()
+        self.weight = self.decay * self.weight + n
+        self.weight_sq = self.decay**2 * self.weight_sq + n
+        self.weighted_sum = self.decay * self.weighted_sum + mean * n
+        self.weighted_sumsq = self.decay * self.weighted_sumsq + n * var + n * mean**2
+
+    @property
+    def mean(self) -> float:
+        return self.weighted_sum / self.weight if self.weight > 0 else 0.0
+
+    @property
+    def var(self) -> float:
+        if self.weight <= 0:
+            return 1.0
+        return max((self.weighted_sumsq - self.weighted_sum**2 / self.weight) / self.weight, 0.0)
+
+    @property
+    def std(self) -> float:
+        return float(np.sqrt(self.var))
+
+    @property
+    def effective_sample_size(self) -> float:
+        """``(sum w)^2 / sum w^2``, in samples."""
+        return self.weight**2 / self.weight_sq if self.weight_sq > 0 else 0.0
+
+    def normalize(self, values: np.ndarray, eps: float = 1e-8) -> np.ndarray:
+        """``(values - mean) / (std + eps)`` with the current moments."""
+        return (values - self.mean) / (self.std + eps)

@@ -1,0 +1,83 @@
+"""Building the proximal policy of an SB3 actor-critic policy and handling its persistence."""
+
+import copy
+import warnings
+from collections.abc import Callable
+
+import torch as th
+from stable_baselines3.common.distributions import Distribution
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import PyTorchObs
+
+from sb3_ewma.common.ewma import ParameterEWMA
+
+# parameters of an SB3 ActorCriticPolicy that only the value function uses
+VALUE_ONLY_PREFIXES = ("value_net.", "mlp_extractor.value_net.", "vf_features_extractor.")
+
+
+def is_policy_parameter(name: str) -> bool:
+    """Whether a parameter of an ``ActorCriticPolicy`` can change the action distribution."""
+    return not name.startswith(VALUE_ONLY_PREFIXES)
+
+
+def make_proximal_ewma(
+    policy: BasePolicy, decay: float, include: Callable[[str], bool] | None = is_policy_parameter
+) -> ParameterEWMA:
+    """
+    An EWMA of ``policy``'s parameters held in a copy of the policy that receives no gradients, is in evaluation
+    mode (like the behavior policy during rollouts) and has no optimizer state.
+
+    :param policy: the policy being trained
+    :param decay: the EWMA decay ``beta_prox``
+    :param include: which parameters to average (default: those that the action distribution depends on)
+    """
+    average = copy.deepcopy(policy)
+    if hasattr(average, "optimizer"):
+        # the copy is never optimized; keep no reference to an optimizer (nor, later, its state)
+        average.optimizer = None  # type: ignore[assignment]
+    average.set_training_mode(False)
+    return ParameterEWMA(policy, average, decay, include=include)
+
+
+@th.no_grad()
+def proximal_distribution(proximal: ParameterEWMA, obs: PyTorchObs) -> Distribution:
+    """The action distribution of the proximal policy (no gradients)."""
+    return proximal.average.get_distribution(obs)  # type: ignore[operator]
+
+
+def warn_missing_proximal(algorithm_name: str) -> None:
+    warnings.warn(
+        f"The loaded parameters have no proximal policy (a file saved by another algorithm, e.g. SB3 PPO): "
+        f"{algorithm_name} starts its EWMA from the loaded policy.",
+        UserWarning,
+        stacklevel=3,
+    )
+
+
+class ProximalSaveMixin:
+    """
+    Save/load support for algorithms holding ``self.proximal_ewma`` (a :class:`ParameterEWMA` or ``None``):
+    its averaged weights and EWMA weight are saved with the other state dicts, and loading parameters that
+    lack it (an SB3 PPO file, for instance) restarts the EWMA from the loaded policy with a warning instead of
+    failing.
+    """
+
+    proximal_ewma: ParameterEWMA | None
+
+    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
+        state_dicts, torch_variables = super()._get_torch_save_params()  # type: ignore[misc]
+        if getattr(self, "proximal_ewma", None) is not None:
+            state_dicts = [*state_dicts, "proximal_ewma"]
+        return state_dicts, torch_variables
+
+    def set_parameters(self, load_path_or_dict, exact_match: bool = True, device: th.device | str = "auto") -> None:  # type: ignore[no-untyped-def]
+        from stable_baselines3.common.save_util import load_from_zip_file
+
+        if isinstance(load_path_or_dict, dict):
+            params = load_path_or_dict
+        else:
+            _, params, _ = load_from_zip_file(load_path_or_dict, device=device, load_data=False)
+        if self.proximal_ewma is not None and "proximal_ewma" not in params and "policy" in params:
+            warn_missing_proximal(type(self).__name__)
+            params = {**params, "proximal_ewma": self.proximal_ewma.state_dict_from_source(params["policy"])}
+        super().set_parameters(params, exact_match=exact_match, device=device)  # type: ignore[misc]

@@ -1,0 +1,418 @@
+from collections import deque
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3 import PPO
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.distributions import Distribution
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
+from stable_baselines3.common.utils import FloatSchedule, explained_variance
+from torch.nn import functional as F
+
+from sb3_ewma.common.decoupled import (
+    AdvantageNormalizer,
+    DecoupledPolicyObjective,
+    check_clip_range,
+    check_decoupled_hyperparams,
+    resolve_ewma_decay,
+    uses_proximal_network,
+)
+from sb3_ewma.common.distributions import evaluate_actions_with_distribution
+from sb3_ewma.common.ewma import ParameterEWMA, center_of_mass_from_ewma_decay
+from sb3_ewma.common.proximal import ProximalSaveMixin, make_proximal_ewma, proximal_distribution
+from sb3_ewma.ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
+
+SelfPPO_EWMA = TypeVar("SelfPPO_EWMA", bound="PPO_EWMA")
+
+
+class PPO_EWMA(ProximalSaveMixin, PPO):
+    """
+    PPO-EWMA: Proximal Policy Optimization with an exponentially weighted moving average (EWMA) of the policy as
+    the proximal policy, and the decoupled objectives (Hilton, Cobbe & Schulman 2021,
+    https://arxiv.org/abs/2110.00641). The behavior policy (which collected the data) is used only for
+    importance sampling; the proximal policy, an EWMA of the policy's parameters updated after every optimizer step,
+    limits how fast the policy moves (through clipping and/or a KL penalty). This makes PPO batch size-invariant
+    (see :func:`sb3_ewma.scale_hyperparams`) and robust to stale data.
+
+    A drop-in replacement for SB3's ``PPO``: same arguments with the same defaults and meaning, then the new ones.
+    With ``ewma_decay=None`` (and no staleness) it is exactly SB3's PPO.
+
+    :param policy: The policy model to use (MlpPolicy, CnnPolicy, ...)
+    :param env: The environment to learn from (if registered in Gym, can be str)
+    :param learning_rate: The learning rate, it can be a function
+        of the current progress remaining (from 1 to 0)
+    :param n_steps: The number of steps to run for each environment per update
+        (i.e. rollout buffer size is n_steps * n_envs where n_envs is number of environment copies running in parallel)
+    :param batch_size: Minibatch size
+    :param n_epochs: Number of epoch when optimizing the surrogate loss (batch size-invariance needs 1)
+    :param gamma: Discount factor
+    :param gae_lambda: Factor for trade-off of bias vs variance for Generalized Advantage Estimator
+    :param clip_range: Clipping parameter ``eps`` of the ratio ``pi / pi_prox``, it can be a function of the current
+        progress remaining (from 1 to 0). ``None`` turns clipping off (use the KL penalty ``kl_coef`` instead).
+    :param clip_range_vf: Clipping parameter for the value function,
+        it can be a function of the current progress remaining (from 1 to 0).
+        If None is passed (default), no clipping will be done on the value function.
+        IMPORTANT: this clipping depends on the reward scaling.
+    :param normalize_advantage: Whether to normalize or not the advantage (see ``advantage_normalization``)
+    :param ent_coef: Entropy coefficient for the loss calculation
+    :param vf_coef: Value function coefficient for the loss calculation
+    :param max_grad_norm: The maximum value for the gradient clipping
+    :param use_sde: Whether to use generalized State Dependent Exploration (gSDE)
+        instead of action noise exploration (default: False)
+    :param sde_sample_freq: Sample a new noise matrix every n steps when using gSDE
+        Default: -1 (only sample at the beginning of the rollout)
+    :param rollout_buffer_class: Rollout buffer class to use. If ``None``, it will be automatically selected.
+    :param rollout_buffer_kwargs: Keyword arguments to pass to the rollout buffer on creation
+    :param target_kl: Limit the KL divergence between updates: stop the iteration's epochs when the estimated
+        KL from the behavior policy (as in SB3) exceeds ``1.5 * target_kl``. By default, there is no limit.
+    :param stats_window_size: Window size for the rollout logging, specifying the number of episodes to average
+        the reported success rate, mean episode length, and mean reward over
+    :param tensorboard_log: the log location for tensorboard (if None, no logging)
+    :param policy_kwargs: additional arguments to be passed to the policy on creation
+    :param verbose: Verbosity level: 0 for no output, 1 for info messages (such as device or wrappers used), 2 for
+        debug messages
+    :param seed: Seed for the pseudo random generators
+    :param device: Device (cpu, cuda, ...) on which the code should be run.
+        Setting it to auto, the code will be run on the GPU if possible.
+    :param ewma_decay: Decay ``beta_prox`` in [0, 1) of the EWMA of the policy parameters that serves as the proximal
+        policy, updated after every optimizer step; its center of mass (age in optimizer steps) is
+        ``beta / (1 - beta)`` (see :func:`sb3_ewma.ewma_decay_from_center_of_mass`). ``"auto"`` (default): the
+        paper's rule, center of mass = number of minibatches per epoch. ``None``: no EWMA, the proximal policy is
+        the behavior policy (SB3's PPO).
+    :param kl_coef: Coefficient ``beta`` of the decoupled KL penalty ``KL[pi_prox, pi]`` (0: no penalty). Use it alone
+        with ``clip_range=None`` for the decoupled KL-penalized objective, or together with clipping.
+    :param kl_estimator: How the KL penalty is computed: ``"sample"`` (the authors' ``0.5 * mean(log(pi/pi_prox)^2)``
+        over the taken actions) or ``"exact"`` (the KL divergence of the two action distributions).
+    :param imp_samp_max: Cap on the importance weight ``pi / pi_behav`` (paper: 100), 0 for no cap; must be > 1.
+    :param advantage_normalization: ``"minibatch"`` (SB3's, each minibatch by its own statistics; default) or
+        ``"ewma"`` (the paper's: each iteration by the mean and std of EWMA moments over iterations). Only used when
+        ``normalize_advantage=True``.
+    :param advantage_ewma_decay: Decay in [0, 1) per iteration of the advantage moments for
+        ``advantage_normalization="ewma"`` (0: the current iteration only; span ``2 / (1 - decay) - 1`` iterations).
+    :param staleness: Artificial staleness for experiments (paper section 5.1): the data of an iteration is trained on
+        ``staleness`` iterations after it was collected (no training during the first ``staleness`` iterations).
+    :param staleness_mode: Which policies the loss uses with stale data: ``"decoupled"`` (behavior policy for
+        importance sampling, the proximal policy to limit the update; without an EWMA the proximal policy is the
+        policy at the start of the iteration), ``"behavior"`` (PPO with the behavior policy as the old policy) or
+        ``"proximal"`` (PPO with the proximal policy as the old policy, also for importance sampling).
+    :param _init_setup_model: Whether or not to build the network at the creation of the instance
+    """
+
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
+        "MlpPolicy": MlpPolicy,
+        "CnnPolicy": CnnPolicy,
+        "MultiInputPolicy": MultiInputPolicy,
+    }
+    proximal_ewma: ParameterEWMA | None
+
+    def __init__(
+        self,
+        policy: str | type[MlpPolicy],
+        env: GymEnv | str,
+        learning_rate: float | Schedule = 3e-4,
+        n_steps: int = 2048,
+        batch_size: int = 64,
+        n_epochs: int = 10,
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
+        clip_range: float | Schedule | None = 0.2,
+        clip_range_vf: float | Schedule | None = None,
+        normalize_advantage: bool = True,
+        ent_coef: float = 0.0,
+        vf_coef: float = 0.5,
+        max_grad_norm: float = 0.5,
+        use_sde: bool = False,
+        sde_sample_freq: int = -1,
+        rollout_buffer_class: type[RolloutBuffer] | None = None,
+        rollout_buffer_kwargs: dict[str, Any] | None = None,
+        target_kl: float | None = None,
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        policy_kwargs: dict[str, Any] | None = None,
+        verbose: int = 0,
+        seed: int | None = None,
+        device: th.device | str = "auto",
+        ewma_decay: float | str | None = "auto",
+        kl_coef: float = 0.0,
+        kl_estimator: str = "sample",
+        imp_samp_max: float = 100.0,
+        advantage_normalization: str = "minibatch",
+        advantage_ewma_decay: float = 0.0,
+        staleness: int = 0,
+        staleness_mode: str = "decoupled",
+        _init_setup_model: bool = True,
+    ):
+        # checked before anything else is built (no environment is created or stepped on bad input)
+        check_clip_range(clip_range)
+        check_decoupled_hyperparams(
+            ewma_decay,
+            kl_coef,
+            kl_estimator,
+            imp_samp_max,
+            normalize_advantage,
+            advantage_normalization,
+            advantage_ewma_decay,
+            staleness,
+            staleness_mode,
+        )
+        super().__init__(
+            policy,
+            env,
+            learning_rate=learning_rate,
+            n_steps=n_steps,
+            batch_size=batch_size,
+            n_epochs=n_epochs,
+            gamma=gamma,
+            gae_lambda=gae_lambda,
+            clip_range=clip_range,  # type: ignore[arg-type]
+            clip_range_vf=clip_range_vf,
+            normalize_advantage=normalize_advantage,
+            ent_coef=ent_coef,
+            vf_coef=vf_coef,
+            max_grad_norm=max_grad_norm,
+            use_sde=use_sde,
+            sde_sample_freq=sde_sample_freq,
+            rollout_buffer_class=rollout_buffer_class,
+            rollout_buffer_kwargs=rollout_buffer_kwargs,
+            target_kl=target_kl,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            policy_kwargs=policy_kwargs,
+            verbose=verbose,
+            seed=seed,
+            device=device,
+            _init_setup_model=False,
+        )
+        self.ewma_decay = ewma_decay
+        self.kl_coef = kl_coef
+        self.kl_estimator = kl_estimator
+        self.imp_samp_max = imp_samp_max
+        self.advantage_normalization = advantage_normalization
+        self.advantage_ewma_decay = advantage_ewma_decay
+        self.staleness = int(staleness)
+        self.staleness_mode = staleness_mode
+        # created here, not in _setup_model, so that `load` restores the saved moments
+        self.advantage_normalizer = AdvantageNormalizer(normalize_advantage, advantage_normalization, advantage_ewma_decay)
+        if _init_setup_model:
+            self._setup_model()
+
+    def _setup_model(self) -> None:
+        # PPO._setup_model without its clip_range handling, which cannot take clip_range=None
+        OnPolicyAlgorithm._setup_model(self)
+        if self.clip_range is not None:
+            self.clip_range = FloatSchedule(self.clip_range)
+        if self.clip_range_vf is not None:
+            if isinstance(self.clip_range_vf, (float, int)):
+                assert self.clip_range_vf > 0, "`clip_range_vf` must be positive, pass `None` to deactivate vf clipping"
+            self.clip_range_vf = FloatSchedule(self.clip_range_vf)
+
+        self.proximal_decay = resolve_ewma_decay(self.ewma_decay, self.minibatches_per_epoch)
+        self.proximal_ewma = None
+        exact_kl = self.kl_coef > 0 and self.kl_estimator == "exact"
+        if uses_proximal_network(self.proximal_decay, self.staleness, self.staleness_mode, exact_kl):
+            # without an EWMA the network is a snapshot of the policy taken at the start of each iteration
+            # (with fresh data, the behavior policy)
+            self.proximal_ewma = make_proximal_ewma(self.policy, self.proximal_decay or 0.0)
+        self._stale_buffers: deque[RolloutBuffer] = deque()
+
+    @property
+    def minibatches_per_epoch(self) -> int:
+        """Optimizer steps per epoch, ``ceil(n_steps * n_envs / batch_size)``."""
+        return -(-self.n_steps * self.n_envs // self.batch_size)
+
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "_stale_buffers"]
+
+    def _make_rollout_buffer(self) -> RolloutBuffer:
+        return self.rollout_buffer_class(  # type: ignore[misc]
+            self.n_steps,
+            self.observation_space,  # type: ignore[arg-type]
+            self.action_space,
+            device=self.device,
+            gamma=self.gamma,
+            gae_lambda=self.gae_lambda,
+            n_envs=self.n_envs,
+            **self.rollout_buffer_kwargs,
+        )
+
+    def _take_training_buffer(self) -> RolloutBuffer | None:
+        """
+        The buffer to train on this iteration: the one just collected, or with staleness ``k`` the one collected
+        ``k`` iterations ago (None while fewer have been collected). Buffers are recycled: the one trained on is
+        filled by the next rollout.
+        """
+        if self.staleness == 0:
+            return self.rollout_buffer
+        self._stale_buffers.append(self.rollout_buffer)
+        if len(self._stale_buffers) <= self.staleness:
+            self.rollout_buffer = self._make_rollout_buffer()
+            return None
+        self.rollout_buffer = self._stale_buffers.popleft()
+        return self.rollout_buffer
+
+    def _proximal_log_prob(
+        self, observations: th.Tensor, actions: th.Tensor, behavior_log_prob: th.Tensor
+    ) -> tuple[th.Tensor, Distribution | None]:
+        """Log-probabilities of the actions under the proximal policy, and its distribution (None: the behavior policy)."""
+        if self.proximal_ewma is None:
+            return behavior_log_prob, None
+        distribution = proximal_distribution(self.proximal_ewma, observations)  # type: ignore[arg-type]
+        with th.no_grad():
+            return distribution.log_prob(actions), distribution
+
+    def train(self) -> None:
+        """
+        Update policy using the rollout buffer (or, with staleness, the one collected ``staleness`` iterations ago).
+        """
+        buffer = self._take_training_buffer()
+        if buffer is None:
+            self.logger.record("train/stale_iterations_buffered", len(self._stale_buffers))
+            return
+        # Switch to train mode (this affects batch norm / dropout)
+        self.policy.set_training_mode(True)
+        # Update optimizer learning rate
+        self._update_learning_rate(self.policy.optimizer)
+        # Compute current clip range
+        clip_range = self.clip_range(self._current_progress_remaining) if self.clip_range is not None else None
+        # Optional: clip range for the value function
+        if self.clip_range_vf is not None:
+            clip_range_vf = self.clip_range_vf(self._current_progress_remaining)  # type: ignore[operator]
+
+        buffer.advantages = self.advantage_normalizer.start_iteration(buffer.advantages)
+        if self.proximal_ewma is not None and self.proximal_decay is None:
+            # no EWMA: the proximal policy is the policy at the start of the iteration (the "recent" policy)
+            self.proximal_ewma.reset()
+        policy_objective = DecoupledPolicyObjective(clip_range, self.kl_coef, self.kl_estimator, self.imp_samp_max)
+        need_distributions = self.kl_coef > 0 and self.kl_estimator == "exact" and self.proximal_ewma is not None
+
+        entropy_losses, value_losses = [], []
+        continue_training = True
+        # train for n_epochs epochs
+        for epoch in range(self.n_epochs):
+            approx_kl_divs = []
+            # Do a complete pass on the rollout buffer
+            for rollout_data in buffer.get(self.batch_size):
+                actions = rollout_data.actions
+                if isinstance(self.action_space, spaces.Discrete):
+                    # Convert discrete action from float to long
+                    actions = rollout_data.actions.long().flatten()
+
+                distribution = None
+                if need_distributions:
+                    values, log_prob, entropy, distribution = evaluate_actions_with_distribution(
+                        self.policy, rollout_data.observations, actions
+                    )
+                else:
+                    values, log_prob, entropy = self.policy.evaluate_actions(rollout_data.observations, actions)
+                values = values.flatten()
+                advantages = self.advantage_normalizer.minibatch(rollout_data.advantages)
+
+                behavior_log_prob = rollout_data.old_log_prob
+                proximal_log_prob, proximal_dist = self._proximal_log_prob(
+                    rollout_data.observations, actions, behavior_log_prob  # type: ignore[arg-type]
+                )
+                if self.staleness_mode == "proximal":
+                    behavior_log_prob = proximal_log_prob
+                policy_loss = policy_objective(
+                    advantages, log_prob, proximal_log_prob, behavior_log_prob, distribution, proximal_dist
+                )
+
+                if self.clip_range_vf is None:
+                    # No clipping
+                    values_pred = values
+                else:
+                    # Clip the difference between old and new value
+                    # NOTE: this depends on the reward scaling
+                    values_pred = rollout_data.old_values + th.clamp(
+                        values - rollout_data.old_values, -clip_range_vf, clip_range_vf
+                    )
+                # Value loss using the TD(gae_lambda) target
+                value_loss = F.mse_loss(rollout_data.returns, values_pred)
+                value_losses.append(value_loss.detach())
+
+                # Entropy loss favor exploration
+                if entropy is None:
+                    # Approximate entropy when no analytical form
+                    entropy_loss = -th.mean(-log_prob)
+                else:
+                    entropy_loss = -th.mean(entropy)
+                entropy_losses.append(entropy_loss.detach())
+
+                loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
+
+                # Approximate reverse KL from the behavior policy, for early stopping (as in SB3's PPO)
+                with th.no_grad():
+                    log_ratio = log_prob - rollout_data.old_log_prob
+                    approx_kl_div = th.mean((th.exp(log_ratio) - 1) - log_ratio).cpu().numpy()
+                    approx_kl_divs.append(approx_kl_div)
+
+                if self.target_kl is not None and approx_kl_div > 1.5 * self.target_kl:
+                    continue_training = False
+                    if self.verbose >= 1:
+                        print(f"Early stopping at step {epoch} due to reaching max kl: {approx_kl_div:.2f}")
+                    break
+
+                # Optimization step
+                self.policy.optimizer.zero_grad()
+                loss.backward()
+                # Clip grad norm
+                th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+                self.policy.optimizer.step()
+                if self.proximal_ewma is not None and self.proximal_decay is not None:
+                    self.proximal_ewma.update()
+
+            self._n_updates += 1
+            if not continue_training:
+                break
+
+        explained_var = explained_variance(buffer.values.flatten(), buffer.returns.flatten())
+
+        # Logs (SB3 PPO's, then the decoupled objective's)
+        stats = policy_objective.mean_stats()
+        self.logger.record("train/entropy_loss", np.mean([float(x) for x in entropy_losses]))
+        self.logger.record("train/policy_gradient_loss", stats["policy_gradient_loss"])
+        self.logger.record("train/value_loss", np.mean([float(x) for x in value_losses]))
+        self.logger.record("train/approx_kl", np.mean(approx_kl_divs))
+        if clip_range is not None:
+            self.logger.record("train/clip_fraction", stats["clip_fraction"])
+        self.logger.record("train/loss", loss.item())
+        self.logger.record("train/explained_variance", explained_var)
+        if hasattr(self.policy, "log_std"):
+            self.logger.record("train/std", th.exp(self.policy.log_std).mean().item())
+
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        if clip_range is not None:
+            self.logger.record("train/clip_range", clip_range)
+        if self.clip_range_vf is not None:
+            self.logger.record("train/clip_range_vf", clip_range_vf)
+
+        self.logger.record("train/proximal_kl", stats["proximal_kl"])
+        self.logger.record("train/imp_samp_capped_fraction", stats["imp_samp_capped_fraction"])
+        if "kl_penalty" in stats:
+            self.logger.record("train/kl_penalty", stats["kl_penalty"])
+        for key, value in self.advantage_normalizer.stats().items():
+            self.logger.record(f"train/{key}", value)
+        if self.proximal_decay is not None:
+            self.logger.record("train/ewma_center_of_mass", center_of_mass_from_ewma_decay(self.proximal_decay))
+
+    def learn(
+        self: SelfPPO_EWMA,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        log_interval: int = 1,
+        tb_log_name: str = "PPO_EWMA",
+        reset_num_timesteps: bool = True,
+        progress_bar: bool = False,
+    ) -> SelfPPO_EWMA:
+        return super().learn(
+            total_timesteps=total_timesteps,
+            callback=callback,
+            log_interval=log_interval,
+            tb_log_name=tb_log_name,
+            reset_num_timesteps=reset_num_timesteps,
+            progress_bar=progress_bar,
+        )

@@ -1,0 +1,43 @@
+import os
+
+from setuptools import find_packages, setup
+
+with open(os.path.join(os.path.dirname(__file__), "sb3_ewma", "version.txt")) as file_handler:
+    __version__ = file_handler.read().strip()
+
+with open(os.path.join(os.path.dirname(__file__), "README.md"), encoding="utf-8") as file_handler:
+    long_description = file_handler.read()
+
+extras = {
+    # procgen-mirror ships the `procgen` module with a wheel for Python 3.11 (the `procgen` distribution has none).
+    "procgen": ["procgen-mirror>=0.10.7"],
+    "zoo": ["rl_zoo3>=2.9,<3", "sb3-contrib>=2.9,<3", "optuna"],
+    "plots": ["matplotlib", "pandas"],
+    "tests": ["pytest", "ruff", "black", "mypy", "tensorboard", "tqdm", "rich", "minatar>=1.0.15"],
+}
+extras["all"] = sorted({req for reqs in extras.values() for req in reqs})
+# the test suite exercises every optional part
+extras["tests"] = extras["all"]
+
+setup(
+    name="sb3-ewma",
+    version=__version__,
+    description="PPO-EWMA and PPG-EWMA (batch size-invariant policy optimization) for Stable-Baselines3",
+    long_description=long_description,
+    long_description_content_type="text/markdown",
+    packages=[package for package in find_packages() if package.startswith("sb3_ewma")],
+    package_data={"sb3_ewma": ["py.typed", "version.txt", "hyperparams/*.yml"]},
+    python_requires=">=3.10",
+    install_requires=[
+        "stable-baselines3>=2.9,<3",
+        "torch>=2.3",
+        "gymnasium>=1.0,<2",
+        "numpy",
+    ],
+    extras_require=extras,
+    license="MIT",
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)

@@ -10,6 +10,17 @@ from sb3_ewma.common.ewma import (
 )
 from sb3_ewma.ppo_ewma import PPO_EWMA
 
+
+
+def __getattr__(name: str):  # type: ignore[no-untyped-def]
+    # imported on first use, so that `python -m sb3_ewma.scale` does not find the module already imported
+    if name in ("scale_hyperparams", "scale_hyperparams_with_report"):
+        from sb3_ewma import scale
+
+        return getattr(scale, name)
+    raise AttributeError(f"module 'sb3_ewma' has no attribute {name!r}")
+
+
 with open(os.path.join(os.path.dirname(__file__), "version.txt")) as file_handler:
     __version__ = file_handler.read().strip()
 
@@ -20,4 +31,6 @@ __all__ = [
     "ewma_decay_from_center_of_mass",
     "ewma_decay_from_span",
     "ewma_span_from_decay",
+    "scale_hyperparams",
+    "scale_hyperparams_with_report",
 ]

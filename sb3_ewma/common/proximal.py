@@ -1,6 +1,5 @@
 """Building the proximal policy of an SB3 actor-critic policy and handling its persistence."""
 
-import copy
 import warnings
 from collections.abc import Callable
 
@@ -21,17 +20,25 @@ def is_policy_parameter(name: str) -> bool:
 
 
 def make_proximal_ewma(
-    policy: BasePolicy, decay: float, include: Callable[[str], bool] | None = is_policy_parameter
+    policy: BasePolicy,
+    build_policy: Callable[[], BasePolicy],
+    decay: float,
+    include: Callable[[str], bool] | None = is_policy_parameter,
 ) -> ParameterEWMA:
     """
     An EWMA of ``policy``'s parameters held in a copy of the policy that receives no gradients, is in evaluation
-    mode (like the behavior policy during rollouts) and has no optimizer state.
+    mode (like the behavior policy during rollouts) and has no optimizer.
 
     :param policy: the policy being trained
+    :param build_policy: builds a new policy of the same structure (its random initialization is overwritten, and
+        it does not advance the global random number generators)
     :param decay: the EWMA decay ``beta_prox``
     :param include: which parameters to average (default: those that the action distribution depends on)
     """
-    average = copy.deepcopy(policy)
+    # a fresh build rather than a deepcopy: gSDE policies hold non-leaf tensors that cannot be deep-copied
+    with th.random.fork_rng(devices=[]):
+        average = build_policy()
+    average = average.to(next(policy.parameters()).device)
     if hasattr(average, "optimizer"):
         # the copy is never optimized; keep no reference to an optimizer (nor, later, its state)
         average.optimizer = None  # type: ignore[assignment]

@@ -216,8 +216,13 @@ class PPO_EWMA(ProximalSaveMixin, PPO):
         if uses_proximal_network(self.proximal_decay, self.staleness, self.staleness_mode, exact_kl):
             # without an EWMA the network is a snapshot of the policy taken at the start of each iteration
             # (with fresh data, the behavior policy)
-            self.proximal_ewma = make_proximal_ewma(self.policy, self.proximal_decay or 0.0)
+            self.proximal_ewma = make_proximal_ewma(self.policy, self._build_policy, self.proximal_decay or 0.0)
         self._stale_buffers: deque[RolloutBuffer] = deque()
+
+    def _build_policy(self) -> BasePolicy:
+        return self.policy_class(  # type: ignore[call-arg]
+            self.observation_space, self.action_space, self.lr_schedule, use_sde=self.use_sde, **self.policy_kwargs
+        )
 
     @property
     def minibatches_per_epoch(self) -> int:

@@ -1,0 +1,31 @@
+"""Environments: Procgen for Stable-Baselines3 (importing this registers the gymnasium ids ``procgen-<game>-<mode>``)."""
+
+from sb3_ewma.envs.procgen import (
+    PROCGEN_DISTRIBUTION_MODES,
+    PROCGEN_GAMES,
+    PROCGEN_KWARGS,
+    PROCGEN_MODE_GAMES,
+    PROCGEN_NORMALIZATION_CONSTANTS,
+    ProcgenGymnasiumEnv,
+    ProcgenVecEnv,
+    make_procgen_env,
+    normalized_return,
+    parse_procgen_env_id,
+    register_procgen_envs,
+)
+
+register_procgen_envs()
+
+__all__ = [
+    "PROCGEN_DISTRIBUTION_MODES",
+    "PROCGEN_GAMES",
+    "PROCGEN_KWARGS",
+    "PROCGEN_MODE_GAMES",
+    "PROCGEN_NORMALIZATION_CONSTANTS",
+    "ProcgenGymnasiumEnv",
+    "ProcgenVecEnv",
+    "make_procgen_env",
+    "normalized_return",
+    "parse_procgen_env_id",
+    "register_procgen_envs",
+]

@@ -1,0 +1,681 @@
+"""
+Procgen (Cobbe et al. 2020) for Stable-Baselines3: a ``VecEnv`` adapter over procgen's vectorized environment,
+a single-environment gymnasium wrapper registered for rl-zoo3, and the normalization constants of the benchmark.
+
+The ``procgen`` module (distribution ``procgen-mirror``, extra ``sb3-ewma[procgen]``) is imported lazily,
+so this module can be imported without it.
+"""
+
+import re
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import VecEnv, VecNormalize
+from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs, VecEnvStepReturn
+
+PROCGEN_GAMES: list[str] = [
+    "bigfish",
+    "bossfight",
+    "caveflyer",
+    "chaser",
+    "climber",
+    "coinrun",
+    "dodgeball",
+    "fruitbot",
+    "heist",
+    "jumper",
+    "leaper",
+    "maze",
+    "miner",
+    "ninja",
+    "plunder",
+    "starpilot",
+]
+"""The 16 Procgen games."""
+
+PROCGEN_DISTRIBUTION_MODES: tuple[str, ...] = ("easy", "hard", "extreme", "memory", "exploration")
+"""Procgen's distribution modes; only "easy" and "hard" exist for every game."""
+
+PROCGEN_MODE_GAMES: dict[str, tuple[str, ...]] = {
+    # procgen aborts the whole process (C++ fassert) when a game is created in a mode it does not support
+    "extreme": ("chaser", "dodgeball", "leaper", "starpilot"),
+    "memory": ("caveflyer", "dodgeball", "heist", "jumper", "maze", "miner"),
+    "exploration": ("caveflyer", "climber", "coinrun", "heist", "jumper", "leaper", "maze", "ninja"),
+}
+"""Games that support the restricted distribution modes."""
+
+PROCGEN_NORMALIZATION_CONSTANTS: dict[str, dict[str, tuple[float, float]]] = {
+    "easy": {
+        "bigfish": (1.0, 40.0),
+        "bossfight": (0.5, 13.0),
+        "caveflyer": (3.5, 12.0),
+        "chaser": (0.5, 13.0),
+        "climber": (2.0, 12.6),
+        "coinrun": (5.0, 10.0),
+        "dodgeball": (1.5, 19.0),
+        "fruitbot": (-1.5, 32.4),
+        "heist": (3.5, 10.0),
+        "jumper": (3.0, 10.0),
+        "leaper": (3.0, 10.0),
+        "maze": (5.0, 10.0),
+        "miner": (1.5, 13.0),
+        "ninja": (3.5, 10.0),
+        "plunder": (4.5, 30.0),
+        "starpilot": (2.5, 64.0),
+    },
+    "hard": {
+        "bigfish": (0.0, 40.0),
+        "bossfight": (0.5, 13.0),
+        "caveflyer": (2.0, 13.4),
+        "chaser": (0.5, 14.2),
+        "climber": (1.0, 12.6),
+        "coinrun": (5.0, 10.0),
+        "dodgeball": (1.5, 19.0),
+        "fruitbot": (-0.5, 27.2),
+        "heist": (2.0, 10.0),
+        "jumper": (1.0, 10.0),
+        "leaper": (1.5, 10.0),
+        "maze": (4.0, 10.0),
+        "miner": (1.5, 20.0),
+        "ninja": (2.0, 10.0),
+        "plunder": (3.0, 30.0),
+        "starpilot": (1.5, 35.0),
+    },
+}
+"""``{distribution_mode: {game: (R_min, R_max)}}`` of the Procgen paper, for ``(R - R_min) / (R_max - R_min)``."""
+
+PROCGEN_KWARGS: tuple[str, ...] = (
+    "center_agent",
+    "use_backgrounds",
+    "use_monochrome_assets",
+    "restrict_themes",
+    "use_generated_assets",
+    "paint_vel_info",
+    "use_sequential_levels",
+    "debug_mode",
+    "num_threads",
+    "resource_root",
+)
+"""Extra keyword arguments passed through to procgen's environment constructor."""
+
+PROCGEN_RENDER_MODES: tuple[str | None, ...] = (None, "rgb_array")
+PROCGEN_FPS = 15
+PROCGEN_REGISTERED_MODES: tuple[str, ...] = ("easy", "hard")
+"""Distribution modes of the gymnasium ids ``procgen-<game>-<mode>`` registered by :func:`register_procgen_envs`."""
+
+# procgen passes its seeds to C as int32
+_SEED_MODULUS = 2**31
+_ENV_ID_PATTERN = re.compile(r"^procgen-(?P<game>[a-z]+)-(?P<mode>[a-z]+)$")
+_INSTALL_MESSAGE = (
+    "Procgen environments need the `procgen` module: install the extra with `pip install sb3-ewma[procgen]` "
+    "(it installs the procgen-mirror distribution, which ships the `procgen` module with wheels for recent Pythons)"
+)
+
+
+def _procgen_env_class() -> type:
+    """Import procgen lazily and return its gym3 environment class, or raise an ``ImportError`` saying how to install it."""
+    try:
+        from procgen import ProcgenGym3Env
+    except ImportError as error:
+        raise ImportError(_INSTALL_MESSAGE) from error
+    return ProcgenGym3Env
+
+
+def normalized_return(game: str, return_: float | np.ndarray, distribution_mode: str = "hard") -> float | np.ndarray:
+    """
+    Normalized return ``(R - R_min) / (R_max - R_min)`` of the Procgen paper
+    (constants in :data:`PROCGEN_NORMALIZATION_CONSTANTS`).
+
+    :param game: one of :data:`PROCGEN_GAMES`
+    :param return_: episode return(s) ``R`` (a number or an array)
+    :param distribution_mode: "easy" or "hard" (the paper defines constants for these two modes only)
+    :return: the normalized return(s), a float for a scalar input, else an array of the input's shape
+    """
+    if distribution_mode not in PROCGEN_NORMALIZATION_CONSTANTS:
+        raise ValueError(
+            f"distribution_mode must be one of {tuple(PROCGEN_NORMALIZATION_CONSTANTS)} for normalized returns, "
+            f"got {distribution_mode!r}"
+        )
+    if game not in PROCGEN_NORMALIZATION_CONSTANTS[distribution_mode]:
+        raise ValueError(f"game must be one of {PROCGEN_GAMES}, got {game!r}")
+    r_min, r_max = PROCGEN_NORMALIZATION_CONSTANTS[distribution_mode][game]
+    result = (np.asarray(return_, dtype=np.float64) - r_min) / (r_max - r_min)
+    return float(result) if result.ndim == 0 else result
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def to_procgen_seed(seed: int) -> int:
+    """
+    Map any integer seed to procgen's range: procgen's ``rand_seed`` is an int32, so seeds are taken
+    modulo ``2**31`` (SB3 and rl-zoo3 may draw seeds up to ``2**32 - 1``).
+
+    :param seed: an integer
+    :return: ``seed % 2**31``, a Python int
+    """
+    if not _is_int(seed):
+        raise ValueError(f"seed must be an integer or None, got {seed!r}")
+    return int(seed) % _SEED_MODULUS
+
+
+def _random_seed() -> int:
+    return int(np.random.default_rng().integers(_SEED_MODULUS))
+
+
+def check_procgen_args(
+    env_name: str,
+    n_envs: int = 1,
+    num_levels: int = 0,
+    start_level: int = 0,
+    distribution_mode: str = "hard",
+    render_mode: str | None = None,
+    procgen_kwargs: dict[str, Any] | None = None,
+) -> None:
+    """
+    Validate the arguments of a procgen environment, raising a ``ValueError`` that names the parameter and the
+    allowed values (procgen itself aborts the process on some invalid combinations).
+
+    :param env_name: the game
+    :param n_envs: number of parallel environments
+    :param num_levels: number of distinct levels (0: unlimited)
+    :param start_level: seed of the first level
+    :param distribution_mode: one of :data:`PROCGEN_DISTRIBUTION_MODES`, supported by the game
+    :param render_mode: None or "rgb_array"
+    :param procgen_kwargs: extra keyword arguments, names from :data:`PROCGEN_KWARGS`
+    """
+    if env_name not in PROCGEN_GAMES:
+        raise ValueError(f"env_name must be one of {PROCGEN_GAMES}, got {env_name!r}")
+    if distribution_mode not in PROCGEN_DISTRIBUTION_MODES:
+        raise ValueError(f"distribution_mode must be one of {PROCGEN_DISTRIBUTION_MODES}, got {distribution_mode!r}")
+    if distribution_mode in PROCGEN_MODE_GAMES and env_name not in PROCGEN_MODE_GAMES[distribution_mode]:
+        raise ValueError(
+            f"distribution_mode {distribution_mode!r} is only available for env_name in "
+            f"{PROCGEN_MODE_GAMES[distribution_mode]}, got {env_name!r}"
+        )
+    if not _is_int(n_envs) or n_envs < 1:
+        raise ValueError(f"n_envs must be an integer >= 1, got {n_envs!r}")
+    if not _is_int(num_levels) or not 0 <= num_levels < _SEED_MODULUS:
+        raise ValueError(f"num_levels must be an integer in [0, 2**31) (0: unlimited levels), got {num_levels!r}")
+    if not _is_int(start_level) or not 0 <= start_level < _SEED_MODULUS:
+        raise ValueError(f"start_level must be an integer in [0, 2**31), got {start_level!r}")
+    if distribution_mode == "exploration" and (num_levels != 0 or start_level != 0):
+        raise ValueError(
+            "distribution_mode 'exploration' fixes the level: num_levels and start_level must keep their defaults (0), "
+            f"got num_levels={num_levels!r}, start_level={start_level!r}"
+        )
+    if render_mode not in PROCGEN_RENDER_MODES:
+        raise ValueError(f"render_mode must be one of {PROCGEN_RENDER_MODES}, got {render_mode!r}")
+    unknown = sorted(set(procgen_kwargs or {}) - set(PROCGEN_KWARGS))
+    if unknown:
+        raise ValueError(
+            f"unknown procgen keyword argument(s) {unknown}: allowed are {PROCGEN_KWARGS} "
+            "(the seed is set with `seed`, the number of environments with `n_envs`)"
+        )
+
+
+def _make_procgen(
+    num: int,
+    env_name: str,
+    distribution_mode: str,
+    num_levels: int,
+    start_level: int,
+    rand_seed: int,
+    render_mode: str | None,
+    procgen_kwargs: dict[str, Any],
+) -> Any:
+    """Create procgen's gym3 environment (the one that ``procgen.ProcgenEnv`` wraps)."""
+    env_class = _procgen_env_class()
+    kwargs = dict(procgen_kwargs)
+    if distribution_mode != "exploration":
+        # exploration mode sets them itself and refuses them as arguments
+        kwargs.update(num_levels=int(num_levels), start_level=int(start_level))
+    return env_class(
+        num=int(num),
+        env_name=env_name,
+        distribution_mode=distribution_mode,
+        rand_seed=int(rand_seed),
+        render_mode=render_mode,
+        **kwargs,
+    )
+
+
+class ProcgenVecEnv(VecEnv):
+    """
+    SB3 ``VecEnv`` over procgen's vectorized environment (``procgen.ProcgenEnv`` is a thin baselines-style wrapper
+    around the same gym3 ``ProcgenGym3Env`` used here). Observations are the uint8 ``64 x 64 x 3`` (channel-last)
+    RGB frames, actions ``Discrete(15)``, with gymnasium spaces; SB3 adds ``VecTransposeImage`` itself for CNN policies.
+
+    Episodes: procgen resets each environment automatically when its episode ends; the step that ends it returns
+    the reward of the last action, ``done=True`` and already the first observation of the next episode. At that step
+    ``infos[i]`` holds
+
+    - ``"episode"``: ``{"r": return, "l": length, "t": seconds since creation}`` as SB3's ``Monitor`` writes it, with
+      the **raw** reward (this env sits under any reward normalization), plus ``"level_complete"`` (procgen's
+      ``prev_level_complete``: the level was solved rather than failed or timed out), ``"level_seed"`` (the finished
+      level's seed) and, in the easy and hard modes, ``"normalized_return"`` (:func:`normalized_return`);
+    - ``"is_success"``: the same ``level_complete`` flag (SB3 logs its mean as ``rollout/success_rate``);
+    - ``"terminal_observation"``: procgen never exposes the true final frame, so this is the last observation
+      **before** the final action (the best available; SB3's PPO only reads it for truncated episodes);
+    - ``"TimeLimit.truncated"``: always False. Procgen does not report whether an episode hit its time limit, and
+      the paper (like the Procgen baselines) treats every episode end as terminal, so nothing is bootstrapped.
+
+    Every step's info also holds ``"level_seed"``, the seed of the level now being played.
+
+    Because this env records Monitor-style statistics itself, ``env_is_wrapped(Monitor)`` answers True, so that
+    ``evaluate_policy`` uses the raw returns of ``info["episode"]``.
+
+    Seeding: procgen takes its seed (``rand_seed``) at construction only and derives the levels of all environments
+    from it. ``seed(s)`` therefore stores ``s`` and the next ``reset()`` rebuilds the procgen environment with
+    ``rand_seed=s``: ``ProcgenVecEnv(..., seed=s)`` and ``env.seed(s); env.reset()`` play the same levels, and the
+    same actions give the same trajectories. Procgen cannot reset an episode either, so a ``reset()`` after steps
+    have been taken also rebuilds the environment, with a seed drawn from a generator seeded by the last seed
+    (reproducible, but new levels each time). A ``reset()`` of a fresh environment does not rebuild it.
+    Seeds are taken modulo ``2**31`` (procgen's seeds are int32).
+
+    Attributes (``get_attr`` / ``set_attr`` / ``env_method``) are those of this adapter, shared by all its
+    environments, falling back to procgen's gym3 environment for ``get_attr`` and ``env_method``.
+
+    :param env_name: the game, one of :data:`PROCGEN_GAMES`
+    :param num_envs: number of parallel environments
+    :param num_levels: number of distinct levels (0: unlimited, the paper's setting)
+    :param start_level: seed of the first level (levels are ``start_level .. start_level + num_levels - 1``)
+    :param distribution_mode: "easy", "hard" (the paper's), or "extreme" / "memory" / "exploration" for the games that
+        have them (:data:`PROCGEN_MODE_GAMES`)
+    :param seed: procgen's ``rand_seed`` (random when None)
+    :param render_mode: None, or "rgb_array" to make procgen render 512 x 512 frames for ``render()`` /
+        ``get_images()`` (slower; without it ``get_images()`` returns the 64 x 64 observations)
+    :param procgen_kwargs: options passed to procgen (:data:`PROCGEN_KWARGS`), e.g. ``num_threads``,
+        ``use_backgrounds``, ``paint_vel_info``
+    """
+
+    def __init__(
+        self,
+        env_name: str,
+        num_envs: int = 64,
+        num_levels: int = 0,
+        start_level: int = 0,
+        distribution_mode: str = "hard",
+        seed: int | None = None,
+        render_mode: str | None = None,
+        **procgen_kwargs: Any,
+    ) -> None:
+        check_procgen_args(env_name, num_envs, num_levels, start_level, distribution_mode, render_mode, procgen_kwargs)
+        self.env_name = env_name
+        self.num_levels = int(num_levels)
+        self.start_level = int(start_level)
+        self.distribution_mode = distribution_mode
+        self.procgen_kwargs = dict(procgen_kwargs)
+        # read by VecEnv.__init__ through get_attr
+        self.render_mode = render_mode
+        self.closed = False
+        self._env: Any = None
+        self._num = int(num_envs)
+        self._pending_seed: int | None = None
+        rand_seed = to_procgen_seed(seed) if seed is not None else _random_seed()
+        self._seed_rng = np.random.default_rng(rand_seed)
+        self._build(rand_seed)
+
+        observation_space, action_space = self._procgen_spaces()
+        super().__init__(self._num, observation_space, action_space)
+        self.metadata = {**self.metadata, "render_fps": PROCGEN_FPS}  # type: ignore[dict-item]
+        self._t_start = time.time()
+        self._actions = np.zeros(self._num, dtype=np.int32)
+
+    def _build(self, rand_seed: int) -> None:
+        """(Re)create the procgen environment with the given seed and reset the episode statistics."""
+        if self._env is not None:
+            self._env.close()
+            self._env = None
+        self._env = _make_procgen(
+            self._num,
+            self.env_name,
+            self.distribution_mode,
+            self.num_levels,
+            self.start_level,
+            rand_seed,
+            self.render_mode,
+            self.procgen_kwargs,
+        )
+        self.current_seed = rand_seed
+        _, ob, _ = self._env.observe()
+        self._obs: np.ndarray = ob["rgb"]
+        self._level_seeds = [int(info["level_seed"]) for info in self._env.get_info()]
+        self._episode_returns = np.zeros(self._num, dtype=np.float64)
+        self._episode_lengths = np.zeros(self._num, dtype=np.int64)
+        self._stepped = False
+
+    def _procgen_spaces(self) -> tuple[spaces.Box, spaces.Discrete]:
+        """The gymnasium equivalents of procgen's gym3 spaces (observation ``rgb``, action)."""
+        ob_space = self._env.ob_space["rgb"]
+        observation_space = spaces.Box(low=0, high=255, shape=tuple(ob_space.shape), dtype=np.uint8)
+        return observation_space, spaces.Discrete(int(self._env.ac_space.eltype.n))
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError("this ProcgenVecEnv is closed")
+
+    def reset(self) -> VecEnvObs:
+        """
+        Start new episodes in all environments: rebuilds the procgen environment with the seed given to ``seed()``
+        if any, else with a new reproducible seed when steps were taken since the last (re)build
+        (procgen cannot reset episodes); a fresh environment is used as it is.
+
+        :return: the first observations, uint8 ``(num_envs, 64, 64, 3)``
+        """
+        self._check_open()
+        if self._pending_seed is not None:
+            seed, self._pending_seed = self._pending_seed, None
+            self._build(seed)
+        elif self._stepped:
+            self._build(int(self._seed_rng.integers(_SEED_MODULUS)))
+        self.reset_infos = [{"level_seed": level_seed} for level_seed in self._level_seeds]
+        self._reset_seeds()
+        self._reset_options()
+        return self._obs.copy()
+
+    def step_async(self, actions: np.ndarray) -> None:
+        self._check_open()
+        self._actions = np.asarray(actions).reshape(self._num).astype(np.int32)
+
+    def step_wait(self) -> VecEnvStepReturn:
+        self._check_open()
+        self._env.act(self._actions)
+        rewards, ob, dones = self._env.observe()
+        raw_infos = self._env.get_info()
+        self._stepped = True
+        self._episode_returns += rewards
+        self._episode_lengths += 1
+        infos: list[dict[str, Any]] = []
+        for i, raw_info in enumerate(raw_infos):
+            info: dict[str, Any] = {"level_seed": int(raw_info["level_seed"])}
+            if dones[i]:
+                level_complete = bool(raw_info["prev_level_complete"])
+                episode_return = float(self._episode_returns[i])
+                episode: dict[str, Any] = {
+                    "r": round(episode_return, 6),
+                    "l": int(self._episode_lengths[i]),
+                    "t": round(time.time() - self._t_start, 6),
+                    "level_complete": level_complete,
+                    "level_seed": int(raw_info["prev_level_seed"]),
+                }
+                if self.distribution_mode in PROCGEN_NORMALIZATION_CONSTANTS:
+                    episode["normalized_return"] = normalized_return(self.env_name, episode_return, self.distribution_mode)
+                info["episode"] = episode
+                info["is_success"] = level_complete
+                info["terminal_observation"] = self._obs[i].copy()
+                info["TimeLimit.truncated"] = False
+                self._episode_returns[i] = 0.0
+                self._episode_lengths[i] = 0
+            infos.append(info)
+        self._obs = ob["rgb"]
+        self._level_seeds = [info["level_seed"] for info in infos]
+        return self._obs.copy(), rewards.astype(np.float32), dones.astype(bool), infos
+
+    def close(self) -> None:
+        """Release procgen's environment (its C state and buffers). Further calls other than ``close`` raise."""
+        if self._env is not None:
+            self._env.close()
+            self._env = None
+        self.closed = True
+
+    def seed(self, seed: int | None = None) -> list[int | None]:
+        """
+        Set procgen's seed for the next ``reset()``, which rebuilds the environment with ``rand_seed=seed % 2**31``
+        (procgen only takes seeds at construction). Later rebuilds draw their seeds from a generator seeded by it.
+
+        :param seed: the seed (random when None)
+        :return: the procgen seed, once per environment (procgen derives the environments' levels from it)
+        """
+        rand_seed = to_procgen_seed(seed) if seed is not None else _random_seed()
+        self._pending_seed = rand_seed
+        self._seed_rng = np.random.default_rng(rand_seed)
+        return [rand_seed for _ in range(self._num)]
+
+    def get_images(self) -> list[np.ndarray]:
+        """
+        :return: one RGB frame per environment: procgen's 512 x 512 render with ``render_mode="rgb_array"``,
+            else the 64 x 64 observation
+        """
+        self._check_open()
+        if self.render_mode == "rgb_array":
+            return [info["rgb"] for info in self._env.get_info()]
+        return list(self._obs.copy())
+
+    def _attr_owner(self, attr_name: str) -> Any:
+        if hasattr(self, attr_name):
+            return self
+        if self._env is not None and hasattr(self._env, attr_name):
+            return self._env
+        raise AttributeError(f"neither ProcgenVecEnv nor procgen's environment has an attribute {attr_name!r}")
+
+    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
+        value = getattr(self._attr_owner(attr_name), attr_name)
+        return [value for _ in self._get_indices(indices)]
+
+    def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
+        """
+        Set an attribute of this adapter. Procgen's environments share one adapter, so ``indices`` must
+        cover all of them (or be None).
+        """
+        if sorted(self._get_indices(indices)) != list(range(self._num)):
+            raise ValueError("procgen's environments share their attributes: set_attr needs indices=None (all envs)")
+        setattr(self, attr_name, value)
+
+    def env_method(self, method_name: str, *method_args, indices: VecEnvIndices = None, **method_kwargs) -> list[Any]:
+        """Call a method of this adapter (or of procgen's environment) once; its result is repeated per index."""
+        result = getattr(self._attr_owner(method_name), method_name)(*method_args, **method_kwargs)
+        return [result for _ in self._get_indices(indices)]
+
+    def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
+        """True for SB3's ``Monitor`` only: this env writes the Monitor episode statistics itself."""
+        return [wrapper_class is Monitor for _ in self._get_indices(indices)]
+
+
+def make_procgen_env(
+    env_name: str,
+    n_envs: int = 64,
+    num_levels: int = 0,
+    start_level: int = 0,
+    distribution_mode: str = "hard",
+    seed: int | None = None,
+    normalize_reward: bool = False,
+    gamma: float = 0.99,
+    clip_reward: float = 10.0,
+    render_mode: str | None = None,
+    **procgen_kwargs: Any,
+) -> VecEnv:
+    """
+    Create a vectorized Procgen environment for SB3 (see :class:`ProcgenVecEnv`).
+
+    With ``normalize_reward=True`` the rewards are normalized as in the paper (and in the Procgen baselines): each
+    environment keeps a discounted return ``ret = gamma * ret + r`` (reset at episode ends), rewards are divided
+    by the running standard deviation of these returns and clipped to ``[-clip_reward, clip_reward]``.
+    SB3's ``VecNormalize(norm_obs=False, norm_reward=True, gamma=gamma, clip_reward=clip_reward)`` implements
+    exactly this and is returned around the procgen env: save its statistics with the model, and set
+    ``training=False, norm_reward=False`` on evaluation copies. The ``info["episode"]`` statistics keep the raw
+    returns, as they are computed beneath it.
+
+    :param env_name: the game, one of :data:`PROCGEN_GAMES`
+    :param n_envs: number of parallel environments (the paper: 64 per worker)
+    :param num_levels: number of distinct levels (0: unlimited, the paper's setting)
+    :param start_level: seed of the first level
+    :param distribution_mode: "easy", "hard" (the paper's) or a restricted mode (:data:`PROCGEN_MODE_GAMES`)
+    :param seed: procgen's seed (random when None)
+    :param normalize_reward: wrap the env in the reward-normalizing ``VecNormalize``
+    :param gamma: discount of the return whose standard deviation scales the rewards (0.99 in the paper,
+        independent of the algorithm's discount 0.999)
+    :param clip_reward: bound of the normalized rewards (10 in the paper)
+    :param render_mode: None or "rgb_array" (procgen renders 512 x 512 frames; use it for video recording)
+    :param procgen_kwargs: options passed to procgen (:data:`PROCGEN_KWARGS`), e.g. ``num_threads``
+    :return: the ``VecEnv``
+    """
+    check_procgen_args(env_name, n_envs, num_levels, start_level, distribution_mode, render_mode, procgen_kwargs)
+    if normalize_reward:
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
+        if not clip_reward > 0:
+            raise ValueError(f"clip_reward must be > 0, got {clip_reward!r}")
+    # raises the ImportError with the install hint before any work when procgen is missing
+    _procgen_env_class()
+    venv: VecEnv = ProcgenVecEnv(
+        env_name,
+        num_envs=n_envs,
+        num_levels=num_levels,
+        start_level=start_level,
+        distribution_mode=distribution_mode,
+        seed=seed,
+        render_mode=render_mode,
+        **procgen_kwargs,
+    )
+    if normalize_reward:
+        venv = VecNormalize(venv, training=True, norm_obs=False, norm_reward=True, gamma=gamma, clip_reward=clip_reward)
+    return venv
+
+
+class ProcgenGymnasiumEnv(gym.Env):
+    """
+    A single Procgen environment (procgen with ``num=1``) as a ``gymnasium.Env``: the entry point of the ids
+    ``procgen-<game>-<mode>`` registered by :func:`register_procgen_envs`. For training, prefer the much faster
+    :func:`make_procgen_env`.
+
+    Procgen resets episodes itself and never shows the final frame: the step that ends an episode returns
+    ``terminated=True`` with the last observation before the final action, and the following ``reset()`` returns
+    the first observation of the episode procgen has already started (no rebuild). ``truncated`` is always False
+    (procgen does not report time-limit ends). At episode ends ``info`` holds ``"level_complete"`` and
+    ``"is_success"`` (procgen's ``prev_level_complete``).
+
+    ``reset(seed=s)`` rebuilds procgen with ``rand_seed=s % 2**31``; a ``reset()`` in the middle of an episode
+    rebuilds it with a seed drawn from ``self.np_random`` (procgen cannot reset an episode), so runs are
+    reproducible from the first seed.
+
+    :param env_name: the game, one of :data:`PROCGEN_GAMES`
+    :param distribution_mode: "easy", "hard" or a restricted mode
+    :param num_levels: number of distinct levels (0: unlimited)
+    :param start_level: seed of the first level
+    :param render_mode: None or "rgb_array" (procgen's 512 x 512 frames)
+    :param procgen_kwargs: options passed to procgen (:data:`PROCGEN_KWARGS`)
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": PROCGEN_FPS}
+
+    def __init__(
+        self,
+        env_name: str = "coinrun",
+        distribution_mode: str = "hard",
+        num_levels: int = 0,
+        start_level: int = 0,
+        render_mode: str | None = None,
+        **procgen_kwargs: Any,
+    ) -> None:
+        check_procgen_args(env_name, 1, num_levels, start_level, distribution_mode, render_mode, procgen_kwargs)
+        _procgen_env_class()
+        self.env_name = env_name
+        self.distribution_mode = distribution_mode
+        self.num_levels = int(num_levels)
+        self.start_level = int(start_level)
+        # a single environment needs no worker threads (procgen's own gym registration does the same)
+        self.procgen_kwargs = {"num_threads": 0, **procgen_kwargs}
+        self.render_mode = render_mode
+        self.observation_space = spaces.Box(low=0, high=255, shape=(64, 64, 3), dtype=np.uint8)
+        self.action_space = spaces.Discrete(15)
+        self._env: Any = None
+        self._obs = np.zeros(self.observation_space.shape, dtype=np.uint8)
+        self._level_seed = 0
+        self._mid_episode = False
+
+    def _build(self, rand_seed: int) -> None:
+        if self._env is not None:
+            self._env.close()
+            self._env = None
+        self._env = _make_procgen(
+            1,
+            self.env_name,
+            self.distribution_mode,
+            self.num_levels,
+            self.start_level,
+            rand_seed,
+            self.render_mode,
+            self.procgen_kwargs,
+        )
+        _, ob, _ = self._env.observe()
+        self._obs = ob["rgb"][0]
+        self._level_seed = int(self._env.get_info()[0]["level_seed"])
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        if seed is not None:
+            self._build(to_procgen_seed(seed))
+        elif self._env is None or self._mid_episode:
+            self._build(int(self.np_random.integers(_SEED_MODULUS)))
+        self._mid_episode = False
+        return self._obs.copy(), {"level_seed": self._level_seed}
+
+    def step(self, action: int | np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self._env is None:
+            raise RuntimeError("call reset() before step()")
+        self._env.act(np.asarray(action, dtype=np.int32).reshape(1))
+        rewards, ob, first = self._env.observe()
+        raw_info = self._env.get_info()[0]
+        terminated = bool(first[0])
+        self._level_seed = int(raw_info["level_seed"])
+        info: dict[str, Any] = {"level_seed": self._level_seed}
+        if terminated:
+            obs = self._obs
+            info["level_complete"] = info["is_success"] = bool(raw_info["prev_level_complete"])
+        else:
+            obs = ob["rgb"][0]
+        self._mid_episode = not terminated
+        self._obs = ob["rgb"][0]
+        return obs.copy(), float(rewards[0]), terminated, False, info
+
+    def render(self) -> np.ndarray | None:
+        if self.render_mode != "rgb_array" or self._env is None:
+            return None
+        return self._env.get_info()[0]["rgb"]
+
+    def close(self) -> None:
+        if self._env is not None:
+            self._env.close()
+            self._env = None
+
+
+def register_procgen_envs() -> list[str]:
+    """
+    Register the gymnasium ids ``procgen-<game>-<mode>`` (every game of :data:`PROCGEN_GAMES`, modes "easy" and
+    "hard"), e.g. ``gymnasium.make("procgen-starpilot-easy")``, with :class:`ProcgenGymnasiumEnv` as entry point.
+    Already registered ids are left alone. Importing ``sb3_ewma.envs`` calls it; procgen is only needed to make
+    the environments.
+
+    :return: the ids
+    """
+    env_ids = []
+    for game in PROCGEN_GAMES:
+        for mode in PROCGEN_REGISTERED_MODES:
+            env_id = f"procgen-{game}-{mode}"
+            if env_id not in gym.registry:
+                gym.register(
+                    id=env_id,
+                    entry_point="sb3_ewma.envs.procgen:ProcgenGymnasiumEnv",
+                    kwargs={"env_name": game, "distribution_mode": mode},
+                )
+            env_ids.append(env_id)
+    return env_ids
+
+
+def parse_procgen_env_id(env_id: str) -> tuple[str, str] | None:
+    """
+    Parse an id registered by :func:`register_procgen_envs`.
+
+    :param env_id: e.g. "procgen-starpilot-easy"
+    :return: ``(game, distribution_mode)``, e.g. ``("starpilot", "easy")``, or None if ``env_id`` is not such an id
+    """
+    match = _ENV_ID_PATTERN.match(env_id)
+    if match is None or match["game"] not in PROCGEN_GAMES or match["mode"] not in PROCGEN_REGISTERED_MODES:
+        return None
+    return match["game"], match["mode"]

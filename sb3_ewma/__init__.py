@@ -11,7 +11,6 @@ from sb3_ewma.common.ewma import (
 from sb3_ewma.ppo_ewma import PPO_EWMA
 
 
-
 def __getattr__(name: str):  # type: ignore[no-untyped-def]
     # imported on first use, so that `python -m sb3_ewma.scale` does not find the module already imported
     if name in ("scale_hyperparams", "scale_hyperparams_with_report"):

@@ -1,7 +1,6 @@
 from collections import deque
 from typing import Any, ClassVar, TypeVar
 
-import numpy as np
 import torch as th
 from gymnasium import spaces
 from stable_baselines3 import PPO
@@ -18,6 +17,7 @@ from sb3_ewma.common.decoupled import (
     DecoupledPolicyObjective,
     check_clip_range,
     check_decoupled_hyperparams,
+    mean_of,
     resolve_ewma_decay,
     uses_proximal_network,
 )
@@ -269,6 +269,15 @@ class PPO_EWMA(ProximalSaveMixin, PPO):
         with th.no_grad():
             return distribution.log_prob(actions), distribution
 
+    def _evaluate_actions(
+        self, observations: th.Tensor, actions: th.Tensor, with_distribution: bool
+    ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None, Distribution | None]:
+        """The policy's ``evaluate_actions``, plus its distribution when the exact KL penalty needs it."""
+        if with_distribution:
+            return evaluate_actions_with_distribution(self.policy, observations, actions)
+        values, log_prob, entropy = self.policy.evaluate_actions(observations, actions)
+        return values, log_prob, entropy, None
+
     def train(self) -> None:
         """
         Update policy using the rollout buffer (or, with staleness, the one collected ``staleness`` iterations ago).
@@ -306,13 +315,9 @@ class PPO_EWMA(ProximalSaveMixin, PPO):
                     # Convert discrete action from float to long
                     actions = rollout_data.actions.long().flatten()
 
-                distribution = None
-                if need_distributions:
-                    values, log_prob, entropy, distribution = evaluate_actions_with_distribution(
-                        self.policy, rollout_data.observations, actions
-                    )
-                else:
-                    values, log_prob, entropy = self.policy.evaluate_actions(rollout_data.observations, actions)
+                values, log_prob, entropy, distribution = self._evaluate_actions(
+                    rollout_data.observations, actions, need_distributions  # type: ignore[arg-type]
+                )
                 values = values.flatten()
                 advantages = self.advantage_normalizer.minibatch(rollout_data.advantages)
 
@@ -350,12 +355,13 @@ class PPO_EWMA(ProximalSaveMixin, PPO):
                 loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
 
                 # Approximate reverse KL from the behavior policy, for early stopping (as in SB3's PPO)
+                # (read from the device only when needed for early stopping)
                 with th.no_grad():
                     log_ratio = log_prob - rollout_data.old_log_prob
-                    approx_kl_div = th.mean((th.exp(log_ratio) - 1) - log_ratio).cpu().numpy()
+                    approx_kl_div = th.mean((th.exp(log_ratio) - 1) - log_ratio)
                     approx_kl_divs.append(approx_kl_div)
 
-                if self.target_kl is not None and approx_kl_div > 1.5 * self.target_kl:
+                if self.target_kl is not None and approx_kl_div.item() > 1.5 * self.target_kl:
                     continue_training = False
                     if self.verbose >= 1:
                         print(f"Early stopping at step {epoch} due to reaching max kl: {approx_kl_div:.2f}")
@@ -374,14 +380,28 @@ class PPO_EWMA(ProximalSaveMixin, PPO):
             if not continue_training:
                 break
 
-        explained_var = explained_variance(buffer.values.flatten(), buffer.returns.flatten())
+        self._record_train_logs(
+            buffer, policy_objective.mean_stats(), entropy_losses, value_losses, approx_kl_divs, loss, clip_range
+        )
+        if self.clip_range_vf is not None:
+            self.logger.record("train/clip_range_vf", clip_range_vf)
 
-        # Logs (SB3 PPO's, then the decoupled objective's)
-        stats = policy_objective.mean_stats()
-        self.logger.record("train/entropy_loss", np.mean([float(x) for x in entropy_losses]))
+    def _record_train_logs(
+        self,
+        buffer: RolloutBuffer,
+        stats: dict[str, float],
+        entropy_losses: list[th.Tensor],
+        value_losses: list[th.Tensor],
+        approx_kl_divs: list[th.Tensor],
+        loss: th.Tensor,
+        clip_range: float | None,
+    ) -> None:
+        """SB3 PPO's logs, then the decoupled objective's diagnostics."""
+        explained_var = explained_variance(buffer.values.flatten(), buffer.returns.flatten())
+        self.logger.record("train/entropy_loss", mean_of(entropy_losses))
         self.logger.record("train/policy_gradient_loss", stats["policy_gradient_loss"])
-        self.logger.record("train/value_loss", np.mean([float(x) for x in value_losses]))
-        self.logger.record("train/approx_kl", np.mean(approx_kl_divs))
+        self.logger.record("train/value_loss", mean_of(value_losses))
+        self.logger.record("train/approx_kl", mean_of(approx_kl_divs))
         if clip_range is not None:
             self.logger.record("train/clip_fraction", stats["clip_fraction"])
         self.logger.record("train/loss", loss.item())
@@ -392,8 +412,6 @@ class PPO_EWMA(ProximalSaveMixin, PPO):
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         if clip_range is not None:
             self.logger.record("train/clip_range", clip_range)
-        if self.clip_range_vf is not None:
-            self.logger.record("train/clip_range_vf", clip_range_vf)
 
         self.logger.record("train/proximal_kl", stats["proximal_kl"])
         self.logger.record("train/imp_samp_capped_fraction", stats["imp_samp_capped_fraction"])

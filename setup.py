@@ -11,7 +11,8 @@ with open(os.path.join(os.path.dirname(__file__), "README.md"), encoding="utf-8"
 extras = {
     # procgen-mirror ships the `procgen` module with a wheel for Python 3.11 (the `procgen` distribution has none).
     "procgen": ["procgen-mirror>=0.10.7"],
-    "zoo": ["rl_zoo3>=2.9,<3", "sb3-contrib>=2.9,<3", "optuna"],
+    # rl_zoo3's enjoy imports `requests` without declaring it; box2d for the LunarLander entries
+    "zoo": ["rl_zoo3>=2.9,<3", "sb3-contrib>=2.9,<3", "optuna", "requests", "gymnasium[box2d]"],
     "plots": ["matplotlib", "pandas"],
     "tests": ["pytest", "ruff", "black", "mypy", "tensorboard", "tqdm", "rich", "minatar>=1.0.15"],
 }

@@ -1,0 +1,25 @@
+"""
+Play a trained agent with rl-zoo3: ``python -m sb3_ewma.enjoy --algo ppo_ewma --env CartPole-v1 -f logs/`` takes
+every flag of ``python -m rl_zoo3.enjoy`` and knows the algorithms ``ppo_ewma``, ``ppg_ewma`` and ``ppg`` and the
+Procgen ids ``procgen-<game>-<easy|hard>`` (built as procgen's native vectorized environment).
+"""
+
+import sys
+from collections.abc import Sequence
+
+PROG = "python -m sb3_ewma.enjoy"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """
+    Command line entry point.
+
+    :param argv: the arguments (default: ``sys.argv[1:]``)
+    """
+    from sb3_ewma import zoo
+
+    zoo.enjoy(sys.argv[1:] if argv is None else argv, prog=PROG)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+"""
+Train with rl-zoo3: ``python -m sb3_ewma.train --algo ppo_ewma --env CartPole-v1`` takes every flag of
+``python -m rl_zoo3.train`` and knows the algorithms ``ppo_ewma``, ``ppg_ewma`` and ``ppg``, the Procgen ids
+``procgen-<game>-<easy|hard>`` and this package's hyperparameter files (used when ``-conf`` is not given).
+
+Extra flags (see :func:`sb3_ewma.zoo.split_scale_args`): ``--scale-n-envs N`` rescales the hyperparameter entry for
+``N`` environments (batch size-invariance), with ``--scale-lr-rule``, ``--scale-adam-betas`` and
+``--scale-aux-learning-rate``.
+"""
+
+import sys
+from collections.abc import Sequence
+
+PROG = "python -m sb3_ewma.train"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """
+    Command line entry point.
+
+    :param argv: the arguments (default: ``sys.argv[1:]``)
+    """
+    from sb3_ewma import zoo
+
+    scale, rest = zoo.split_scale_args(sys.argv[1:] if argv is None else argv, prog=PROG)
+    zoo.train(rest, scale=scale, prog=PROG)
+
+
+if __name__ == "__main__":
+    main()

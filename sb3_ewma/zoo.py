@@ -1,0 +1,531 @@
+"""
+rl-zoo3 integration: the algorithms ``ppo_ewma``, ``ppg_ewma`` and ``ppg``, the Procgen environment ids
+``procgen-<game>-<easy|hard>``, this package's hyperparameter files and its hyperparameter samplers, for
+``python -m sb3_ewma.train`` / ``python -m sb3_ewma.enjoy`` / ``python -m sb3_ewma.record_video``, which accept
+every rl-zoo3 flag.
+
+How it hooks into rl-zoo3 (2.9):
+
+- :func:`register_zoo` adds the algorithms to ``rl_zoo3.ALGOS`` (the one dict that ``rl_zoo3.utils``,
+  ``rl_zoo3.exp_manager``, ``train``, ``enjoy`` and ``record_video`` share; ``train()`` builds its ``--algo``
+  choices from it when called), the samplers to ``rl_zoo3.hyperparams_opt.HYPERPARAMS_SAMPLER`` and
+  ``HYPERPARAMS_CONVERTER``, and registers the Procgen ids in gymnasium.
+- :class:`ExperimentManager` subclasses rl-zoo3's: it reads this package's ``hyperparams/<algo>.yml`` when no
+  ``-conf`` is given, evaluates ``policy_kwargs`` strings with ``ImpalaCNN`` in scope, keeps an explicit ``gamma`` of
+  the ``normalize`` settings (rl-zoo3 replaces it with the algorithm's discount; the paper normalizes rewards with
+  0.99 while discounting with 0.999), optionally rescales the entry for another number of environments
+  (``--scale-n-envs``), and for Procgen ids builds procgen's native vectorized environment and evaluates with
+  stochastic actions. :func:`train` runs ``rl_zoo3.train.train()`` with it.
+- For Procgen ids, :func:`make_procgen_vec_env` is given to rl-zoo3 as its ``VecEnv`` class (the ``vec_env_cls``
+  argument of ``make_vec_env``): instead of stepping ``n_envs`` copies of the single-environment wrapper, it creates
+  one :class:`~sb3_ewma.envs.ProcgenVecEnv` of ``n_envs`` environments, configured like the copies would have been
+  (same ``--env-kwargs``). rl-zoo3's own wrappers (``VecNormalize``, ``vec_env_wrapper``, ``frame_stack``,
+  ``VecTransposeImage``) are applied on top as usual. :func:`enjoy` and :func:`record_video` route
+  ``create_test_env`` the same way.
+
+rl-zoo3 is an optional dependency: importing this module without it raises an ``ImportError`` that says to
+install ``sb3-ewma[zoo]``.
+"""
+
+import argparse
+import contextlib
+import functools
+import importlib
+import runpy
+import sys
+import time
+import types
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import torch as th
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.monitor import Monitor, ResultsWriter
+from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
+from stable_baselines3.common.vec_env.base_vec_env import VecEnvStepReturn
+from torch import nn
+
+from sb3_ewma import hyperparams_opt
+from sb3_ewma.common.torch_layers import ImpalaCNN
+from sb3_ewma.envs.procgen import PROCGEN_KWARGS, make_procgen_env, parse_procgen_env_id, register_procgen_envs
+from sb3_ewma.scale import LR_RULES, scale_hyperparams_with_report
+
+ZOO_INSTALL_MESSAGE = (
+    "The rl-zoo3 integration of sb3-ewma needs rl-zoo3 (and sb3-contrib, optuna): install the extra with "
+    "`pip install sb3-ewma[zoo]`"
+)
+
+try:
+    import rl_zoo3
+    import rl_zoo3.exp_manager
+    import rl_zoo3.hyperparams_opt
+    import rl_zoo3.train
+    import rl_zoo3.utils
+except ImportError as error:
+    raise ImportError(f"{ZOO_INSTALL_MESSAGE} (missing module: {error.name})") from error
+
+
+def _import_zoo(name: str) -> types.ModuleType:
+    """Import a module of rl-zoo3 (or one it needs), or raise an ``ImportError`` that says which extra to install."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as error:
+        raise ImportError(f"{ZOO_INSTALL_MESSAGE} (missing module: {error.name})") from error
+
+
+ZOO_ALGOS: tuple[str, ...] = ("ppo_ewma", "ppg_ewma", "ppg")
+"""The rl-zoo3 names of this package's algorithms."""
+
+HYPERPARAMS_DIR = Path(__file__).parent / "hyperparams"
+"""This package's rl-zoo3 hyperparameter files, ``<algo>.yml``."""
+
+POLICY_KWARGS_NAMESPACE: dict[str, Any] = {"ImpalaCNN": ImpalaCNN, "nn": nn, "th": th}
+"""Names available to ``policy_kwargs`` strings, besides those rl-zoo3 provides."""
+
+# the original, before enjoy()/record_video() route it through the Procgen-aware version
+_ZOO_CREATE_TEST_ENV = rl_zoo3.utils.create_test_env
+# gymnasium's wrappers that gymnasium.make adds, which the native Procgen VecEnv does without
+_MAKE_WRAPPERS = ("OrderEnforcing", "PassiveEnvChecker", "HumanRendering")
+
+
+def zoo_algorithms() -> dict[str, type[BaseAlgorithm]]:
+    """
+    :return: this package's algorithms by rl-zoo3 name: ``ppo_ewma`` -> ``PPO_EWMA``, ``ppg_ewma`` -> ``PPG_EWMA``,
+        ``ppg`` -> ``PPG``
+    """
+    from sb3_ewma.ppg_ewma import PPG, PPG_EWMA
+    from sb3_ewma.ppo_ewma import PPO_EWMA
+
+    return {"ppo_ewma": PPO_EWMA, "ppg_ewma": PPG_EWMA, "ppg": PPG}
+
+
+def register_zoo() -> None:
+    """
+    Make rl-zoo3 know this package: the algorithms (``rl_zoo3.ALGOS``), their hyperparameter samplers
+    (``rl_zoo3.hyperparams_opt.HYPERPARAMS_SAMPLER`` and ``HYPERPARAMS_CONVERTER``) and the Procgen ids
+    ``procgen-<game>-<easy|hard>`` (gymnasium registry). Safe to call several times.
+
+    Enough to use rl-zoo3's own ``ExperimentManager`` with these algorithms; :func:`train` adds this package's
+    defaults (hyperparameter files, Procgen's native ``VecEnv``, ``ImpalaCNN`` in ``policy_kwargs``).
+    """
+    register_procgen_envs()
+    # rl_zoo3.ALGOS is rl_zoo3.utils.ALGOS, the dict every rl-zoo3 module imports
+    rl_zoo3.utils.ALGOS.update(zoo_algorithms())
+    rl_zoo3.hyperparams_opt.HYPERPARAMS_SAMPLER.update(hyperparams_opt.HYPERPARAMS_SAMPLER)
+    rl_zoo3.hyperparams_opt.HYPERPARAMS_CONVERTER.update(hyperparams_opt.HYPERPARAMS_CONVERTER)
+
+
+def default_conf_file(algo: str) -> str | None:
+    """
+    :param algo: an rl-zoo3 algorithm name
+    :return: the path of this package's hyperparameter file for ``algo`` (one of :data:`ZOO_ALGOS`), else None
+    """
+    if algo not in ZOO_ALGOS:
+        return None
+    return str(HYPERPARAMS_DIR / f"{algo}.yml")
+
+
+def is_procgen_env_id(env_id: str) -> bool:
+    """Whether ``env_id`` is one of the ids ``procgen-<game>-<easy|hard>`` registered by this package."""
+    return parse_procgen_env_id(str(env_id)) is not None
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Procgen's native VecEnv for rl-zoo3
+
+
+class ProcgenMonitorWriter(VecEnvWrapper):
+    """
+    Writes the episode statistics that :class:`~sb3_ewma.envs.ProcgenVecEnv` puts in ``info["episode"]`` (raw
+    returns) to a Monitor CSV file, as SB3's ``Monitor`` does for each of rl-zoo3's environments (so that
+    ``rl_zoo3.plots`` and ``stable_baselines3.common.monitor.load_results`` read it). Unlike ``VecMonitor`` it leaves
+    the infos unchanged (they keep Procgen's ``level_complete`` and ``normalized_return``).
+
+    :func:`make_procgen_vec_env` always adds it, without a file for environments that rl-zoo3 does not monitor
+    (evaluation), so that training and evaluation environments have the same wrappers (SB3's
+    ``sync_envs_normalization`` needs that to copy the ``VecNormalize`` statistics).
+
+    :param venv: the Procgen ``VecEnv``
+    :param filename: the CSV file (``.monitor.csv`` is appended unless it ends with ``monitor.csv``), or None to write
+        nothing
+    :param info_keywords: keys of the step's info to write too (the ``Monitor`` argument of that name)
+    """
+
+    EPISODE_KEYS = ("level_complete", "normalized_return", "level_seed")
+
+    def __init__(self, venv: VecEnv, filename: str | None, info_keywords: Sequence[str] = ()) -> None:
+        super().__init__(venv)
+        self.info_keywords = tuple(info_keywords)
+        self.results_writer: ResultsWriter | None = None
+        if filename is not None:
+            env_id = venv.get_attr("env_name")[0]
+            self.results_writer = ResultsWriter(
+                filename,
+                header={"t_start": time.time(), "env_id": str(env_id)},
+                extra_keys=self.EPISODE_KEYS + self.info_keywords,
+            )
+
+    def reset(self) -> Any:
+        return self.venv.reset()
+
+    def step_wait(self) -> VecEnvStepReturn:
+        obs, rewards, dones, infos = self.venv.step_wait()
+        if self.results_writer is None:
+            return obs, rewards, dones, infos
+        for info in infos:
+            episode = info.get("episode")
+            if episode is not None:
+                row = {key: episode.get(key, "") for key in ("r", "l", "t", *self.EPISODE_KEYS)}
+                row.update({key: info.get(key, "") for key in self.info_keywords})
+                self.results_writer.write_row(row)
+        return obs, rewards, dones, infos
+
+    def close(self) -> None:
+        if self.results_writer is not None:
+            self.results_writer.close()
+        self.venv.close()
+
+
+def _procgen_settings(env: gym.Env) -> tuple[dict[str, Any], str | None, tuple[str, ...]]:
+    """
+    The constructor arguments of the single Procgen environment ``env`` built by an rl-zoo3 environment function,
+    the file of its ``Monitor`` (if any) and the Monitor's ``info_keywords``.
+    """
+    from sb3_ewma.envs.procgen import ProcgenGymnasiumEnv
+
+    monitor_file: str | None = None
+    info_keywords: tuple[str, ...] = ()
+    layer: gym.Env = env
+    while isinstance(layer, gym.Wrapper):
+        if isinstance(layer, Monitor):
+            if layer.results_writer is not None:
+                monitor_file = layer.results_writer.file_handler.name
+            info_keywords = tuple(layer.info_keywords)
+        elif type(layer).__name__ not in _MAKE_WRAPPERS:
+            raise ValueError(
+                f"The native Procgen VecEnv cannot apply the environment wrapper {type(layer).__name__} "
+                "(rl-zoo3's `env_wrapper` wraps single environments): use a `vec_env_wrapper` instead"
+            )
+        layer = layer.env
+    if not isinstance(layer, ProcgenGymnasiumEnv):
+        raise ValueError(f"make_procgen_vec_env needs Procgen environments (procgen-<game>-<mode>), got {layer}")
+    assert layer.spec is not None, "an environment made from a gymnasium id has a spec"
+    kwargs = dict(layer.spec.kwargs)
+    if kwargs.get("render_mode") == "human":
+        # procgen renders rgb arrays; SB3's VecEnv.render("human") shows them in a window
+        kwargs["render_mode"] = "rgb_array"
+    return kwargs, monitor_file, info_keywords
+
+
+def make_procgen_vec_env(env_fns: list[Callable[[], gym.Env]], **vec_env_kwargs: Any) -> VecEnv:
+    """
+    A ``VecEnv`` "class" for rl-zoo3 and SB3's ``make_vec_env`` (their ``vec_env_cls``) that builds procgen's native
+    vectorized environment instead of stepping one environment per function: a
+    :class:`~sb3_ewma.envs.ProcgenVecEnv` of ``len(env_fns)`` environments, configured like the environment that
+    ``env_fns[0]`` builds (the game, distribution mode and ``env_kwargs`` such as ``num_levels``, ``start_level`` or
+    procgen's options). That environment is created only to read its configuration (cheap: the single-environment
+    wrapper starts procgen lazily) and closed. The result is wrapped in a :class:`ProcgenMonitorWriter`, which
+    writes the episode statistics to the file of that environment's ``Monitor``, if it had one.
+
+    The seed is set afterwards by ``make_vec_env`` (``VecEnv.seed``); reward normalization is rl-zoo3's ``normalize``
+    setting (``VecNormalize``), so the environment itself does not normalize.
+
+    :param env_fns: rl-zoo3's environment functions (one per environment) for a Procgen id
+    :param vec_env_kwargs: must be empty (procgen runs its environments in threads of its own; use the
+        ``num_threads`` environment keyword argument to set their number)
+    :return: the vectorized environment
+    """
+    if vec_env_kwargs:
+        raise ValueError(f"make_procgen_vec_env takes no VecEnv keyword arguments, got {vec_env_kwargs}")
+    if len(env_fns) == 0:
+        raise ValueError("make_procgen_vec_env needs at least one environment function")
+    env = env_fns[0]()
+    try:
+        kwargs, monitor_file, info_keywords = _procgen_settings(env)
+    finally:
+        env.close()
+    procgen_kwargs = {key: kwargs.pop(key) for key in PROCGEN_KWARGS if key in kwargs}
+    venv = make_procgen_env(n_envs=len(env_fns), normalize_reward=False, **kwargs, **procgen_kwargs)
+    return ProcgenMonitorWriter(venv, monitor_file, info_keywords)
+
+
+def create_test_env(
+    env_id: str,
+    n_envs: int = 1,
+    stats_path: str | None = None,
+    seed: int = 0,
+    log_dir: str | None = None,
+    should_render: bool = True,
+    hyperparams: dict[str, Any] | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+    vec_env_cls: type[VecEnv] | None = None,
+    vec_env_kwargs: dict[str, Any] | None = None,
+) -> VecEnv:
+    """
+    rl-zoo3's ``create_test_env`` (same arguments), building Procgen ids with :func:`make_procgen_vec_env` when no
+    ``vec_env_cls`` is given.
+    """
+    if vec_env_cls is None and is_procgen_env_id(env_id):
+        vec_env_cls = make_procgen_vec_env  # type: ignore[assignment]
+    return _ZOO_CREATE_TEST_ENV(
+        env_id,
+        n_envs=n_envs,
+        stats_path=stats_path,
+        seed=seed,
+        log_dir=log_dir,
+        should_render=should_render,
+        hyperparams=hyperparams,
+        env_kwargs=env_kwargs,
+        vec_env_cls=vec_env_cls,
+        vec_env_kwargs=vec_env_kwargs,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# experiment manager
+
+
+@dataclass(frozen=True)
+class ScaleOptions:
+    """
+    Rescale the hyperparameter entry for another number of environments (batch size-invariance), with
+    :func:`sb3_ewma.scale_hyperparams`.
+
+    :param n_envs: the target number of environments
+    :param lr_rule: override the step size rule detected from the optimizer ("sqrt" or "linear")
+    :param scale_adam_betas: also raise Adam's betas to the power ``1 / c``
+    :param scale_aux_learning_rate: PPG: also rescale ``aux_learning_rate``
+    """
+
+    n_envs: int
+    lr_rule: str | None = None
+    scale_adam_betas: bool = False
+    scale_aux_learning_rate: bool = False
+
+
+def _normalize_settings(normalize: Any) -> dict[str, Any]:
+    """The keyword arguments written in an rl-zoo3 ``normalize`` setting (a dict or a string to evaluate)."""
+    if isinstance(normalize, str):
+        value = eval(normalize, vars(rl_zoo3.exp_manager).copy())
+        return dict(value) if isinstance(value, dict) else {}
+    if isinstance(normalize, dict):
+        return dict(normalize)
+    return {}
+
+
+class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
+    """
+    rl-zoo3's experiment manager (same arguments), with this package's defaults:
+
+    - without ``config`` (``-conf``), the algorithms of :data:`ZOO_ALGOS` read ``sb3_ewma/hyperparams/<algo>.yml``;
+    - ``policy_kwargs`` strings are evaluated with :data:`POLICY_KWARGS_NAMESPACE` (``ImpalaCNN``) in scope;
+    - a ``gamma`` written in the ``normalize`` setting is kept (rl-zoo3 replaces it by the algorithm's ``gamma``);
+    - with ``scale``, the hyperparameter entry (after the ``--hyperparams`` overrides) is rescaled from its ``n_envs``
+      (1 when absent, as rl-zoo3 reads it) to ``scale.n_envs`` before anything else uses it, and the report printed;
+    - for Procgen ids the environments are one native :class:`~sb3_ewma.envs.ProcgenVecEnv`
+      (:func:`make_procgen_vec_env`, whatever ``--vec-env`` says) and evaluations use stochastic actions, as the
+      agent acts during training (a deterministic Procgen policy easily gets stuck).
+
+    :param scale: rescaling options (``--scale-n-envs``), or None
+    """
+
+    def __init__(
+        self, args: Any, algo: str, env_id: str, *manager_args: Any, scale: ScaleOptions | None = None, **kwargs: Any
+    ) -> None:
+        if kwargs.get("config") is None and default_conf_file(algo) is not None:
+            kwargs["config"] = default_conf_file(algo)
+            if hasattr(args, "conf_file"):
+                # recorded in args.yml
+                args.conf_file = kwargs["config"]
+        super().__init__(args, algo, env_id, *manager_args, **kwargs)
+        if scale is not None and algo not in ZOO_ALGOS:
+            raise ValueError(f"--scale-n-envs rescales the hyperparameters of {ZOO_ALGOS}, not of {algo!r}")
+        self.scale = scale
+        self.is_procgen = is_procgen_env_id(env_id)
+        if self.is_procgen:
+            self.vec_env_class = make_procgen_vec_env  # type: ignore[assignment]
+            self.vec_env_kwargs = {}
+            self.deterministic_eval = False
+
+    def read_hyperparameters(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        hyperparams, saved_hyperparams = super().read_hyperparameters()
+        if self.scale is None:
+            return hyperparams, saved_hyperparams
+        reference_n_envs = None if "n_envs" in hyperparams else 1
+        with warnings.catch_warnings(record=True) as caveats:
+            warnings.simplefilter("always")
+            scaled, report = scale_hyperparams_with_report(
+                hyperparams,
+                self.scale.n_envs,
+                reference_n_envs=reference_n_envs,
+                algo=self.algo,
+                lr_rule=self.scale.lr_rule,
+                scale_adam_betas=self.scale.scale_adam_betas,
+                scale_aux_learning_rate=self.scale.scale_aux_learning_rate,
+            )
+        print(f"Rescaling the hyperparameters for n_envs={self.scale.n_envs} (batch size-invariance, sb3_ewma.scale):")
+        for line in report:
+            print(f"  {line}")
+        for caveat in caveats:
+            print(f"  warning: {caveat.message}")
+        saved_hyperparams = OrderedDict([(key, scaled[key]) for key in sorted(scaled.keys())])
+        return scaled, saved_hyperparams
+
+    def _preprocess_normalization(self, hyperparams: dict[str, Any]) -> dict[str, Any]:
+        explicit = _normalize_settings(hyperparams.get("normalize"))
+        hyperparams = super()._preprocess_normalization(hyperparams)
+        if "gamma" in explicit:
+            self.normalize_kwargs["gamma"] = explicit["gamma"]
+        return hyperparams
+
+    def _preprocess_hyperparams(
+        self, hyperparams: dict[str, Any]
+    ) -> tuple[dict[str, Any], Callable | None, list[Any], Callable | None]:
+        if isinstance(hyperparams.get("policy_kwargs"), str):
+            namespace = {**vars(rl_zoo3.exp_manager), **POLICY_KWARGS_NAMESPACE}
+            hyperparams["policy_kwargs"] = eval(hyperparams["policy_kwargs"], namespace)
+        return super()._preprocess_hyperparams(hyperparams)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# command lines
+
+
+def scale_argument_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """
+    The parser of the flags that ``python -m sb3_ewma.train`` adds to rl-zoo3's (``--scale-n-envs`` and its options).
+
+    :param prog: the program name shown in messages
+    :return: the parser (no ``-h``: rl-zoo3's parser answers it)
+    """
+    parser = argparse.ArgumentParser(prog=prog, add_help=False, allow_abbrev=False)
+    group = parser.add_argument_group(
+        "sb3-ewma (batch size-invariance)",
+        "Rescale the hyperparameter entry (after --hyperparams overrides) from its n_envs to another number of "
+        "environments with sb3_ewma.scale_hyperparams before training; the report is printed and config.yml holds "
+        "the rescaled values. For ppo_ewma, ppg_ewma and ppg.",
+    )
+    group.add_argument("--scale-n-envs", type=int, default=None, metavar="N", help="target number of environments")
+    group.add_argument(
+        "--scale-lr-rule", choices=LR_RULES, default=None, help="step size rule (default: detected from the optimizer)"
+    )
+    group.add_argument("--scale-adam-betas", action="store_true", help="also raise Adam's betas to the power 1/c")
+    group.add_argument("--scale-aux-learning-rate", action="store_true", help="PPG: also rescale aux_learning_rate")
+    return parser
+
+
+def split_scale_args(argv: Sequence[str], prog: str | None = None) -> tuple[ScaleOptions | None, list[str]]:
+    """
+    Take this package's ``--scale-*`` flags out of a command line.
+
+    :param argv: the command line arguments (without the program name)
+    :param prog: the program name shown in messages
+    :return: the rescaling options (None without ``--scale-n-envs``) and the arguments left for rl-zoo3
+    """
+    parser = scale_argument_parser(prog)
+    if "-h" in argv or "--help" in argv:
+        parser.print_help()
+        print()
+    args, rest = parser.parse_known_args(list(argv))
+    if args.scale_n_envs is None:
+        if args.scale_lr_rule is not None or args.scale_adam_betas or args.scale_aux_learning_rate:
+            parser.error("--scale-lr-rule, --scale-adam-betas and --scale-aux-learning-rate need --scale-n-envs")
+        return None, rest
+    if args.scale_n_envs < 1:
+        parser.error(f"--scale-n-envs must be >= 1, got {args.scale_n_envs}")
+    options = ScaleOptions(
+        n_envs=args.scale_n_envs,
+        lr_rule=args.scale_lr_rule,
+        scale_adam_betas=args.scale_adam_betas,
+        scale_aux_learning_rate=args.scale_aux_learning_rate,
+    )
+    return options, rest
+
+
+@contextlib.contextmanager
+def _patched(target: Any, name: str, value: Any) -> Iterator[None]:
+    """Set ``target.name = value`` for the duration of the block."""
+    original = getattr(target, name)
+    setattr(target, name, value)
+    try:
+        yield
+    finally:
+        setattr(target, name, original)
+
+
+@contextlib.contextmanager
+def _argv(prog: str, argv: Sequence[str]) -> Iterator[None]:
+    original = sys.argv
+    sys.argv = [prog, *argv]
+    try:
+        yield
+    finally:
+        sys.argv = original
+
+
+def train(argv: Sequence[str], scale: ScaleOptions | None = None, prog: str = "python -m sb3_ewma.train") -> None:
+    """
+    Run ``rl_zoo3.train.train()`` with :func:`register_zoo` done and this package's :class:`ExperimentManager`.
+
+    :param argv: rl-zoo3's command line arguments (without the program name)
+    :param scale: rescale the hyperparameter entry for another number of environments
+    :param prog: the program name shown in messages
+    """
+    register_zoo()
+    manager = functools.partial(ExperimentManager, scale=scale)
+    with _patched(rl_zoo3.train, "ExperimentManager", manager), _argv(prog, argv):
+        rl_zoo3.train.train()
+
+
+def enjoy(argv: Sequence[str], prog: str = "python -m sb3_ewma.enjoy") -> None:
+    """
+    Run ``rl_zoo3.enjoy.enjoy()`` with :func:`register_zoo` done and Procgen ids built natively.
+
+    :param argv: rl-zoo3's command line arguments (without the program name)
+    :param prog: the program name shown in messages
+    """
+    register_zoo()
+    # imported here: rl-zoo3's enjoy needs `requests`, which its training does not
+    zoo_enjoy = _import_zoo("rl_zoo3.enjoy")
+    with _patched(zoo_enjoy, "create_test_env", create_test_env), _argv(prog, argv):
+        zoo_enjoy.enjoy()
+
+
+def record_video(argv: Sequence[str], prog: str = "python -m sb3_ewma.record_video") -> None:
+    """
+    Run rl-zoo3's ``record_video`` script with :func:`register_zoo` done and Procgen ids built natively.
+
+    :param argv: rl-zoo3's command line arguments (without the program name)
+    :param prog: the program name shown in messages
+    """
+    register_zoo()
+    _import_zoo("rl_zoo3.record_video")
+    # the script imports create_test_env from rl_zoo3.utils when it runs
+    with _patched(rl_zoo3.utils, "create_test_env", create_test_env), _argv(prog, argv):
+        runpy.run_module("rl_zoo3.record_video", run_name="__main__", alter_sys=False)
+
+
+__all__ = [
+    "HYPERPARAMS_DIR",
+    "POLICY_KWARGS_NAMESPACE",
+    "ZOO_ALGOS",
+    "ZOO_INSTALL_MESSAGE",
+    "ExperimentManager",
+    "ProcgenMonitorWriter",
+    "ScaleOptions",
+    "create_test_env",
+    "default_conf_file",
+    "enjoy",
+    "is_procgen_env_id",
+    "make_procgen_vec_env",
+    "record_video",
+    "register_zoo",
+    "scale_argument_parser",
+    "split_scale_args",
+    "train",
+]

@@ -1,0 +1,467 @@
+"""
+rl-zoo3 integration: ``python -m sb3_ewma.train`` / ``enjoy`` end to end, the hyperparameter files, the samplers,
+``--scale-n-envs``, the native Procgen VecEnv and the errors for missing extras.
+"""
+
+import copy
+import importlib
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import yaml
+
+pytest.importorskip("rl_zoo3")
+
+import optuna
+import rl_zoo3
+import rl_zoo3.hyperparams_opt
+from stable_baselines3.common.env_util import make_vec_env
+
+from sb3_ewma import zoo
+from sb3_ewma.common.torch_layers import ImpalaCNN
+from sb3_ewma.envs.procgen import PROCGEN_GAMES, ProcgenVecEnv
+from sb3_ewma.hyperparams_opt import (
+    HYPERPARAMS_CONVERTER,
+    HYPERPARAMS_SAMPLER,
+    convert_ewma_params,
+)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ALGO_FILES = {algo: zoo.HYPERPARAMS_DIR / f"{algo}.yml" for algo in zoo.ZOO_ALGOS}
+CLASSIC_ENVS = ("CartPole-v1", "Acrobot-v1", "LunarLander-v3", "Pendulum-v1")
+PPG_KEYS = {"n_policy_iterations", "n_value_epochs", "n_aux_epochs", "beta_clone"}
+EWMA_KEYS = {"ewma_decay", "kl_coef", "imp_samp_max"}
+
+try:
+    import procgen  # noqa: F401
+
+    HAS_PROCGEN = True
+except ImportError:
+    HAS_PROCGEN = False
+
+try:
+    import Box2D  # noqa: F401
+
+    HAS_BOX2D = True
+except ImportError:
+    HAS_BOX2D = False
+
+needs_procgen = pytest.mark.skipif(not HAS_PROCGEN, reason="procgen is not installed (pip install sb3-ewma[procgen])")
+
+
+def run_module(module: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run ``python -m module args`` with one thread, failing with its output if it fails."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert result.returncode == 0, f"{module} {args} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    return result
+
+
+def train_in_process(*args: str) -> None:
+    """``python -m sb3_ewma.train args`` in this process (one thread, no evaluation, quiet)."""
+    from sb3_ewma.train import main
+
+    main(["--num-threads", "1", "--eval-freq", "-1", "--verbose", "0", "--seed", "0", *args])
+
+
+def saved_run(log_folder: Path, algo: str, env_id: str) -> Path:
+    runs = sorted((log_folder / algo).glob(f"{env_id}_*"))
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def load_entries(algo: str) -> dict[str, Any]:
+    with open(ALGO_FILES[algo]) as file:
+        return yaml.safe_load(file)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# end to end (subprocesses)
+
+
+@pytest.fixture(scope="module")
+def cartpole_log_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A log folder with a PPO-EWMA agent trained on CartPole-v1 by ``python -m sb3_ewma.train``."""
+    log_folder = tmp_path_factory.mktemp("logs")
+    run_module(
+        "sb3_ewma.train",
+        *("--algo", "ppo_ewma", "--env", "CartPole-v1", "-n", "1000", "-f", str(log_folder)),
+        *("--num-threads", "1", "--eval-freq", "-1", "--seed", "0"),
+    )
+    return log_folder
+
+
+def test_train_enjoy_cartpole_ppo_ewma(cartpole_log_folder: Path) -> None:
+    run_dir = saved_run(cartpole_log_folder, "ppo_ewma", "CartPole-v1")
+    assert (run_dir / "CartPole-v1.zip").is_file()
+    # without -conf, the package's own file is used (and recorded in args.yml)
+    args = yaml.load((run_dir / "CartPole-v1" / "args.yml").read_text(), Loader=yaml.UnsafeLoader)
+    assert Path(args["conf_file"]) == ALGO_FILES["ppo_ewma"]
+    result = run_module(
+        "sb3_ewma.enjoy",
+        *("--algo", "ppo_ewma", "--env", "CartPole-v1", "-f", str(cartpole_log_folder), "-n", "200", "--no-render"),
+        *("--num-threads", "1", "--deterministic"),
+    )
+    assert "Loading" in result.stdout and "Episode Reward" in result.stdout, result.stdout[-2000:]
+
+
+def test_record_video(cartpole_log_folder: Path, tmp_path: Path) -> None:
+    try:
+        import moviepy  # noqa: F401
+    except Exception as error:  # moviepy fails with ImportError, or other errors from its ffmpeg helpers
+        pytest.skip(f"recording videos needs a working moviepy: {error!r}")
+    run_module(
+        "sb3_ewma.record_video",
+        *("--algo", "ppo_ewma", "--env", "CartPole-v1", "-f", str(cartpole_log_folder), "-n", "20", "-o", str(tmp_path)),
+    )
+    assert len(list(tmp_path.glob("*.mp4"))) == 1
+
+
+def test_train_enjoy_cartpole_ppg_ewma(tmp_path: Path) -> None:
+    # 8 policy iterations of 256 steps, then an auxiliary phase
+    result = run_module(
+        "sb3_ewma.train",
+        *("--algo", "ppg_ewma", "--env", "CartPole-v1", "-n", "2100", "-f", str(tmp_path)),
+        *("--num-threads", "1", "--eval-freq", "-1", "--seed", "0"),
+    )
+    assert "phase" in result.stdout
+    run_module(
+        "sb3_ewma.enjoy",
+        *("--algo", "ppg_ewma", "--env", "CartPole-v1", "-f", str(tmp_path), "-n", "100", "--no-render"),
+        *(
+            "--num-threads",
+            "1",
+        ),
+    )
+
+
+@needs_procgen
+def test_train_enjoy_procgen(tmp_path: Path) -> None:
+    run_module(
+        "sb3_ewma.train",
+        *("--algo", "ppo_ewma", "--env", "procgen-starpilot-easy", "-n", "256", "-f", str(tmp_path)),
+        *("--num-threads", "1", "--seed", "0", "--eval-freq", "128", "--eval-episodes", "1"),
+        *("-params", "n_envs:4", "n_steps:32", "batch_size:64", "n_epochs:1"),
+        *("--env-kwargs", "num_levels:10", "start_level:3"),
+    )
+    run_dir = saved_run(tmp_path, "ppo_ewma", "procgen-starpilot-easy")
+    assert (run_dir / "procgen-starpilot-easy.zip").is_file()
+    # rewards normalized by rl-zoo3's VecNormalize with the paper's gamma 0.99 (not the algorithm's 0.999)
+    with open(run_dir / "procgen-starpilot-easy" / "vecnormalize.pkl", "rb") as file:
+        vec_normalize = pickle.load(file)
+    assert (vec_normalize.gamma, vec_normalize.norm_obs, vec_normalize.norm_reward) == (0.99, False, True)
+    # the native VecEnv writes the monitor file of the run
+    monitor_files = list(run_dir.glob("*.monitor.csv"))
+    assert [path.name for path in monitor_files] == ["0.monitor.csv"]
+    assert "level_complete" in monitor_files[0].read_text().splitlines()[1]
+    result = run_module(
+        "sb3_ewma.enjoy",
+        *("--algo", "ppo_ewma", "--env", "procgen-starpilot-easy", "-f", str(tmp_path), "-n", "100", "--no-render"),
+        *("--num-threads", "1", "--stochastic"),
+    )
+    assert "Loading running average" in result.stdout
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# registration and the native Procgen VecEnv
+
+
+def test_register_zoo() -> None:
+    zoo.register_zoo()
+    algorithms = zoo.zoo_algorithms()
+    for algo in zoo.ZOO_ALGOS:
+        assert rl_zoo3.ALGOS[algo] is algorithms[algo]
+        assert rl_zoo3.hyperparams_opt.HYPERPARAMS_SAMPLER[algo] is HYPERPARAMS_SAMPLER[algo]
+        assert rl_zoo3.hyperparams_opt.HYPERPARAMS_CONVERTER[algo] is HYPERPARAMS_CONVERTER[algo]
+    assert "procgen-starpilot-hard" in gym.registry
+    assert zoo.default_conf_file("ppg") == str(ALGO_FILES["ppg"])
+    assert zoo.default_conf_file("ppo") is None
+    # the repository-root `hyperparams` is the package's folder
+    assert (REPO_ROOT / "hyperparams").resolve() == zoo.HYPERPARAMS_DIR.resolve()
+
+
+@needs_procgen
+def test_make_procgen_vec_env(tmp_path: Path) -> None:
+    spec = gym.spec("procgen-coinrun-easy")
+    venv = make_vec_env(
+        lambda **kwargs: spec.make(**kwargs),
+        n_envs=3,
+        seed=7,
+        env_kwargs={"num_levels": 2, "start_level": 5},
+        monitor_dir=str(tmp_path),
+        vec_env_cls=zoo.make_procgen_vec_env,  # type: ignore[arg-type]
+    )
+    assert isinstance(venv, zoo.ProcgenMonitorWriter)
+    inner = venv.venv
+    assert isinstance(inner, ProcgenVecEnv)
+    assert (inner.num_envs, inner.env_name, inner.distribution_mode) == (3, "coinrun", "easy")
+    assert (inner.num_levels, inner.start_level) == (2, 5)
+    obs = venv.reset()
+    assert obs.shape == (3, 64, 64, 3)
+    for _ in range(5):
+        venv.step(np.zeros(3, dtype=np.int64))
+    venv.close()
+    assert (tmp_path / "0.monitor.csv").is_file()
+
+    # single-environment wrappers cannot be applied to the native VecEnv
+    with pytest.raises(ValueError, match="vec_env_wrapper"):
+        make_vec_env(
+            lambda **kwargs: spec.make(**kwargs),
+            n_envs=2,
+            wrapper_class=gym.wrappers.ClipReward,  # type: ignore[arg-type]
+            wrapper_kwargs={"min_reward": -1.0, "max_reward": 1.0},
+            vec_env_cls=zoo.make_procgen_vec_env,  # type: ignore[arg-type]
+        )
+
+    # enjoy's create_test_env builds Procgen ids natively, and other ids as rl-zoo3 does
+    test_env = zoo.create_test_env(
+        "procgen-coinrun-easy", n_envs=2, stats_path=None, seed=0, should_render=False, hyperparams={}
+    )
+    assert isinstance(test_env.unwrapped, ProcgenVecEnv) and test_env.num_envs == 2
+    test_env.close()
+    cartpole = zoo.create_test_env("CartPole-v1", n_envs=1, seed=0, should_render=False, hyperparams={})
+    assert type(cartpole).__name__ == "DummyVecEnv"
+    cartpole.close()
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# hyperparameter files
+
+
+@pytest.mark.parametrize("algo", zoo.ZOO_ALGOS)
+def test_yaml_entries(algo: str) -> None:
+    entries = load_entries(algo)
+    procgen_ids = {f"procgen-{game}-{mode}" for game in PROCGEN_GAMES for mode in ("easy", "hard")}
+    assert procgen_ids <= set(entries)
+    assert {"atari", *CLASSIC_ENVS} <= set(entries)
+    assert set(entries) == procgen_ids | {"atari", *CLASSIC_ENVS}
+
+    easy = entries["procgen-bigfish-easy"]
+    hard = entries["procgen-bigfish-hard"]
+    for game in PROCGEN_GAMES:
+        # one anchor per mode: every game has the same settings
+        assert entries[f"procgen-{game}-easy"] is easy
+        assert entries[f"procgen-{game}-hard"] is hard
+    assert {key: value for key, value in hard.items() if key != "n_timesteps"} == {
+        key: value for key, value in easy.items() if key != "n_timesteps"
+    }
+    assert (easy["n_timesteps"], hard["n_timesteps"]) == (25e6, 1e8)
+    # the paper's settings (appendix B)
+    expected = {
+        "policy": "CnnPolicy",
+        "n_envs": 64,
+        "n_steps": 256,
+        "batch_size": 2048,
+        "learning_rate": 5e-4,
+        "gamma": 0.999,
+        "gae_lambda": 0.95,
+        "ent_coef": 0.01,
+        "vf_coef": 0.5,
+        "clip_range": 0.2,
+        "max_grad_norm": float("inf"),
+        "normalize_advantage": True,
+        "advantage_normalization": "ewma",
+        "n_epochs": 3 if algo == "ppo_ewma" else 1,
+    }
+    assert {key: easy[key] for key in expected} == expected
+    normalize = eval(easy["normalize"])
+    assert normalize == {"norm_obs": False, "norm_reward": True, "gamma": 0.99, "clip_reward": 10.0}
+    policy_kwargs = eval(easy["policy_kwargs"], {"ImpalaCNN": ImpalaCNN})
+    assert policy_kwargs == {"features_extractor_class": ImpalaCNN, "net_arch": [], "ortho_init": False}
+    if algo == "ppo_ewma":
+        assert easy["ewma_decay"] == "auto" and not PPG_KEYS & set(easy)
+    else:
+        ppg = {"n_policy_iterations": 32, "n_value_epochs": 1, "n_aux_epochs": 6, "beta_clone": 1.0, "aux_batch_size": 1024}
+        assert {key: easy[key] for key in ppg} == ppg
+        assert easy.get("ewma_decay") == ("auto" if algo == "ppg_ewma" else None)
+        for env_id in ("atari", *CLASSIC_ENVS):
+            assert PPG_KEYS <= set(entries[env_id]), env_id
+
+
+@pytest.mark.parametrize("algo", zoo.ZOO_ALGOS)
+@pytest.mark.parametrize("env_id", CLASSIC_ENVS)
+def test_classic_control_entries_train(algo: str, env_id: str, tmp_path: Path) -> None:
+    if env_id.startswith("LunarLander") and not HAS_BOX2D:
+        pytest.skip("LunarLander needs Box2D: pip install 'gymnasium[box2d]' (in sb3-ewma[zoo])")
+    # one iteration of 32 steps per environment (the entries' n_steps are up to 1024)
+    train_in_process("--algo", algo, "--env", env_id, "-n", "100", "-f", str(tmp_path), "-params", "n_steps:32")
+    run_dir = saved_run(tmp_path, algo, env_id)
+    model = zoo.zoo_algorithms()[algo].load(run_dir / f"{env_id}.zip", device="cpu")
+    entry = load_entries(algo)[env_id]
+    assert model.n_envs == entry["n_envs"] and model.n_steps == 32
+    assert model.num_timesteps == 32 * entry["n_envs"]
+
+
+@pytest.mark.parametrize("algo", zoo.ZOO_ALGOS)
+def test_atari_entry_trains(algo: str, tmp_path: Path) -> None:
+    pytest.importorskip("ale_py", reason="Atari needs ale-py")
+    # rl-zoo3 uses the `atari` entry for every Atari id; shrunk to 2 environments and one 16-step iteration
+    shrink = ["n_envs:2", "n_steps:16", "batch_size:16"]
+    if algo != "ppo_ewma":
+        shrink += ["n_policy_iterations:1", "aux_batch_size:16"]
+    env_id = "BreakoutNoFrameskip-v4"
+    train_in_process("--algo", algo, "--env", env_id, "-n", "32", "-f", str(tmp_path), "-params", *shrink)
+    model = zoo.zoo_algorithms()[algo].load(saved_run(tmp_path, algo, env_id) / f"{env_id}.zip", device="cpu")
+    assert model.observation_space.shape == (4, 84, 84) and model.num_timesteps == 32
+
+
+@needs_procgen
+@pytest.mark.parametrize("algo", zoo.ZOO_ALGOS)
+def test_procgen_entry_builds(algo: str, tmp_path: Path) -> None:
+    # the shared hard-mode entry (with the merge key), shrunk: 2 environments, one 16-step iteration
+    # (PPG: one policy iteration per phase, so the auxiliary phase runs too)
+    shrink = ["n_envs:2", "n_steps:16", "batch_size:16"]
+    if algo != "ppo_ewma":
+        shrink += ["n_policy_iterations:1", "aux_batch_size:16"]
+    env_id = "procgen-bigfish-hard"
+    train_in_process("--algo", algo, "--env", env_id, "-n", "32", "-f", str(tmp_path), "-params", *shrink)
+    run_dir = saved_run(tmp_path, algo, env_id)
+    model = zoo.zoo_algorithms()[algo].load(run_dir / f"{env_id}.zip", device="cpu")
+    assert isinstance(model.policy.features_extractor, ImpalaCNN)
+    assert model.policy.net_arch == [] and model.policy.ortho_init is False
+    assert model.max_grad_norm == float("inf") and model.gamma == 0.999 and model.n_envs == 2
+    assert model.advantage_normalization == "ewma"
+    assert model.num_timesteps == 32
+    if algo == "ppo_ewma":
+        assert model.n_epochs == 3
+    else:
+        assert (model.n_aux_epochs, model.beta_clone, model.arch) == (6, 1.0, "dual")
+    assert (model.ewma_decay is None) == (algo == "ppg")
+    with open(run_dir / env_id / "vecnormalize.pkl", "rb") as file:
+        assert pickle.load(file).gamma == 0.99
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# hyperparameter search
+
+
+@pytest.mark.parametrize("algo", zoo.ZOO_ALGOS)
+def test_samplers(algo: str) -> None:
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(3):
+        trial = study.ask()
+        hyperparams = HYPERPARAMS_SAMPLER[algo](trial, 0, 1, {})
+        assert {"batch_size", "n_steps", "gamma", "gae_lambda", "learning_rate", "clip_range", "n_epochs"} <= set(hyperparams)
+        assert hyperparams["batch_size"] <= hyperparams["n_steps"]
+        assert (EWMA_KEYS <= set(hyperparams)) == (algo != "ppg")
+        assert (PPG_KEYS <= set(hyperparams)) == (algo != "ppo_ewma")
+        assert "policy_kwargs" not in hyperparams
+        # the converter turns the stored raw values into the same settings (up to the batch size bound)
+        converted = convert_ewma_params(trial.params)
+        converted["batch_size"] = min(converted["batch_size"], converted["n_steps"])
+        assert converted == hyperparams
+        # the sampled settings are valid constructor arguments
+        model = zoo.zoo_algorithms()[algo]("MlpPolicy", "CartPole-v1", device="cpu", **hyperparams)
+        assert model.n_steps == hyperparams["n_steps"]
+        study.tell(trial, 0.0)
+
+
+def test_optimize_ppo_ewma(tmp_path: Path) -> None:
+    train_in_process(
+        *("--algo", "ppo_ewma", "--env", "CartPole-v1", "-n", "300", "-f", str(tmp_path)),
+        *("-optimize", "--n-trials", "2", "--eval-episodes", "2", "--n-evaluations", "1"),
+        *("--sampler", "random", "--pruner", "none", "--no-optim-plots", "-params", "n_envs:1"),
+    )
+    reports = list((tmp_path / "ppo_ewma").glob("report_CartPole-v1_2-trials-300-random-none_*.csv"))
+    assert len(reports) == 1
+    header = reports[0].read_text().splitlines()[0]
+    for name in ("params_ewma_center_of_mass", "params_kl_coef", "params_imp_samp_max", "params_advantage_normalization"):
+        assert name in header
+    assert reports[0].read_text().count("COMPLETE") == 2
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# --scale-n-envs
+
+
+def test_scale_n_envs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    # the ppg_ewma CartPole-v1 entry: 8 envs, batch_size 64, lr lin_0.001, ewma "auto" (4 minibatches), N_pi 8
+    train_in_process(
+        *("--algo", "ppg_ewma", "--env", "CartPole-v1", "-n", "300", "-f", str(tmp_path)),
+        *("--scale-n-envs", "2"),
+    )
+    output = capsys.readouterr().out
+    assert "Rescaling the hyperparameters for n_envs=2" in output
+    for line in ("n_envs: 8 -> 2", "batch_size: 64 -> 16", "n_policy_iterations: 8 -> 32", "'lin_0.001' -> 'lin_0.0005'"):
+        assert line in output
+    run_dir = saved_run(tmp_path, "ppg_ewma", "CartPole-v1")
+    model = zoo.zoo_algorithms()["ppg_ewma"].load(run_dir / "CartPole-v1.zip", device="cpu")
+    assert (model.n_envs, model.batch_size, model.n_policy_iterations, model.n_steps) == (2, 16, 32, 32)
+    assert model.ewma_decay == pytest.approx(16 / 17)  # center of mass 4 * c = 16
+    config = yaml.load((run_dir / "CartPole-v1" / "config.yml").read_text(), Loader=yaml.UnsafeLoader)
+    assert (config["n_envs"], config["learning_rate"]) == (2, "lin_0.0005")
+
+
+def test_split_scale_args() -> None:
+    argv = ["--algo", "ppg_ewma", "--scale-n-envs", "4", "-params", "n_steps:32", "--scale-adam-betas", "--seed", "-1"]
+    options, rest = zoo.split_scale_args(argv)
+    assert options == zoo.ScaleOptions(n_envs=4, scale_adam_betas=True)
+    assert rest == ["--algo", "ppg_ewma", "-params", "n_steps:32", "--seed", "-1"]
+    assert zoo.split_scale_args(["--algo", "ppo_ewma"]) == (None, ["--algo", "ppo_ewma"])
+    with pytest.raises(SystemExit):
+        zoo.split_scale_args(["--scale-adam-betas"])
+    with pytest.raises(SystemExit):
+        zoo.split_scale_args(["--scale-n-envs", "0"])
+
+
+def test_scale_n_envs_refuses_other_algorithms(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="--scale-n-envs"):
+        train_in_process("--algo", "ppo", "--env", "CartPole-v1", "-n", "64", "-f", str(tmp_path), "--scale-n-envs", "2")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# missing extras
+
+
+def test_missing_rl_zoo3(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sb3_ewma
+
+    monkeypatch.setitem(sys.modules, "rl_zoo3", None)
+    # a fresh import of the module
+    monkeypatch.delitem(sys.modules, "sb3_ewma.zoo")
+    monkeypatch.delattr(sb3_ewma, "zoo")
+    with pytest.raises(ImportError, match=r"pip install sb3-ewma\[zoo\]"):
+        importlib.import_module("sb3_ewma.zoo")
+    from sb3_ewma.train import main
+
+    with pytest.raises(ImportError, match=r"pip install sb3-ewma\[zoo\]"):
+        main(["--algo", "ppo_ewma"])
+
+
+def test_missing_procgen(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setitem(sys.modules, "procgen", None)
+    with pytest.raises(ImportError, match=r"pip install sb3-ewma\[procgen\]"):
+        train_in_process("--algo", "ppo_ewma", "--env", "procgen-starpilot-easy", "-n", "64", "-f", str(tmp_path))
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# the experiment manager's preprocessing
+
+
+def _bare_manager() -> zoo.ExperimentManager:
+    manager = zoo.ExperimentManager.__new__(zoo.ExperimentManager)
+    manager.normalize, manager.normalize_kwargs = False, {}
+    return manager
+
+
+@pytest.mark.parametrize(
+    "normalize", ["dict(norm_obs=False, norm_reward=True, gamma=0.99)", {"norm_reward": True, "gamma": 0.99}]
+)
+def test_normalize_gamma_kept(normalize: Any) -> None:
+    manager = _bare_manager()
+    hyperparams = {"gamma": 0.999, "normalize": copy.deepcopy(normalize)}
+    assert manager._preprocess_normalization(hyperparams) == {"gamma": 0.999}
+    assert manager.normalize and manager.normalize_kwargs["gamma"] == 0.99
+    # without an explicit gamma, rl-zoo3's behavior: the algorithm's discount
+    manager = _bare_manager()
+    manager._preprocess_normalization({"gamma": 0.999, "normalize": True})
+    assert manager.normalize_kwargs == {"gamma": 0.999}

@@ -8,6 +8,7 @@ from sb3_ewma.common.ewma import (
     ewma_decay_from_span,
     ewma_span_from_decay,
 )
+from sb3_ewma.ppg_ewma import PPG, PPG_EWMA
 from sb3_ewma.ppo_ewma import PPO_EWMA
 
 
@@ -24,6 +25,8 @@ with open(os.path.join(os.path.dirname(__file__), "version.txt")) as file_handle
     __version__ = file_handler.read().strip()
 
 __all__ = [
+    "PPG",
+    "PPG_EWMA",
     "PPO_EWMA",
     "__version__",
     "center_of_mass_from_ewma_decay",

@@ -1,4 +1,9 @@
-"""Helpers on SB3 action distributions: exact KL divergences, and evaluation that also returns the distribution."""
+"""
+Helpers on SB3 action distributions: exact KL divergences, the parameters that define a distribution (to store a
+policy's outputs, e.g. PPG's ``pi_old``), and evaluation that also returns the distribution.
+"""
+
+from collections.abc import Sequence
 
 import torch as th
 from stable_baselines3.common.distributions import Distribution
@@ -18,8 +23,54 @@ def distribution_kl(p: Distribution, q: Distribution) -> th.Tensor:
 
     :return: a tensor of shape ``(batch_size,)``
     """
+    return _summed_kl(_torch_distributions(p), _torch_distributions(q))
+
+
+def distribution_parameters(distribution: Distribution) -> list[th.Tensor]:
+    """
+    The per-sample tensors that define an SB3 action distribution, one or two per torch distribution inside it:
+    the logits of a Categorical (one per component of a MultiCategorical) or Bernoulli, the mean and standard
+    deviation of a Gaussian (diagonal or gSDE). Each has shape ``(batch_size, n)``; store them (detached) to rebuild
+    the distribution later with :func:`kl_from_parameters`.
+    """
+    parameters = []
+    for part in _torch_distributions(distribution):
+        if isinstance(part, th.distributions.Normal):
+            parameters += [part.loc, part.scale]
+        elif isinstance(part, (th.distributions.Categorical, th.distributions.Bernoulli)):
+            parameters.append(part.logits)
+        else:
+            raise TypeError(f"Unsupported distribution {type(part).__name__}")
+    return parameters
+
+
+def kl_from_parameters(parameters: Sequence[th.Tensor], distribution: Distribution) -> th.Tensor:
+    """
+    Exact ``KL[p, distribution]`` per sample, where ``p`` is a distribution of the same kind given by the
+    :func:`distribution_parameters` of an earlier output (e.g. PPG's ``pi_old`` in the auxiliary phase).
+
+    :return: a tensor of shape ``(batch_size,)``, differentiable with respect to ``distribution``
+    """
+    remaining = iter(parameters)
+    stored: list[th.distributions.Distribution] = []
+    for part in _torch_distributions(distribution):
+        if isinstance(part, th.distributions.Normal):
+            stored.append(th.distributions.Normal(next(remaining), next(remaining)))
+        elif isinstance(part, th.distributions.Categorical):
+            stored.append(th.distributions.Categorical(logits=next(remaining)))
+        elif isinstance(part, th.distributions.Bernoulli):
+            stored.append(th.distributions.Bernoulli(logits=next(remaining)))
+        else:
+            raise TypeError(f"Unsupported distribution {type(part).__name__}")
+    return _summed_kl(stored, _torch_distributions(distribution))
+
+
+def _summed_kl(
+    p_parts: Sequence[th.distributions.Distribution], q_parts: Sequence[th.distributions.Distribution]
+) -> th.Tensor:
+    """``sum_i KL[p_i, q_i]`` per sample, each summed over its event dimensions."""
     total: th.Tensor | None = None
-    for p_part, q_part in zip(_torch_distributions(p), _torch_distributions(q)):
+    for p_part, q_part in zip(p_parts, q_parts):
         kl = th.distributions.kl_divergence(p_part, q_part)
         if kl.dim() > 1:
             kl = kl.sum(dim=tuple(range(1, kl.dim())))

@@ -2,34 +2,29 @@ from collections import deque
 from typing import Any, ClassVar, TypeVar
 
 import torch as th
-from gymnasium import spaces
 from stable_baselines3 import PPO
 from stable_baselines3.common.buffers import RolloutBuffer
-from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
-from stable_baselines3.common.utils import FloatSchedule, explained_variance
+from stable_baselines3.common.utils import explained_variance
 from torch.nn import functional as F
 
+from sb3_ewma.common.algorithm import DecoupledAlgorithmMixin
 from sb3_ewma.common.decoupled import (
     AdvantageNormalizer,
     DecoupledPolicyObjective,
     check_clip_range,
     check_decoupled_hyperparams,
     mean_of,
-    resolve_ewma_decay,
-    uses_proximal_network,
 )
-from sb3_ewma.common.distributions import evaluate_actions_with_distribution
-from sb3_ewma.common.ewma import ParameterEWMA, center_of_mass_from_ewma_decay
-from sb3_ewma.common.proximal import ProximalSaveMixin, make_proximal_ewma, proximal_distribution
+from sb3_ewma.common.ewma import ParameterEWMA
 from sb3_ewma.ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
 SelfPPO_EWMA = TypeVar("SelfPPO_EWMA", bound="PPO_EWMA")
 
 
-class PPO_EWMA(ProximalSaveMixin, PPO):
+class PPO_EWMA(DecoupledAlgorithmMixin, PPO):
     """
     PPO-EWMA: Proximal Policy Optimization with an exponentially weighted moving average (EWMA) of the policy as
     the proximal policy, and the decoupled objectives (Hilton, Cobbe & Schulman 2021,
@@ -203,31 +198,9 @@ class PPO_EWMA(ProximalSaveMixin, PPO):
     def _setup_model(self) -> None:
         # PPO._setup_model without its clip_range handling, which cannot take clip_range=None
         OnPolicyAlgorithm._setup_model(self)
-        if self.clip_range is not None:
-            self.clip_range = FloatSchedule(self.clip_range)
-        if self.clip_range_vf is not None:
-            if isinstance(self.clip_range_vf, (float, int)):
-                assert self.clip_range_vf > 0, "`clip_range_vf` must be positive, pass `None` to deactivate vf clipping"
-            self.clip_range_vf = FloatSchedule(self.clip_range_vf)
-
-        self.proximal_decay = resolve_ewma_decay(self.ewma_decay, self.minibatches_per_epoch)
-        self.proximal_ewma = None
-        exact_kl = self.kl_coef > 0 and self.kl_estimator == "exact"
-        if uses_proximal_network(self.proximal_decay, self.staleness, self.staleness_mode, exact_kl):
-            # without an EWMA the network is a snapshot of the policy taken at the start of each iteration
-            # (with fresh data, the behavior policy)
-            self.proximal_ewma = make_proximal_ewma(self.policy, self._build_policy, self.proximal_decay or 0.0)
+        self._setup_clip_schedules()
+        self._setup_proximal_policy(self.staleness, self.staleness_mode)
         self._stale_buffers: deque[RolloutBuffer] = deque()
-
-    def _build_policy(self) -> BasePolicy:
-        return self.policy_class(  # type: ignore[call-arg]
-            self.observation_space, self.action_space, self.lr_schedule, use_sde=self.use_sde, **self.policy_kwargs
-        )
-
-    @property
-    def minibatches_per_epoch(self) -> int:
-        """Optimizer steps per epoch, ``ceil(n_steps * n_envs / batch_size)``."""
-        return -(-self.n_steps * self.n_envs // self.batch_size)
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_stale_buffers"]
@@ -259,25 +232,6 @@ class PPO_EWMA(ProximalSaveMixin, PPO):
         self.rollout_buffer = self._stale_buffers.popleft()
         return self.rollout_buffer
 
-    def _proximal_log_prob(
-        self, observations: th.Tensor, actions: th.Tensor, behavior_log_prob: th.Tensor
-    ) -> tuple[th.Tensor, Distribution | None]:
-        """Log-probabilities of the actions under the proximal policy, and its distribution (None: the behavior policy)."""
-        if self.proximal_ewma is None:
-            return behavior_log_prob, None
-        distribution = proximal_distribution(self.proximal_ewma, observations)  # type: ignore[arg-type]
-        with th.no_grad():
-            return distribution.log_prob(actions), distribution
-
-    def _evaluate_actions(
-        self, observations: th.Tensor, actions: th.Tensor, with_distribution: bool
-    ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None, Distribution | None]:
-        """The policy's ``evaluate_actions``, plus its distribution when the exact KL penalty needs it."""
-        if with_distribution:
-            return evaluate_actions_with_distribution(self.policy, observations, actions)
-        values, log_prob, entropy = self.policy.evaluate_actions(observations, actions)
-        return values, log_prob, entropy, None
-
     def train(self) -> None:
         """
         Update policy using the rollout buffer (or, with staleness, the one collected ``staleness`` iterations ago).
@@ -297,11 +251,8 @@ class PPO_EWMA(ProximalSaveMixin, PPO):
             clip_range_vf = self.clip_range_vf(self._current_progress_remaining)  # type: ignore[operator]
 
         buffer.advantages = self.advantage_normalizer.start_iteration(buffer.advantages)
-        if self.proximal_ewma is not None and self.proximal_decay is None:
-            # no EWMA: the proximal policy is the policy at the start of the iteration (the "recent" policy)
-            self.proximal_ewma.reset()
+        self._snapshot_proximal_policy()
         policy_objective = DecoupledPolicyObjective(clip_range, self.kl_coef, self.kl_estimator, self.imp_samp_max)
-        need_distributions = self.kl_coef > 0 and self.kl_estimator == "exact" and self.proximal_ewma is not None
 
         entropy_losses, value_losses = [], []
         continue_training = True
@@ -310,26 +261,11 @@ class PPO_EWMA(ProximalSaveMixin, PPO):
             approx_kl_divs = []
             # Do a complete pass on the rollout buffer
             for rollout_data in buffer.get(self.batch_size):
-                actions = rollout_data.actions
-                if isinstance(self.action_space, spaces.Discrete):
-                    # Convert discrete action from float to long
-                    actions = rollout_data.actions.long().flatten()
-
-                values, log_prob, entropy, distribution = self._evaluate_actions(
-                    rollout_data.observations, actions, need_distributions  # type: ignore[arg-type]
+                policy_loss, entropy_loss, values, approx_kl_div = self._policy_terms(
+                    rollout_data, policy_objective, importance_sample_with_proximal=self.staleness_mode == "proximal"
                 )
-                values = values.flatten()
-                advantages = self.advantage_normalizer.minibatch(rollout_data.advantages)
-
-                behavior_log_prob = rollout_data.old_log_prob
-                proximal_log_prob, proximal_dist = self._proximal_log_prob(
-                    rollout_data.observations, actions, behavior_log_prob  # type: ignore[arg-type]
-                )
-                if self.staleness_mode == "proximal":
-                    behavior_log_prob = proximal_log_prob
-                policy_loss = policy_objective(
-                    advantages, log_prob, proximal_log_prob, behavior_log_prob, distribution, proximal_dist
-                )
+                entropy_losses.append(entropy_loss.detach())
+                approx_kl_divs.append(approx_kl_div)
 
                 if self.clip_range_vf is None:
                     # No clipping
@@ -344,23 +280,9 @@ class PPO_EWMA(ProximalSaveMixin, PPO):
                 value_loss = F.mse_loss(rollout_data.returns, values_pred)
                 value_losses.append(value_loss.detach())
 
-                # Entropy loss favor exploration
-                if entropy is None:
-                    # Approximate entropy when no analytical form
-                    entropy_loss = -th.mean(-log_prob)
-                else:
-                    entropy_loss = -th.mean(entropy)
-                entropy_losses.append(entropy_loss.detach())
-
                 loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
 
-                # Approximate reverse KL from the behavior policy, for early stopping (as in SB3's PPO)
-                # (read from the device only when needed for early stopping)
-                with th.no_grad():
-                    log_ratio = log_prob - rollout_data.old_log_prob
-                    approx_kl_div = th.mean((th.exp(log_ratio) - 1) - log_ratio)
-                    approx_kl_divs.append(approx_kl_div)
-
+                # Early stopping on the KL from the behavior policy (read from the device only when needed)
                 if self.target_kl is not None and approx_kl_div.item() > 1.5 * self.target_kl:
                     continue_training = False
                     if self.verbose >= 1:
@@ -373,8 +295,7 @@ class PPO_EWMA(ProximalSaveMixin, PPO):
                 # Clip grad norm
                 th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
                 self.policy.optimizer.step()
-                if self.proximal_ewma is not None and self.proximal_decay is not None:
-                    self.proximal_ewma.update()
+                self._update_proximal_policy()
 
             self._n_updates += 1
             if not continue_training:
@@ -413,14 +334,7 @@ class PPO_EWMA(ProximalSaveMixin, PPO):
         if clip_range is not None:
             self.logger.record("train/clip_range", clip_range)
 
-        self.logger.record("train/proximal_kl", stats["proximal_kl"])
-        self.logger.record("train/imp_samp_capped_fraction", stats["imp_samp_capped_fraction"])
-        if "kl_penalty" in stats:
-            self.logger.record("train/kl_penalty", stats["kl_penalty"])
-        for key, value in self.advantage_normalizer.stats().items():
-            self.logger.record(f"train/{key}", value)
-        if self.proximal_decay is not None:
-            self.logger.record("train/ewma_center_of_mass", center_of_mass_from_ewma_decay(self.proximal_decay))
+        self._record_decoupled_logs(stats)
 
     def learn(
         self: SelfPPO_EWMA,

@@ -1,0 +1,129 @@
+"""The auxiliary-phase buffer of PPG / PPG-EWMA, kept in host memory with the observations in their own dtype."""
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.preprocessing import get_obs_shape
+from stable_baselines3.common.type_aliases import PyTorchObs
+
+
+class AuxiliaryBuffer:
+    """
+    The data of one PPG policy phase for its auxiliary phase: the observations and value targets (the returns
+    ``V_targ`` of the rollout buffer, not recomputed) of ``n_iterations`` rollouts of ``n_steps * n_envs`` steps, and
+    the outputs of the policy ``pi_old`` on them, computed once before the auxiliary phase.
+
+    Everything lives in preallocated numpy arrays in host (CPU) memory; observations keep the observation space's
+    dtype (uint8 images stay uint8), one array per key for ``Dict`` observations. Only the requested rows are
+    moved to the device (:meth:`observations`, :meth:`value_targets`, :meth:`old_policy`), so the device never holds
+    more than one (micro-)batch. Memory: ``capacity * bytes_per_step`` bytes, see :attr:`bytes_per_step`.
+
+    :param n_iterations: rollouts per policy phase (``N_pi``)
+    :param n_steps: steps per environment per rollout
+    :param n_envs: number of environments
+    :param observation_space: the observation space (``Dict`` allowed)
+    :param device: where sampled rows are sent
+    """
+
+    def __init__(
+        self,
+        n_iterations: int,
+        n_steps: int,
+        n_envs: int,
+        observation_space: spaces.Space,
+        device: th.device | str = "cpu",
+    ) -> None:
+        self.iteration_size = n_steps * n_envs
+        self.capacity = n_iterations * self.iteration_size
+        self.device = th.device(device)
+        self.observation_space = observation_space
+        if isinstance(observation_space, spaces.Dict):
+            subspaces: dict[str | None, spaces.Space] = dict(observation_space.spaces.items())
+        else:
+            subspaces = {None: observation_space}
+        self._observations: dict[str | None, np.ndarray] = {
+            key: np.zeros((self.capacity, *get_obs_shape(space)), dtype=space.dtype)  # type: ignore[misc]
+            for key, space in subspaces.items()
+        }
+        self._value_targets = np.zeros(self.capacity, dtype=np.float32)
+        # the parameters of pi_old's distribution, one (capacity, n) float32 array each, allocated at the first use
+        self._old_policy: list[np.ndarray] = []
+        self.size = 0
+
+    @property
+    def observation_dtypes(self) -> dict[str | None, np.dtype]:
+        """The dtype in which each observation array is stored (key ``None`` for non-``Dict`` spaces)."""
+        return {key: storage.dtype for key, storage in self._observations.items()}
+
+    @property
+    def n_iterations_stored(self) -> int:
+        return self.size // self.iteration_size
+
+    @property
+    def full(self) -> bool:
+        return self.size == self.capacity
+
+    @property
+    def bytes_per_step(self) -> int:
+        """Host memory per stored step: observations in their dtype, the value target and (once computed) ``pi_old``."""
+        arrays = [*self._observations.values(), self._value_targets, *self._old_policy]
+        return sum(array.itemsize * int(np.prod(array.shape[1:])) for array in arrays)
+
+    @property
+    def nbytes(self) -> int:
+        """Host memory of the preallocated arrays, in bytes (``capacity * bytes_per_step``)."""
+        return self.capacity * self.bytes_per_step
+
+    def reset(self) -> None:
+        """Empty the buffer (the arrays are kept and overwritten)."""
+        self.size = 0
+
+    def add(self, rollout_buffer: RolloutBuffer) -> None:
+        """Append the observations and value targets (returns) of one full rollout buffer."""
+        n = rollout_buffer.buffer_size * rollout_buffer.n_envs
+        if n != self.iteration_size:
+            raise ValueError(f"expected a rollout of {self.iteration_size} steps, got {n}")
+        if self.size + n > self.capacity:
+            raise RuntimeError(f"auxiliary buffer full ({self.capacity} steps)")
+        rows = slice(self.size, self.size + n)
+        # the rollout buffer's arrays are (n_steps, n_envs, ...) or, once sampled, flattened to (n_steps * n_envs, ...):
+        # both are reshaped the same way, so observations and targets stay aligned
+        observations = rollout_buffer.observations
+        for key, storage in self._observations.items():
+            source = observations if key is None else observations[key]  # type: ignore[index]
+            storage[rows] = np.asarray(source).reshape(n, *storage.shape[1:])
+        self._value_targets[rows] = rollout_buffer.returns.reshape(n)
+        self.size += n
+
+    def minibatch_indices(self, batch_size: int) -> Iterator[np.ndarray]:
+        """One epoch: a random permutation of the stored rows in minibatches of ``batch_size`` (the last may be smaller)."""
+        indices = np.random.permutation(self.size)
+        for start in range(0, self.size, batch_size):
+            yield indices[start : start + batch_size]
+
+    def sequential_indices(self, batch_size: int) -> Iterator[np.ndarray]:
+        """The stored rows in order, in batches of ``batch_size`` (the last may be smaller)."""
+        for start in range(0, self.size, batch_size):
+            yield np.arange(start, min(start + batch_size, self.size))
+
+    def observations(self, indices: np.ndarray) -> PyTorchObs:
+        """The observations of the given rows on the device, in their stored dtype (a dict for ``Dict`` spaces)."""
+        tensors = {key: th.as_tensor(storage[indices], device=self.device) for key, storage in self._observations.items()}
+        return tensors[None] if None in tensors else tensors  # type: ignore[return-value]
+
+    def value_targets(self, indices: np.ndarray) -> th.Tensor:
+        return th.as_tensor(self._value_targets[indices], device=self.device)
+
+    def store_old_policy(self, indices: np.ndarray, parameters: Sequence[th.Tensor]) -> None:
+        """Store ``pi_old``'s distribution parameters (see ``distribution_parameters``) for the given rows."""
+        if not self._old_policy:
+            self._old_policy = [np.zeros((self.capacity, *p.shape[1:]), dtype=np.float32) for p in parameters]
+        for storage, parameter in zip(self._old_policy, parameters):
+            storage[indices] = parameter.detach().cpu().numpy()
+
+    def old_policy(self, indices: np.ndarray) -> list[th.Tensor]:
+        """``pi_old``'s distribution parameters for the given rows, on the device."""
+        return [th.as_tensor(storage[indices], device=self.device) for storage in self._old_policy]

@@ -1,0 +1,352 @@
+"""
+Policies for PPG / PPG-EWMA: SB3 actor-critic policies with an auxiliary value head on the policy trunk and one of
+the three network architectures of Phasic Policy Gradient (Cobbe et al. 2020):
+
+- ``"dual"``: separate policy and value networks (own features extractors, own MLP branches); no parameter is shared.
+- ``"shared"``: one network; the value loss trains the shared trunk (features extractor and shared MLP layers).
+- ``"detach"``: one network whose value head reads the trunk's output detached ("single-network PPG"): the value
+  loss of the policy phase trains only the value branch; the trunk learns the value through the auxiliary head.
+
+Rollouts use the usual ``forward`` / ``predict_values`` / ``evaluate_actions`` / ``get_distribution``; the
+auxiliary phase uses :meth:`PPGPolicy.forward_auxiliary`.
+"""
+
+from functools import partial
+from typing import Any
+
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.distributions import Distribution
+from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.torch_layers import (
+    BaseFeaturesExtractor,
+    CombinedExtractor,
+    FlattenExtractor,
+    MlpExtractor,
+    NatureCNN,
+)
+from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
+from stable_baselines3.common.utils import get_device
+from torch import nn
+
+from sb3_ewma.common.proximal import is_policy_parameter
+
+ARCHITECTURES = ("dual", "shared", "detach")
+AUX_VALUE_PREFIX = "aux_value_net."
+
+
+def check_arch(arch: str) -> None:
+    """Raise a ``ValueError`` unless ``arch`` is one of ``"dual"``, ``"shared"``, ``"detach"``."""
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"arch must be one of {ARCHITECTURES}, got {arch!r}")
+
+
+def is_ppg_policy_parameter(name: str) -> bool:
+    """
+    Whether a parameter of a :class:`PPGPolicy` can change the action distribution (trunk and policy head): the
+    parameters averaged by the proximal EWMA. The value branch, value head and auxiliary value head are excluded.
+    """
+    return is_policy_parameter(name) and not name.startswith(AUX_VALUE_PREFIX)
+
+
+class PPGMlpExtractor(MlpExtractor):
+    """
+    The MLP part of a PPG network: SB3's ``MlpExtractor`` (a policy branch ``policy_net`` and a value branch
+    ``value_net``, each possibly empty) behind an optional shared trunk ``shared_net``, with the same interface
+    (``forward``, ``forward_actor``, ``forward_critic``, ``latent_dim_pi``, ``latent_dim_vf``).
+
+    ``net_arch``: with ``arch="dual"`` as in SB3 (a list gives both branches these layers; a dict gives ``pi`` and
+    ``vf`` layers), no shared layers. With ``"shared"`` or ``"detach"`` a list gives the shared trunk's layers (the
+    heads sit on the trunk), a dict ``pi`` / ``vf`` branches on the shared features.
+
+    :param feature_dim: dimension of the features
+    :param net_arch: layer sizes, see above
+    :param activation_fn: activation after each layer
+    :param arch: ``"dual"``, ``"shared"`` or ``"detach"`` (the value branch reads the trunk's output detached)
+    :param device: PyTorch device
+    """
+
+    def __init__(
+        self,
+        feature_dim: int,
+        net_arch: list[int] | dict[str, list[int]],
+        activation_fn: type[nn.Module],
+        arch: str = "dual",
+        device: th.device | str = "auto",
+    ) -> None:
+        check_arch(arch)
+        if isinstance(net_arch, dict):
+            shared_dims: list[int] = []
+            branches = dict(pi=list(net_arch.get("pi", [])), vf=list(net_arch.get("vf", [])))
+        elif arch == "dual":
+            shared_dims, branches = [], dict(pi=list(net_arch), vf=list(net_arch))
+        else:
+            shared_dims, branches = list(net_arch), dict(pi=[], vf=[])
+        super().__init__(shared_dims[-1] if shared_dims else feature_dim, branches, activation_fn, device=device)
+        layers: list[nn.Module] = []
+        for in_dim, out_dim in zip([feature_dim, *shared_dims], shared_dims):
+            layers += [nn.Linear(in_dim, out_dim), activation_fn()]
+        self.shared_net = nn.Sequential(*layers).to(get_device(device))
+        self.detach_value = arch == "detach"
+
+    def _value_input(self, shared: th.Tensor) -> th.Tensor:
+        return shared.detach() if self.detach_value else shared
+
+    def forward(self, features: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
+        """:return: the policy latent and the value latent (the shared trunk is evaluated once)"""
+        shared = self.shared_net(features)
+        return self.policy_net(shared), self.value_net(self._value_input(shared))
+
+    def forward_actor(self, features: th.Tensor) -> th.Tensor:
+        return self.policy_net(self.shared_net(features))
+
+    def forward_critic(self, features: th.Tensor) -> th.Tensor:
+        return self.value_net(self._value_input(self.shared_net(features)))
+
+
+class PPGPolicy(ActorCriticPolicy):
+    """
+    Actor-critic policy for PPG / PPG-EWMA: SB3's ``ActorCriticPolicy`` with a PPG architecture (``arch``) and an
+    auxiliary value head ``aux_value_net`` (a linear layer on the policy latent), trained in the auxiliary phase.
+
+    :param observation_space: Observation space
+    :param action_space: Action space
+    :param lr_schedule: Learning rate schedule (could be constant)
+    :param net_arch: The specification of the networks (see :class:`PPGMlpExtractor`). Default: ``[]`` with
+        ``NatureCNN``; otherwise ``dict(pi=[64, 64], vf=[64, 64])`` for ``"dual"`` (SB3's) and a shared trunk
+        ``[64, 64]`` for ``"shared"`` and ``"detach"``.
+    :param activation_fn: Activation function
+    :param ortho_init: Whether to use or not orthogonal initialization (the auxiliary value head gets gain 1, like the
+        value head)
+    :param use_sde: Whether to use State Dependent Exploration or not
+    :param log_std_init: Initial value for the log standard deviation
+    :param full_std: Whether to use (n_features x n_actions) parameters
+        for the std instead of only (n_features,) when using gSDE
+    :param use_expln: Use ``expln()`` function instead of ``exp()`` to ensure
+        a positive standard deviation (cf paper). It allows to keep variance
+        above zero and prevent it from growing too fast. In practice, ``exp()`` is usually enough.
+    :param squash_output: Whether to squash the output using a tanh function,
+        this allows to ensure boundaries when using gSDE.
+    :param features_extractor_class: Features extractor to use.
+    :param features_extractor_kwargs: Keyword arguments
+        to pass to the features extractor.
+    :param share_features_extractor: Set by the architecture (``False`` for ``"dual"``, ``True`` otherwise); ``None``
+        (default) or that value are accepted, anything else raises a ``ValueError``.
+    :param normalize_images: Whether to normalize images or not,
+         dividing by 255.0 (True by default)
+    :param optimizer_class: The optimizer to use,
+        ``th.optim.Adam`` by default
+    :param optimizer_kwargs: Additional keyword arguments,
+        excluding the learning rate, to pass to the optimizer
+    :param arch: ``"dual"`` (separate policy and value networks), ``"shared"`` (one network) or ``"detach"`` (one
+        network, the value head on the detached trunk)
+    """
+
+    mlp_extractor: PPGMlpExtractor
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        lr_schedule: Schedule,
+        net_arch: list[int] | dict[str, list[int]] | None = None,
+        activation_fn: type[nn.Module] = nn.Tanh,
+        ortho_init: bool = True,
+        use_sde: bool = False,
+        log_std_init: float = 0.0,
+        full_std: bool = True,
+        use_expln: bool = False,
+        squash_output: bool = False,
+        features_extractor_class: type[BaseFeaturesExtractor] = FlattenExtractor,
+        features_extractor_kwargs: dict[str, Any] | None = None,
+        share_features_extractor: bool | None = None,
+        normalize_images: bool = True,
+        optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
+        optimizer_kwargs: dict[str, Any] | None = None,
+        arch: str = "dual",
+    ):
+        check_arch(arch)
+        shared = arch != "dual"
+        if share_features_extractor is not None and share_features_extractor != shared:
+            raise ValueError(
+                f"share_features_extractor={share_features_extractor} contradicts arch={arch!r} "
+                "('dual' has separate features extractors, 'shared' and 'detach' one): leave it unset"
+            )
+        if net_arch is None:
+            if features_extractor_class == NatureCNN:
+                net_arch = []
+            else:
+                net_arch = [64, 64] if shared else dict(pi=[64, 64], vf=[64, 64])
+        # read by _build_mlp_extractor, which the parent's constructor calls
+        self.arch = arch
+        super().__init__(
+            observation_space,
+            action_space,
+            lr_schedule,
+            net_arch=net_arch,
+            activation_fn=activation_fn,
+            ortho_init=ortho_init,
+            use_sde=use_sde,
+            log_std_init=log_std_init,
+            full_std=full_std,
+            use_expln=use_expln,
+            squash_output=squash_output,
+            features_extractor_class=features_extractor_class,
+            features_extractor_kwargs=features_extractor_kwargs,
+            share_features_extractor=shared,
+            normalize_images=normalize_images,
+            optimizer_class=optimizer_class,
+            optimizer_kwargs=optimizer_kwargs,
+        )
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()
+        data.update(arch=self.arch)
+        return data
+
+    def _build_mlp_extractor(self) -> None:
+        self.mlp_extractor = PPGMlpExtractor(
+            self.features_dim, net_arch=self.net_arch, activation_fn=self.activation_fn, arch=self.arch, device=self.device
+        )
+        # created here so that the optimizer built at the end of `_build` includes it
+        self.aux_value_net = nn.Linear(self.mlp_extractor.latent_dim_pi, 1)
+
+    def _build(self, lr_schedule: Schedule) -> None:
+        super()._build(lr_schedule)
+        if self.ortho_init:
+            self.aux_value_net.apply(partial(self.init_weights, gain=1))
+
+    def forward_auxiliary(self, obs: PyTorchObs) -> tuple[Distribution, th.Tensor, th.Tensor]:
+        """
+        One pass for the auxiliary phase.
+
+        :param obs: Observation
+        :return: the action distribution, the auxiliary value (head on the policy latent) and the value
+        """
+        features = self.extract_features(obs)
+        if self.share_features_extractor:
+            latent_pi, latent_vf = self.mlp_extractor(features)
+        else:
+            pi_features, vf_features = features
+            latent_pi = self.mlp_extractor.forward_actor(pi_features)
+            latent_vf = self.mlp_extractor.forward_critic(vf_features)
+        return self._get_action_dist_from_latent(latent_pi), self.aux_value_net(latent_pi), self.value_net(latent_vf)
+
+    def predict_aux_values(self, obs: PyTorchObs) -> th.Tensor:
+        """The auxiliary value head's estimates (on the policy trunk) for the given observations."""
+        features = super(ActorCriticPolicy, self).extract_features(obs, self.pi_features_extractor)
+        return self.aux_value_net(self.mlp_extractor.forward_actor(features))
+
+
+class PPGCnnPolicy(PPGPolicy):
+    """
+    :class:`PPGPolicy` with SB3's ``NatureCNN`` features extractor by default (see :class:`PPGPolicy` for the
+    parameters).
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        lr_schedule: Schedule,
+        net_arch: list[int] | dict[str, list[int]] | None = None,
+        activation_fn: type[nn.Module] = nn.Tanh,
+        ortho_init: bool = True,
+        use_sde: bool = False,
+        log_std_init: float = 0.0,
+        full_std: bool = True,
+        use_expln: bool = False,
+        squash_output: bool = False,
+        features_extractor_class: type[BaseFeaturesExtractor] = NatureCNN,
+        features_extractor_kwargs: dict[str, Any] | None = None,
+        share_features_extractor: bool | None = None,
+        normalize_images: bool = True,
+        optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
+        optimizer_kwargs: dict[str, Any] | None = None,
+        arch: str = "dual",
+    ):
+        super().__init__(
+            observation_space,
+            action_space,
+            lr_schedule,
+            net_arch,
+            activation_fn,
+            ortho_init,
+            use_sde,
+            log_std_init,
+            full_std,
+            use_expln,
+            squash_output,
+            features_extractor_class,
+            features_extractor_kwargs,
+            share_features_extractor,
+            normalize_images,
+            optimizer_class,
+            optimizer_kwargs,
+            arch,
+        )
+
+
+class PPGMultiInputPolicy(PPGPolicy):
+    """
+    :class:`PPGPolicy` for ``Dict`` observation spaces, with SB3's ``CombinedExtractor`` by default (see
+    :class:`PPGPolicy` for the parameters).
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Dict,
+        action_space: spaces.Space,
+        lr_schedule: Schedule,
+        net_arch: list[int] | dict[str, list[int]] | None = None,
+        activation_fn: type[nn.Module] = nn.Tanh,
+        ortho_init: bool = True,
+        use_sde: bool = False,
+        log_std_init: float = 0.0,
+        full_std: bool = True,
+        use_expln: bool = False,
+        squash_output: bool = False,
+        features_extractor_class: type[BaseFeaturesExtractor] = CombinedExtractor,
+        features_extractor_kwargs: dict[str, Any] | None = None,
+        share_features_extractor: bool | None = None,
+        normalize_images: bool = True,
+        optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
+        optimizer_kwargs: dict[str, Any] | None = None,
+        arch: str = "dual",
+    ):
+        super().__init__(
+            observation_space,
+            action_space,
+            lr_schedule,
+            net_arch,
+            activation_fn,
+            ortho_init,
+            use_sde,
+            log_std_init,
+            full_std,
+            use_expln,
+            squash_output,
+            features_extractor_class,
+            features_extractor_kwargs,
+            share_features_extractor,
+            normalize_images,
+            optimizer_class,
+            optimizer_kwargs,
+            arch,
+        )
+
+
+MlpPolicy = PPGPolicy
+CnnPolicy = PPGCnnPolicy
+MultiInputPolicy = PPGMultiInputPolicy
+
+__all__ = [
+    "CnnPolicy",
+    "MlpPolicy",
+    "MultiInputPolicy",
+    "PPGCnnPolicy",
+    "PPGMlpExtractor",
+    "PPGMultiInputPolicy",
+    "PPGPolicy",
+    "is_ppg_policy_parameter",
+]

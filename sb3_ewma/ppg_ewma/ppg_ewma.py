@@ -1,0 +1,642 @@
+import inspect
+import math
+import time
+import warnings
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, RolloutBufferSamples, Schedule
+from stable_baselines3.common.utils import FloatSchedule, explained_variance, update_learning_rate
+from stable_baselines3.common.vec_env import VecEnv
+from torch.nn import functional as F
+
+from sb3_ewma.common.algorithm import DecoupledAlgorithmMixin
+from sb3_ewma.common.decoupled import (
+    AdvantageNormalizer,
+    DecoupledPolicyObjective,
+    check_clip_range,
+    check_decoupled_hyperparams,
+    mean_of,
+)
+from sb3_ewma.common.distributions import distribution_parameters, kl_from_parameters
+from sb3_ewma.common.ewma import ParameterEWMA
+from sb3_ewma.ppg_ewma.buffers import AuxiliaryBuffer
+from sb3_ewma.ppg_ewma.policies import (
+    CnnPolicy,
+    MlpPolicy,
+    MultiInputPolicy,
+    PPGPolicy,
+    check_arch,
+    is_ppg_policy_parameter,
+)
+
+SelfPPG_EWMA = TypeVar("SelfPPG_EWMA", bound="PPG_EWMA")
+
+
+def _check_count(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _is_positive_number(value: object) -> bool:
+    """A finite real number > 0 (not a bool)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float, np.number)) and bool(0 < value < math.inf)
+
+
+class PPG_EWMA(DecoupledAlgorithmMixin, OnPolicyAlgorithm):
+    """
+    PPG-EWMA: Phasic Policy Gradient (Cobbe et al. 2020, https://arxiv.org/abs/2009.04416) whose policy phase uses the
+    decoupled objectives with an EWMA of the policy as the proximal policy (Hilton, Cobbe & Schulman 2021,
+    https://arxiv.org/abs/2110.00641). With ``ewma_decay=None`` it is plain PPG (see :class:`PPG`).
+
+    Training alternates two phases:
+
+    - policy phase, ``n_policy_iterations`` (``N_pi``) iterations, each a rollout followed by ``n_epochs`` (``E_pi``)
+      epochs on the policy loss (decoupled clipped or KL-penalized objective, plus entropy) and ``n_value_epochs``
+      (``E_V``) epochs on the value loss. The states and value targets of every iteration are stored in a host-memory
+      auxiliary buffer (observations in their own dtype). The proximal EWMA, of the policy side only (trunk and policy
+      head), is reset at the start of every policy phase and updated after every optimizer step that trains the policy.
+    - auxiliary phase: the policy's outputs ``pi_old`` are computed once on all stored states, then
+      ``n_aux_epochs`` (``E_aux``) epochs minimize ``0.5 * MSE(aux value head, V_targ) + beta_clone * KL[pi_old, pi]
+      + 0.5 * MSE(value head, V_targ)`` with an Adam optimizer of its own, in minibatches of ``aux_batch_size`` that
+      are accumulated from micro-batches of ``aux_micro_batch_size`` (only one micro-batch is on the device at a time).
+      The value targets are not recomputed. The EWMA is not updated in this phase.
+
+    The network architecture is chosen with ``arch`` (see :mod:`sb3_ewma.ppg_ewma.policies`): ``"dual"`` (separate
+    policy and value networks), ``"shared"`` or ``"detach"`` (one network, value head on the detached trunk); the
+    auxiliary value head always sits on the policy trunk.
+
+    The policy-phase arguments have the names, defaults and meaning of SB3's ``PPO`` and of ``PPO_EWMA``, except
+    ``n_epochs`` (PPG's ``E_pi``, default 1). The paper's Procgen settings: ``n_steps=256`` with 64 environments per
+    process, ``batch_size=2048`` (8 minibatches), ``learning_rate=5e-4``, ``gamma=0.999``, ``ent_coef=0.01``,
+    ``aux_batch_size=4 * 256`` (4 rollouts of one environment), no gradient clipping (``max_grad_norm=float("inf")``).
+
+    :param policy: The policy model to use (MlpPolicy, CnnPolicy, MultiInputPolicy or a :class:`PPGPolicy` subclass)
+    :param env: The environment to learn from (if registered in Gym, can be str)
+    :param learning_rate: The learning rate of the policy phase, it can be a function
+        of the current progress remaining (from 1 to 0)
+    :param n_steps: The number of steps to run for each environment per iteration
+        (i.e. rollout buffer size is n_steps * n_envs where n_envs is number of environment copies running in parallel)
+    :param batch_size: Minibatch size of the policy phase
+    :param n_epochs: Number of policy epochs ``E_pi`` per iteration (optimizing the policy objective and entropy)
+    :param n_value_epochs: Number of value epochs ``E_V`` per iteration (optimizing the value loss). The first
+        ``min(E_pi, E_V)`` epochs optimize the sum of both losses in the same steps.
+    :param gamma: Discount factor
+    :param gae_lambda: Factor for trade-off of bias vs variance for Generalized Advantage Estimator
+    :param clip_range: Clipping parameter ``eps`` of the ratio ``pi / pi_prox``, it can be a function of the current
+        progress remaining (from 1 to 0). ``None`` turns clipping off (use the KL penalty ``kl_coef`` instead).
+    :param clip_range_vf: Clipping parameter for the value function in the policy phase,
+        it can be a function of the current progress remaining (from 1 to 0).
+        If None is passed (default), no clipping will be done on the value function.
+        IMPORTANT: this clipping depends on the reward scaling.
+    :param normalize_advantage: Whether to normalize or not the advantage (see ``advantage_normalization``)
+    :param ent_coef: Entropy coefficient for the loss calculation
+    :param vf_coef: Value function coefficient of the policy phase's loss
+    :param max_grad_norm: The maximum value for the gradient clipping (both phases)
+    :param use_sde: Whether to use generalized State Dependent Exploration (gSDE)
+        instead of action noise exploration (default: False)
+    :param sde_sample_freq: Sample a new noise matrix every n steps when using gSDE
+        Default: -1 (only sample at the beginning of the rollout)
+    :param rollout_buffer_class: Rollout buffer class to use. If ``None``, it will be automatically selected.
+    :param rollout_buffer_kwargs: Keyword arguments to pass to the rollout buffer on creation
+    :param target_kl: Limit the KL divergence between updates: stop the iteration's policy epochs when the estimated
+        KL from the behavior policy (as in SB3) exceeds ``1.5 * target_kl`` (value epochs go on). No limit by default.
+    :param stats_window_size: Window size for the rollout logging, specifying the number of episodes to average
+        the reported success rate, mean episode length, and mean reward over
+    :param tensorboard_log: the log location for tensorboard (if None, no logging)
+    :param policy_kwargs: additional arguments to be passed to the policy on creation (``arch`` is set by the
+        argument of the same name)
+    :param verbose: Verbosity level: 0 for no output, 1 for info messages (such as device or wrappers used), 2 for
+        debug messages
+    :param seed: Seed for the pseudo random generators
+    :param device: Device (cpu, cuda, ...) on which the code should be run.
+        Setting it to auto, the code will be run on the GPU if possible.
+    :param ewma_decay: Decay ``beta_prox`` in [0, 1) of the EWMA of the policy parameters (trunk and policy head)
+        that serves as the proximal policy, updated after every policy optimizer step and reset at the start of every
+        policy phase; its center of mass is ``beta / (1 - beta)`` optimizer steps. ``"auto"`` (default): the paper's
+        rule, center of mass = number of minibatches per epoch. ``None``: no EWMA, the proximal policy is the behavior
+        policy (plain PPG).
+    :param kl_coef: Coefficient ``beta`` of the decoupled KL penalty ``KL[pi_prox, pi]`` (0: no penalty). Use it alone
+        with ``clip_range=None`` for the decoupled KL-penalized objective, or together with clipping.
+    :param kl_estimator: How the KL penalty is computed: ``"sample"`` (the authors' ``0.5 * mean(log(pi/pi_prox)^2)``
+        over the taken actions) or ``"exact"`` (the KL divergence of the two action distributions).
+    :param imp_samp_max: Cap on the importance weight ``pi / pi_behav`` (paper: 100), 0 for no cap; must be > 1.
+    :param advantage_normalization: ``"minibatch"`` (SB3's, each minibatch by its own statistics; default) or
+        ``"ewma"`` (the paper's: each iteration by the mean and std of EWMA moments over iterations). Only used when
+        ``normalize_advantage=True``.
+    :param advantage_ewma_decay: Decay in [0, 1) per iteration of the advantage moments for
+        ``advantage_normalization="ewma"`` (0: the current iteration only; span ``2 / (1 - decay) - 1`` iterations).
+    :param n_policy_iterations: Iterations (rollouts) per policy phase ``N_pi``; an auxiliary phase follows each
+        policy phase. The auxiliary buffer holds ``N_pi * n_steps * n_envs`` steps.
+    :param n_aux_epochs: Epochs ``E_aux`` over the auxiliary buffer in each auxiliary phase (0: no auxiliary phase,
+        nothing is stored).
+    :param beta_clone: Weight of the behavioral-cloning term ``KL[pi_old, pi]`` of the auxiliary phase, ``>= 0``.
+    :param arch: Network architecture: ``"dual"`` (default), ``"shared"`` or ``"detach"``.
+    :param aux_learning_rate: Learning rate of the auxiliary phase's Adam optimizer (a number or a schedule of the
+        progress remaining); ``None`` (default): the policy phase's ``learning_rate``.
+    :param aux_batch_size: Minibatch size (per optimizer step) of the auxiliary phase; must divide the buffer size
+        ``N_pi * n_steps * n_envs``. ``None`` (default): ``batch_size``, i.e. ``N_pi * n_steps * n_envs / batch_size``
+        auxiliary steps per epoch. The paper used 4 rollouts of one environment (``4 * n_steps``).
+    :param aux_micro_batch_size: Largest number of samples sent to the device at once in the auxiliary phase (also
+        when computing ``pi_old``): each minibatch's gradient is accumulated over micro-batches of this size, so that
+        ``aux_batch_size`` does not bound device memory. ``None`` (default): ``aux_batch_size``.
+    :param _init_setup_model: Whether or not to build the network at the creation of the instance
+    """
+
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
+        "MlpPolicy": MlpPolicy,
+        "CnnPolicy": CnnPolicy,
+        "MultiInputPolicy": MultiInputPolicy,
+    }
+    policy: PPGPolicy
+    proximal_ewma: ParameterEWMA | None
+    aux_buffer: AuxiliaryBuffer | None
+
+    def __init__(
+        self,
+        policy: str | type[PPGPolicy],
+        env: GymEnv | str,
+        learning_rate: float | Schedule = 3e-4,
+        n_steps: int = 2048,
+        batch_size: int = 64,
+        n_epochs: int = 1,
+        n_value_epochs: int = 1,
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
+        clip_range: float | Schedule | None = 0.2,
+        clip_range_vf: float | Schedule | None = None,
+        normalize_advantage: bool = True,
+        ent_coef: float = 0.0,
+        vf_coef: float = 0.5,
+        max_grad_norm: float = 0.5,
+        use_sde: bool = False,
+        sde_sample_freq: int = -1,
+        rollout_buffer_class: type[RolloutBuffer] | None = None,
+        rollout_buffer_kwargs: dict[str, Any] | None = None,
+        target_kl: float | None = None,
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        policy_kwargs: dict[str, Any] | None = None,
+        verbose: int = 0,
+        seed: int | None = None,
+        device: th.device | str = "auto",
+        ewma_decay: float | str | None = "auto",
+        kl_coef: float = 0.0,
+        kl_estimator: str = "sample",
+        imp_samp_max: float = 100.0,
+        advantage_normalization: str = "minibatch",
+        advantage_ewma_decay: float = 0.0,
+        n_policy_iterations: int = 32,
+        n_aux_epochs: int = 6,
+        beta_clone: float = 1.0,
+        arch: str = "dual",
+        aux_learning_rate: float | Schedule | None = None,
+        aux_batch_size: int | None = None,
+        aux_micro_batch_size: int | None = None,
+        _init_setup_model: bool = True,
+    ):
+        # checked before anything else is built (no environment is created or stepped on bad input)
+        check_clip_range(clip_range)
+        check_decoupled_hyperparams(
+            ewma_decay,
+            kl_coef,
+            kl_estimator,
+            imp_samp_max,
+            normalize_advantage,
+            advantage_normalization,
+            advantage_ewma_decay,
+            staleness=0,
+            staleness_mode="decoupled",
+        )
+        self._check_ppg_hyperparams(
+            n_steps,
+            batch_size,
+            n_epochs,
+            n_value_epochs,
+            normalize_advantage,
+            n_policy_iterations,
+            n_aux_epochs,
+            beta_clone,
+            arch,
+            aux_learning_rate,
+            aux_batch_size,
+            aux_micro_batch_size,
+            policy_kwargs,
+        )
+        super().__init__(
+            policy,
+            env,
+            learning_rate=learning_rate,
+            n_steps=n_steps,
+            gamma=gamma,
+            gae_lambda=gae_lambda,
+            ent_coef=ent_coef,
+            vf_coef=vf_coef,
+            max_grad_norm=max_grad_norm,
+            use_sde=use_sde,
+            sde_sample_freq=sde_sample_freq,
+            rollout_buffer_class=rollout_buffer_class,
+            rollout_buffer_kwargs=rollout_buffer_kwargs,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            policy_kwargs={**(policy_kwargs or {}), "arch": arch},
+            verbose=verbose,
+            seed=seed,
+            device=device,
+            _init_setup_model=False,
+            supported_action_spaces=(spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary),
+        )
+        if not (isinstance(self.policy_class, type) and issubclass(self.policy_class, PPGPolicy)):
+            raise ValueError(f"policy must be a PPGPolicy (MlpPolicy, CnnPolicy, MultiInputPolicy), got {self.policy_class}")
+        self.batch_size = batch_size
+        self.n_epochs = n_epochs
+        self.n_value_epochs = n_value_epochs
+        self.clip_range: float | Schedule | None = clip_range
+        self.clip_range_vf: float | Schedule | None = clip_range_vf
+        self.normalize_advantage = normalize_advantage
+        self.target_kl = target_kl
+        self.ewma_decay = ewma_decay
+        self.kl_coef = kl_coef
+        self.kl_estimator = kl_estimator
+        self.imp_samp_max = imp_samp_max
+        self.advantage_normalization = advantage_normalization
+        self.advantage_ewma_decay = advantage_ewma_decay
+        self.n_policy_iterations = int(n_policy_iterations)
+        self.n_aux_epochs = int(n_aux_epochs)
+        self.beta_clone = float(beta_clone)
+        self.arch = arch
+        self.aux_learning_rate = aux_learning_rate
+        self.aux_batch_size = int(batch_size if aux_batch_size is None else aux_batch_size)
+        self.aux_micro_batch_size = int(self.aux_batch_size if aux_micro_batch_size is None else aux_micro_batch_size)
+        # the position in the phase schedule, saved with the model
+        self.phase = 0  # index of the current policy phase
+        self.phase_iteration = 0  # policy iterations done in the current policy phase
+        self.n_aux_phases = 0  # auxiliary phases done (fewer than the phases with n_aux_epochs=0)
+        self._policy_phase_time = 0.0  # seconds of rollouts and updates in the current policy phase
+        # created here, not in _setup_model, so that `load` restores the saved moments
+        self.advantage_normalizer = AdvantageNormalizer(normalize_advantage, advantage_normalization, advantage_ewma_decay)
+        if _init_setup_model:
+            self._setup_model()
+
+    @staticmethod
+    def _check_ppg_hyperparams(
+        n_steps: int,
+        batch_size: int,
+        n_epochs: int,
+        n_value_epochs: int,
+        normalize_advantage: bool,
+        n_policy_iterations: int,
+        n_aux_epochs: int,
+        beta_clone: float,
+        arch: str,
+        aux_learning_rate: float | Schedule | None,
+        aux_batch_size: int | None,
+        aux_micro_batch_size: int | None,
+        policy_kwargs: dict[str, Any] | None,
+    ) -> None:
+        """Raise a ``ValueError`` naming the first PPG hyperparameter outside its allowed range."""
+        _check_count("n_steps", n_steps, 1)
+        _check_count("batch_size", batch_size, 2 if normalize_advantage else 1)
+        _check_count("n_epochs", n_epochs, 0)
+        _check_count("n_value_epochs", n_value_epochs, 0)
+        _check_count("n_policy_iterations", n_policy_iterations, 1)
+        _check_count("n_aux_epochs", n_aux_epochs, 0)
+        if not (_is_positive_number(beta_clone) or beta_clone == 0):
+            raise ValueError(f"beta_clone must be a finite number >= 0, got {beta_clone!r}")
+        check_arch(arch)
+        if policy_kwargs is not None and policy_kwargs.get("arch", arch) != arch:
+            raise ValueError(f"policy_kwargs['arch']={policy_kwargs['arch']!r} contradicts arch={arch!r}: use `arch`")
+        if not (aux_learning_rate is None or callable(aux_learning_rate) or _is_positive_number(aux_learning_rate)):
+            raise ValueError(f"aux_learning_rate must be None, a schedule or a number > 0, got {aux_learning_rate!r}")
+        if aux_batch_size is not None:
+            _check_count("aux_batch_size", aux_batch_size, 1)
+        if aux_micro_batch_size is not None:
+            _check_count("aux_micro_batch_size", aux_micro_batch_size, 1)
+            minibatch = batch_size if aux_batch_size is None else aux_batch_size
+            if aux_micro_batch_size > minibatch:
+                raise ValueError(
+                    f"aux_micro_batch_size must not exceed aux_batch_size (default: batch_size) = {minibatch}, "
+                    f"got {aux_micro_batch_size}"
+                )
+
+    def _check_buffer_sizes(self) -> None:
+        """Checks that need the number of environments, before anything is built (the environment is not stepped)."""
+        rollout_size = self.n_steps * self.n_envs
+        if self.normalize_advantage and rollout_size <= 1:
+            raise ValueError(f"n_steps * n_envs must be > 1 with normalize_advantage=True, got {rollout_size}")
+        if rollout_size % self.batch_size > 0:
+            warnings.warn(
+                f"You have specified a mini-batch size of {self.batch_size},"
+                f" but because the `RolloutBuffer` is of size `n_steps * n_envs = {rollout_size}`,"
+                f" after every {rollout_size // self.batch_size} untruncated mini-batches,"
+                f" there will be a truncated mini-batch of size {rollout_size % self.batch_size}\n"
+                f"We recommend using a `batch_size` that is a factor of `n_steps * n_envs`.\n"
+                f"Info: (n_steps={self.n_steps} and n_envs={self.n_envs})"
+            )
+        if self.n_aux_epochs == 0:
+            return
+        aux_size = self.n_policy_iterations * rollout_size
+        if self.aux_batch_size > aux_size or aux_size % self.aux_batch_size != 0:
+            raise ValueError(
+                f"aux_batch_size (default: batch_size) must divide the auxiliary buffer of n_policy_iterations * n_steps"
+                f" * n_envs = {self.n_policy_iterations} * {self.n_steps} * {self.n_envs} = {aux_size} steps,"
+                f" got {self.aux_batch_size}"
+            )
+
+    def _setup_model(self) -> None:
+        self._check_buffer_sizes()
+        super()._setup_model()
+        self._setup_clip_schedules()
+        # the auxiliary buffer is not saved: a loaded model restarts its current policy phase (a no-op when building)
+        self.phase_iteration = 0
+        self._policy_phase_time = 0.0
+
+        self.aux_lr_schedule = self.lr_schedule if self.aux_learning_rate is None else FloatSchedule(self.aux_learning_rate)
+        self.aux_optimizer = self.policy.optimizer_class(
+            self.policy.parameters(), lr=self.aux_lr_schedule(1), **self.policy.optimizer_kwargs  # type: ignore[call-arg]
+        )
+        self.aux_buffer = None
+        if self.n_aux_epochs > 0:
+            self.aux_buffer = AuxiliaryBuffer(
+                self.n_policy_iterations, self.n_steps, self.n_envs, self.observation_space, device=self.device
+            )
+            if self.verbose >= 1:
+                print(
+                    f"PPG auxiliary buffer: {self.aux_buffer.capacity} steps, "
+                    f"{self.aux_buffer.nbytes / 1e9:.2f} GB of host memory (+ pi_old)"
+                )
+
+        self._setup_proximal_policy(include=is_ppg_policy_parameter)
+
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "aux_buffer", "aux_lr_schedule"]
+
+    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
+        state_dicts, torch_variables = super()._get_torch_save_params()
+        return [*state_dicts, "aux_optimizer"], torch_variables
+
+    def collect_rollouts(
+        self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
+    ) -> bool:
+        # unchanged, only timed (rollouts are part of the policy phase)
+        start = time.perf_counter()
+        result = super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
+        self._policy_phase_time += time.perf_counter() - start
+        return result
+
+    def _start_policy_phase(self) -> None:
+        """At the first iteration of a policy phase: empty the auxiliary buffer and restart the EWMA from the policy."""
+        if self.aux_buffer is not None:
+            self.aux_buffer.reset()
+        if self.proximal_ewma is not None:
+            self.proximal_ewma.reset()
+
+    def _value_loss(self, values: th.Tensor, rollout_data: RolloutBufferSamples, clip_range_vf: float | None) -> th.Tensor:
+        """The policy phase's value loss ``MSE(V, V_targ)`` (optionally with SB3's value clipping)."""
+        if clip_range_vf is not None:
+            # Clip the difference between old and new value (depends on the reward scaling)
+            values = rollout_data.old_values + th.clamp(values - rollout_data.old_values, -clip_range_vf, clip_range_vf)
+        return F.mse_loss(rollout_data.returns, values)
+
+    def train(self) -> None:
+        """
+        One iteration of the policy phase on the rollout buffer (``n_epochs`` policy epochs and ``n_value_epochs``
+        value epochs), then, at the end of every ``n_policy_iterations``-th iteration, the auxiliary phase.
+        """
+        start = time.perf_counter()
+        if self.phase_iteration == 0:
+            self._start_policy_phase()
+        else:
+            self._snapshot_proximal_policy()
+        # Switch to train mode (this affects batch norm / dropout)
+        self.policy.set_training_mode(True)
+        # Update optimizer learning rate
+        self._update_learning_rate(self.policy.optimizer)
+        # Compute current clip ranges
+        clip_range = None
+        if self.clip_range is not None:
+            clip_range = self.clip_range(self._current_progress_remaining)  # type: ignore[operator]
+        clip_range_vf = None
+        if self.clip_range_vf is not None:
+            clip_range_vf = self.clip_range_vf(self._current_progress_remaining)  # type: ignore[operator]
+
+        buffer = self.rollout_buffer
+        buffer.advantages = self.advantage_normalizer.start_iteration(buffer.advantages)
+        policy_objective = DecoupledPolicyObjective(clip_range, self.kl_coef, self.kl_estimator, self.imp_samp_max)
+
+        entropy_losses, value_losses, approx_kl_divs = [], [], []
+        loss = th.zeros(())
+        continue_training = True
+        # the first min(E_pi, E_V) epochs train both, the others only the policy or only the value function
+        for epoch in range(max(self.n_epochs, self.n_value_epochs)):
+            train_value = epoch < self.n_value_epochs
+            if not (train_value or (continue_training and epoch < self.n_epochs)):
+                break
+            for rollout_data in buffer.get(self.batch_size):
+                train_policy = continue_training and epoch < self.n_epochs
+                if not (train_policy or train_value):
+                    break
+                loss, values = th.zeros((), device=self.device), None
+                if train_policy:
+                    policy_loss, entropy_loss, values, approx_kl_div = self._policy_terms(rollout_data, policy_objective)
+                    approx_kl_divs.append(approx_kl_div)
+                    if self.target_kl is not None and approx_kl_div.item() > 1.5 * self.target_kl:
+                        # stop the policy epochs of this iteration; the value epochs go on
+                        train_policy = continue_training = False
+                        if self.verbose >= 1:
+                            print(f"Early stopping at step {epoch} due to reaching max kl: {approx_kl_div:.2f}")
+                    else:
+                        loss = policy_loss + self.ent_coef * entropy_loss
+                        entropy_losses.append(entropy_loss.detach())
+                if train_value:
+                    if values is None:
+                        values = self.policy.predict_values(rollout_data.observations).flatten()
+                    value_loss = self._value_loss(values, rollout_data, clip_range_vf)
+                    value_losses.append(value_loss.detach())
+                    loss = loss + self.vf_coef * value_loss
+                if not (train_policy or train_value):
+                    continue
+
+                # Optimization step
+                self.policy.optimizer.zero_grad()
+                loss.backward()
+                # Clip grad norm
+                th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+                self.policy.optimizer.step()
+                if train_policy:
+                    self._update_proximal_policy()
+            self._n_updates += 1
+
+        if self.aux_buffer is not None:
+            self.aux_buffer.add(buffer)
+        self.phase_iteration += 1
+        self._policy_phase_time += time.perf_counter() - start
+        self._record_policy_phase_logs(policy_objective, entropy_losses, value_losses, approx_kl_divs, loss, clip_range)
+
+        if self.phase_iteration >= self.n_policy_iterations:
+            if self.aux_buffer is not None and self.aux_buffer.size > 0:
+                self._auxiliary_phase()
+            self.phase += 1
+            self.phase_iteration = 0
+            self._policy_phase_time = 0.0
+
+    def _record_policy_phase_logs(
+        self,
+        policy_objective: DecoupledPolicyObjective,
+        entropy_losses: list[th.Tensor],
+        value_losses: list[th.Tensor],
+        approx_kl_divs: list[th.Tensor],
+        loss: th.Tensor,
+        clip_range: float | None,
+    ) -> None:
+        """Logs of one policy-phase iteration: SB3 PPO's, the decoupled objective's and the phase position."""
+        buffer = self.rollout_buffer
+        stats = policy_objective.mean_stats()
+        if entropy_losses:
+            self.logger.record("train/entropy_loss", mean_of(entropy_losses))
+        if "policy_gradient_loss" in stats:
+            self.logger.record("train/policy_gradient_loss", stats["policy_gradient_loss"])
+        if value_losses:
+            self.logger.record("train/value_loss", mean_of(value_losses))
+        if approx_kl_divs:
+            self.logger.record("train/approx_kl", mean_of(approx_kl_divs))
+        if clip_range is not None and "clip_fraction" in stats:
+            self.logger.record("train/clip_fraction", stats["clip_fraction"])
+        self.logger.record("train/loss", loss.item())
+        self.logger.record("train/explained_variance", explained_variance(buffer.values.flatten(), buffer.returns.flatten()))
+        if hasattr(self.policy, "log_std"):
+            self.logger.record("train/std", th.exp(self.policy.log_std).mean().item())
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        if clip_range is not None:
+            self.logger.record("train/clip_range", clip_range)
+        if self.clip_range_vf is not None:
+            self.logger.record("train/clip_range_vf", self.clip_range_vf(self._current_progress_remaining))  # type: ignore[operator]
+
+        self._record_decoupled_logs(stats)
+        # the policy phase this iteration belongs to (0, 1, ...) and its position in it (1 .. n_policy_iterations)
+        self.logger.record("train/phase", self.phase)
+        self.logger.record("train/phase_iteration", self.phase_iteration)
+        # rollouts and updates of the current policy phase so far (the whole phase at its last iteration)
+        self.logger.record("time/policy_phase_s", self._policy_phase_time)
+
+    def _compute_old_policy(self) -> None:
+        """Store ``pi_old``, the current policy's action distribution on every stored state, before the phase."""
+        assert self.aux_buffer is not None
+        self.policy.set_training_mode(False)
+        with th.no_grad():
+            for indices in self.aux_buffer.sequential_indices(self.aux_micro_batch_size):
+                distribution = self.policy.get_distribution(self.aux_buffer.observations(indices))
+                self.aux_buffer.store_old_policy(indices, distribution_parameters(distribution))
+
+    def _auxiliary_phase(self) -> None:
+        """
+        The auxiliary phase: ``n_aux_epochs`` epochs over the auxiliary buffer of the joint loss
+        ``0.5 * MSE(aux value, V_targ) + beta_clone * KL[pi_old, pi]`` plus the value loss ``0.5 * MSE(V, V_targ)``,
+        with its own optimizer, each minibatch's gradient accumulated over micro-batches.
+        """
+        start = time.perf_counter()
+        buffer = self.aux_buffer
+        assert buffer is not None
+        self._compute_old_policy()
+        # Switch to train mode (this affects batch norm / dropout)
+        self.policy.set_training_mode(True)
+        learning_rate = self.aux_lr_schedule(self._current_progress_remaining)
+        update_learning_rate(self.aux_optimizer, learning_rate)
+
+        stats: dict[str, list[th.Tensor]] = {"aux_value_loss": [], "clone_kl": [], "value_loss": [], "loss": []}
+        n_steps = 0
+        for _ in range(self.n_aux_epochs):
+            for minibatch in buffer.minibatch_indices(self.aux_batch_size):
+                self.aux_optimizer.zero_grad()
+                for start_idx in range(0, len(minibatch), self.aux_micro_batch_size):
+                    indices = minibatch[start_idx : start_idx + self.aux_micro_batch_size]
+                    distribution, aux_values, values = self.policy.forward_auxiliary(buffer.observations(indices))
+                    targets = buffer.value_targets(indices)
+                    aux_value_loss = 0.5 * F.mse_loss(aux_values.flatten(), targets)
+                    clone_kl = kl_from_parameters(buffer.old_policy(indices), distribution).mean()
+                    value_loss = 0.5 * F.mse_loss(values.flatten(), targets)
+                    loss = aux_value_loss + self.beta_clone * clone_kl + value_loss
+                    # the minibatch loss is the mean over its samples: weight each micro-batch by its share
+                    (loss * (len(indices) / len(minibatch))).backward()
+                    for key, value in zip(stats, (aux_value_loss, clone_kl, value_loss, loss)):
+                        stats[key].append(value.detach())
+                th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+                self.aux_optimizer.step()
+                n_steps += 1
+
+        self.n_aux_phases += 1
+        for key, history in stats.items():
+            self.logger.record(f"aux/{key}", mean_of(history))
+        self.logger.record("aux/learning_rate", learning_rate)
+        self.logger.record("aux/n_updates", n_steps)
+        self.logger.record("aux/n_samples", buffer.size)
+        self.logger.record("aux/n_phases", self.n_aux_phases)
+        self.logger.record("time/aux_phase_s", time.perf_counter() - start)
+
+    def learn(
+        self: SelfPPG_EWMA,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        log_interval: int = 1,
+        tb_log_name: str = "PPG_EWMA",
+        reset_num_timesteps: bool = True,
+        progress_bar: bool = False,
+    ) -> SelfPPG_EWMA:
+        return super().learn(
+            total_timesteps=total_timesteps,
+            callback=callback,
+            log_interval=log_interval,
+            tb_log_name=tb_log_name,
+            reset_num_timesteps=reset_num_timesteps,
+            progress_bar=progress_bar,
+        )
+
+
+SelfPPG = TypeVar("SelfPPG", bound="PPG")
+
+
+class PPG(PPG_EWMA):
+    """
+    Phasic Policy Gradient (Cobbe et al. 2020, https://arxiv.org/abs/2009.04416): :class:`PPG_EWMA` with the EWMA
+    turned off by default (``ewma_decay=None``: the proximal policy is the behavior policy, the policy phase is PPO's
+    clipped objective). Takes the same arguments as :class:`PPG_EWMA`.
+
+    :param args: positional arguments of :class:`PPG_EWMA` (``policy``, ``env``, ...)
+    :param ewma_decay: see :class:`PPG_EWMA`; ``None`` by default
+    :param kwargs: keyword arguments of :class:`PPG_EWMA`
+    """
+
+    def __init__(self, *args: Any, ewma_decay: float | str | None = None, **kwargs: Any):
+        super().__init__(*args, ewma_decay=ewma_decay, **kwargs)  # type: ignore[misc]
+
+    # for `inspect.signature(PPG)` and `help(PPG)`: PPG_EWMA's parameters, with ewma_decay=None
+    __init__.__signature__ = inspect.signature(PPG_EWMA.__init__).replace(  # type: ignore[attr-defined]
+        parameters=[
+            param.replace(default=None) if param.name == "ewma_decay" else param
+            for param in inspect.signature(PPG_EWMA.__init__).parameters.values()
+        ]
+    )
+
+    def learn(
+        self: SelfPPG,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        log_interval: int = 1,
+        tb_log_name: str = "PPG",
+        reset_num_timesteps: bool = True,
+        progress_bar: bool = False,
+    ) -> SelfPPG:
+        return super().learn(
+            total_timesteps=total_timesteps,
+            callback=callback,
+            log_interval=log_interval,
+            tb_log_name=tb_log_name,
+            reset_num_timesteps=reset_num_timesteps,
+            progress_bar=progress_bar,
+        )

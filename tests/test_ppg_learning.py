@@ -1,0 +1,74 @@
+"""
+Slow learning tests of PPG and PPG_EWMA on CPU (each about 20-30 s on one core; seeds fixed, so deterministic).
+
+The settings are tuned for a small budget, not the paper's Procgen defaults: short phases (``N_pi = 8``), several
+policy and value epochs per iteration (``E_pi = E_V = 10``) and 3 auxiliary epochs.
+"""
+
+import pytest
+import torch as th
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.vec_env import VecNormalize
+
+from sb3_ewma.ppg_ewma import PPG, PPG_EWMA
+
+th.set_num_threads(1)
+
+pytestmark = pytest.mark.slow
+
+PHASES = dict(n_policy_iterations=8, n_epochs=10, n_value_epochs=10, n_aux_epochs=3, aux_batch_size=256)
+
+
+def linear(initial: float):
+    return lambda progress_remaining: progress_remaining * initial
+
+
+@pytest.mark.parametrize("algorithm", [PPG, PPG_EWMA])
+def test_solves_cartpole(algorithm):
+    env = make_vec_env("CartPole-v1", n_envs=8, seed=0)
+    model = algorithm(
+        "MlpPolicy",
+        env,
+        n_steps=32,
+        batch_size=256,
+        gae_lambda=0.8,
+        gamma=0.98,
+        learning_rate=linear(1e-3),
+        clip_range=linear(0.2),
+        seed=0,
+        device="cpu",
+        **PHASES,
+    )
+    model.learn(100_000)
+    assert model.n_aux_phases == 100_000 // (8 * 256)
+    eval_env = make_vec_env("CartPole-v1", n_envs=1, seed=100)
+    mean_return, _ = evaluate_policy(model, eval_env, n_eval_episodes=20, deterministic=True)
+    assert mean_return >= 475
+
+
+@pytest.mark.parametrize("algorithm", [PPG, PPG_EWMA])
+def test_improves_on_pendulum(algorithm):
+    env = VecNormalize(make_vec_env("Pendulum-v1", n_envs=4, seed=0), gamma=0.9)
+    model = algorithm(
+        "MlpPolicy",
+        env,
+        n_steps=256,
+        batch_size=128,
+        gae_lambda=0.95,
+        gamma=0.9,
+        learning_rate=1e-3,
+        use_sde=True,
+        sde_sample_freq=4,
+        seed=0,
+        device="cpu",
+        **PHASES,
+    )
+    eval_env = VecNormalize(make_vec_env("Pendulum-v1", n_envs=1, seed=100), training=False, norm_reward=False)
+    eval_env.obs_rms = env.obs_rms
+    initial_return, _ = evaluate_policy(model, eval_env, n_eval_episodes=10, deterministic=True)
+    model.learn(70_000)
+    eval_env.obs_rms = env.obs_rms
+    mean_return, _ = evaluate_policy(model, eval_env, n_eval_episodes=20, deterministic=True)
+    assert initial_return < -900
+    assert mean_return > -700

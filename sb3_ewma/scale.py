@@ -127,13 +127,10 @@ def _cached_algorithm_defaults(algo: str) -> tuple[tuple[str, Any], ...]:
 
     defaults = _signature_defaults(PPO)
     defaults.update(_FALLBACK_DEFAULTS[algo])
-    try:
-        import sb3_ewma
+    import sb3_ewma
 
-        algorithm_class = getattr(sb3_ewma, _ALGO_CLASS_NAMES[algo])
-    except (ImportError, AttributeError):
-        pass
-    else:
+    algorithm_class = getattr(sb3_ewma, _ALGO_CLASS_NAMES[algo], None)
+    if algorithm_class is not None:
         defaults.update(_signature_defaults(algorithm_class))
     return tuple(defaults.items())
 

@@ -1,93 +1,55 @@
 """
-Throughput of SB3's PPO against PPO_EWMA (and PPG, PPG_EWMA when available) on identical settings.
+Throughput of SB3's PPO, PPO_EWMA, PPG and PPG_EWMA on identical settings.
 
-The algorithms run side by side in one process, alternating (A B C, B C A, ...), so that a shared, noisy machine
-slows them alike; the report gives the median environment steps per second of each and its ratio to SB3's PPO,
-for the whole ``learn`` (rollouts + training) and for training alone.
+The algorithms run one after the other in one process, alternating (A B C D, B C D A, ...), so that a shared, noisy
+machine slows them alike; the report gives the median environment steps per second of each and its time relative to
+SB3's PPO, for the whole ``learn`` (rollouts + training) and for training alone. Each algorithm first learns one
+iteration (not timed: allocations, cuDNN autotuning), then ``iterations`` timed ones; PPG's phase is ``iterations``
+long, so the timed window holds one auxiliary phase (its cost per step does not depend on N_pi). The paper's
+estimate: PPO-EWMA +30% compute (+19% wall clock), PPG-EWMA +2.3% compute (+3% wall clock).
 
-Default shapes are the paper's Procgen ones scaled to a CPU: 64x64x3 uint8 observations, the IMPALA CNN,
-8 minibatches per epoch, 3 PPO epochs (1 policy epoch for PPG)::
+Measurements are appended to ``measurements.csv`` as they are made; rerunning the command skips those already made
+with the same settings (resume). Default shapes are the paper's Procgen ones (IMPALA CNN, 8 minibatches, 3 PPO
+epochs, 1 policy epoch for PPG), scaled to the machine::
 
-    python -m benchmarks.throughput                       # Procgen starpilot (easy), 16 envs x 64 steps, CPU
+    python -m benchmarks.throughput --preset smoke        # seconds: 4 envs x 32 steps, NatureCNN
+    python -m benchmarks.throughput                       # cpu: Procgen starpilot (easy), 8 envs x 32 steps, IMPALA
     python -m benchmarks.throughput --preset gpu          # 64 envs x 256 steps, the paper's iteration, on CUDA
     python -m benchmarks.throughput --env fake-image      # random 64x64x3 frames (no procgen needed)
 """
 
 import argparse
+import hashlib
 import json
 import statistics
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
-import numpy as np
 import torch as th
-from stable_baselines3 import PPO
-from stable_baselines3.common.base_class import BaseAlgorithm
-from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
-from sb3_ewma import PPO_EWMA
-from sb3_ewma.common.torch_layers import ImpalaCNN
+from benchmarks.common import ALGORITHMS, algorithm_class, append_csv, base_parser, read_csv
+from benchmarks.envs import NETWORKS, make_env, policy_for
 
+NAME = "throughput"
 PRESETS: dict[str, dict[str, Any]] = {
-    "smoke": dict(n_envs=4, n_steps=32, n_minibatches=4, iterations=1, repeats=1, features="nature"),
-    "cpu": dict(n_envs=16, n_steps=64, n_minibatches=8, iterations=3, repeats=3, features="impala"),
-    "gpu": dict(n_envs=64, n_steps=256, n_minibatches=8, iterations=3, repeats=3, features="impala"),
+    "smoke": dict(n_envs=4, n_steps=32, n_minibatches=4, iterations=1, repeats=1, features="nature", mode="easy", threads=1),
+    "cpu": dict(n_envs=8, n_steps=32, n_minibatches=8, iterations=2, repeats=3, features="impala", mode="easy", threads=1),
+    "gpu": dict(n_envs=64, n_steps=256, n_minibatches=8, iterations=3, repeats=3, features="impala", mode="easy", threads=4),
+    "paper": dict(
+        n_envs=256, n_steps=256, n_minibatches=8, iterations=2, repeats=3, features="impala", mode="hard", threads=4
+    ),
 }
-
-
-class RandomImageEnv(gym.Env):
-    """64x64x3 uint8 random frames, 15 actions, episodes of 500 steps: an environment that costs nothing."""
-
-    observation_space = gym.spaces.Box(0, 255, (64, 64, 3), np.uint8)
-    action_space = gym.spaces.Discrete(15)
-
-    def __init__(self) -> None:
-        self._rng = np.random.default_rng(0)
-        self._t = 0
-        self._frame = self._rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
-        self._t = 0
-        return self._frame, {}
-
-    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
-        self._t += 1
-        return self._frame, float(action == 0), False, self._t >= 500, {}
-
-
-def make_env(env_name: str, n_envs: int, seed: int) -> VecEnv:
-    if env_name == "fake-image":
-        return DummyVecEnv([RandomImageEnv for _ in range(n_envs)])
-    from sb3_ewma.envs import make_procgen_env
-
-    game, _, mode = env_name.partition("-")
-    return make_procgen_env(game, n_envs=n_envs, distribution_mode=mode or "easy", seed=seed)
-
-
-def algorithm_builders(names: list[str]) -> dict[str, Callable[..., BaseAlgorithm]]:
-    builders: dict[str, Callable[..., BaseAlgorithm]] = {}
-    for name in names:
-        if name == "ppo":
-            builders[name] = PPO
-        elif name == "ppo_ewma":
-            builders[name] = PPO_EWMA
-        elif name in ("ppg", "ppg_ewma"):
-            from sb3_ewma.ppg_ewma import PPG, PPG_EWMA
-
-            builders[name] = PPG if name == "ppg" else PPG_EWMA
-        else:
-            raise ValueError(f"unknown algorithm {name!r}: choose among ppo, ppo_ewma, ppg, ppg_ewma")
-    return builders
+"""One torch thread on the CPU presets: several threads on a busy 2-core machine slow torch down by 10x or more."""
+CONFIG_KEYS = ("env", "n_envs", "n_steps", "n_minibatches", "n_epochs", "iterations", "features", "device", "threads")
+"""The settings a measurement depends on (hashed: measurements made with other settings are not reused)."""
 
 
 def settings_for(name: str, config: dict[str, Any]) -> dict[str, Any]:
     """Identical settings for every algorithm; PPG gets its policy-phase equivalents."""
     batch_size = config["n_envs"] * config["n_steps"] // config["n_minibatches"]
-    policy_kwargs: dict[str, Any] = {}
-    if config["features"] == "impala":
-        policy_kwargs = dict(features_extractor_class=ImpalaCNN, net_arch=[], ortho_init=False)
     settings: dict[str, Any] = dict(
         n_steps=config["n_steps"],
         batch_size=batch_size,
@@ -95,20 +57,20 @@ def settings_for(name: str, config: dict[str, Any]) -> dict[str, Any]:
         learning_rate=5e-4,
         ent_coef=0.01,
         gamma=0.999,
-        policy_kwargs=policy_kwargs,
+        policy_kwargs=policy_for(config["features"])[1],
         device=config["device"],
         seed=0,
     )
     if name.startswith("ppg"):
-        # one auxiliary phase within the timed iterations, with the paper's 6 epochs
-        settings.update(n_policy_iterations=config["iterations"], n_aux_epochs=6)
+        # PPG's E_pi = 1; one auxiliary phase within the timed iterations, with the paper's 6 epochs
+        settings.update(n_epochs=1, n_policy_iterations=config["iterations"], n_aux_epochs=6)
     return settings
 
 
 class TrainTimer:
     """Wraps ``model.train`` to add up the time spent optimizing (synchronizing CUDA when it is used)."""
 
-    def __init__(self, model: BaseAlgorithm) -> None:
+    def __init__(self, model: Any) -> None:
         self.seconds = 0.0
         train = model.train
 
@@ -119,33 +81,81 @@ class TrainTimer:
                 th.cuda.synchronize()
             self.seconds += time.perf_counter() - start
 
-        model.train = timed_train  # type: ignore[method-assign]
+        model.train = timed_train
 
 
-def run(config: dict[str, Any]) -> dict[str, dict[str, float]]:
-    builders = algorithm_builders(config["algos"])
-    names = list(builders)
+def config_hash(config: dict[str, Any]) -> str:
+    """A hash of the settings of a measurement."""
+    content = json.dumps({key: config[key] for key in CONFIG_KEYS}, sort_keys=True)
+    return hashlib.sha1(content.encode()).hexdigest()[:12]
+
+
+def measure(name: str, repeat: int, config: dict[str, Any]) -> dict[str, Any]:
+    """Time one algorithm once: a warm-up iteration, then ``iterations`` timed ones. Returns the CSV row."""
+    env = make_env(config["env"], config["n_envs"], seed=repeat)
+    policy = policy_for(config["features"])[0]
+    model = algorithm_class(name)(policy, env, **settings_for(name, config))
+    model.learn(config["n_envs"] * config["n_steps"])
+    timer = TrainTimer(model)
     steps = config["n_envs"] * config["n_steps"] * config["iterations"]
-    results: dict[str, dict[str, list[float]]] = {name: {"total": [], "train": []} for name in names}
+    start = time.perf_counter()
+    model.learn(steps, reset_num_timesteps=False)
+    total = time.perf_counter() - start
+    env.close()
+    return {
+        "repeat": repeat,
+        "algo": name,
+        **{key: config[key] for key in CONFIG_KEYS},
+        "steps": steps,
+        "learn_seconds": round(total, 4),
+        "train_seconds": round(timer.seconds, 4),
+        "steps_per_second": round(steps / total, 2),
+        "train_steps_per_second": round(steps / timer.seconds, 2),
+        "config_hash": config_hash(config),
+    }
+
+
+def run(config: dict[str, Any], csv_path: Path | None = None) -> dict[str, dict[str, float]]:
+    """
+    All the measurements, alternating the algorithms; with ``csv_path``, those already in that CSV (same settings) are
+    kept and the others appended as they are made.
+
+    :return: ``{algo: {"total": median steps/s of learn, "train": median steps/s of training}}``
+    """
+    names = list(dict.fromkeys(config["algos"]))
+    th.set_num_threads(config["threads"])
+    for name in names:
+        algorithm_class(name)  # fail early on an unknown name
+    digest = config_hash(config)
+    rows = [row for row in read_csv(csv_path) if row["config_hash"] == digest] if csv_path else []
+    done = {(int(row["repeat"]), row["algo"]) for row in rows}
+    if done:
+        print(f"{len(done)} measurement(s) already made with these settings: skipped")
     for repeat in range(config["repeats"]):
         order = names[repeat % len(names) :] + names[: repeat % len(names)]
         for name in order:
-            env = make_env(config["env"], config["n_envs"], seed=repeat)
-            model = builders[name]("CnnPolicy", env, **settings_for(name, config))
-            # warm-up iteration (allocations, cuDNN autotuning), not timed
-            model.learn(config["n_envs"] * config["n_steps"])
-            timer = TrainTimer(model)
-            start = time.perf_counter()
-            model.learn(steps, reset_num_timesteps=False)
-            total = time.perf_counter() - start
-            results[name]["total"].append(steps / total)
-            results[name]["train"].append(steps / timer.seconds)
-            env.close()
-            print(f"repeat {repeat} {name:9s} {steps / total:8.1f} steps/s (train only {steps / timer.seconds:8.1f})")
-    return {name: {kind: statistics.median(values) for kind, values in runs.items()} for name, runs in results.items()}
+            if (repeat, name) in done:
+                continue
+            row = measure(name, repeat, config)
+            rows.append(row)
+            if csv_path:
+                append_csv(csv_path, row)
+            speeds = f"{row['steps_per_second']:8.1f} steps/s (train only {row['train_steps_per_second']:8.1f})"
+            print(f"repeat {repeat} {name:9s} {speeds}")
+    results: dict[str, dict[str, list[float]]] = {name: {"total": [], "train": []} for name in names}
+    for row in rows:
+        if row["algo"] in results and int(row["repeat"]) < config["repeats"]:
+            results[row["algo"]]["total"].append(float(row["steps_per_second"]))
+            results[row["algo"]]["train"].append(float(row["train_steps_per_second"]))
+    return {
+        name: {kind: statistics.median(values) for kind, values in runs.items()}
+        for name, runs in results.items()
+        if runs["total"]
+    }
 
 
 def report(medians: dict[str, dict[str, float]], baseline: str = "ppo") -> str:
+    """The markdown table of the medians and of the time of each algorithm relative to ``baseline``."""
     lines = [
         "| algorithm | steps/s (learn) | time vs PPO (learn) | steps/s (train only) | time vs PPO (train only) |",
         "|---|---|---|---|---|",
@@ -159,50 +169,112 @@ def report(medians: dict[str, dict[str, float]], baseline: str = "ppo") -> str:
         else:
             ratios = f"- | {value['train']:.1f} | -"
         lines.append(f"| {name} | {value['total']:.1f} | {ratios} |")
+    if {"ppo", "ppo_ewma"} <= medians.keys() and {"ppg", "ppg_ewma"} <= medians.keys():
+        ppo = medians["ppo"]["total"] / medians["ppo_ewma"]["total"]
+        ppg = medians["ppg"]["total"] / medians["ppg_ewma"]["total"]
+        overheads = f"PPO-EWMA / PPO {ppo:.3f} ({(ppo - 1) * 100:+.1f}%), PPG-EWMA / PPG {ppg:.3f} ({(ppg - 1) * 100:+.1f}%)"
+        lines += ["", f"EWMA overhead (time of learn): {overheads}"]
     return "\n".join(lines)
 
 
-def parse_args(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
-    parser.add_argument("--algos", default="ppo,ppo_ewma", help="comma-separated: ppo, ppo_ewma, ppg, ppg_ewma")
-    parser.add_argument("--env", default=None, help="'fake-image' or a Procgen '<game>-<easy|hard>' (default: starpilot-easy)")
+def plot(medians: dict[str, dict[str, float]], path: Path) -> str:
+    """Bars of the median steps per second (learn and train only); returns the markdown image."""
+    from benchmarks.report import ALGORITHM_LABELS, new_figure, save_figure
+
+    figure, axes = new_figure(1, 2, width=4.8)
+    names = list(medians)
+    for ax, kind, title in zip(axes[0], ("total", "train"), ("learn (rollouts + training)", "training only")):
+        ax.bar([ALGORITHM_LABELS.get(name, name) for name in names], [medians[name][kind] for name in names])
+        ax.set_title(f"environment steps per second: {title}", fontsize=9)
+        ax.tick_params(axis="x", labelsize=8)
+        ax.grid(alpha=0.3, axis="y")
+    return save_figure(figure, path)
+
+
+def write_results(config: dict[str, Any], medians: dict[str, dict[str, float]], out_dir: Path, command: str) -> Path:
+    """``results.md`` and ``throughput.png`` in ``out_dir``."""
+    settings = ", ".join(f"{key}={config[key]}" for key in (*CONFIG_KEYS, "repeats"))
+    lines = [
+        "# Throughput: SB3 PPO, PPO-EWMA, PPG, PPG-EWMA",
+        "",
+        (__doc__ or "").strip().split("\n\n")[1],
+        "",
+        f"- command: `{command}`",
+        f"- settings: {settings}",
+        f"- written {time.strftime('%Y-%m-%d %H:%M')}; medians over {config['repeats']} repeat(s)",
+        "",
+        report(medians),
+        "",
+        plot(medians, out_dir / f"{NAME}.png") if medians else "",
+        "",
+    ]
+    path = out_dir / "results.md"
+    path.write_text("\n".join(lines))
+    print(f"report: {path}")
+    return path
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = base_parser(__doc__ or "")
+    parser.add_argument("--algos", default=",".join(ALGORITHMS), help="comma-separated: ppo, ppo_ewma, ppg, ppg_ewma")
+    parser.add_argument("--env", default=None, help="an env id, 'fake-image' or a Procgen '<game>-<easy|hard>'")
     parser.add_argument("--n-envs", type=int)
     parser.add_argument("--n-steps", type=int)
     parser.add_argument("--n-minibatches", type=int)
-    parser.add_argument("--n-epochs", type=int, default=3)
+    parser.add_argument("--n-epochs", type=int, default=3, help="PPO's epochs (PPG: 1 policy epoch)")
     parser.add_argument("--iterations", type=int)
     parser.add_argument("--repeats", type=int)
-    parser.add_argument("--features", choices=["impala", "nature"])
-    parser.add_argument("--device", default=None, help="default: cuda for the gpu preset, else cpu")
+    parser.add_argument("--features", choices=NETWORKS)
+    parser.add_argument("--threads", type=int, help="torch threads (default: 1 on the cpu presets, 4 on the GPU ones)")
+    parser.add_argument("--device", default=None, help="default: cuda for the gpu and paper presets, else cpu")
     parser.add_argument("--json", help="also write the medians to this file")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """The configuration of a measurement: the preset's, with the options given."""
+    args = _parser().parse_args(argv)
     config = dict(PRESETS[args.preset])
-    for key in ("n_envs", "n_steps", "n_minibatches", "iterations", "repeats", "features"):
+    for key in ("n_envs", "n_steps", "n_minibatches", "iterations", "repeats", "features", "threads"):
         if getattr(args, key) is not None:
             config[key] = getattr(args, key)
     config["n_epochs"] = args.n_epochs
     config["algos"] = [name.strip() for name in args.algos.split(",") if name.strip()]
-    config["device"] = args.device or ("cuda" if args.preset == "gpu" else "cpu")
-    config["env"] = args.env or _default_env()
+    config["device"] = args.device or ("cuda" if args.preset in ("gpu", "paper") else "cpu")
+    config["env"] = _env_id(args.env, config.pop("mode"))
     config["json"] = args.json
+    config["out_dir"] = Path(args.out) / NAME / args.preset
     return config
 
 
-def _default_env() -> str:
-    try:
-        import procgen  # noqa: F401
+def _env_id(env: str | None, mode: str) -> str:
+    """The environment id: ``procgen-<game>-<mode>`` for a Procgen ``<game>-<mode>``; by default starpilot if procgen
+    is installed, else ``fake-image``."""
+    if env is None:
+        try:
+            import procgen  # noqa: F401
 
-        return "starpilot-easy"
-    except ImportError:
-        return "fake-image"
+            return f"procgen-starpilot-{mode}"
+        except ImportError:
+            return "fake-image"
+    game, _, game_mode = env.partition("-")
+    from sb3_ewma.envs import PROCGEN_GAMES
+
+    if game in PROCGEN_GAMES and game_mode in ("", "easy", "hard"):
+        return f"procgen-{game}-{game_mode or mode}"
+    return env
 
 
-def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
+def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
+    """Command line entry point; returns the medians."""
     config = parse_args(argv)
+    out_dir = config.pop("out_dir")
+    out_dir.mkdir(parents=True, exist_ok=True)
     print("settings:", {key: value for key, value in config.items() if key != "json"})
-    medians = run(config)
+    medians = run(config, out_dir / "measurements.csv")
     print(report(medians))
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    write_results(config, medians, out_dir, " ".join(["python -m benchmarks.throughput", *arguments]))
     if config["json"]:
         with open(config["json"], "w") as file:
             json.dump({"config": config, "medians": medians}, file, indent=2)

@@ -1,0 +1,226 @@
+"""The benchmarks: every experiment's smoke preset end to end, resuming, pausing at a deadline, the presets' runs."""
+
+import csv
+import importlib
+import itertools
+import math
+import pickle
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `benchmarks` is a directory of the repository, not an installed package
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import batch_size_invariance, common, ewma_comparison, runner, staleness, throughput  # noqa: E402
+from benchmarks.settings import SETTINGS, Scale, run_spec  # noqa: E402
+
+EXPERIMENTS = {module.NAME: module for module in (ewma_comparison, batch_size_invariance, staleness)}
+
+
+def read(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as file:
+        return list(csv.DictReader(file))
+
+
+def check_outputs(out_dir: Path, name: str) -> None:
+    assert (out_dir / f"{name}.png").stat().st_size > 0
+    text = (out_dir / "results.md").read_text()
+    assert f"![{name}]({name}.png)" in text and "| " in text
+
+
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
+def test_smoke_preset_end_to_end_then_resume(name, tmp_path, capsys):
+    module = EXPERIMENTS[name]
+    # the staleness experiment goes through the process pool, the others run in this process
+    workers = "2" if name == "staleness" else "1"
+    out_dir = module.main(["--preset", "smoke", "--out", str(tmp_path), "--workers", workers])
+    assert out_dir == tmp_path / name / "smoke"
+    specs = module.build_specs("smoke", {})
+    manifest = read(out_dir / "manifest.csv")
+    assert sorted(row["run_id"] for row in manifest) == sorted(spec.run_id for spec in specs)
+    evaluations = read(out_dir / "evaluations.csv")
+    assert len(evaluations) == sum(spec.total_timesteps // spec.eval_every for spec in specs)
+    for row in evaluations:
+        assert {"algo", "variant", "seed", "n_envs", "timesteps", "mean_return", "wall_time"} <= row.keys()
+    check_outputs(out_dir, name)
+
+    # resume: everything finished is skipped, nothing is trained again
+    before = {path.name: path.stat().st_mtime_ns for path in (out_dir / "runs").iterdir()}
+    capsys.readouterr()
+    module.main(["--preset", "smoke", "--out", str(tmp_path), "--workers", "1"])
+    assert f"{len(specs)} already finished, 0 to run" in capsys.readouterr().out
+    assert {path.name: path.stat().st_mtime_ns for path in (out_dir / "runs").iterdir()} == before
+    assert len(read(out_dir / "manifest.csv")) == len(specs)
+
+    # runs whose settings changed are not taken as finished
+    module.main(["--preset", "smoke", "--out", str(tmp_path), "--timesteps", "128", "--list"])
+    assert capsys.readouterr().out.count("todo  ") == len(specs)
+
+    if name == "batch_size_invariance":
+        text = (out_dir / "results.md").read_text()
+        assert all(label in text for label in module.VARIANTS.values())
+        assert "spread (max - min)" in text and "aux phases (planned / done)" in text
+        # the reference run stands for the three ablations at the reference batch size
+        assert "| ppg_ewma | 4 | 0.0005 | 16 | auto (minibatches per epoch) | 1 | 2 | 2 / 2 |" in text
+
+
+def test_throughput_smoke_then_resume(tmp_path, capsys):
+    medians = throughput.main(["--preset", "smoke", "--out", str(tmp_path), "--algos", "ppo,ppo_ewma,ppg,ppg_ewma"])
+    assert set(medians) == {"ppo", "ppo_ewma", "ppg", "ppg_ewma"}
+    out_dir = tmp_path / "throughput" / "smoke"
+    assert len(read(out_dir / "measurements.csv")) == 4
+    check_outputs(out_dir, "throughput")
+    assert "EWMA overhead (time of learn)" in (out_dir / "results.md").read_text()
+    capsys.readouterr()
+    assert throughput.main(["--preset", "smoke", "--out", str(tmp_path)]) == medians
+    assert "4 measurement(s) already made" in capsys.readouterr().out
+    assert len(read(out_dir / "measurements.csv")) == 4
+
+
+def _tiny_spec(algo: str, env: str = "MinAtar/Breakout-v1", network: str = "mlp", **hyperparams) -> common.RunSpec:
+    setting = SETTINGS["smoke"]
+    if env != "MinAtar/Breakout-v1":
+        from dataclasses import replace
+
+        setting = replace(setting, envs=(env,), network=network, n_envs=2, common=dict(setting.common, policy_kwargs={}))
+    params = setting.hyperparams(algo)
+    params.update(hyperparams)
+    return run_spec(
+        "pause_test",
+        setting,
+        Scale(timesteps=8 * setting.iteration_size, eval_every=setting.iteration_size, seeds=1),
+        env,
+        algo,
+        0,
+        hyperparams=params,
+    )
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        _tiny_spec("ppg_ewma"),  # pauses only between phases (its auxiliary buffer is not saved)
+        _tiny_spec("ppo_ewma", ewma_decay=None, staleness=2, staleness_mode="decoupled"),  # the stale rollouts are saved
+        _tiny_spec("ppo", env="procgen-starpilot-easy", network="nature"),  # reward normalization statistics are saved
+    ],
+    ids=["ppg_ewma", "staleness", "procgen"],
+)
+def test_pause_at_deadline_and_resume(spec, tmp_path, monkeypatch):
+    # the clock allows the run to start, then says the deadline has passed: the run pauses at its first safe point
+    clock = itertools.chain([0.0], itertools.repeat(100.0))
+    monkeypatch.setattr(common, "clock", lambda: next(clock))
+    outcome = runner.execute(spec, tmp_path, deadline=1.0)
+    assert outcome["status"] == "paused"
+    checkpoint = tmp_path / "checkpoints" / spec.run_id
+    assert (checkpoint / "model.zip").exists() and (tmp_path / "checkpoints" / ".gitignore").exists()
+    paused_at = outcome["timesteps"]
+    expected = 2 * spec.iteration_size if spec.algo == "ppg_ewma" else spec.iteration_size  # PPG: N_pi = 2
+    assert paused_at == expected
+    if spec.algo == "ppo_ewma":
+        with open(checkpoint / "stale_buffers.pkl", "rb") as file:
+            assert len(pickle.load(file)) == 1  # one collected rollout waiting (staleness 2, after 1 iteration)
+    if spec.env.startswith("procgen"):
+        assert (checkpoint / "vecnormalize.pkl").exists()
+
+    # an invocation killed after it resumed left evaluations beyond the checkpoint: they are dropped
+    run_csv = tmp_path / "runs" / f"{spec.run_id}.csv"
+    common.append_csv(run_csv, {**read(run_csv)[-1], "timesteps": paused_at + spec.eval_every})
+
+    monkeypatch.setattr(common, "clock", lambda: 0.0)
+    outcome = runner.execute(spec, tmp_path, deadline=None)
+    assert outcome["status"] == "finished"
+    assert not checkpoint.exists()
+    rows = read(tmp_path / "runs" / f"{spec.run_id}.csv")
+    steps = [int(row["timesteps"]) for row in rows]
+    assert steps == list(range(spec.eval_every, spec.total_timesteps + 1, spec.eval_every))
+    wall = [float(row["wall_time"]) for row in rows]
+    assert wall == sorted(wall)
+    if spec.algo == "ppg_ewma":
+        assert rows[-1]["aux_phases"] == "4"
+    assert outcome["manifest"]["timesteps"] == spec.total_timesteps
+
+
+def test_deadline_skips_runs_not_started(tmp_path, monkeypatch):
+    monkeypatch.setattr(common, "clock", lambda: 100.0)
+    assert runner.execute(_tiny_spec("ppo"), tmp_path, deadline=1.0)["status"] == "skipped"
+
+
+def test_chunks_partition_the_runs():
+    specs = ewma_comparison.build_specs("cpu", {})
+    chunks = [common.select_chunk(specs, f"{index}/3") for index in (1, 2, 3)]
+    assert sorted(spec.run_id for chunk in chunks for spec in chunk) == sorted(spec.run_id for spec in specs)
+    with pytest.raises(ValueError):
+        common.select_chunk(specs, "4/3")
+
+
+@pytest.mark.parametrize("preset", common.PRESETS)
+def test_presets_build_consistent_runs(preset):
+    for module in (ewma_comparison, batch_size_invariance, staleness):
+        specs = module.build_specs(preset, {})
+        assert len({spec.run_id for spec in specs}) == len(specs)
+        # one evaluation grid per experiment, so that curves of different batch sizes line up
+        assert len({spec.eval_every for spec in specs}) == 1
+        for spec in specs:
+            assert spec.total_timesteps % spec.eval_every == 0 or spec.total_timesteps % spec.iteration_size == 0
+            importlib.import_module("benchmarks.envs").policy_for(spec.network)
+    assert len(ewma_comparison.build_specs(preset, {})) >= 4 * (2 if preset == "smoke" else 3)
+
+
+def test_batch_size_invariance_rescaling_and_ablations():
+    specs = {(spec.variant, spec.n_envs, spec.seed): spec for spec in batch_size_invariance.build_specs("cpu", {})}
+    reference = specs[("ppg_ewma", 64, 0)]
+    assert reference.aliases == ("no_lr", "no_ewma", "no_adv")
+    assert reference.hyperparams["advantage_normalization"] == "ewma" and reference.hyperparams["n_epochs"] == 1
+    full = specs[("ppg_ewma", 1, 0)].hyperparams
+    assert math.isclose(full["learning_rate"], reference.hyperparams["learning_rate"] / 8)
+    assert full["batch_size"] == reference.hyperparams["batch_size"] // 64
+    assert full["n_policy_iterations"] == 64 * reference.hyperparams["n_policy_iterations"]
+    assert math.isclose(full["ewma_decay"], 512 / 513)  # center of mass 8 minibatches * 64
+    assert full["aux_learning_rate"] == reference.hyperparams["learning_rate"]  # the auxiliary phase is unchanged
+    assert specs[("no_lr", 1, 0)].hyperparams["learning_rate"] == reference.hyperparams["learning_rate"]
+    assert "ewma_decay" not in specs[("no_ewma", 1, 0)].hyperparams  # "auto": 8 minibatches at every batch size
+    assert specs[("no_adv", 1, 0)].hyperparams["advantage_ewma_decay"] == 0.0
+    ppg = specs[("ppg", 1, 0)]
+    assert ppg.algo == "ppg" and ppg.hyperparams["ewma_decay"] is None
+    assert math.isclose(ppg.hyperparams["learning_rate"], full["learning_rate"])
+    for spec in specs.values():
+        # several auxiliary phases in every run, whatever the batch size
+        phase = spec.hyperparams["n_policy_iterations"] * spec.iteration_size
+        assert spec.total_timesteps // phase >= 5
+        assert phase % spec.hyperparams["aux_batch_size"] == 0
+
+
+def test_staleness_runs():
+    specs = staleness.build_specs("cpu", {})
+    shared = [spec for spec in specs if spec.labels["staleness"] == 0]
+    assert all(spec.aliases == ("behavior", "proximal") for spec in shared)
+    for spec in specs:
+        assert spec.algo == "ppo_ewma" and spec.hyperparams["ewma_decay"] is None
+        assert spec.hyperparams["imp_samp_max"] == 100.0
+        assert spec.hyperparams["staleness"] == spec.labels["staleness"]
+        assert spec.hyperparams["staleness_mode"] == spec.variant
+    assert {spec.labels["staleness"] for spec in specs} == {0, 1, 2, 4, 8}
+    assert len(specs) == 3 * (1 + 3 * 4)
+
+
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
+def test_report_of_several_procgen_games(name, tmp_path):
+    """The gpu preset's report (not run here): made-up finished runs on two games give a normalized-return panel."""
+    from benchmarks.report import ALL_GAMES, write_report
+
+    module = EXPERIMENTS[name]
+    overrides = {"timesteps": 2**19, "envs": ("procgen-starpilot-easy", "procgen-bigfish-easy")}
+    specs = module.build_specs("gpu", overrides)
+    manifest = common.Manifest(tmp_path / "manifest.csv")
+    for number, spec in enumerate(specs):
+        for timesteps in range(spec.eval_every, spec.total_timesteps + 1, spec.eval_every):
+            row = {**spec.columns(), "timesteps": timesteps, "mean_return": number % 7 + timesteps / 2**19, "episodes": 3}
+            common.append_csv(tmp_path / "runs" / f"{spec.run_id}.csv", {**row, "wall_time": 1.0})
+        manifest.add({"run_id": spec.run_id, "spec_hash": spec.spec_hash, "wall_time": 1.0})
+    text = write_report(module.EXPERIMENT, specs, tmp_path, command="test").read_text()
+    assert f"### {ALL_GAMES}" in text and "### starpilot-easy" in text and "### bigfish-easy" in text
+    assert f"runs finished: {len(specs)} of {len(specs)}" in text
+    check_outputs(tmp_path, name)

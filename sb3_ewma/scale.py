@@ -605,6 +605,12 @@ def _scale(
     reference_batch_size = _scale_batch_size(scaled, defaults, c, log)
     if is_ppg:
         _scale_policy_iterations(scaled, defaults, c, log)
+        if scaled.get("aux_batch_size") is None:
+            # PPG's default auxiliary minibatch is batch_size, which just changed: keep the reference one
+            scaled["aux_batch_size"] = reference_batch_size
+            log.lines.append(
+                f"aux_batch_size: None -> {reference_batch_size} (the reference batch_size: auxiliary phase unchanged)"
+            )
     if scale_adam_betas:
         _scale_betas(scaled, 1.0 / float(c), log)
     _scale_learning_rates(scaled, defaults, c, is_ppg, rule, description, scale_aux_learning_rate, log)

@@ -652,3 +652,11 @@ def test_logged_keys():
     assert phases == [(0, 1), (0, 2), (1, 1)]
     aux_dumps = [d for d in dumps.dumps if "aux/n_updates" in d]
     assert len(aux_dumps) == 1 and aux_dumps[0]["aux/n_updates"] == 2 * ROLLOUT // 16
+
+
+@pytest.mark.parametrize("arch, expected_updates", [("dual", 2), ("detach", 2), ("shared", 4)])
+def test_ewma_follows_every_step_that_moves_the_policy(arch, expected_updates):
+    # one policy epoch and two value epochs of 2 minibatches: value-only steps move the policy only with a shared trunk
+    model = make_model(arch=arch, n_epochs=1, n_value_epochs=2, n_policy_iterations=4)
+    model.learn(ROLLOUT)
+    assert model.proximal_ewma.n_updates == expected_updates

@@ -304,3 +304,30 @@ def test_staleness_modes_without_ewma(mode):
     if model.proximal_ewma is not None:
         # a snapshot of the policy at the start of each training iteration, never averaged
         assert len(snapshots) == 2 and model.proximal_ewma.n_updates == 0
+
+
+def test_load_sb3_ppo_file_keeps_its_advantage_options(tmp_path):
+    PPO("MlpPolicy", "CartPole-v1", normalize_advantage=False, **SMALL).learn(32).save(tmp_path / "ppo.zip")
+    with pytest.warns(UserWarning, match="starts its EWMA"):
+        model = PPO_EWMA.load(tmp_path / "ppo.zip", env=make_vec_env("CartPole-v1"), device="cpu")
+    assert model.normalize_advantage is False and model.advantage_normalizer.enabled is False
+    advantages = th.tensor([1.0, 5.0, 9.0])
+    assert th.equal(model.advantage_normalizer.minibatch(advantages), advantages)
+
+
+def test_load_with_the_ewma_turned_off_ignores_the_saved_proximal_policy(tmp_path):
+    PPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL).learn(32).save(tmp_path / "ewma.zip")
+    with pytest.warns(UserWarning, match="has no proximal policy"):
+        model = PPO_EWMA.load(tmp_path / "ewma.zip", env=make_vec_env("CartPole-v1"), device="cpu", ewma_decay=None)
+    assert model.proximal_ewma is None
+    model.learn(32)
+
+
+def test_behavior_mode_never_uses_the_ewma(tmp_path):
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", staleness_mode="behavior", kl_coef=1.0, kl_estimator="exact", **SMALL)
+    # the exact KL needs a network, which is a per-iteration snapshot (the behavior policy), not an EWMA
+    assert model.proximal_decay is None and model.proximal_ewma is not None
+    model.set_logger(configure(str(tmp_path), ["csv"]))
+    model.learn(64)
+    assert model.proximal_ewma.n_updates == 0
+    assert not read_progress(tmp_path)[-1].get("train/ewma_center_of_mass")

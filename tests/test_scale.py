@@ -433,3 +433,13 @@ def test_cli_errors(tmp_path, capsys):
         assert yaml.safe_load(captured.out) == {"Pendulum-v1": scale_hyperparams(entry, 1, algo="ppo_ewma")}
     n_epochs = algorithm_defaults("ppo_ewma")["n_epochs"]
     assert (f"warning: n_epochs={n_epochs} (default)" in captured.err) == (n_epochs != 1)
+
+
+def test_ppg_default_aux_batch_size_is_kept():
+    # PPG's aux_batch_size defaults to batch_size; the auxiliary phase must not change when batch_size does
+    reference = {"n_envs": 64, "n_steps": 256, "batch_size": 2048, "learning_rate": 5e-4}
+    scaled = scale_hyperparams(reference, 16, algo="ppg_ewma")
+    assert scaled["batch_size"] == 2048 // 4  # c = 64 / 16
+    assert scaled["aux_batch_size"] == 2048
+    explicit = scale_hyperparams({**reference, "aux_batch_size": 1024}, 16, algo="ppg_ewma")
+    assert explicit["aux_batch_size"] == 1024

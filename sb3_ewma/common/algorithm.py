@@ -62,6 +62,18 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
         """Whether the policy loss needs whole distributions (the exact KL penalty), not only log-probabilities."""
         return self.kl_coef > 0 and self.kl_estimator == "exact"
 
+    def _setup_advantage_normalizer(self) -> None:
+        """
+        Apply the current advantage options to the normalizer. It is created in ``__init__`` so that ``load`` restores
+        its saved moments; the options come from the attributes, which ``load`` may have changed (or, for a file saved
+        by SB3's PPO, restored without any normalizer).
+        """
+        self.advantage_normalizer.configure(
+            self.normalize_advantage,  # type: ignore[attr-defined]
+            self.advantage_normalization,  # type: ignore[attr-defined]
+            self.advantage_ewma_decay,  # type: ignore[attr-defined]
+        )
+
     def _setup_proximal_policy(
         self, staleness: int = 0, staleness_mode: str = "decoupled", include: Callable[[str], bool] = is_policy_parameter
     ) -> None:
@@ -69,7 +81,9 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
         Resolve the EWMA decay and build the proximal network when one is needed: the EWMA, or without it a
         snapshot of the policy taken at the start of each iteration (with fresh data, the behavior policy).
         """
-        self.proximal_decay = resolve_ewma_decay(self.ewma_decay, self.minibatches_per_epoch)
+        # with the behavior policy as the proximal policy there is no EWMA (at most a snapshot, for the exact KL)
+        ewma_decay = None if staleness_mode == "behavior" else self.ewma_decay
+        self.proximal_decay = resolve_ewma_decay(ewma_decay, self.minibatches_per_epoch)
         self.proximal_ewma = None
         if uses_proximal_network(self.proximal_decay, staleness, staleness_mode, self._needs_distributions):
             self.proximal_ewma = make_proximal_ewma(self.policy, self._build_policy, self.proximal_decay or 0.0, include)
@@ -146,5 +160,5 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
                 self.logger.record(f"train/{key}", stats[key])  # type: ignore[attr-defined]
         for key, value in self.advantage_normalizer.stats().items():
             self.logger.record(f"train/{key}", value)  # type: ignore[attr-defined]
-        if self.proximal_decay is not None:
+        if self._uses_ewma:
             self.logger.record("train/ewma_center_of_mass", center_of_mass_from_ewma_decay(self.proximal_decay))  # type: ignore[attr-defined]

@@ -167,11 +167,16 @@ class AdvantageNormalizer:
     """
 
     def __init__(self, enabled: bool = True, mode: str = "minibatch", decay: float = 0.0) -> None:
-        self.enabled = enabled
-        self.mode = mode
         self.moments = EWMAMoments(decay)
+        self.configure(enabled, mode, decay)
         self.iteration_means: list[float | th.Tensor] = []
         self.iteration_stds: list[float | th.Tensor] = []
+
+    def configure(self, enabled: bool, mode: str, decay: float) -> None:
+        """Set the options, keeping the moments accumulated so far (e.g. after ``load`` with other settings)."""
+        self.enabled = enabled
+        self.mode = mode
+        self.moments.decay = float(decay)
 
     def start_iteration(self, advantages: np.ndarray) -> np.ndarray:
         """Called once per iteration with all its advantages; returns them, normalized in ``"ewma"`` mode."""

@@ -53,7 +53,8 @@ def decoupled_policy_loss(
         return unclipped.mean()
     log_ratio = log_prob - proximal_log_prob
     clipped_log_ratio = th.clamp(log_ratio, math.log(1 - clip_range), math.log(1 + clip_range))
-    clipped = -advantages * th.exp(clipped_log_ratio + proximal_log_prob - behavior_log_prob)
+    # (proximal - behavior) first: exactly 0 when the proximal policy is the behavior policy, so this is PPO's term
+    clipped = -advantages * th.exp(clipped_log_ratio + (proximal_log_prob - behavior_log_prob))
     return th.maximum(unclipped, clipped).mean()
 
 

@@ -87,4 +87,8 @@ class ProximalSaveMixin:
         if self.proximal_ewma is not None and "proximal_ewma" not in params and "policy" in params:
             warn_missing_proximal(type(self).__name__)
             params = {**params, "proximal_ewma": self.proximal_ewma.state_dict_from_source(params["policy"])}
+        elif self.proximal_ewma is None and "proximal_ewma" in params:
+            # e.g. a PPO_EWMA file loaded with ewma_decay=None: this model has no proximal network to fill
+            warnings.warn(f"{type(self).__name__} has no proximal policy: the saved one is ignored", UserWarning, stacklevel=2)
+            params = {name: value for name, value in params.items() if name != "proximal_ewma"}
         super().set_parameters(params, exact_match=exact_match, device=device)  # type: ignore[misc]

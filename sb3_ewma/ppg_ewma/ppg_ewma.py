@@ -372,6 +372,7 @@ class PPG_EWMA(DecoupledAlgorithmMixin, OnPolicyAlgorithm):
                     f"{self.aux_buffer.nbytes / 1e9:.2f} GB of host memory (+ pi_old)"
                 )
 
+        self._setup_advantage_normalizer()
         self._setup_proximal_policy(include=is_ppg_policy_parameter)
 
     def _excluded_save_params(self) -> list[str]:
@@ -469,7 +470,8 @@ class PPG_EWMA(DecoupledAlgorithmMixin, OnPolicyAlgorithm):
                 # Clip grad norm
                 th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
                 self.policy.optimizer.step()
-                if train_policy:
+                if train_policy or self.arch == "shared":
+                    # (with a shared trunk, value-only steps move the policy too)
                     self._update_proximal_policy()
             self._n_updates += 1
 

@@ -34,7 +34,8 @@ class PPO_EWMA(DecoupledAlgorithmMixin, PPO):
     (see :func:`sb3_ewma.scale_hyperparams`) and robust to stale data.
 
     A drop-in replacement for SB3's ``PPO``: same arguments with the same defaults and meaning, then the new ones.
-    With ``ewma_decay=None`` (and no staleness) it is exactly SB3's PPO.
+    With ``ewma_decay=None`` (and no staleness) it is SB3's PPO, up to the importance-sampling cap ``imp_samp_max``
+    (which only acts on samples whose ratio ``pi / pi_behav`` exceeds it; ``imp_samp_max=0`` removes it).
 
     :param policy: The policy model to use (MlpPolicy, CnnPolicy, ...)
     :param env: The environment to learn from (if registered in Gym, can be str)
@@ -199,6 +200,7 @@ class PPO_EWMA(DecoupledAlgorithmMixin, PPO):
         # PPO._setup_model without its clip_range handling, which cannot take clip_range=None
         OnPolicyAlgorithm._setup_model(self)
         self._setup_clip_schedules()
+        self._setup_advantage_normalizer()
         self._setup_proximal_policy(self.staleness, self.staleness_mode)
         self._stale_buffers: deque[RolloutBuffer] = deque()
 

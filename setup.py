@@ -10,9 +10,19 @@ with open(os.path.join(os.path.dirname(__file__), "README.md"), encoding="utf-8"
 
 extras = {
     # procgen-mirror ships the `procgen` module with a wheel for Python 3.11 (the `procgen` distribution has none).
-    "procgen": ["procgen-mirror>=0.10.7"],
-    # rl_zoo3's enjoy imports `requests` without declaring it; box2d for the LunarLander entries
-    "zoo": ["rl_zoo3>=2.9,<3", "sb3-contrib>=2.9,<3", "optuna", "requests", "gymnasium[box2d]"],
+    # procgen-mirror needs gym3, which pins imageio-ffmpeg<0.4; that version imports pkg_resources, which setuptools
+    # removed in 81: without the cap, video recording (moviepy) fails to import
+    "procgen": ["procgen-mirror>=0.10.7", "setuptools<81"],
+    # rl_zoo3's enjoy imports `requests` without declaring it; box2d for the LunarLander entries; SB3's extra
+    # (ale-py, opencv) for the atari entries
+    "zoo": [
+        "rl_zoo3>=2.9,<3",
+        "sb3-contrib>=2.9,<3",
+        "stable-baselines3[extra]>=2.9,<3",
+        "optuna",
+        "requests",
+        "gymnasium[box2d]",
+    ],
     "plots": ["matplotlib", "pandas"],
     "tests": ["pytest", "ruff", "black", "mypy", "tensorboard", "tqdm", "rich", "minatar>=1.0.15"],
 }

@@ -67,8 +67,9 @@ def test_improves_on_pendulum(algorithm):
     eval_env = VecNormalize(make_vec_env("Pendulum-v1", n_envs=1, seed=100), training=False, norm_reward=False)
     eval_env.obs_rms = env.obs_rms
     initial_return, _ = evaluate_policy(model, eval_env, n_eval_episodes=10, deterministic=True)
-    model.learn(70_000)
+    model.learn(100_000)
     eval_env.obs_rms = env.obs_rms
     mean_return, _ = evaluate_policy(model, eval_env, n_eval_episodes=20, deterministic=True)
-    assert initial_return < -900
-    assert mean_return > -700
+    assert initial_return < -1000  # a random policy
+    # "clearly better": at this budget the final return varies between seeds by several hundred
+    assert mean_return > -900 and mean_return - initial_return > 300

@@ -1,19 +1,18 @@
 """
-Slow learning tests of PPG and PPG_EWMA on CPU (each about 20-30 s on one core; seeds fixed, so deterministic).
+Slow learning tests on CPU (seeds fixed, so deterministic on a given machine; each 20-35 s on one core):
+PPO_EWMA, PPG and PPG_EWMA solve CartPole-v1 and clearly improve on Pendulum-v1 (continuous actions, gSDE).
 
-The settings are tuned for a small budget, not the paper's Procgen defaults: short phases (``N_pi = 8``), several
-policy and value epochs per iteration (``E_pi = E_V = 10``) and 3 auxiliary epochs.
+CartPole uses rl-zoo3's tuned PPO settings (PPO_EWMA is a drop-in for PPO). PPG's settings are tuned for a small
+budget, not the paper's Procgen defaults: short phases (``N_pi = 8``), several policy and value epochs per iteration
+(``E_pi = E_V = 10``) and 3 auxiliary epochs.
 """
 
 import pytest
-import torch as th
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import VecNormalize
 
-from sb3_ewma.ppg_ewma import PPG, PPG_EWMA
-
-th.set_num_threads(1)
+from sb3_ewma import PPG, PPG_EWMA, PPO_EWMA
 
 pytestmark = pytest.mark.slow
 
@@ -21,13 +20,15 @@ PHASES = dict(n_policy_iterations=8, n_epochs=10, n_value_epochs=10, n_aux_epoch
 
 
 def linear(initial: float):
-    return lambda progress_remaining: progress_remaining * initial
+    def schedule(progress_remaining: float) -> float:
+        return progress_remaining * initial
+
+    return schedule
 
 
-@pytest.mark.parametrize("algorithm", [PPG, PPG_EWMA])
-def test_solves_cartpole(algorithm):
+def cartpole_model(algorithm, **kwargs):
     env = make_vec_env("CartPole-v1", n_envs=8, seed=0)
-    model = algorithm(
+    return algorithm(
         "MlpPolicy",
         env,
         n_steps=32,
@@ -38,8 +39,21 @@ def test_solves_cartpole(algorithm):
         clip_range=linear(0.2),
         seed=0,
         device="cpu",
-        **PHASES,
+        **kwargs,
     )
+
+
+def test_ppo_ewma_solves_cartpole():
+    # EWMA with the default center of mass
+    model = cartpole_model(PPO_EWMA, n_epochs=20)
+    model.learn(100_000)
+    mean_return, _ = evaluate_policy(model, make_vec_env("CartPole-v1", n_envs=4, seed=100), n_eval_episodes=20)
+    assert mean_return >= 475
+
+
+@pytest.mark.parametrize("algorithm", [PPG, PPG_EWMA])
+def test_ppg_solves_cartpole(algorithm):
+    model = cartpole_model(algorithm, **PHASES)
     model.learn(100_000)
     assert model.n_aux_phases == 100_000 // (8 * 256)
     eval_env = make_vec_env("CartPole-v1", n_envs=1, seed=100)
@@ -47,8 +61,32 @@ def test_solves_cartpole(algorithm):
     assert mean_return >= 475
 
 
+def test_ppo_ewma_improves_on_pendulum():
+    env = make_vec_env("Pendulum-v1", n_envs=4, seed=0)
+    model = PPO_EWMA(
+        "MlpPolicy",
+        env,
+        n_steps=1024,
+        batch_size=64,
+        n_epochs=10,
+        gae_lambda=0.95,
+        gamma=0.9,
+        learning_rate=1e-3,
+        use_sde=True,
+        sde_sample_freq=4,
+        seed=0,
+        device="cpu",
+    )
+    eval_env = make_vec_env("Pendulum-v1", n_envs=4, seed=100)
+    before, _ = evaluate_policy(model, eval_env, n_eval_episodes=8)
+    model.learn(61_440)
+    after, _ = evaluate_policy(model, eval_env, n_eval_episodes=8)
+    assert before < -1000  # a random policy
+    assert after > -900 and after - before > 400
+
+
 @pytest.mark.parametrize("algorithm", [PPG, PPG_EWMA])
-def test_improves_on_pendulum(algorithm):
+def test_ppg_improves_on_pendulum(algorithm):
     env = VecNormalize(make_vec_env("Pendulum-v1", n_envs=4, seed=0), gamma=0.9)
     model = algorithm(
         "MlpPolicy",

@@ -1,11 +1,12 @@
 """The parts of PPO_EWMA and PPG_EWMA that deal with the proximal policy and the decoupled objective."""
 
 from collections.abc import Callable
+from typing import Any
 
 import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.distributions import Distribution
-from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
+from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import RolloutBufferSamples
 from stable_baselines3.common.utils import FloatSchedule
 
@@ -24,7 +25,7 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
     """
 
     # set by the algorithm's constructor
-    policy: ActorCriticPolicy
+    policy: Any  # an ActorCriticPolicy
     ewma_decay: float | str | None
     kl_coef: float
     kl_estimator: str
@@ -35,12 +36,13 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
 
     def _setup_clip_schedules(self) -> None:
         """PPO's clip-range schedules, where ``clip_range=None`` means no clipping."""
-        if self.clip_range is not None:  # type: ignore[has-type]
-            self.clip_range = FloatSchedule(self.clip_range)  # type: ignore[has-type]
-        if self.clip_range_vf is not None:  # type: ignore[has-type]
-            if isinstance(self.clip_range_vf, (float, int)):  # type: ignore[has-type]
-                assert self.clip_range_vf > 0, "`clip_range_vf` must be positive, pass `None` to deactivate vf clipping"
-            self.clip_range_vf = FloatSchedule(self.clip_range_vf)  # type: ignore[has-type]
+        for name in ("clip_range", "clip_range_vf"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if name == "clip_range_vf" and isinstance(value, (float, int)):
+                assert value > 0, "`clip_range_vf` must be positive, pass `None` to deactivate vf clipping"
+            setattr(self, name, FloatSchedule(value))
 
     def _build_policy(self) -> BasePolicy:
         """A new policy of the same structure as ``self.policy`` (for the proximal policy's copy)."""
@@ -160,5 +162,5 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
                 self.logger.record(f"train/{key}", stats[key])  # type: ignore[attr-defined]
         for key, value in self.advantage_normalizer.stats().items():
             self.logger.record(f"train/{key}", value)  # type: ignore[attr-defined]
-        if self._uses_ewma:
+        if self._uses_ewma and self.proximal_decay is not None:
             self.logger.record("train/ewma_center_of_mass", center_of_mass_from_ewma_decay(self.proximal_decay))  # type: ignore[attr-defined]

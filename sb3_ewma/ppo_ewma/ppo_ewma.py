@@ -247,7 +247,9 @@ class PPO_EWMA(DecoupledAlgorithmMixin, PPO):
         # Update optimizer learning rate
         self._update_learning_rate(self.policy.optimizer)
         # Compute current clip range
-        clip_range = self.clip_range(self._current_progress_remaining) if self.clip_range is not None else None
+        clip_range = None
+        if self.clip_range is not None:
+            clip_range = self.clip_range(self._current_progress_remaining)  # type: ignore[operator]
         # Optional: clip range for the value function
         if self.clip_range_vf is not None:
             clip_range_vf = self.clip_range_vf(self._current_progress_remaining)  # type: ignore[operator]

@@ -29,10 +29,33 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
     ewma_decay: float | str | None
     kl_coef: float
     kl_estimator: str
+    imp_samp_max: float
+    advantage_normalization: str
+    advantage_ewma_decay: float
     advantage_normalizer: AdvantageNormalizer
     # set by _setup_proximal_policy
     proximal_decay: float | None
     proximal_ewma: ParameterEWMA | None
+
+    def _set_decoupled_options(
+        self,
+        ewma_decay: float | str | None,
+        kl_coef: float,
+        kl_estimator: str,
+        imp_samp_max: float,
+        normalize_advantage: bool,
+        advantage_normalization: str,
+        advantage_ewma_decay: float,
+    ) -> None:
+        """Store the (already checked) options of the decoupled objective, from the algorithm's constructor."""
+        self.ewma_decay = ewma_decay
+        self.kl_coef = kl_coef
+        self.kl_estimator = kl_estimator
+        self.imp_samp_max = imp_samp_max
+        self.advantage_normalization = advantage_normalization
+        self.advantage_ewma_decay = advantage_ewma_decay
+        # created here, not in _setup_model, so that `load` restores the saved moments
+        self.advantage_normalizer = AdvantageNormalizer(normalize_advantage, advantage_normalization, advantage_ewma_decay)
 
     def _setup_clip_schedules(self) -> None:
         """PPO's clip-range schedules, where ``clip_range=None`` means no clipping."""

@@ -79,6 +79,15 @@ def _summed_kl(
     return total
 
 
+def policy_latents(policy: ActorCriticPolicy, obs: PyTorchObs) -> tuple[th.Tensor, th.Tensor]:
+    """The policy and value latents of an ``ActorCriticPolicy`` (as in its ``evaluate_actions``), in one pass."""
+    features = policy.extract_features(obs)
+    if policy.share_features_extractor:
+        return policy.mlp_extractor(features)
+    pi_features, vf_features = features
+    return policy.mlp_extractor.forward_actor(pi_features), policy.mlp_extractor.forward_critic(vf_features)
+
+
 def evaluate_actions_with_distribution(
     policy: ActorCriticPolicy, obs: PyTorchObs, actions: th.Tensor
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None, Distribution]:
@@ -88,13 +97,7 @@ def evaluate_actions_with_distribution(
 
     :return: values, log-probabilities of ``actions``, entropy (or None) and the distribution
     """
-    features = policy.extract_features(obs)
-    if policy.share_features_extractor:
-        latent_pi, latent_vf = policy.mlp_extractor(features)
-    else:
-        pi_features, vf_features = features
-        latent_pi = policy.mlp_extractor.forward_actor(pi_features)
-        latent_vf = policy.mlp_extractor.forward_critic(vf_features)
+    latent_pi, latent_vf = policy_latents(policy, obs)
     distribution = policy._get_action_dist_from_latent(latent_pi)
     log_prob = distribution.log_prob(actions)
     values = policy.value_net(latent_vf)

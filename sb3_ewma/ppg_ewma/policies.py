@@ -29,6 +29,7 @@ from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from stable_baselines3.common.utils import get_device
 from torch import nn
 
+from sb3_ewma.common.distributions import policy_latents
 from sb3_ewma.common.proximal import is_policy_parameter
 
 ARCHITECTURES = ("dual", "shared", "detach")
@@ -223,13 +224,7 @@ class PPGPolicy(ActorCriticPolicy):
         :param obs: Observation
         :return: the action distribution, the auxiliary value (head on the policy latent) and the value
         """
-        features = self.extract_features(obs)
-        if self.share_features_extractor:
-            latent_pi, latent_vf = self.mlp_extractor(features)
-        else:
-            pi_features, vf_features = features
-            latent_pi = self.mlp_extractor.forward_actor(pi_features)
-            latent_vf = self.mlp_extractor.forward_critic(vf_features)
+        latent_pi, latent_vf = policy_latents(self, obs)
         return self._get_action_dist_from_latent(latent_pi), self.aux_value_net(latent_pi), self.value_net(latent_vf)
 
     def predict_aux_values(self, obs: PyTorchObs) -> th.Tensor:

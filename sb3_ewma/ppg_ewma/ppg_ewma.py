@@ -18,7 +18,6 @@ from torch.nn import functional as F
 
 from sb3_ewma.common.algorithm import DecoupledAlgorithmMixin
 from sb3_ewma.common.decoupled import (
-    AdvantageNormalizer,
     DecoupledPolicyObjective,
     check_clip_range,
     check_decoupled_hyperparams,
@@ -261,12 +260,15 @@ class PPG_EWMA(DecoupledAlgorithmMixin, OnPolicyAlgorithm):
         self.clip_range_vf: float | Schedule | None = clip_range_vf
         self.normalize_advantage = normalize_advantage
         self.target_kl = target_kl
-        self.ewma_decay = ewma_decay
-        self.kl_coef = kl_coef
-        self.kl_estimator = kl_estimator
-        self.imp_samp_max = imp_samp_max
-        self.advantage_normalization = advantage_normalization
-        self.advantage_ewma_decay = advantage_ewma_decay
+        self._set_decoupled_options(
+            ewma_decay,
+            kl_coef,
+            kl_estimator,
+            imp_samp_max,
+            normalize_advantage,
+            advantage_normalization,
+            advantage_ewma_decay,
+        )
         self.n_policy_iterations = int(n_policy_iterations)
         self.n_aux_epochs = int(n_aux_epochs)
         self.beta_clone = float(beta_clone)
@@ -279,8 +281,6 @@ class PPG_EWMA(DecoupledAlgorithmMixin, OnPolicyAlgorithm):
         self.phase_iteration = 0  # policy iterations done in the current policy phase
         self.n_aux_phases = 0  # auxiliary phases done (fewer than the phases with n_aux_epochs=0)
         self._policy_phase_time = 0.0  # seconds of rollouts and updates in the current policy phase
-        # created here, not in _setup_model, so that `load` restores the saved moments
-        self.advantage_normalizer = AdvantageNormalizer(normalize_advantage, advantage_normalization, advantage_ewma_decay)
         if _init_setup_model:
             self._setup_model()
 

@@ -12,7 +12,6 @@ from torch.nn import functional as F
 
 from sb3_ewma.common.algorithm import DecoupledAlgorithmMixin
 from sb3_ewma.common.decoupled import (
-    AdvantageNormalizer,
     DecoupledPolicyObjective,
     check_clip_range,
     check_decoupled_hyperparams,
@@ -183,16 +182,17 @@ class PPO_EWMA(DecoupledAlgorithmMixin, PPO):
             device=device,
             _init_setup_model=False,
         )
-        self.ewma_decay = ewma_decay
-        self.kl_coef = kl_coef
-        self.kl_estimator = kl_estimator
-        self.imp_samp_max = imp_samp_max
-        self.advantage_normalization = advantage_normalization
-        self.advantage_ewma_decay = advantage_ewma_decay
+        self._set_decoupled_options(
+            ewma_decay,
+            kl_coef,
+            kl_estimator,
+            imp_samp_max,
+            normalize_advantage,
+            advantage_normalization,
+            advantage_ewma_decay,
+        )
         self.staleness = int(staleness)
         self.staleness_mode = staleness_mode
-        # created here, not in _setup_model, so that `load` restores the saved moments
-        self.advantage_normalizer = AdvantageNormalizer(normalize_advantage, advantage_normalization, advantage_ewma_decay)
         if _init_setup_model:
             self._setup_model()
 

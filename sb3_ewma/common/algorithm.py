@@ -178,6 +178,14 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
             approx_kl_div = th.mean((th.exp(log_ratio) - 1) - log_ratio)
         return policy_loss, entropy_loss, values.flatten(), approx_kl_div
 
+    def _apply_gradients(self, optimizer: th.optim.Optimizer) -> None:
+        """
+        After the loss's backward pass (gradients accumulated in ``.grad``): clip the gradient norm to
+        ``max_grad_norm`` and take the optimizer step. Every optimizer step of every phase goes through here.
+        """
+        th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)  # type: ignore[attr-defined]
+        optimizer.step()
+
     def _record_decoupled_logs(self, stats: dict[str, float]) -> None:
         """The decoupled objective's diagnostics, the advantage statistics and the EWMA's center of mass."""
         for key in ("proximal_kl", "imp_samp_capped_fraction", "kl_penalty"):

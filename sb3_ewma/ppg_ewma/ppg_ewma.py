@@ -25,6 +25,7 @@ from sb3_ewma.common.decoupled import (
 )
 from sb3_ewma.common.distributions import distribution_parameters, kl_from_parameters
 from sb3_ewma.common.ewma import ParameterEWMA
+from sb3_ewma.common.rollout import RolloutCollectionMixin
 from sb3_ewma.ppg_ewma.buffers import AuxiliaryBuffer
 from sb3_ewma.ppg_ewma.policies import (
     CnnPolicy,
@@ -48,7 +49,7 @@ def _is_positive_number(value: object) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float, np.number)) and bool(0 < value < math.inf)
 
 
-class PPG_EWMA(DecoupledAlgorithmMixin, OnPolicyAlgorithm):
+class PPG_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorithm):
     """
     PPG-EWMA: Phasic Policy Gradient (Cobbe et al. 2020, https://arxiv.org/abs/2009.04416) whose policy phase uses the
     decoupled objectives with an EWMA of the policy as the proximal policy (Hilton, Cobbe & Schulman 2021,
@@ -467,9 +468,7 @@ class PPG_EWMA(DecoupledAlgorithmMixin, OnPolicyAlgorithm):
                 # Optimization step
                 self.policy.optimizer.zero_grad()
                 loss.backward()
-                # Clip grad norm
-                th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
-                self.policy.optimizer.step()
+                self._apply_gradients(self.policy.optimizer)
                 if train_policy or self.arch == "shared":
                     # (with a shared trunk, value-only steps move the policy too)
                     self._update_proximal_policy()
@@ -568,8 +567,7 @@ class PPG_EWMA(DecoupledAlgorithmMixin, OnPolicyAlgorithm):
                     (loss * (len(indices) / len(minibatch))).backward()
                     for key, value in zip(stats, (aux_value_loss, clone_kl, value_loss, loss)):
                         stats[key].append(value.detach())
-                th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
-                self.aux_optimizer.step()
+                self._apply_gradients(self.aux_optimizer)
                 n_steps += 1
 
         self.n_aux_phases += 1

@@ -18,12 +18,13 @@ from sb3_ewma.common.decoupled import (
     mean_of,
 )
 from sb3_ewma.common.ewma import ParameterEWMA
+from sb3_ewma.common.rollout import RolloutCollectionMixin
 from sb3_ewma.ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
 SelfPPO_EWMA = TypeVar("SelfPPO_EWMA", bound="PPO_EWMA")
 
 
-class PPO_EWMA(DecoupledAlgorithmMixin, PPO):
+class PPO_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
     """
     PPO-EWMA: Proximal Policy Optimization with an exponentially weighted moving average (EWMA) of the policy as
     the proximal policy, and the decoupled objectives (Hilton, Cobbe & Schulman 2021,
@@ -296,9 +297,7 @@ class PPO_EWMA(DecoupledAlgorithmMixin, PPO):
                 # Optimization step
                 self.policy.optimizer.zero_grad()
                 loss.backward()
-                # Clip grad norm
-                th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
-                self.policy.optimizer.step()
+                self._apply_gradients(self.policy.optimizer)
                 self._update_proximal_policy()
 
             self._n_updates += 1

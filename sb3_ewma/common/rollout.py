@@ -1,0 +1,152 @@
+"""
+Rollout collection with an explicit behavior policy.
+
+SB3's ``OnPolicyAlgorithm.collect_rollouts`` always acts with ``self.policy`` and counts ``env.num_envs`` environment
+steps per step. :func:`collect_rollout` is the same loop (same order of operations, so a model trained with it is
+bitwise the model SB3 trains) with two things made explicit: the policy that acts (a snapshot of the parameters can
+collect while ``self.policy`` trains, for overlapped rollouts) and the number of environment steps one vectorized
+step counts for (``n_envs * world_size`` under data-parallel training, where ``num_timesteps`` is global).
+"""
+
+from typing import Any
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.utils import obs_as_tensor
+from stable_baselines3.common.vec_env import VecEnv
+
+
+def collect_rollout(
+    algorithm: OnPolicyAlgorithm,
+    policy: ActorCriticPolicy,
+    env: VecEnv,
+    callback: BaseCallback,
+    rollout_buffer: RolloutBuffer,
+    n_rollout_steps: int,
+    timesteps_per_step: int | None = None,
+) -> bool:
+    """
+    Fill ``rollout_buffer`` with ``n_rollout_steps`` steps of every environment of ``env``, acting with ``policy``,
+    then compute returns and advantages with ``policy``'s value function. Reads and advances the algorithm's
+    ``_last_obs``, ``_last_episode_starts``, ``num_timesteps`` and episode-info buffer, as SB3 does.
+
+    :param algorithm: the algorithm whose state (last observation, step count, episode statistics) advances
+    :param policy: the behavior policy (``algorithm.policy``, or a snapshot of it)
+    :param env: the training environment
+    :param callback: called at each step, and at the start and end of the rollout
+    :param rollout_buffer: the buffer to fill (reset first)
+    :param n_rollout_steps: steps per environment
+    :param timesteps_per_step: environment steps one vectorized step counts for in ``num_timesteps``
+        (default ``env.num_envs``)
+    :return: False if a callback stopped the rollout early, True otherwise
+    """
+    assert algorithm._last_obs is not None, "No previous observation was provided"
+    if timesteps_per_step is None:
+        timesteps_per_step = env.num_envs
+    device = policy.device
+    action_space = algorithm.action_space
+    # Switch to eval mode (this affects batch norm / dropout)
+    policy.set_training_mode(False)
+
+    n_steps = 0
+    rollout_buffer.reset()
+    # Sample new weights for the state dependent exploration
+    if algorithm.use_sde:
+        policy.reset_noise(env.num_envs)
+
+    callback.on_rollout_start()
+
+    new_obs: Any = None
+    dones: np.ndarray = np.zeros(env.num_envs, dtype=bool)
+    while n_steps < n_rollout_steps:
+        if algorithm.use_sde and algorithm.sde_sample_freq > 0 and n_steps % algorithm.sde_sample_freq == 0:
+            # Sample a new noise matrix
+            policy.reset_noise(env.num_envs)
+
+        with th.no_grad():
+            obs_tensor = obs_as_tensor(algorithm._last_obs, device)  # type: ignore[arg-type]
+            actions, values, log_probs = policy(obs_tensor)
+        actions = actions.cpu().numpy()
+
+        clipped_actions = actions
+        if isinstance(action_space, spaces.Box):
+            if policy.squash_output:
+                # Unscale the actions to match env bounds if they were squashed (scaled in [-1, 1])
+                clipped_actions = policy.unscale_action(clipped_actions)
+            else:
+                # Clip the actions sampled from an unbounded Gaussian to the env bounds
+                clipped_actions = np.clip(actions, action_space.low, action_space.high)
+
+        new_obs, rewards, dones, infos = env.step(clipped_actions)
+
+        algorithm.num_timesteps += timesteps_per_step
+
+        # Give access to local variables
+        callback.update_locals(locals())
+        if not callback.on_step():
+            return False
+
+        algorithm._update_info_buffer(infos, dones)
+        n_steps += 1
+
+        if isinstance(action_space, spaces.Discrete):
+            # Reshape in case of discrete action
+            actions = actions.reshape(-1, 1)
+
+        # Handle timeout by bootstrapping with the value function (SB3 issue #633)
+        for idx, done in enumerate(dones):
+            if done and infos[idx].get("terminal_observation") is not None and infos[idx].get("TimeLimit.truncated", False):
+                terminal_obs = policy.obs_to_tensor(infos[idx]["terminal_observation"])[0]
+                with th.no_grad():
+                    terminal_value = policy.predict_values(terminal_obs)[0]  # type: ignore[arg-type]
+                rewards[idx] += algorithm.gamma * terminal_value
+
+        rollout_buffer.add(
+            algorithm._last_obs,  # type: ignore[arg-type]
+            actions,
+            rewards,
+            algorithm._last_episode_starts,  # type: ignore[arg-type]
+            values,
+            log_probs,
+        )
+        algorithm._last_obs = new_obs  # type: ignore[assignment]
+        algorithm._last_episode_starts = dones
+
+    with th.no_grad():
+        # Compute value for the last timestep
+        values = policy.predict_values(obs_as_tensor(new_obs, device))  # type: ignore[arg-type]
+
+    rollout_buffer.compute_returns_and_advantage(last_values=values, dones=dones)
+
+    callback.update_locals(locals())
+
+    callback.on_rollout_end()
+
+    return True
+
+
+class RolloutCollectionMixin:
+    """
+    Mixed into an SB3 ``OnPolicyAlgorithm`` (before it in the bases) whose rollouts are SB3's: routes
+    ``collect_rollouts`` through :func:`collect_rollout` with ``self.policy`` acting and
+    ``_timesteps_per_env_step`` environment steps counted per vectorized step.
+    """
+
+    policy: Any  # an ActorCriticPolicy
+
+    @property
+    def _timesteps_per_env_step(self) -> int:
+        """Environment steps that one vectorized step of this process counts for in ``num_timesteps``."""
+        return self.n_envs  # type: ignore[attr-defined]
+
+    def collect_rollouts(
+        self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
+    ) -> bool:
+        return collect_rollout(
+            self, self.policy, env, callback, rollout_buffer, n_rollout_steps, self._timesteps_per_env_step  # type: ignore[arg-type]
+        )

@@ -139,15 +139,24 @@ class ParameterEWMA(nn.Module):
     def state_dict_from_source(self, source_state: dict[str, th.Tensor]) -> dict[str, Any]:
         """The state dict of an average restarted (``w = 1``) from a ``state_dict`` of the source network."""
         state: dict[str, Any] = {f"average.{name}": value for name, value in source_state.items()}
-        state["_extra_state"] = {"weight": 1.0, "n_updates": 0}  # the key torch uses for get_extra_state()
+        state["_extra_state"] = self._extra_state_tensor(1.0, 0)  # the key torch uses for get_extra_state()
         return state
 
-    def get_extra_state(self) -> dict[str, float]:
-        return {"weight": self.weight, "n_updates": self.n_updates}
+    @staticmethod
+    def _extra_state_tensor(weight: float, n_updates: int) -> th.Tensor:
+        # a tensor, not a dict: SB3 (and its tests) treat every entry of a saved state dict as a tensor
+        return th.tensor([weight, float(n_updates)], dtype=th.float64)
 
-    def set_extra_state(self, state: dict[str, float]) -> None:
-        self.weight = float(state["weight"])
-        self.n_updates = int(state["n_updates"])
+    def get_extra_state(self) -> th.Tensor:
+        """``[w, n_updates]`` as a float64 tensor on the CPU."""
+        return self._extra_state_tensor(self.weight, self.n_updates)
+
+    def set_extra_state(self, state: th.Tensor | dict[str, float]) -> None:
+        if isinstance(state, dict):  # files saved before the state became a tensor
+            self.weight, self.n_updates = float(state["weight"]), int(state["n_updates"])
+            return
+        weight, n_updates = state.detach().cpu().tolist()
+        self.weight, self.n_updates = float(weight), round(n_updates)
 
     def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
         # `.to(device)` may replace the tensors of `average`: refresh the cached lists afterwards

@@ -1,7 +1,10 @@
 """Building the proximal policy of an SB3 actor-critic policy and handling its persistence."""
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
 
 import torch as th
 from stable_baselines3.common.distributions import Distribution
@@ -9,6 +12,25 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import PyTorchObs
 
 from sb3_ewma.common.ewma import ParameterEWMA
+
+# set while ``load`` rebuilds a model from a file (see :func:`loading_from_file`)
+_LOADING_FROM_FILE: ContextVar[bool] = ContextVar("sb3_ewma_loading_from_file", default=False)
+
+
+@contextmanager
+def loading_from_file() -> Iterator[None]:
+    """Marks the code run inside it as part of ``Algorithm.load`` (not a user's direct call)."""
+    token = _LOADING_FROM_FILE.set(True)
+    try:
+        yield
+    finally:
+        _LOADING_FROM_FILE.reset(token)
+
+
+def is_loading_from_file() -> bool:
+    """Whether the caller runs inside ``Algorithm.load`` (see :func:`loading_from_file`)."""
+    return _LOADING_FROM_FILE.get()
+
 
 # parameters of an SB3 ActorCriticPolicy that only the value function uses
 VALUE_ONLY_PREFIXES = ("value_net.", "mlp_extractor.value_net.", "vf_features_extractor.")
@@ -64,12 +86,20 @@ def warn_missing_proximal(algorithm_name: str) -> None:
 class ProximalSaveMixin:
     """
     Save/load support for algorithms holding ``self.proximal_ewma`` (a :class:`ParameterEWMA` or ``None``):
-    its averaged weights and EWMA weight are saved with the other state dicts, and loading parameters that
-    lack it (an SB3 PPO file, for instance) restarts the EWMA from the loaded policy with a warning instead of
-    failing.
+    its averaged weights and EWMA weight are saved with the other state dicts.
+
+    Parameters without the proximal policy follow SB3's contract: ``set_parameters(..., exact_match=True)`` raises a
+    ``ValueError`` like for any other missing module, and ``exact_match=False`` restarts the EWMA from the given policy
+    (with a warning). ``load`` of a file saved by another algorithm (SB3's PPO, for instance) restarts the EWMA from
+    the loaded policy with a warning instead of failing.
     """
 
     proximal_ewma: ParameterEWMA | None
+
+    @classmethod
+    def load(cls, path: Any, *args: Any, **kwargs: Any) -> Any:
+        with loading_from_file():
+            return super().load(path, *args, **kwargs)  # type: ignore[misc]
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         state_dicts, torch_variables = super()._get_torch_save_params()  # type: ignore[misc]
@@ -85,6 +115,11 @@ class ProximalSaveMixin:
         else:
             _, params, _ = load_from_zip_file(load_path_or_dict, device=device, load_data=False)
         if self.proximal_ewma is not None and "proximal_ewma" not in params and "policy" in params:
+            if exact_match and not is_loading_from_file():
+                raise ValueError(
+                    "Names of parameters do not match agents' parameters: the parameters have no 'proximal_ewma' "
+                    "(use exact_match=False to restart the EWMA from the given policy)"
+                )
             warn_missing_proximal(type(self).__name__)
             params = {**params, "proximal_ewma": self.proximal_ewma.state_dict_from_source(params["policy"])}
         elif self.proximal_ewma is None and "proximal_ewma" in params:

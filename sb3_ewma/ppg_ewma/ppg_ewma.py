@@ -25,6 +25,7 @@ from sb3_ewma.common.decoupled import (
 )
 from sb3_ewma.common.distributions import distribution_parameters, kl_from_parameters
 from sb3_ewma.common.ewma import ParameterEWMA
+from sb3_ewma.common.proximal import is_loading_from_file
 from sb3_ewma.common.rollout import RolloutCollectionMixin
 from sb3_ewma.ppg_ewma.buffers import AuxiliaryBuffer
 from sb3_ewma.ppg_ewma.policies import (
@@ -340,15 +341,34 @@ class PPG_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorith
                 f"We recommend using a `batch_size` that is a factor of `n_steps * n_envs`.\n"
                 f"Info: (n_steps={self.n_steps} and n_envs={self.n_envs})"
             )
-        if self.n_aux_epochs == 0:
+        problem = self._aux_batch_size_problem()
+        if problem is None:
             return
-        aux_size = self.n_policy_iterations * rollout_size
-        if self.aux_batch_size > aux_size or aux_size % self.aux_batch_size != 0:
-            raise ValueError(
-                f"aux_batch_size (default: batch_size) must divide the auxiliary buffer of n_policy_iterations * n_steps"
-                f" * n_envs = {self.n_policy_iterations} * {self.n_steps} * {self.n_envs} = {aux_size} steps,"
-                f" got {self.aux_batch_size}"
-            )
+        if not is_loading_from_file():
+            raise ValueError(problem)
+        # a saved model loaded with fewer environments (to predict, evaluate, record videos): it cannot learn as it is
+        warnings.warn(f"{problem}; learn() will raise until then", UserWarning, stacklevel=2)
+
+    def _aux_batch_size_problem(self) -> str | None:
+        """Why ``aux_batch_size`` does not fit the auxiliary buffer of this number of environments, or None."""
+        if self.n_aux_epochs == 0:
+            return None
+        aux_size = self.n_policy_iterations * self.n_steps * self.n_envs
+        if self.aux_batch_size <= aux_size and aux_size % self.aux_batch_size == 0:
+            return None
+        # the largest that fits, in whole rollouts of one environment when the given one was
+        whole_rollouts = self.aux_batch_size % self.n_steps == 0
+        fitting = [
+            size
+            for size in range(min(self.aux_batch_size, aux_size), 0, -1)
+            if aux_size % size == 0 and (size % self.n_steps == 0 or not whole_rollouts)
+        ]
+        return (
+            f"aux_batch_size (default: batch_size) must divide the auxiliary buffer of n_policy_iterations * n_steps"
+            f" * n_envs = {self.n_policy_iterations} * {self.n_steps} * {self.n_envs} = {aux_size} steps,"
+            f" got {self.aux_batch_size}: pass e.g. aux_batch_size={fitting[0]} (to the constructor, or to"
+            f" {type(self).__name__}.load(path, env, aux_batch_size={fitting[0]}) for a saved model)"
+        )
 
     def _setup_model(self) -> None:
         self._check_buffer_sizes()
@@ -588,6 +608,9 @@ class PPG_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorith
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
     ) -> SelfPPG_EWMA:
+        problem = self._aux_batch_size_problem()
+        if problem is not None:
+            raise ValueError(problem)
         return super().learn(
             total_timesteps=total_timesteps,
             callback=callback,

@@ -654,9 +654,21 @@ def test_logged_keys():
     assert len(aux_dumps) == 1 and aux_dumps[0]["aux/n_updates"] == 2 * ROLLOUT // 16
 
 
-@pytest.mark.parametrize("arch, expected_updates", [("dual", 2), ("detach", 2), ("shared", 4)])
-def test_ewma_follows_every_step_that_moves_the_policy(arch, expected_updates):
-    # one policy epoch and two value epochs of 2 minibatches: value-only steps move the policy only with a shared trunk
+@pytest.mark.parametrize("arch", ["dual", "detach", "shared"])
+def test_ewma_follows_the_policy_loss_steps_only(arch):
+    # one policy epoch and two value epochs of 2 minibatches: as the authors, value-only steps never update the EWMA,
+    # even where (shared trunk) they move the policy
     model = make_model(arch=arch, n_epochs=1, n_value_epochs=2, n_policy_iterations=4)
+    steps = []
+    spy(model.policy.optimizer, "step", before=lambda *a, **k: steps.append(1))
     model.learn(ROLLOUT)
-    assert model.proximal_ewma.n_updates == expected_updates
+    assert len(steps) == 4 and model.proximal_ewma.n_updates == 2
+
+
+def test_ewma_is_not_reset_between_phases_without_an_auxiliary_phase():
+    model = make_model(n_policy_iterations=2, n_aux_epochs=0)
+    resets = []
+    spy(model.proximal_ewma, "reset", before=lambda: resets.append(1))
+    model.learn(5 * ROLLOUT)
+    # 3 phases started, nothing moved the policy between them: one EWMA over all 5 iterations of 2 minibatches
+    assert model.phase == 2 and resets == [] and model.proximal_ewma.n_updates == 10

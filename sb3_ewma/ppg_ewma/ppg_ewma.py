@@ -62,7 +62,8 @@ class PPG_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorith
       epochs on the policy loss (decoupled clipped or KL-penalized objective, plus entropy) and ``n_value_epochs``
       (``E_V``) epochs on the value loss. The states and value targets of every iteration are stored in a host-memory
       auxiliary buffer (observations in their own dtype). The proximal EWMA, of the policy side only (trunk and policy
-      head), is reset at the start of every policy phase and updated after every optimizer step that trains the policy.
+      head), is reset at the start of every policy phase that follows an auxiliary phase (not with ``n_aux_epochs=0``)
+      and updated after every optimizer step on the policy loss (not after value-only steps, even with a shared trunk).
     - auxiliary phase: the policy's outputs ``pi_old`` are computed once on all stored states, then
       ``n_aux_epochs`` (``E_aux``) epochs minimize ``0.5 * MSE(aux value head, V_targ) + beta_clone * KL[pi_old, pi]
       + 0.5 * MSE(value head, V_targ)`` with an Adam optimizer of its own, in minibatches of ``aux_batch_size`` that
@@ -119,10 +120,10 @@ class PPG_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorith
     :param device: Device (cpu, cuda, ...) on which the code should be run.
         Setting it to auto, the code will be run on the GPU if possible.
     :param ewma_decay: Decay ``beta_prox`` in [0, 1) of the EWMA of the policy parameters (trunk and policy head)
-        that serves as the proximal policy, updated after every policy optimizer step and reset at the start of every
-        policy phase; its center of mass is ``beta / (1 - beta)`` optimizer steps. ``"auto"`` (default): the paper's
-        rule, center of mass = number of minibatches per epoch. ``None``: no EWMA, the proximal policy is the behavior
-        policy (plain PPG).
+        that serves as the proximal policy, updated after every optimizer step on the policy loss and reset at the start
+        of every policy phase that follows an auxiliary phase; its center of mass is ``beta / (1 - beta)`` optimizer
+        steps. ``"auto"`` (default): the paper's rule, center of mass = number of minibatches per epoch. ``None``: no
+        EWMA, the proximal policy is the behavior policy (plain PPG).
     :param kl_coef: Coefficient ``beta`` of the decoupled KL penalty ``KL[pi_prox, pi]`` (0: no penalty). Use it alone
         with ``clip_range=None`` for the decoupled KL-penalized objective, or together with clipping.
     :param kl_estimator: How the KL penalty is computed: ``"sample"`` (the authors' ``0.5 * mean(log(pi/pi_prox)^2)``
@@ -413,11 +414,17 @@ class PPG_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorith
         return result
 
     def _start_policy_phase(self) -> None:
-        """At the first iteration of a policy phase: empty the auxiliary buffer and restart the EWMA from the policy."""
+        """
+        At the first iteration of a policy phase: empty the auxiliary buffer and restart the EWMA from the policy,
+        which the auxiliary phase moved. With ``n_aux_epochs=0`` nothing moves the policy between phases: the EWMA goes
+        on as in PPO-EWMA (and a snapshot proximal policy, without an EWMA, is taken as at every iteration).
+        """
         if self.aux_buffer is not None:
             self.aux_buffer.reset()
-        if self.proximal_ewma is not None:
+        if self.proximal_ewma is not None and self.n_aux_epochs > 0:
             self.proximal_ewma.reset()
+        else:
+            self._snapshot_proximal_policy()
 
     def _value_loss(self, values: th.Tensor, rollout_data: RolloutBufferSamples, clip_range_vf: float | None) -> th.Tensor:
         """The policy phase's value loss ``MSE(V, V_targ)`` (optionally with SB3's value clipping)."""
@@ -489,8 +496,8 @@ class PPG_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorith
                 self.policy.optimizer.zero_grad()
                 loss.backward()
                 self._apply_gradients(self.policy.optimizer)
-                if train_policy or self.arch == "shared":
-                    # (with a shared trunk, value-only steps move the policy too)
+                if train_policy:
+                    # only steps on the policy loss (as the authors): value-only steps of a shared trunk do not count
                     self._update_proximal_policy()
             self._n_updates += 1
 

@@ -288,8 +288,9 @@ def test_staleness_trains_on_the_buffer_collected_k_iterations_ago():
 @pytest.mark.parametrize("mode", ["decoupled", "behavior", "proximal"])
 def test_staleness_modes_without_ewma(mode):
     model = PPO_EWMA("MlpPolicy", "CartPole-v1", ewma_decay=None, staleness=1, staleness_mode=mode, **SMALL)
-    # "behavior" uses the behavior policy's stored log-probabilities; the others need the recent policy
-    assert (model.proximal_ewma is None) == (mode == "behavior")
+    # "behavior" and "proximal" read the log-probabilities in the buffer (the behavior policy's, or the recent policy's
+    # written over them); "decoupled" anchors at the recent policy, a snapshot network
+    assert (model.proximal_ewma is None) == (mode != "decoupled")
     if model.proximal_ewma is not None:
         snapshots = []
         reset = model.proximal_ewma.reset
@@ -323,11 +324,11 @@ def test_load_with_the_ewma_turned_off_ignores_the_saved_proximal_policy(tmp_pat
     model.learn(32)
 
 
-def test_behavior_mode_never_uses_the_ewma(tmp_path):
+def test_behavior_mode_keeps_the_ewma_as_the_anchor(tmp_path):
+    # as in the authors' code, the EWMA replaces the clipping anchor in every staleness mode
     model = PPO_EWMA("MlpPolicy", "CartPole-v1", staleness_mode="behavior", kl_coef=1.0, kl_estimator="exact", **SMALL)
-    # the exact KL needs a network, which is a per-iteration snapshot (the behavior policy), not an EWMA
-    assert model.proximal_decay is None and model.proximal_ewma is not None
+    assert model.proximal_decay is not None and model.proximal_ewma is not None
     model.set_logger(configure(str(tmp_path), ["csv"]))
     model.learn(64)
-    assert model.proximal_ewma.n_updates == 0
-    assert not read_progress(tmp_path)[-1].get("train/ewma_center_of_mass")
+    assert model.proximal_ewma.n_updates == 2 * 2 * 2
+    assert read_progress(tmp_path)[-1].get("train/ewma_center_of_mass")

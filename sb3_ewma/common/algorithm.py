@@ -104,11 +104,10 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
     ) -> None:
         """
         Resolve the EWMA decay and build the proximal network when one is needed: the EWMA, or without it a
-        snapshot of the policy taken at the start of each iteration (with fresh data, the behavior policy).
+        snapshot of the policy taken at the start of each iteration (with fresh data, the behavior policy). The EWMA,
+        when there is one, is the clipping anchor in every staleness mode (as in the authors' code).
         """
-        # with the behavior policy as the proximal policy there is no EWMA (at most a snapshot, for the exact KL)
-        ewma_decay = None if staleness_mode == "behavior" else self.ewma_decay
-        self.proximal_decay = resolve_ewma_decay(ewma_decay, self.minibatches_per_epoch)
+        self.proximal_decay = resolve_ewma_decay(self.ewma_decay, self.minibatches_per_epoch)
         self.proximal_ewma = None
         if uses_proximal_network(self.proximal_decay, staleness, staleness_mode, self._needs_distributions):
             self.proximal_ewma = make_proximal_ewma(self.policy, self._build_policy, self.proximal_decay or 0.0, include)
@@ -138,18 +137,14 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
             return distribution.log_prob(actions), distribution
 
     def _policy_terms(
-        self,
-        rollout_data: RolloutBufferSamples,
-        policy_objective: DecoupledPolicyObjective,
-        importance_sample_with_proximal: bool = False,
+        self, rollout_data: RolloutBufferSamples, policy_objective: DecoupledPolicyObjective
     ) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
         """
-        The policy terms of one minibatch.
+        The policy terms of one minibatch: importance sampling with the buffer's log-probabilities (the behavior
+        policy's, or in the ``"proximal"`` staleness mode the recent policy's), the anchor from the proximal policy.
 
         :param rollout_data: the minibatch
         :param policy_objective: the decoupled objective (collects its diagnostics)
-        :param importance_sample_with_proximal: use the proximal policy in place of the behavior policy for
-            importance sampling too (the coupled "proximal" choice of the staleness experiments)
         :return: the policy loss (with its KL penalty), the entropy loss, the values from the same forward pass and
             the approximate reverse KL from the behavior policy (SB3's estimator, for ``target_kl``)
         """
@@ -167,8 +162,6 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
 
         behavior_log_prob = rollout_data.old_log_prob
         proximal_log_prob, proximal_dist = self._proximal_log_prob(observations, actions, behavior_log_prob)  # type: ignore[arg-type]
-        if importance_sample_with_proximal:
-            behavior_log_prob = proximal_log_prob
         policy_loss = policy_objective(advantages, log_prob, proximal_log_prob, behavior_log_prob, distribution, proximal_dist)
         # Entropy loss favor exploration (approximate entropy when no analytical form)
         entropy_loss = -th.mean(-log_prob) if entropy is None else -th.mean(entropy)

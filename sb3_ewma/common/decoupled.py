@@ -57,10 +57,10 @@ def check_decoupled_hyperparams(
         raise ValueError(f"staleness must be an integer >= 0 (iterations), got {staleness!r}")
     if staleness_mode not in STALENESS_MODES:
         raise ValueError(f"staleness_mode must be one of {STALENESS_MODES}, got {staleness_mode!r}")
-    if staleness > 0 and staleness_mode == "behavior" and kl_coef > 0 and kl_estimator == "exact":
+    if ewma_decay is None and staleness > 0 and staleness_mode == "behavior" and kl_coef > 0 and kl_estimator == "exact":
         raise ValueError(
             "kl_estimator='exact' needs the proximal policy's distribution, which staleness_mode='behavior' with "
-            "staleness > 0 does not keep: use kl_estimator='sample'"
+            "staleness > 0 and ewma_decay=None does not keep: use kl_estimator='sample'"
         )
 
 
@@ -87,12 +87,13 @@ def resolve_ewma_decay(ewma_decay: float | str | None, minibatches_per_epoch: in
 def uses_proximal_network(ewma_decay: float | None, staleness: int, staleness_mode: str, exact_kl: bool = False) -> bool:
     """
     Whether the proximal policy needs a network of its own: an EWMA, or (EWMA off) a snapshot of the policy at the
-    start of each iteration when the data is stale or when the exact KL penalty needs its action distribution.
-    Otherwise the proximal policy is the behavior policy, whose log-probabilities are in the rollout buffer.
+    start of each iteration when the exact KL penalty needs its action distribution or when stale data is anchored at
+    the recent policy (``"decoupled"``). Otherwise the proximal policy's log-probabilities are the rollout buffer's:
+    the behavior policy's, or the recent policy's that replaced them (``"proximal"`` with stale data).
     """
-    if staleness_mode == "behavior":
-        return exact_kl
-    return ewma_decay is not None or staleness > 0 or exact_kl
+    if ewma_decay is not None or exact_kl:
+        return True
+    return staleness > 0 and staleness_mode == "decoupled"
 
 
 @dataclass

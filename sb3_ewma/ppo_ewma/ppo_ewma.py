@@ -19,6 +19,7 @@ from sb3_ewma.common.decoupled import (
 )
 from sb3_ewma.common.ewma import ParameterEWMA
 from sb3_ewma.common.rollout import RolloutCollectionMixin
+from sb3_ewma.common.staleness import StaleRollout, recompute_advantages, replace_behavior_log_probs
 from sb3_ewma.ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
 SelfPPO_EWMA = TypeVar("SelfPPO_EWMA", bound="PPO_EWMA")
@@ -90,11 +91,14 @@ class PPO_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
     :param advantage_ewma_decay: Decay in [0, 1) per iteration of the advantage moments for
         ``advantage_normalization="ewma"`` (0: the current iteration only; span ``2 / (1 - decay) - 1`` iterations).
     :param staleness: Artificial staleness for experiments (paper section 5.1): the data of an iteration is trained on
-        ``staleness`` iterations after it was collected (no training during the first ``staleness`` iterations).
-    :param staleness_mode: Which policies the loss uses with stale data: ``"decoupled"`` (behavior policy for
-        importance sampling, the proximal policy to limit the update; without an EWMA the proximal policy is the
-        policy at the start of the iteration), ``"behavior"`` (PPO with the behavior policy as the old policy) or
-        ``"proximal"`` (PPO with the proximal policy as the old policy, also for importance sampling).
+        ``staleness`` iterations after it was collected (no training during the first ``staleness`` iterations). As
+        the authors, the advantages of stale data are computed when it is used, bootstrapped from the current value
+        function (the values along the rollout are the ones predicted at collection).
+    :param staleness_mode: Which policies the loss uses with stale data (``staleness > 0``; at staleness 0 the three
+        modes are the same loss), as the authors define them: ``"decoupled"`` (importance sampling with the behavior
+        policy, clipping anchored at the recent policy, the policy at the start of the iteration), ``"behavior"``
+        (both with the behavior policy: PPO on stale data) or ``"proximal"`` (both with the recent policy). With an
+        EWMA (``ewma_decay`` not None) the EWMA replaces only the clipping anchor, in every mode.
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -203,7 +207,7 @@ class PPO_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
         self._setup_clip_schedules()
         self._setup_advantage_normalizer()
         self._setup_proximal_policy(self.staleness, self.staleness_mode)
-        self._stale_buffers: deque[RolloutBuffer] = deque()
+        self._stale_buffers: deque[StaleRollout] = deque()
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_stale_buffers"]
@@ -223,16 +227,20 @@ class PPO_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
     def _take_training_buffer(self) -> RolloutBuffer | None:
         """
         The buffer to train on this iteration: the one just collected, or with staleness ``k`` the one collected
-        ``k`` iterations ago (None while fewer have been collected). Buffers are recycled: the one trained on is
-        filled by the next rollout.
+        ``k`` iterations ago (None while fewer have been collected), prepared as the authors do (see
+        :mod:`sb3_ewma.common.staleness`). Buffers are recycled: the one trained on is filled by the next rollout.
         """
         if self.staleness == 0:
             return self.rollout_buffer
-        self._stale_buffers.append(self.rollout_buffer)
+        self._stale_buffers.append(StaleRollout.capture(self.rollout_buffer, self._last_obs, self._last_episode_starts))  # type: ignore[arg-type]
         if len(self._stale_buffers) <= self.staleness:
             self.rollout_buffer = self._make_rollout_buffer()
             return None
-        self.rollout_buffer = self._stale_buffers.popleft()
+        stale = self._stale_buffers.popleft()
+        recompute_advantages(self.policy, stale)
+        if self.staleness_mode == "proximal":
+            replace_behavior_log_probs(self.policy, stale.buffer, self.batch_size)
+        self.rollout_buffer = stale.buffer
         return self.rollout_buffer
 
     def train(self) -> None:
@@ -266,9 +274,7 @@ class PPO_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
             approx_kl_divs = []
             # Do a complete pass on the rollout buffer
             for rollout_data in buffer.get(self.batch_size):
-                policy_loss, entropy_loss, values, approx_kl_div = self._policy_terms(
-                    rollout_data, policy_objective, importance_sample_with_proximal=self.staleness_mode == "proximal"
-                )
+                policy_loss, entropy_loss, values, approx_kl_div = self._policy_terms(rollout_data, policy_objective)
                 entropy_losses.append(entropy_loss.detach())
                 approx_kl_divs.append(approx_kl_div)
 

@@ -13,6 +13,7 @@ from stable_baselines3.common.utils import FloatSchedule
 from sb3_ewma.common.decoupled import AdvantageNormalizer, DecoupledPolicyObjective, resolve_ewma_decay, uses_proximal_network
 from sb3_ewma.common.distributions import evaluate_actions_with_distribution
 from sb3_ewma.common.ewma import ParameterEWMA, center_of_mass_from_ewma_decay
+from sb3_ewma.common.gradient_noise import GradientNoiseScale
 from sb3_ewma.common.proximal import ProximalSaveMixin, is_policy_parameter, make_proximal_ewma, proximal_distribution
 
 
@@ -36,6 +37,10 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
     # set by _setup_proximal_policy
     proximal_decay: float | None
     proximal_ewma: ParameterEWMA | None
+
+    def _excluded_save_params(self) -> list[str]:
+        # the gradient noise trackers hold gradients of the epoch in progress: rebuilt when training resumes
+        return [*super()._excluded_save_params(), "_gradient_noise"]  # type: ignore[misc]
 
     def _set_decoupled_options(
         self,
@@ -176,8 +181,40 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
         After the loss's backward pass (gradients accumulated in ``.grad``): clip the gradient norm to
         ``max_grad_norm`` and take the optimizer step. Every optimizer step of every phase goes through here.
         """
+        self._observe_gradient_noise(optimizer)  # this process's raw minibatch gradient: before clipping or averaging
         th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)  # type: ignore[attr-defined]
         optimizer.step()
+
+    def _gradient_noise_batching(self, optimizer: th.optim.Optimizer) -> tuple[int, int, str] | None:
+        """
+        For the gradient noise scale: ``(samples per minibatch, minibatches per epoch, log prefix)`` of the phase that
+        ``optimizer`` steps, or None to skip it. Here the policy optimizer's (PPG adds its auxiliary phase).
+        """
+        if optimizer is self.policy.optimizer:
+            return self.batch_size, self.minibatches_per_epoch, "train"  # type: ignore[attr-defined]
+        return None
+
+    def _observe_gradient_noise(self, optimizer: th.optim.Optimizer) -> None:
+        """Feed the minibatch gradient to the optimizer's :class:`GradientNoiseScale` and log it after each epoch."""
+        if not getattr(self, "log_gradient_noise_scale", False):
+            return
+        batching = self._gradient_noise_batching(optimizer)
+        if batching is None:
+            return
+        batch_size, steps_per_epoch, prefix = batching
+        trackers: dict[str, GradientNoiseScale] = self.__dict__.setdefault("_gradient_noise", {})
+        tracker = trackers.get(prefix)
+        if tracker is None or (tracker.batch_size, tracker.steps_per_epoch) != (batch_size, steps_per_epoch):
+            tracker = trackers[prefix] = GradientNoiseScale(batch_size, steps_per_epoch)
+        gradients = [
+            param.grad if param.grad is not None else th.zeros_like(param)
+            for group in optimizer.param_groups
+            for param in group["params"]
+        ]
+        # the number of steps taken identifies the iteration (an epoch cut short by target_kl is dropped)
+        estimate = tracker.observe(gradients, tag=self.num_timesteps)  # type: ignore[attr-defined]
+        if estimate is not None and estimate.noise_scale is not None:
+            self.logger.record(f"{prefix}/gradient_noise_scale", estimate.noise_scale)  # type: ignore[attr-defined]
 
     def _record_decoupled_logs(self, stats: dict[str, float]) -> None:
         """The decoupled objective's diagnostics, the advantage statistics and the EWMA's center of mass."""

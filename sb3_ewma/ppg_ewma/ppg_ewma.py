@@ -148,6 +148,12 @@ class PPG_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorith
     :param aux_micro_batch_size: Largest number of samples sent to the device at once in the auxiliary phase (also
         when computing ``pi_old``): each minibatch's gradient is accumulated over micro-batches of this size, so that
         ``aux_batch_size`` does not bound device memory. ``None`` (default): ``aux_batch_size``.
+    :param log_gradient_noise_scale: Log the gradient noise scale ``B_simple`` (McCandlish et al. 2018) as
+        ``train/gradient_noise_scale`` (policy phase) and ``aux/gradient_noise_scale`` (auxiliary phase), estimated
+        after every epoch from the minibatch gradients of the epoch and their mean, smoothed with EMAs (see
+        :mod:`sb3_ewma.common.gradient_noise`). It approximates the critical batch size, below which the batch
+        size-invariance rules hold. Needs at least 2 minibatches per epoch; costs one copy of the gradient and one
+        norm per optimizer step.
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -201,6 +207,7 @@ class PPG_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorith
         aux_learning_rate: float | Schedule | None = None,
         aux_batch_size: int | None = None,
         aux_micro_batch_size: int | None = None,
+        log_gradient_noise_scale: bool = True,
         _init_setup_model: bool = True,
     ):
         # checked before anything else is built (no environment is created or stepped on bad input)
@@ -279,6 +286,7 @@ class PPG_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorith
         self.aux_learning_rate = aux_learning_rate
         self.aux_batch_size = int(batch_size if aux_batch_size is None else aux_batch_size)
         self.aux_micro_batch_size = int(self.aux_batch_size if aux_micro_batch_size is None else aux_micro_batch_size)
+        self.log_gradient_noise_scale = log_gradient_noise_scale
         # the position in the phase schedule, saved with the model
         self.phase = 0  # index of the current policy phase
         self.phase_iteration = 0  # policy iterations done in the current policy phase
@@ -399,6 +407,11 @@ class PPG_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorith
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "aux_buffer", "aux_lr_schedule"]
+
+    def _gradient_noise_batching(self, optimizer: th.optim.Optimizer) -> tuple[int, int, str] | None:
+        if optimizer is self.aux_optimizer and self.aux_buffer is not None:
+            return self.aux_batch_size, self.aux_buffer.size // self.aux_batch_size, "aux"
+        return super()._gradient_noise_batching(optimizer)
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         state_dicts, torch_variables = super()._get_torch_save_params()

@@ -99,6 +99,11 @@ class PPO_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
         policy, clipping anchored at the recent policy, the policy at the start of the iteration), ``"behavior"``
         (both with the behavior policy: PPO on stale data) or ``"proximal"`` (both with the recent policy). With an
         EWMA (``ewma_decay`` not None) the EWMA replaces only the clipping anchor, in every mode.
+    :param log_gradient_noise_scale: Log the gradient noise scale ``B_simple`` (McCandlish et al. 2018) as
+        ``train/gradient_noise_scale``, estimated after every epoch from the minibatch gradients of the epoch and their
+        mean, smoothed with EMAs (see :mod:`sb3_ewma.common.gradient_noise`). It approximates the critical batch size,
+        below which the batch size-invariance rules hold. Needs at least 2 minibatches per epoch; costs one copy of the
+        gradient and one norm per optimizer step.
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -144,6 +149,7 @@ class PPO_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
         advantage_ewma_decay: float = 0.0,
         staleness: int = 0,
         staleness_mode: str = "decoupled",
+        log_gradient_noise_scale: bool = True,
         _init_setup_model: bool = True,
     ):
         # checked before anything else is built (no environment is created or stepped on bad input)
@@ -198,6 +204,7 @@ class PPO_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
         )
         self.staleness = int(staleness)
         self.staleness_mode = staleness_mode
+        self.log_gradient_noise_scale = log_gradient_noise_scale
         if _init_setup_model:
             self._setup_model()
 

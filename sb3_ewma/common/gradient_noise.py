@@ -1,0 +1,121 @@
+"""
+The gradient noise scale ``B_simple = tr(Sigma) / |G|^2`` of McCandlish et al. 2018 ("An Empirical Model of
+Large-Batch Training", https://arxiv.org/abs/1812.06162, appendix A.1), estimated from the minibatch gradients that
+training computes anyway: the gradients ``g_1 .. g_k`` of the ``k`` minibatches (``B_small`` samples each) of an epoch,
+and their mean, the gradient of the whole epoch (``B_big = k * B_small`` samples). With ``|G_small|^2`` the mean of
+``|g_i|^2`` and ``|G_big|^2 = |mean_i g_i|^2``, the unbiased estimates are::
+
+    |G|^2     ~  (B_big |G_big|^2 - B_small |G_small|^2) / (B_big - B_small)
+    tr(Sigma) ~  (|G_small|^2 - |G_big|^2) / (1 / B_small - 1 / B_big)
+
+(``Sigma`` is the per-sample covariance of the gradient). As McCandlish et al., each estimate is smoothed with its own
+exponential moving average (bias-corrected, one update per epoch) and ``B_simple`` is the ratio of the two averages.
+The gradients of an epoch are taken at parameters that move from one minibatch to the next: the estimate assumes that
+the gradient changes little over an epoch. It is the batch size above which larger batches stop paying off (the
+critical batch size is about ``B_simple``); the batch size-invariance rules hold below it.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch as th
+
+
+@dataclass
+class NoiseScaleEstimate:
+    """The smoothed estimates after an epoch: ``|G|^2``, ``tr(Sigma)`` and their ratio (None while ``|G|^2 <= 0``)."""
+
+    gradient_sq_norm: float
+    noise_trace: float
+
+    @property
+    def noise_scale(self) -> float | None:
+        return self.noise_trace / self.gradient_sq_norm if self.gradient_sq_norm > 0 else None
+
+
+def noise_scale_terms(mean_sq_norm: float, sq_norm_of_mean: float, small: float, big: float) -> tuple[float, float]:
+    """
+    McCandlish et al.'s unbiased estimates ``(|G|^2, tr(Sigma))`` from ``|G_small|^2`` (mean squared norm of the
+    gradients of ``small`` samples) and ``|G_big|^2`` (squared norm of a gradient of ``big > small`` samples).
+    """
+    if not big > small > 0:
+        raise ValueError(f"need batch sizes big > small > 0, got small={small}, big={big}")
+    gradient_sq_norm = (big * sq_norm_of_mean - small * mean_sq_norm) / (big - small)
+    noise_trace = (mean_sq_norm - sq_norm_of_mean) / (1.0 / small - 1.0 / big)
+    return gradient_sq_norm, noise_trace
+
+
+@dataclass
+class _BiasCorrectedEMA:
+    decay: float
+    value: float = 0.0
+    weight: float = 0.0
+
+    def update(self, sample: float) -> float:
+        self.value = self.decay * self.value + (1.0 - self.decay) * sample
+        self.weight = self.decay * self.weight + (1.0 - self.decay)
+        return self.value / self.weight
+
+
+@dataclass
+class GradientNoiseScale:
+    """
+    Accumulates the minibatch gradients of an epoch (:meth:`observe`, right after ``backward()``, before clipping or
+    any averaging across processes) and, after every ``steps_per_epoch``-th one, updates the smoothed estimates.
+
+    :param batch_size: samples per minibatch (``B_small``)
+    :param steps_per_epoch: minibatches per epoch (``k >= 2``; ``B_big = k * batch_size``)
+    :param decay: decay of the EMAs, per epoch
+    """
+
+    batch_size: int
+    steps_per_epoch: int
+    decay: float = 0.95
+    latest: NoiseScaleEstimate | None = None
+    _gradient_sq_norm: _BiasCorrectedEMA = field(init=False)
+    _noise_trace: _BiasCorrectedEMA = field(init=False)
+    _sum: list[th.Tensor] = field(default_factory=list, init=False)
+    _sq_norms: list[th.Tensor] = field(default_factory=list, init=False)
+    _epoch_tag: object = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.decay < 1:
+            raise ValueError(f"decay must be in [0, 1), got {self.decay}")
+        self._gradient_sq_norm = _BiasCorrectedEMA(self.decay)
+        self._noise_trace = _BiasCorrectedEMA(self.decay)
+
+    @property
+    def enabled(self) -> bool:
+        """An epoch of a single minibatch has nothing to compare its gradient with."""
+        return self.steps_per_epoch >= 2 and self.batch_size >= 1
+
+    @th.no_grad()
+    def observe(self, gradients: Sequence[th.Tensor], tag: object = None) -> NoiseScaleEstimate | None:
+        """
+        Add one minibatch gradient (the ``.grad`` of the parameters, in a fixed order). ``tag`` identifies the training
+        iteration: a change of tag drops an unfinished epoch (e.g. one cut short by ``target_kl``). Returns the
+        smoothed estimate when this gradient completes an epoch, else None. The device is read once per epoch.
+        """
+        if not self.enabled or not gradients:
+            return None
+        if tag != self._epoch_tag:
+            self._sum, self._sq_norms, self._epoch_tag = [], [], tag
+        if not self._sum:
+            self._sum = [gradient.detach().clone() for gradient in gradients]
+        else:
+            th._foreach_add_(self._sum, list(gradients))
+        norms = th._foreach_norm(list(gradients))
+        self._sq_norms.append(th.stack(norms).square().sum())
+        if len(self._sq_norms) < self.steps_per_epoch:
+            return None
+        count = len(self._sq_norms)
+        mean_sq_norm = float(th.stack(self._sq_norms).mean())
+        sq_norm_of_mean = float(th.stack(th._foreach_norm(self._sum)).square().sum()) / count**2
+        self._sum, self._sq_norms = [], []
+        gradient_sq_norm, noise_trace = noise_scale_terms(
+            mean_sq_norm, sq_norm_of_mean, self.batch_size, self.batch_size * count
+        )
+        self.latest = NoiseScaleEstimate(
+            self._gradient_sq_norm.update(gradient_sq_norm), self._noise_trace.update(noise_trace)
+        )
+        return self.latest

@@ -180,7 +180,9 @@ def instrument_aux_phases(model):
         return iter(indices)
 
     original = model.aux_buffer.minibatch_indices
-    model.aux_buffer.minibatch_indices = lambda batch_size: epoch_indices(original(batch_size))
+    model.aux_buffer.minibatch_indices = lambda batch_size, rollout_length=None: epoch_indices(
+        original(batch_size, rollout_length)
+    )
 
     def count_rows(obs):
         record["phases"][-1]["rows"] += len(obs)

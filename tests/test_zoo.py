@@ -276,12 +276,20 @@ def test_yaml_entries(algo: str) -> None:
     normalize = eval(easy["normalize"])
     assert normalize == {"norm_obs": False, "norm_reward": True, "gamma": 0.99, "clip_reward": 10.0}
     policy_kwargs = eval(easy["policy_kwargs"], {"ImpalaCNN": ImpalaCNN})
-    assert policy_kwargs == {"features_extractor_class": ImpalaCNN, "net_arch": [], "ortho_init": False}
+    assert policy_kwargs == {
+        "features_extractor_class": ImpalaCNN,
+        "net_arch": [],
+        "ortho_init": False,
+        "head_init_scale": 0.1,
+        "optimizer_kwargs": {"eps": 1e-8},
+    }
+    assert easy["minibatch_sampling"] == "rollouts"
     if algo == "ppo_ewma":
         assert easy["ewma_decay"] == "auto" and not PPG_KEYS & set(easy)
     else:
         ppg = {"n_policy_iterations": 32, "n_value_epochs": 1, "n_aux_epochs": 6, "beta_clone": 1.0, "aux_batch_size": 1024}
         assert {key: easy[key] for key in ppg} == ppg
+        assert easy["aux_minibatch_sampling"] == "rollouts" and easy["aux_optimizer_kwargs"] == {"eps": 1e-8}
         assert easy.get("ewma_decay") == ("auto" if algo == "ppg_ewma" else None)
         for env_id in ("atari", *CLASSIC_ENVS):
             assert PPG_KEYS <= set(entries[env_id]), env_id
@@ -331,6 +339,11 @@ def test_procgen_entry_builds(algo: str, tmp_path: Path) -> None:
     assert model.max_grad_norm == float("inf") and model.gamma == 0.999 and model.n_envs == 2
     assert model.advantage_normalization == "ewma"
     assert model.num_timesteps == 32
+    # the authors' Adam epsilon, head initialization and minibatches
+    assert model.policy.optimizer.defaults["eps"] == 1e-8 and model.policy.head_init_scale == 0.1
+    assert model.minibatch_sampling == "rollouts"
+    if algo != "ppo_ewma":
+        assert model.aux_optimizer.defaults["eps"] == 1e-8 and model.aux_minibatch_sampling == "rollouts"
     if algo == "ppo_ewma":
         assert model.n_epochs == 3
     else:

@@ -1,10 +1,11 @@
 """The parts of PPO_EWMA and PPG_EWMA that deal with the proximal policy and the decoupled objective."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch as th
 from gymnasium import spaces
+from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import RolloutBufferSamples
@@ -14,6 +15,7 @@ from sb3_ewma.common.decoupled import AdvantageNormalizer, DecoupledPolicyObject
 from sb3_ewma.common.distributions import evaluate_actions_with_distribution
 from sb3_ewma.common.ewma import ParameterEWMA, center_of_mass_from_ewma_decay
 from sb3_ewma.common.gradient_noise import GradientNoiseScale
+from sb3_ewma.common.minibatches import rollout_minibatches
 from sb3_ewma.common.proximal import ProximalSaveMixin, is_policy_parameter, make_proximal_ewma, proximal_distribution
 
 
@@ -81,6 +83,12 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
             use_sde=self.use_sde,  # type: ignore[attr-defined]
             **self.policy_kwargs,  # type: ignore[attr-defined]
         )
+
+    def _minibatches(self, buffer: RolloutBuffer) -> Iterator[RolloutBufferSamples]:
+        """One epoch over the rollout buffer: SB3's random steps, or whole rollouts of environments (the authors')."""
+        if getattr(self, "minibatch_sampling", "steps") == "rollouts":
+            return rollout_minibatches(buffer, self.batch_size)  # type: ignore[attr-defined]
+        return buffer.get(self.batch_size)  # type: ignore[attr-defined]
 
     @property
     def minibatches_per_epoch(self) -> int:

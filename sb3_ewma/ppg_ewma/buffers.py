@@ -9,6 +9,8 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.preprocessing import get_obs_shape
 from stable_baselines3.common.type_aliases import PyTorchObs
 
+from sb3_ewma.common.minibatches import shuffled_rollout_indices
+
 
 class AuxiliaryBuffer:
     """
@@ -89,17 +91,29 @@ class AuxiliaryBuffer:
         if self.size + n > self.capacity:
             raise RuntimeError(f"auxiliary buffer full ({self.capacity} steps)")
         rows = slice(self.size, self.size + n)
-        # the rollout buffer's arrays are (n_steps, n_envs, ...) or, once sampled, flattened to (n_steps * n_envs, ...):
-        # both are reshaped the same way, so observations and targets stay aligned
+        # stored environment-major, each environment's rollout in n_steps consecutive rows (as SB3 flattens a sampled
+        # buffer): the rollout buffer's arrays are (n_steps, n_envs, ...) or, once sampled, already flattened that way
+        flattened = rollout_buffer.generator_ready
+
+        def env_major(array: np.ndarray, row_shape: tuple[int, ...]) -> np.ndarray:
+            array = np.asarray(array)
+            return array.reshape(n, *row_shape) if flattened else array.swapaxes(0, 1).reshape(n, *row_shape)
+
         observations = rollout_buffer.observations
         for key, storage in self._observations.items():
             source = observations if key is None else observations[key]  # type: ignore[index]
-            storage[rows] = np.asarray(source).reshape(n, *storage.shape[1:])
-        self._value_targets[rows] = rollout_buffer.returns.reshape(n)
+            storage[rows] = env_major(source, storage.shape[1:])
+        self._value_targets[rows] = env_major(rollout_buffer.returns, ())
         self.size += n
 
-    def minibatch_indices(self, batch_size: int) -> Iterator[np.ndarray]:
-        """One epoch: a random permutation of the stored rows in minibatches of ``batch_size`` (the last may be smaller)."""
+    def minibatch_indices(self, batch_size: int, rollout_length: int | None = None) -> Iterator[np.ndarray]:
+        """
+        One epoch in minibatches of ``batch_size`` rows (the last may be smaller): random rows, or with
+        ``rollout_length`` (``n_steps``) whole rollouts of one environment in random order (the authors' split).
+        """
+        if rollout_length is not None:
+            yield from shuffled_rollout_indices(self.size // rollout_length, rollout_length, batch_size)
+            return
         indices = np.random.permutation(self.size)
         for start in range(0, self.size, batch_size):
             yield indices[start : start + batch_size]

@@ -30,6 +30,7 @@ from stable_baselines3.common.utils import get_device
 from torch import nn
 
 from sb3_ewma.common.distributions import policy_latents
+from sb3_ewma.common.policies import HeadInitMixin
 from sb3_ewma.common.proximal import is_policy_parameter
 
 ARCHITECTURES = ("dual", "shared", "detach")
@@ -105,7 +106,7 @@ class PPGMlpExtractor(MlpExtractor):
         return self.value_net(self._value_input(self.shared_net(features)))
 
 
-class PPGPolicy(ActorCriticPolicy):
+class PPGPolicy(HeadInitMixin, ActorCriticPolicy):
     """
     Actor-critic policy for PPG / PPG-EWMA: SB3's ``ActorCriticPolicy`` with a PPG architecture (``arch``) and an
     auxiliary value head ``aux_value_net`` (a linear layer on the policy latent), trained in the auxiliary phase.
@@ -141,6 +142,9 @@ class PPGPolicy(ActorCriticPolicy):
         excluding the learning rate, to pass to the optimizer
     :param arch: ``"dual"`` (separate policy and value networks), ``"shared"`` (one network) or ``"detach"`` (one
         network, the value head on the detached trunk)
+    :param head_init_scale: The authors' normed initialization of the action, value and auxiliary value heads with
+        this scale (they use 0.1), applied after SB3's initialization; None (default): SB3's initialization only
+        (see :class:`sb3_ewma.common.policies.HeadInitMixin`)
     """
 
     mlp_extractor: PPGMlpExtractor
@@ -165,6 +169,7 @@ class PPGPolicy(ActorCriticPolicy):
         optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
         optimizer_kwargs: dict[str, Any] | None = None,
         arch: str = "dual",
+        head_init_scale: float | None = None,
     ):
         check_arch(arch)
         shared = arch != "dual"
@@ -198,6 +203,7 @@ class PPGPolicy(ActorCriticPolicy):
             normalize_images=normalize_images,
             optimizer_class=optimizer_class,
             optimizer_kwargs=optimizer_kwargs,
+            head_init_scale=head_init_scale,
         )
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
@@ -259,6 +265,7 @@ class PPGCnnPolicy(PPGPolicy):
         optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
         optimizer_kwargs: dict[str, Any] | None = None,
         arch: str = "dual",
+        head_init_scale: float | None = None,
     ):
         super().__init__(
             observation_space,
@@ -279,6 +286,7 @@ class PPGCnnPolicy(PPGPolicy):
             optimizer_class,
             optimizer_kwargs,
             arch,
+            head_init_scale,
         )
 
 
@@ -308,6 +316,7 @@ class PPGMultiInputPolicy(PPGPolicy):
         optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
         optimizer_kwargs: dict[str, Any] | None = None,
         arch: str = "dual",
+        head_init_scale: float | None = None,
     ):
         super().__init__(
             observation_space,
@@ -328,6 +337,7 @@ class PPGMultiInputPolicy(PPGPolicy):
             optimizer_class,
             optimizer_kwargs,
             arch,
+            head_init_scale,
         )
 
 

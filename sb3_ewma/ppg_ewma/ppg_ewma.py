@@ -25,6 +25,7 @@ from sb3_ewma.common.decoupled import (
 )
 from sb3_ewma.common.distributions import distribution_parameters, kl_from_parameters
 from sb3_ewma.common.ewma import ParameterEWMA
+from sb3_ewma.common.minibatches import check_minibatch_sampling
 from sb3_ewma.common.proximal import is_loading_from_file
 from sb3_ewma.common.rollout import RolloutCollectionMixin
 from sb3_ewma.ppg_ewma.buffers import AuxiliaryBuffer
@@ -148,6 +149,16 @@ class PPG_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorith
     :param aux_micro_batch_size: Largest number of samples sent to the device at once in the auxiliary phase (also
         when computing ``pi_old``): each minibatch's gradient is accumulated over micro-batches of this size, so that
         ``aux_batch_size`` does not bound device memory. ``None`` (default): ``aux_batch_size``.
+    :param aux_optimizer_kwargs: Keyword arguments of the auxiliary phase's optimizer (the policy's
+        ``optimizer_class``), e.g. ``dict(eps=1e-8)``; ``None`` (default): the policy's ``optimizer_kwargs`` (SB3's
+        Adam default ``eps=1e-5``; the authors use PyTorch's ``1e-8`` in both optimizers).
+    :param minibatch_sampling: How each policy epoch is split into minibatches: ``"steps"`` (default, SB3's: random steps)
+        or ``"rollouts"`` (the authors': whole ``n_steps``-step rollouts of ``batch_size / n_steps`` environments per
+        minibatch, environments in random order; ``batch_size`` must be a multiple of ``n_steps``, or divide it:
+        then each minibatch is a contiguous piece of one environment's rollout).
+    :param aux_minibatch_sampling: The same for the auxiliary phase: ``"steps"`` (default, random steps) or
+        ``"rollouts"`` (the authors': whole rollouts of one environment, ``aux_batch_size / n_steps`` per minibatch;
+        ``aux_batch_size`` must be a multiple or a divisor of ``n_steps``).
     :param log_gradient_noise_scale: Log the gradient noise scale ``B_simple`` (McCandlish et al. 2018) as
         ``train/gradient_noise_scale`` (policy phase) and ``aux/gradient_noise_scale`` (auxiliary phase), estimated
         after every epoch from the minibatch gradients of the epoch and their mean, smoothed with EMAs (see
@@ -207,6 +218,9 @@ class PPG_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorith
         aux_learning_rate: float | Schedule | None = None,
         aux_batch_size: int | None = None,
         aux_micro_batch_size: int | None = None,
+        aux_optimizer_kwargs: dict[str, Any] | None = None,
+        minibatch_sampling: str = "steps",
+        aux_minibatch_sampling: str = "steps",
         log_gradient_noise_scale: bool = True,
         _init_setup_model: bool = True,
     ):
@@ -223,6 +237,16 @@ class PPG_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorith
             staleness=0,
             staleness_mode="decoupled",
         )
+        check_minibatch_sampling("minibatch_sampling", minibatch_sampling, "batch_size", batch_size, n_steps)
+        check_minibatch_sampling(
+            "aux_minibatch_sampling",
+            aux_minibatch_sampling,
+            "aux_batch_size (default: batch_size)",
+            batch_size if aux_batch_size is None else aux_batch_size,
+            n_steps,
+        )
+        if aux_optimizer_kwargs is not None and not isinstance(aux_optimizer_kwargs, dict):
+            raise ValueError(f"aux_optimizer_kwargs must be None or a dict, got {aux_optimizer_kwargs!r}")
         self._check_ppg_hyperparams(
             n_steps,
             batch_size,
@@ -286,6 +310,9 @@ class PPG_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorith
         self.aux_learning_rate = aux_learning_rate
         self.aux_batch_size = int(batch_size if aux_batch_size is None else aux_batch_size)
         self.aux_micro_batch_size = int(self.aux_batch_size if aux_micro_batch_size is None else aux_micro_batch_size)
+        self.aux_optimizer_kwargs = aux_optimizer_kwargs
+        self.minibatch_sampling = minibatch_sampling
+        self.aux_minibatch_sampling = aux_minibatch_sampling
         self.log_gradient_noise_scale = log_gradient_noise_scale
         # the position in the phase schedule, saved with the model
         self.phase = 0  # index of the current policy phase
@@ -388,8 +415,9 @@ class PPG_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorith
         self._policy_phase_time = 0.0
 
         self.aux_lr_schedule = self.lr_schedule if self.aux_learning_rate is None else FloatSchedule(self.aux_learning_rate)
+        aux_optimizer_kwargs = self.policy.optimizer_kwargs if self.aux_optimizer_kwargs is None else self.aux_optimizer_kwargs
         self.aux_optimizer = self.policy.optimizer_class(
-            self.policy.parameters(), lr=self.aux_lr_schedule(1), **self.policy.optimizer_kwargs  # type: ignore[call-arg]
+            self.policy.parameters(), lr=self.aux_lr_schedule(1), **aux_optimizer_kwargs  # type: ignore[call-arg]
         )
         self.aux_buffer = None
         if self.n_aux_epochs > 0:
@@ -407,6 +435,11 @@ class PPG_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorith
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "aux_buffer", "aux_lr_schedule"]
+
+    @property
+    def _aux_rollout_length(self) -> int | None:
+        """Rows per auxiliary minibatch unit: ``n_steps`` (whole rollouts) or None (random steps)."""
+        return self.n_steps if getattr(self, "aux_minibatch_sampling", "steps") == "rollouts" else None
 
     def _gradient_noise_batching(self, optimizer: th.optim.Optimizer) -> tuple[int, int, str] | None:
         if optimizer is self.aux_optimizer and self.aux_buffer is not None:
@@ -480,7 +513,7 @@ class PPG_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorith
             train_value = epoch < self.n_value_epochs
             if not (train_value or (continue_training and epoch < self.n_epochs)):
                 break
-            for rollout_data in buffer.get(self.batch_size):
+            for rollout_data in self._minibatches(buffer):
                 train_policy = continue_training and epoch < self.n_epochs
                 if not (train_policy or train_value):
                     break
@@ -593,7 +626,7 @@ class PPG_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorith
         stats: dict[str, list[th.Tensor]] = {"aux_value_loss": [], "clone_kl": [], "value_loss": [], "loss": []}
         n_steps = 0
         for _ in range(self.n_aux_epochs):
-            for minibatch in buffer.minibatch_indices(self.aux_batch_size):
+            for minibatch in buffer.minibatch_indices(self.aux_batch_size, self._aux_rollout_length):
                 self.aux_optimizer.zero_grad()
                 for start_idx in range(0, len(minibatch), self.aux_micro_batch_size):
                     indices = minibatch[start_idx : start_idx + self.aux_micro_batch_size]

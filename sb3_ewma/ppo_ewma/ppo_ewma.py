@@ -18,6 +18,7 @@ from sb3_ewma.common.decoupled import (
     mean_of,
 )
 from sb3_ewma.common.ewma import ParameterEWMA
+from sb3_ewma.common.minibatches import check_minibatch_sampling
 from sb3_ewma.common.rollout import RolloutCollectionMixin
 from sb3_ewma.common.staleness import StaleRollout, recompute_advantages, replace_behavior_log_probs
 from sb3_ewma.ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
@@ -99,6 +100,10 @@ class PPO_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
         policy, clipping anchored at the recent policy, the policy at the start of the iteration), ``"behavior"``
         (both with the behavior policy: PPO on stale data) or ``"proximal"`` (both with the recent policy). With an
         EWMA (``ewma_decay`` not None) the EWMA replaces only the clipping anchor, in every mode.
+    :param minibatch_sampling: How each epoch is split into minibatches: ``"steps"`` (default, SB3's: random steps)
+        or ``"rollouts"`` (the authors': whole ``n_steps``-step rollouts of ``batch_size / n_steps`` environments per
+        minibatch, environments in random order; ``batch_size`` must be a multiple of ``n_steps``, or divide it:
+        then each minibatch is a contiguous piece of one environment's rollout).
     :param log_gradient_noise_scale: Log the gradient noise scale ``B_simple`` (McCandlish et al. 2018) as
         ``train/gradient_noise_scale``, estimated after every epoch from the minibatch gradients of the epoch and their
         mean, smoothed with EMAs (see :mod:`sb3_ewma.common.gradient_noise`). It approximates the critical batch size,
@@ -149,11 +154,13 @@ class PPO_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
         advantage_ewma_decay: float = 0.0,
         staleness: int = 0,
         staleness_mode: str = "decoupled",
+        minibatch_sampling: str = "steps",
         log_gradient_noise_scale: bool = True,
         _init_setup_model: bool = True,
     ):
         # checked before anything else is built (no environment is created or stepped on bad input)
         check_clip_range(clip_range)
+        check_minibatch_sampling("minibatch_sampling", minibatch_sampling, "batch_size", batch_size, n_steps)
         check_decoupled_hyperparams(
             ewma_decay,
             kl_coef,
@@ -204,6 +211,7 @@ class PPO_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
         )
         self.staleness = int(staleness)
         self.staleness_mode = staleness_mode
+        self.minibatch_sampling = minibatch_sampling
         self.log_gradient_noise_scale = log_gradient_noise_scale
         if _init_setup_model:
             self._setup_model()
@@ -280,7 +288,7 @@ class PPO_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
         for epoch in range(self.n_epochs):
             approx_kl_divs = []
             # Do a complete pass on the rollout buffer
-            for rollout_data in buffer.get(self.batch_size):
+            for rollout_data in self._minibatches(buffer):
                 policy_loss, entropy_loss, values, approx_kl_div = self._policy_terms(rollout_data, policy_objective)
                 entropy_losses.append(entropy_loss.detach())
                 approx_kl_divs.append(approx_kl_div)

@@ -1,0 +1,50 @@
+"""Policy options shared by PPO_EWMA's and PPG_EWMA's actor-critic policies."""
+
+import math
+from typing import Any
+
+from torch import nn
+
+from sb3_ewma.common.torch_layers import normed_init_
+
+# the output heads of an actor-critic policy (PPG's auxiliary value head included) that ``head_init_scale`` re-initializes
+HEAD_NAMES = ("action_net", "value_net", "aux_value_net")
+
+
+def check_head_init_scale(head_init_scale: object) -> None:
+    if head_init_scale is None:
+        return
+    if (
+        isinstance(head_init_scale, bool)
+        or not isinstance(head_init_scale, (int, float))
+        or not math.isfinite(head_init_scale)
+    ):
+        raise ValueError(f"head_init_scale must be None or a finite number > 0, got {head_init_scale!r}")
+    if head_init_scale <= 0:
+        raise ValueError(f"head_init_scale must be None or a finite number > 0, got {head_init_scale!r}")
+
+
+class HeadInitMixin:
+    """
+    Adds the policy keyword ``head_init_scale`` (usable in ``policy_kwargs``, also from rl-zoo3 YAML): after the policy
+    is built (and after SB3's orthogonal initialization, if any), the authors' "normed" initialization with that scale
+    (:func:`sb3_ewma.common.torch_layers.normed_init_`: every output unit's weight vector rescaled to that norm, biases
+    zero) is applied to the heads: the action head, the value head and, in PPG, the auxiliary value head. The authors
+    use 0.1. ``None`` (default): the heads keep SB3's initialization. It only rescales the drawn weights, so the
+    random number generators advance as without it.
+    """
+
+    def __init__(self, *args: Any, head_init_scale: float | None = None, **kwargs: Any) -> None:
+        check_head_init_scale(head_init_scale)
+        super().__init__(*args, **kwargs)
+        self.head_init_scale = head_init_scale
+        if head_init_scale is not None:
+            for name in HEAD_NAMES:
+                head = getattr(self, name, None)
+                if isinstance(head, nn.Module):
+                    normed_init_(head, float(head_init_scale))
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()  # type: ignore[misc]
+        data.update(head_init_scale=self.head_init_scale)
+        return data

@@ -17,6 +17,7 @@ from sb3_ewma.common.decoupled import (
     check_decoupled_hyperparams,
     mean_of,
 )
+from sb3_ewma.common.distributed import DataParallelMixin, rank_local_settings
 from sb3_ewma.common.ewma import ParameterEWMA
 from sb3_ewma.common.rollout import RolloutCollectionMixin
 from sb3_ewma.ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
@@ -24,7 +25,7 @@ from sb3_ewma.ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 SelfPPO_EWMA = TypeVar("SelfPPO_EWMA", bound="PPO_EWMA")
 
 
-class PPO_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
+class PPO_EWMA(DataParallelMixin, RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
     """
     PPO-EWMA: Proximal Policy Optimization with an exponentially weighted moving average (EWMA) of the policy as
     the proximal policy, and the decoupled objectives (Hilton, Cobbe & Schulman 2021,
@@ -95,6 +96,12 @@ class PPO_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
         importance sampling, the proximal policy to limit the update; without an EWMA the proximal policy is the
         policy at the start of the iteration), ``"behavior"`` (PPO with the behavior policy as the old policy) or
         ``"proximal"`` (PPO with the proximal policy as the old policy, also for importance sampling).
+    :param distributed: Data-parallel training on ``torch.distributed`` (see README, "Training on several GPUs or
+        machines"): ``None`` (default) joins, or creates from torchrun's environment, the default process group when
+        ``WORLD_SIZE > 1``; ``True`` requires it (also with one rank); ``False`` never (each process trains its own
+        model). Hyperparameters are per rank (``n_envs``, ``n_steps``, ``batch_size``); gradients are averaged over
+        the ranks; ``num_timesteps`` and ``total_timesteps`` count the environment steps of all ranks; rank 0 alone
+        logs, saves and runs the callbacks. Not saved with the model.
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -140,6 +147,7 @@ class PPO_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
         advantage_ewma_decay: float = 0.0,
         staleness: int = 0,
         staleness_mode: str = "decoupled",
+        distributed: bool | None = None,
         _init_setup_model: bool = True,
     ):
         # checked before anything else is built (no environment is created or stepped on bad input)
@@ -155,6 +163,9 @@ class PPO_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
             staleness,
             staleness_mode,
         )
+        # ranks other than 0 print nothing; under torchrun, CUDA means cuda:LOCAL_RANK
+        verbose, device = rank_local_settings(distributed, verbose, device)
+        self.distributed = distributed
         super().__init__(
             policy,
             env,
@@ -288,7 +299,7 @@ class PPO_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
                 loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
 
                 # Early stopping on the KL from the behavior policy (read from the device only when needed)
-                if self.target_kl is not None and approx_kl_div.item() > 1.5 * self.target_kl:
+                if self._kl_exceeds_target(approx_kl_div):
                     continue_training = False
                     if self.verbose >= 1:
                         print(f"Early stopping at step {epoch} due to reaching max kl: {approx_kl_div:.2f}")

@@ -313,6 +313,7 @@ class DataParallelMixin:
 
     @property
     def _data_parallel_context(self) -> DataParallelContext | None:
+        # joined in `set_random_seed` (at the start of `_setup_model`, before the policy is built)
         return self.__dict__.get("_data_parallel")
 
     @property
@@ -339,15 +340,22 @@ class DataParallelMixin:
     # ------------------------------------------------------------------------------------------------------------------
     # setup: process group, seeds, consistency check, rank 0's state
 
-    def _setup_model(self) -> None:
-        self.__dict__["_data_parallel"] = None
-        self._pending_episodes: list[tuple[list[Any], list[Any]]] = []
-        self._vec_normalize_pool = RunningStatisticsPool()
-        context = None
-        if wants_data_parallel(getattr(self, "distributed", None)):
-            context = DataParallelContext(self.device)  # type: ignore[attr-defined]
-            self.__dict__["_data_parallel"] = context
-        super()._setup_model()  # type: ignore[misc]
+    def _join_data_parallel(self) -> DataParallelContext | None:
+        """Join the process group when ``self.distributed`` asks for it (once); the context, or None."""
+        if "_data_parallel" not in self.__dict__:
+            self._pending_episodes: list[tuple[list[Any], list[Any]]] = []
+            self._vec_normalize_pool = RunningStatisticsPool()
+            wanted = wants_data_parallel(getattr(self, "distributed", None))
+            self.__dict__["_data_parallel"] = DataParallelContext(self.device) if wanted else None  # type: ignore[attr-defined]
+        return self._data_parallel_context
+
+    def _setup_data_parallel(self) -> None:
+        """
+        At the end of ``_setup_model`` (also when loading): check that every rank has the same settings, give every
+        rank rank 0's parameters, optimizer states and proximal EWMA, pool the advantage moments, and warn when a
+        loaded model continues at another world size.
+        """
+        context = self._join_data_parallel()
         previous_world_size = self.__dict__.get("trained_world_size")  # set by `load`
         if previous_world_size is not None and previous_world_size != self.world_size and self.rank == 0:
             warn_world_size_change(previous_world_size, self.world_size, self.n_envs)
@@ -360,6 +368,7 @@ class DataParallelMixin:
 
     def set_random_seed(self, seed: int | None = None) -> None:
         """Seed as SB3 does, with ``seed + rank * n_envs`` on each rank: distinct, reproducible environments."""
+        self._join_data_parallel()
         if seed is not None:
             seed = seed + self.rank * self.n_envs
         super().set_random_seed(seed)  # type: ignore[misc]

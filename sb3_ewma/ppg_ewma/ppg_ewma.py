@@ -386,6 +386,7 @@ class PPG_EWMA(DataParallelMixin, RolloutCollectionMixin, DecoupledAlgorithmMixi
 
         self._setup_advantage_normalizer()
         self._setup_proximal_policy(include=is_ppg_policy_parameter)
+        self._setup_data_parallel()
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "aux_buffer", "aux_lr_schedule"]

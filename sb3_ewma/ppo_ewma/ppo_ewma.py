@@ -215,6 +215,7 @@ class PPO_EWMA(DataParallelMixin, RolloutCollectionMixin, DecoupledAlgorithmMixi
         self._setup_advantage_normalizer()
         self._setup_proximal_policy(self.staleness, self.staleness_mode)
         self._stale_buffers: deque[RolloutBuffer] = deque()
+        self._setup_data_parallel()
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_stale_buffers"]

@@ -228,3 +228,23 @@ def test_vec_normalize_pool_is_exact() -> None:
         assert venv.obs_rms.count == pytest.approx(whole.count)
         np.testing.assert_allclose(venv.obs_rms.mean, whole.mean, rtol=1e-10)
         np.testing.assert_allclose(venv.obs_rms.var, whole.var, rtol=1e-10)
+
+
+def test_zoo_train_under_torchrun(tmp_path: Path) -> None:
+    """rl-zoo3 on 2 ranks: one run folder written by rank 0, --scale-n-envs takes the total number of environments."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "sb3_ewma.train"]
+    args = ["--algo", "ppo_ewma", "--env", "CartPole-v1", "-n", "512", "-f", str(tmp_path), "--seed", "3"]
+    args += ["--scale-n-envs", "4", "--save-freq", "256"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([*command, *args], env=env, capture_output=True, text=True, timeout=240, check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    assert output.count("Saving to") == 1  # rank 0 alone prints
+    assert "Data-parallel training on 2 ranks" in output and "n_envs=2 and batch_size" in output
+    (run,) = (tmp_path / "ppo_ewma").iterdir()
+    assert run.name == "CartPole-v1_1"
+    # rank 0's monitor files (its 2 environments), its checkpoints every 256 global steps and the model
+    assert sorted(p.name for p in run.glob("*.monitor.csv")) == ["0.monitor.csv", "1.monitor.csv"]
+    assert sorted(p.name for p in run.glob("rl_model_*_steps.zip")) == ["rl_model_256_steps.zip", "rl_model_512_steps.zip"]
+    assert (run / "CartPole-v1.zip").exists()
+    assert "- n_envs\n    - 2" in (run / "CartPole-v1" / "config.yml").read_text()

@@ -22,7 +22,7 @@ import os
 import time
 import warnings
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from typing import Any
 
 import numpy as np
@@ -505,3 +505,94 @@ def warn_world_size_change(previous_world_size: int, world_size: int, n_envs: in
         UserWarning,
         stacklevel=3,
     )
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# helpers for scripts (rl-zoo3's train script): before any model exists
+
+
+def join_torchrun(device: th.device | str = "auto") -> tuple[int, int]:
+    """
+    Under torchrun (``WORLD_SIZE > 1``), join (or create) the default process group now, with the backend of
+    ``device`` (nccl for CUDA, gloo otherwise), so that a script can agree on things before building its model.
+
+    :return: this process's rank and the world size ((0, 1) without torchrun)
+    """
+    if not wants_data_parallel(None):
+        return 0, 1
+    init_process_group(th.device(data_parallel_device(device, None)))
+    return dist.get_rank(), dist.get_world_size()
+
+
+def broadcast_from_rank0(value: Any) -> Any:
+    """Rank 0's ``value`` (picklable) on every rank; ``value`` itself without a process group of several ranks."""
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return value
+    holder = [value]
+    dist.broadcast_object_list(holder, src=0)
+    return holder[0]
+
+
+# per-rank hyperparameters that count samples (the global value is world_size times the per-rank one)
+PER_RANK_SAMPLE_COUNTS = ("n_envs", "batch_size", "aux_batch_size")
+
+
+def per_rank_hyperparams(hyperparams: dict[str, Any], world_size: int) -> dict[str, Any]:
+    """
+    Split a hyperparameter entry written for one process of ``n_envs`` environments into the entry of each of
+    ``world_size`` ranks that together behave like it: ``n_envs``, ``batch_size`` and ``aux_batch_size`` divided by
+    ``world_size`` (the number of minibatches per epoch, hence every other hyperparameter, is unchanged).
+
+    :raise ValueError: when one of them is not divisible by ``world_size``
+    """
+    split = dict(hyperparams)
+    for key in PER_RANK_SAMPLE_COUNTS:
+        if key not in split or split[key] is None:
+            continue
+        value = int(split[key])
+        if value % world_size != 0:
+            raise ValueError(
+                f"{key}={value} (for all ranks together) must be divisible by the world size {world_size}: choose a total "
+                f"number of environments (--scale-n-envs) that makes {', '.join(PER_RANK_SAMPLE_COUNTS)} divisible"
+            )
+        split[key] = value // world_size
+    if split.get("aux_micro_batch_size") is not None and "aux_batch_size" in split:
+        split["aux_micro_batch_size"] = min(int(split["aux_micro_batch_size"]), int(split["aux_batch_size"]))
+    return split
+
+
+def zoo_hyperparams_per_rank(
+    hyperparams: dict[str, Any], saved_hyperparams: dict[str, Any], world_size: int, scaled: bool
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """
+    rl-zoo3 under torchrun: the hyperparameters each rank trains with, and a note on what that means for c.
+
+    :param scaled: whether the entry was rescaled (``--scale-n-envs N``) for ``N`` environments in total, which are
+        then split over the ranks (:func:`per_rank_hyperparams`); otherwise the entry is per rank, as written
+    """
+    n_envs = int(hyperparams.get("n_envs", 1))
+    if scaled:
+        hyperparams = per_rank_hyperparams(hyperparams, world_size)
+        saved_hyperparams = type(saved_hyperparams)(per_rank_hyperparams(dict(saved_hyperparams), world_size).items())
+        print(
+            f"Data-parallel training on {world_size} ranks: the entry rescaled for {n_envs} environments in total (c "
+            f"above) runs as n_envs={hyperparams.get('n_envs')} and batch_size={hyperparams.get('batch_size')} per rank"
+        )
+    else:
+        print(
+            f"Data-parallel training on {world_size} ranks: n_envs={n_envs} per rank, {world_size * n_envs} environments in "
+            f"total, with hyperparameters written for {n_envs}: c = {world_size} (batch size-invariance). To train as "
+            f"the entry does with {n_envs} environments in total, add --scale-n-envs {n_envs}; to rescale it for all "
+            f"{world_size * n_envs}, add --scale-n-envs {world_size * n_envs}"
+        )
+    return hyperparams, saved_hyperparams
+
+
+@contextmanager
+def quiet_unless_rank0() -> Iterator[None]:
+    """Under torchrun, send the standard output of ranks other than 0 to nowhere for the duration of the block."""
+    if current_rank() == 0:
+        yield
+        return
+    with open(os.devnull, "w") as devnull, redirect_stdout(devnull):
+        yield

@@ -142,7 +142,8 @@ class DataParallelContext:
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
         self.backend = str(dist.get_backend())
-        self.comm_device = device if self.backend == "nccl" else th.device("cpu")
+        # nccl moves CUDA tensors only (of this rank's GPU, also when the policy is on the CPU); gloo, CPU tensors
+        self.comm_device = th.device("cuda", th.cuda.current_device()) if self.backend == "nccl" else th.device("cpu")
         self.communication_time = 0.0  # seconds in collectives since the last `take_communication_time`
         self.total_communication_time = 0.0
 

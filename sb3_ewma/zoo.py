@@ -51,6 +51,7 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnvStepReturn
 from torch import nn
 
 from sb3_ewma import hyperparams_opt
+from sb3_ewma.common import distributed
 from sb3_ewma.common.torch_layers import ImpalaCNN
 from sb3_ewma.envs.procgen import PROCGEN_KWARGS, make_procgen_env, parse_procgen_env_id, register_procgen_envs
 from sb3_ewma.scale import LR_RULES, scale_hyperparams_with_report
@@ -343,6 +344,10 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
                 # recorded in args.yml
                 args.conf_file = kwargs["config"]
         super().__init__(args, algo, env_id, *manager_args, **kwargs)
+        # under torchrun: rank 0 chooses the run folder (the next free <env>_<n>) and the seed, once for all ranks
+        self.rank, self.world_size = distributed.join_torchrun(self.device)
+        self.seed, self.save_path = distributed.broadcast_from_rank0((self.seed, self.save_path))
+        self.params_path = f"{self.save_path}/{self.env_name}"
         if scale is not None and algo not in ZOO_ALGOS:
             raise ValueError(f"--scale-n-envs rescales the hyperparameters of {ZOO_ALGOS}, not of {algo!r}")
         self.scale = scale
@@ -353,6 +358,14 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
             self.deterministic_eval = False
 
     def read_hyperparameters(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        hyperparams, saved_hyperparams = self._read_scaled_hyperparameters()
+        if self.world_size > 1:
+            hyperparams, saved_hyperparams = distributed.zoo_hyperparams_per_rank(
+                hyperparams, saved_hyperparams, self.world_size, scaled=self.scale is not None
+            )
+        return hyperparams, saved_hyperparams
+
+    def _read_scaled_hyperparameters(self) -> tuple[dict[str, Any], dict[str, Any]]:
         hyperparams, saved_hyperparams = super().read_hyperparameters()
         if self.scale is None:
             return hyperparams, saved_hyperparams
@@ -375,6 +388,28 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
             print(f"  warning: {caveat.message}")
         saved_hyperparams = OrderedDict([(key, scaled[key]) for key in sorted(scaled.keys())])
         return scaled, saved_hyperparams
+
+    # under torchrun, rank 0 alone writes the run folder (config, monitor files, checkpoints, evaluations, model)
+    def create_log_folder(self) -> None:
+        if self.rank == 0:
+            super().create_log_folder()
+
+    def create_callbacks(self) -> None:
+        if self.rank == 0:
+            # save_freq and eval_freq count global steps: each step of rank 0 is world_size * n_envs of them
+            with _patched(self, "n_envs", self.n_envs * self.world_size):
+                super().create_callbacks()
+
+    def create_envs(self, n_envs: int, eval_env: bool = False, no_log: bool = False) -> VecEnv:
+        return super().create_envs(n_envs, eval_env=eval_env, no_log=no_log or self.rank != 0)
+
+    def _save_config(self, saved_hyperparams: dict[str, Any]) -> None:
+        if self.rank == 0:
+            super()._save_config(saved_hyperparams)
+
+    def save_trained_model(self, model: BaseAlgorithm) -> None:
+        if self.rank == 0:
+            super().save_trained_model(model)
 
     def _preprocess_normalization(self, hyperparams: dict[str, Any]) -> dict[str, Any]:
         explicit = _normalize_settings(hyperparams.get("normalize"))
@@ -478,7 +513,8 @@ def train(argv: Sequence[str], scale: ScaleOptions | None = None, prog: str = "p
     """
     register_zoo()
     manager = functools.partial(ExperimentManager, scale=scale)
-    with _patched(rl_zoo3.train, "ExperimentManager", manager), _argv(prog, argv):
+    # under torchrun, ranks other than 0 print nothing (errors still reach stderr)
+    with _patched(rl_zoo3.train, "ExperimentManager", manager), _argv(prog, argv), distributed.quiet_unless_rank0():
         rl_zoo3.train.train()
 
 

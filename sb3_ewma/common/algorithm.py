@@ -189,7 +189,7 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
         After the loss's backward pass (gradients accumulated in ``.grad``): clip the gradient norm to
         ``max_grad_norm`` and take the optimizer step. Every optimizer step of every phase goes through here.
         """
-        self._observe_gradient_noise(optimizer)  # this process's raw minibatch gradient: before clipping or averaging
+        self._observe_gradient_noise(optimizer)  # the minibatch gradient, before clipping
         th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)  # type: ignore[attr-defined]
         optimizer.step()
 
@@ -210,6 +210,9 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
         if batching is None:
             return
         batch_size, steps_per_epoch, prefix = batching
+        # under data-parallel training the gradient here is already averaged over the ranks (DataParallelMixin comes
+        # first in the bases): the gradient of a global minibatch of world_size * batch_size samples
+        batch_size *= getattr(self, "world_size", 1)
         trackers: dict[str, GradientNoiseScale] = self.__dict__.setdefault("_gradient_noise", {})
         tracker = trackers.get(prefix)
         if tracker is None or (tracker.batch_size, tracker.steps_per_epoch) != (batch_size, steps_per_epoch):

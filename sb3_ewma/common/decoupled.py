@@ -5,7 +5,9 @@ minibatch (with its diagnostics), advantage normalization and the choice of the 
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch as th
@@ -165,10 +167,19 @@ class AdvantageNormalizer:
     :param enabled: normalize at all (SB3's ``normalize_advantage``)
     :param mode: ``"minibatch"`` or ``"ewma"``
     :param decay: decay of the moments per iteration, for ``"ewma"``
+    :param reducer: sums a tensor over processes (data-parallel training): the moments are then those of all
+        processes' advantages (``"ewma"``) or of the global minibatch (``"minibatch"``). Not saved.
     """
 
-    def __init__(self, enabled: bool = True, mode: str = "minibatch", decay: float = 0.0) -> None:
+    def __init__(
+        self,
+        enabled: bool = True,
+        mode: str = "minibatch",
+        decay: float = 0.0,
+        reducer: Callable[[th.Tensor], th.Tensor] | None = None,
+    ) -> None:
         self.moments = EWMAMoments(decay)
+        self.reducer = reducer
         self.configure(enabled, mode, decay)
         self.iteration_means: list[float | th.Tensor] = []
         self.iteration_stds: list[float | th.Tensor] = []
@@ -184,7 +195,11 @@ class AdvantageNormalizer:
         self.iteration_means, self.iteration_stds = [], []
         if not (self.enabled and self.mode == "ewma"):
             return advantages
-        self.moments.update(advantages)
+        if self.reducer is None:
+            self.moments.update(advantages)
+        else:
+            n, mean, var = self._pooled_moments(th.as_tensor(advantages))
+            self.moments.update_from_moments(n, mean, var)
         self.iteration_means.append(self.moments.mean)
         self.iteration_stds.append(self.moments.std)
         return self.moments.normalize(advantages).astype(advantages.dtype, copy=False)
@@ -193,10 +208,33 @@ class AdvantageNormalizer:
         """Normalize one minibatch (``"minibatch"`` mode only; otherwise returned as given)."""
         if not (self.enabled and self.mode == "minibatch") or len(advantages) <= 1:
             return advantages
-        mean, std = advantages.mean(), advantages.std()
+        if self.reducer is None:
+            mean, std = advantages.mean(), advantages.std()
+        else:
+            n, pooled_mean, var = self._pooled_moments(advantages)
+            mean = th.as_tensor(pooled_mean, dtype=advantages.dtype, device=advantages.device)
+            std = th.as_tensor(math.sqrt(var * n / max(n - 1, 1)), dtype=advantages.dtype, device=advantages.device)
         self.iteration_means.append(mean.detach())
         self.iteration_stds.append(std.detach())
         return (advantages - mean) / (std + 1e-8)
+
+    def _pooled_moments(self, values: th.Tensor) -> tuple[float, float, float]:
+        """Size, mean and biased variance of the values of all processes (one reduction of three sums)."""
+        assert self.reducer is not None
+        values = values.detach().reshape(-1).to(th.float64)
+        sums = self.reducer(
+            th.stack([th.tensor(float(values.numel()), dtype=th.float64), values.sum().cpu(), (values**2).sum().cpu()])
+        )
+        n, total, total_sq = (float(x) for x in sums.cpu())
+        mean = total / n
+        return n, mean, max(total_sq / n - mean**2, 0.0)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the reducer belongs to the running processes, not to a saved model
+        return {**self.__dict__, "reducer": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update({"reducer": None, **state})
 
     def stats(self) -> dict[str, float]:
         if not self.iteration_means:

@@ -192,7 +192,12 @@ class EWMAMoments:
         batch = np.asarray(values, dtype=np.float64).reshape(-1)
         if batch.size == 0:
             return
-        n, mean, var = batch.size, batch.mean(), batch.var()
+        self.update_from_moments(batch.size, batch.mean(), batch.var())
+
+    def update_from_moments(self, n: float, mean: float, var: float) -> None:
+        """Fold in a batch given by its size, mean and (biased) variance (e.g. pooled over several processes)."""
+        if n <= 0:
+            return
         self.weight = self.decay * self.weight + n
         self.weight_sq = self.decay**2 * self.weight_sq + n
         self.weighted_sum = self.decay * self.weighted_sum + mean * n

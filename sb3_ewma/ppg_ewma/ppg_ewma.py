@@ -23,6 +23,7 @@ from sb3_ewma.common.decoupled import (
     check_decoupled_hyperparams,
     mean_of,
 )
+from sb3_ewma.common.distributed import DataParallelMixin, rank_local_settings
 from sb3_ewma.common.distributions import distribution_parameters, kl_from_parameters
 from sb3_ewma.common.ewma import ParameterEWMA
 from sb3_ewma.common.minibatches import check_minibatch_sampling
@@ -51,7 +52,7 @@ def _is_positive_number(value: object) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float, np.number)) and bool(0 < value < math.inf)
 
 
-class PPG_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorithm):
+class PPG_EWMA(DataParallelMixin, RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorithm):
     """
     PPG-EWMA: Phasic Policy Gradient (Cobbe et al. 2020, https://arxiv.org/abs/2009.04416) whose policy phase uses the
     decoupled objectives with an EWMA of the policy as the proximal policy (Hilton, Cobbe & Schulman 2021,
@@ -165,6 +166,12 @@ class PPG_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorith
         :mod:`sb3_ewma.common.gradient_noise`). It approximates the critical batch size, below which the batch
         size-invariance rules hold. Needs at least 2 minibatches per epoch; costs one copy of the gradient and one
         norm per optimizer step.
+    :param distributed: Data-parallel training on ``torch.distributed`` (see README, "Training on several GPUs or
+        machines"): ``None`` (default) joins, or creates from torchrun's environment, the default process group when
+        ``WORLD_SIZE > 1``; ``True`` requires it (also with one rank); ``False`` never (each process trains its own
+        model). Hyperparameters are per rank (``n_envs``, ``n_steps``, ``batch_size``); gradients are averaged over
+        the ranks; ``num_timesteps`` and ``total_timesteps`` count the environment steps of all ranks; rank 0 alone
+        logs, saves and runs the callbacks. Not saved with the model.
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -222,6 +229,7 @@ class PPG_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorith
         minibatch_sampling: str = "steps",
         aux_minibatch_sampling: str = "steps",
         log_gradient_noise_scale: bool = True,
+        distributed: bool | None = None,
         _init_setup_model: bool = True,
     ):
         # checked before anything else is built (no environment is created or stepped on bad input)
@@ -262,6 +270,9 @@ class PPG_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorith
             aux_micro_batch_size,
             policy_kwargs,
         )
+        # ranks other than 0 print nothing; under torchrun, CUDA means cuda:LOCAL_RANK
+        verbose, device = rank_local_settings(distributed, verbose, device)
+        self.distributed = distributed
         super().__init__(
             policy,
             env,
@@ -432,6 +443,7 @@ class PPG_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorith
 
         self._setup_advantage_normalizer()
         self._setup_proximal_policy(include=is_ppg_policy_parameter)
+        self._setup_data_parallel()
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "aux_buffer", "aux_lr_schedule"]
@@ -521,7 +533,7 @@ class PPG_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorith
                 if train_policy:
                     policy_loss, entropy_loss, values, approx_kl_div = self._policy_terms(rollout_data, policy_objective)
                     approx_kl_divs.append(approx_kl_div)
-                    if self.target_kl is not None and approx_kl_div.item() > 1.5 * self.target_kl:
+                    if self._kl_exceeds_target(approx_kl_div):
                         # stop the policy epochs of this iteration; the value epochs go on
                         train_policy = continue_training = False
                         if self.verbose >= 1:

@@ -17,6 +17,7 @@ from sb3_ewma.common.decoupled import (
     check_decoupled_hyperparams,
     mean_of,
 )
+from sb3_ewma.common.distributed import DataParallelMixin, rank_local_settings
 from sb3_ewma.common.ewma import ParameterEWMA
 from sb3_ewma.common.minibatches import check_minibatch_sampling
 from sb3_ewma.common.rollout import RolloutCollectionMixin
@@ -26,7 +27,7 @@ from sb3_ewma.ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 SelfPPO_EWMA = TypeVar("SelfPPO_EWMA", bound="PPO_EWMA")
 
 
-class PPO_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
+class PPO_EWMA(DataParallelMixin, RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
     """
     PPO-EWMA: Proximal Policy Optimization with an exponentially weighted moving average (EWMA) of the policy as
     the proximal policy, and the decoupled objectives (Hilton, Cobbe & Schulman 2021,
@@ -109,6 +110,12 @@ class PPO_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
         mean, smoothed with EMAs (see :mod:`sb3_ewma.common.gradient_noise`). It approximates the critical batch size,
         below which the batch size-invariance rules hold. Needs at least 2 minibatches per epoch; costs one copy of the
         gradient and one norm per optimizer step.
+    :param distributed: Data-parallel training on ``torch.distributed`` (see README, "Training on several GPUs or
+        machines"): ``None`` (default) joins, or creates from torchrun's environment, the default process group when
+        ``WORLD_SIZE > 1``; ``True`` requires it (also with one rank); ``False`` never (each process trains its own
+        model). Hyperparameters are per rank (``n_envs``, ``n_steps``, ``batch_size``); gradients are averaged over
+        the ranks; ``num_timesteps`` and ``total_timesteps`` count the environment steps of all ranks; rank 0 alone
+        logs, saves and runs the callbacks. Not saved with the model.
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -156,6 +163,7 @@ class PPO_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
         staleness_mode: str = "decoupled",
         minibatch_sampling: str = "steps",
         log_gradient_noise_scale: bool = True,
+        distributed: bool | None = None,
         _init_setup_model: bool = True,
     ):
         # checked before anything else is built (no environment is created or stepped on bad input)
@@ -172,6 +180,9 @@ class PPO_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
             staleness,
             staleness_mode,
         )
+        # ranks other than 0 print nothing; under torchrun, CUDA means cuda:LOCAL_RANK
+        verbose, device = rank_local_settings(distributed, verbose, device)
+        self.distributed = distributed
         super().__init__(
             policy,
             env,
@@ -223,6 +234,7 @@ class PPO_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
         self._setup_advantage_normalizer()
         self._setup_proximal_policy(self.staleness, self.staleness_mode)
         self._stale_buffers: deque[StaleRollout] = deque()
+        self._setup_data_parallel()
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_stale_buffers"]
@@ -309,7 +321,7 @@ class PPO_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
                 loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
 
                 # Early stopping on the KL from the behavior policy (read from the device only when needed)
-                if self.target_kl is not None and approx_kl_div.item() > 1.5 * self.target_kl:
+                if self._kl_exceeds_target(approx_kl_div):
                     continue_training = False
                     if self.verbose >= 1:
                         print(f"Early stopping at step {epoch} due to reaching max kl: {approx_kl_div:.2f}")

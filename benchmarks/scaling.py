@@ -1,0 +1,188 @@
+"""
+Data-parallel scaling (torch.distributed, torchrun): steps per second and learning curves of 1 and 2 ranks.
+
+Three configurations, each a ``torchrun --standalone --nproc-per-node W`` job run from here, alternating (A B C, B C
+A, ...) so that a shared machine slows them alike, with one torch thread per rank:
+
+- ``1x{N}``: one rank of N environments (the reference);
+- ``2x{N/2}``: two ranks of N/2 environments (the same total, c = 1: the same global batch as the reference);
+- ``2x{N}``: two ranks of N environments (the same per-rank settings: twice the data per iteration).
+
+Scaling efficiency = SPS(W) / (W x SPS(1)), SPS(1) that of ``1x{N}``; the time spent in collectives (gradient
+all-reduce, advantage moments, per-iteration synchronization) per iteration is reported separately. Environment
+steps are global (all ranks). Results: ``benchmarks/results/scaling/<preset>/runs.jsonl`` and ``summary.md``::
+
+    python -m benchmarks.scaling --preset smoke    # seconds
+    python -m benchmarks.scaling --preset cpu      # CartPole, PPO_EWMA, 8 envs, 3 repeats: about 10 minutes on 2 cores
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS_DIR = REPO / "benchmarks" / "results" / "scaling"
+PRESETS: dict[str, dict[str, Any]] = {
+    "smoke": dict(env="CartPole-v1", n_envs=4, n_steps=16, n_minibatches=2, n_epochs=2, timesteps=512, repeats=1),
+    "cpu": dict(env="CartPole-v1", n_envs=8, n_steps=128, n_minibatches=4, n_epochs=4, timesteps=40_960, repeats=3),
+}
+
+
+def configurations(n_envs: int) -> list[tuple[str, int, int]]:
+    """(name, world size, environments per rank)."""
+    return [(f"1x{n_envs}", 1, n_envs), (f"2x{n_envs // 2}", 2, n_envs // 2), (f"2x{n_envs}", 2, n_envs)]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# one rank of one job (run by torchrun)
+
+
+def worker(settings: dict[str, Any], out_file: Path) -> None:
+    import torch as th
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from sb3_ewma import PPO_EWMA
+
+    th.set_num_threads(1)
+
+    class Curve(BaseCallback):
+        """At the start of each rollout (the previous iteration's episodes gathered): global steps, mean return."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.points: list[tuple[int, float]] = []
+
+        def _on_rollout_start(self) -> None:
+            returns = [info["r"] for info in list(self.model.ep_info_buffer)[-20:]]
+            if returns:
+                self.points.append((self.num_timesteps, sum(returns) / len(returns)))
+
+        def _on_step(self) -> bool:
+            return True
+
+    n_envs = settings["n_envs"]
+    batch_size = settings["n_steps"] * n_envs // settings["n_minibatches"]
+    model = PPO_EWMA(
+        "MlpPolicy",
+        make_vec_env(settings["env"], n_envs=n_envs),
+        n_steps=settings["n_steps"],
+        batch_size=batch_size,
+        n_epochs=settings["n_epochs"],
+        learning_rate=1e-3,
+        seed=settings["seed"],
+    )
+    curve = Curve()
+    start = time.perf_counter()
+    model.learn(settings["timesteps"], callback=curve)
+    elapsed = time.perf_counter() - start
+    iterations = model.num_timesteps // (settings["n_steps"] * n_envs * model.world_size)
+    context = model._data_parallel_context
+    communication = 0.0 if context is None else context.total_communication_time
+    if model.rank == 0:
+        record = dict(
+            settings,
+            world_size=model.world_size,
+            timesteps_done=model.num_timesteps,
+            seconds=elapsed,
+            sps=model.num_timesteps / elapsed,
+            iterations=iterations,
+            communication_s_per_iteration=communication / max(iterations, 1),
+            seconds_per_iteration=elapsed / max(iterations, 1),
+            curve=curve.points,
+        )
+        out_file.write_text(json.dumps(record))
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# the launcher
+
+
+def run_job(name: str, world_size: int, settings: dict[str, Any], tmp_file: Path) -> dict[str, Any]:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world_size)]
+    command += ["-m", "benchmarks.scaling", "--worker", json.dumps(settings), str(tmp_file)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run(command, env=env, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+    record = json.loads(tmp_file.read_text())
+    record["config"] = name
+    return record
+
+
+def summarize(records: list[dict[str, Any]], preset: str, command: str) -> str:
+    by_config: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        by_config.setdefault(record["config"], []).append(record)
+    names = list(by_config)
+    reference = statistics.median(r["sps"] for r in by_config[names[0]])
+    lines = [
+        f"# Data-parallel scaling ({preset} preset)",
+        "",
+        f"Command: `{command}`",
+        "",
+        "Medians over repeats; SPS = global environment steps per second of the whole `learn`; efficiency = "
+        "SPS(W) / (W x SPS(1x)), with one torch thread per rank.",
+        "",
+        "| configuration | ranks | envs per rank | SPS | efficiency | s per iteration | communication s per iteration |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name in names:
+        runs = by_config[name]
+        sps = statistics.median(r["sps"] for r in runs)
+        world = runs[0]["world_size"]
+        lines.append(
+            f"| {name} | {world} | {runs[0]['n_envs']} | {sps:.0f} | {sps / (world * reference):.2f} | "
+            f"{statistics.median(r['seconds_per_iteration'] for r in runs):.3f} | "
+            f"{statistics.median(r['communication_s_per_iteration'] for r in runs):.4f} |"
+        )
+    lines += ["", "Learning curves (mean return of the last 20 episodes, first repeat of each):", ""]
+    lines += ["| global steps | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    curves = {name: dict(by_config[name][0]["curve"]) for name in names}
+    all_steps = sorted(set().union(*[set(curve) for curve in curves.values()]))
+    shown = all_steps[:: max(len(all_steps) // 8, 1)]
+    for step in shown:
+        cells = [f"{curves[name][step]:.1f}" if step in curves[name] else "" for name in names]
+        lines.append(f"| {step} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--worker":
+        worker(json.loads(argv[1]), Path(argv[2]))
+        return
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", choices=PRESETS, default="cpu")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    args = parser.parse_args(argv)
+    preset = PRESETS[args.preset]
+    out_dir = args.out / args.preset
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runs_file = out_dir / "runs.jsonl"
+    runs_file.write_text("")
+    configs = configurations(preset["n_envs"])
+    records = []
+    for repeat in range(preset["repeats"]):
+        # rotate the order of the configurations at each repeat
+        for name, world_size, n_envs in configs[repeat % 3 :] + configs[: repeat % 3]:
+            settings = {key: preset[key] for key in ("env", "n_steps", "n_minibatches", "n_epochs", "timesteps")}
+            settings.update(n_envs=n_envs, seed=repeat)
+            record = run_job(name, world_size, settings, out_dir / "last_run.json")
+            record["repeat"] = repeat
+            records.append(record)
+            with open(runs_file, "a") as file:
+                file.write(json.dumps(record) + "\n")
+            print(f"{name} repeat {repeat}: {record['sps']:.0f} steps/s", flush=True)
+    (out_dir / "last_run.json").unlink(missing_ok=True)
+    command = "python -m benchmarks.scaling " + " ".join(argv)
+    (out_dir / "summary.md").write_text(summarize(records, args.preset, command.strip()))
+    print((out_dir / "summary.md").read_text())
+
+
+if __name__ == "__main__":
+    main()

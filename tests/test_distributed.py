@@ -1,0 +1,250 @@
+"""
+Data-parallel training (sb3_ewma.common.distributed) on 2 ranks, gloo on the CPU, started by torchrun in a subprocess
+(tests/distributed_scenarios.py holds the scenarios). Every launch has a timeout: a hang fails the test.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch as th
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.running_mean_std import RunningMeanStd
+from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+from sb3_ewma import PPG_EWMA, PPO_EWMA
+from sb3_ewma.common.decoupled import AdvantageNormalizer
+from sb3_ewma.common.distributed import RunningStatisticsPool, wants_data_parallel
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIOS = Path(__file__).with_name("distributed_scenarios.py")
+pytestmark = pytest.mark.skipif(not th.distributed.is_available(), reason="torch.distributed is not available")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("localhost", 0))
+        return sock.getsockname()[1]
+
+
+def torchrun(scenario: str, out_dir: Path, rendezvous: str = "standalone", timeout: float = 240) -> tuple[int, str, float]:
+    """Run a scenario on 2 ranks; returns the exit status, the output and the duration."""
+    if rendezvous == "c10d":
+        launch = ["--nnodes", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"localhost:{free_port()}"]
+    else:
+        launch = ["--standalone"]
+    command = [sys.executable, "-m", "torch.distributed.run", *launch, "--nproc-per-node", "2", str(SCENARIOS)]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",
+    }
+    start = time.perf_counter()
+    result = subprocess.run(
+        [*command, scenario, str(out_dir)], env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    return result.returncode, result.stdout + result.stderr, time.perf_counter() - start
+
+
+@pytest.fixture(scope="module")
+def core_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
+    """One c10d-rendezvous launch for the checks of the "core" scenario; a model saved by one process to resume."""
+    out_dir = tmp_path_factory.mktemp("distributed")
+    model = PPG_EWMA(
+        "MlpPolicy",
+        make_vec_env("CartPole-v1", n_envs=2),
+        n_steps=16,
+        batch_size=16,
+        n_policy_iterations=2,
+        seed=0,
+        policy_kwargs={"net_arch": [16]},
+    )
+    model.learn(2 * 16 * 2)
+    model.save(out_dir / "single")
+    returncode, output, _ = torchrun("core", out_dir, rendezvous="c10d")
+    return out_dir, returncode, output
+
+
+def _assert_passed(core_run: tuple[Path, int, str], check: str) -> None:
+    out_dir, returncode, output = core_run
+    passed_file = out_dir / "passed.json"
+    passed = json.loads(passed_file.read_text()) if passed_file.exists() else []
+    assert check in passed, f"check {check!r} failed (exit status {returncode}):\n{output[-6000:]}"
+
+
+def test_one_update_equals_one_process(core_run: tuple[Path, int, str]) -> None:
+    # PPO_EWMA (minibatch and ewma advantage normalization), PPO, PPG_EWMA with an auxiliary phase
+    _assert_passed(core_run, "equivalence")
+
+
+def test_ranks_stay_identical(core_run: tuple[Path, int, str]) -> None:
+    # params and EWMA bitwise equal after 5 iterations; global num_timesteps; distinct env seeds; episodes gathered
+    _assert_passed(core_run, "iterations")
+
+
+def test_target_kl_stops_every_rank(core_run: tuple[Path, int, str]) -> None:
+    _assert_passed(core_run, "target_kl")
+
+
+def test_rank0_alone_writes(core_run: tuple[Path, int, str]) -> None:
+    _assert_passed(core_run, "rank0_writer")
+
+
+def test_different_settings_are_named(core_run: tuple[Path, int, str]) -> None:
+    _assert_passed(core_run, "settings_differ")
+
+
+def test_vec_normalize_pooled(core_run: tuple[Path, int, str]) -> None:
+    _assert_passed(core_run, "vec_normalize")
+
+
+def test_save_on_two_ranks_continue_in_one(core_run: tuple[Path, int, str]) -> None:
+    # one process -> 2 ranks (scenario), then 2 ranks -> one process (here)
+    _assert_passed(core_run, "resume")
+    out_dir = core_run[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = PPG_EWMA.load(out_dir / "from_two_ranks.zip", env=make_vec_env("CartPole-v1", n_envs=2))
+    assert any("trained on 2 rank(s) and continues on 1" in str(w.message) for w in caught)
+    assert model.world_size == 1
+    start = model.num_timesteps
+    assert start == 2 * 16 * 2 + 2 * 16 * 2 * 2
+    model.learn(16 * 2, reset_num_timesteps=False)
+    assert model.num_timesteps == start + 16 * 2
+
+
+def test_bad_input_on_one_rank_ends_the_job(tmp_path: Path) -> None:
+    returncode, output, duration = torchrun("bad_input", tmp_path, timeout=120)
+    assert returncode != 0
+    assert "kl_coef must be a finite number >= 0, got -1.0" in output, output[-3000:]
+    assert duration < 100
+
+
+@pytest.mark.slow
+def test_cartpole_learns_on_two_ranks(tmp_path: Path) -> None:
+    returncode, output, _ = torchrun("learn", tmp_path, timeout=400)
+    assert returncode == 0, output[-6000:]
+    returns = json.loads((tmp_path / "returns.json").read_text())
+    assert len(returns) > 20 and sum(returns[-20:]) / 20 > 150, returns[-20:]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# in one process
+
+
+def test_single_process_is_not_data_parallel(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert not wants_data_parallel(None) and not wants_data_parallel(False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert wants_data_parallel(None) and not wants_data_parallel(False)
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, distributed=False)
+    assert model.world_size == 1 and model.rank == 0 and model._timesteps_per_env_step == 1
+
+
+def test_bad_distributed_argument(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    with pytest.raises(ValueError, match="distributed must be None"):
+        PPO_EWMA("MlpPolicy", "CartPole-v1", distributed="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="distributed=True needs torchrun"):
+        PPO_EWMA("MlpPolicy", "CartPole-v1", distributed=True)
+
+
+def test_pooled_advantage_moments_equal_one_process() -> None:
+    """Two halves pooled by a reducer (summing the halves' sums) give the moments of the whole."""
+    values = th.randn(64, dtype=th.float64) * 3 + 1
+    halves = [values[:32], values[32:]]
+    for mode in ("minibatch", "ewma"):
+        whole = AdvantageNormalizer(True, mode)
+        expected = whole.minibatch(values) if mode == "minibatch" else th.as_tensor(whole.start_iteration(values.numpy()))
+        for index, half in enumerate(halves):
+            other = halves[1 - index]
+
+            def reducer(sums: th.Tensor, other: th.Tensor = other) -> th.Tensor:
+                other_sums = th.stack([th.tensor(float(other.numel()), dtype=th.float64), other.sum(), (other**2).sum()])
+                return sums + other_sums
+
+            pooled = AdvantageNormalizer(True, mode, reducer=reducer)
+            got = pooled.minibatch(half) if mode == "minibatch" else th.as_tensor(pooled.start_iteration(half.numpy()))
+            assert th.allclose(got, expected[index * 32 : (index + 1) * 32], atol=1e-10)
+
+
+class TwoThreadSum:
+    """Stands for the collectives of two ranks run as two threads: sums what both threads pass."""
+
+    def __init__(self) -> None:
+        self.barrier = threading.Barrier(2)
+        self.slots: list[th.Tensor | None] = [None, None]
+        self.thread_rank = threading.local()
+
+    def all_reduce_sum(self, tensor: th.Tensor) -> th.Tensor:
+        self.slots[self.thread_rank.value] = tensor
+        self.barrier.wait()
+        total = self.slots[0] + self.slots[1]  # type: ignore[operator]
+        self.barrier.wait()
+        return total
+
+    def broadcast_object(self, value: object) -> object:
+        return value  # both ranks start from the same statistics here
+
+
+def test_vec_normalize_pool_is_exact() -> None:
+    """Pooling, at each iteration, what each rank added gives one running statistic over every rank's samples."""
+    rng = np.random.default_rng(0)
+    start = rng.normal(size=(10, 3))
+    batches = [rng.normal(size=(7, 3)) * (2 + i) + i for i in range(6)]  # rank 0: even batches, rank 1: odd ones
+    whole = RunningMeanStd(shape=(3,))
+    for batch in [start, *batches]:
+        whole.update(batch)
+
+    ranks = [VecNormalize(DummyVecEnv([lambda: gym.make("Pendulum-v1")]), norm_reward=False) for _ in range(2)]
+    for venv in ranks:
+        venv.obs_rms.update(start)
+    context = TwoThreadSum()
+
+    def run(rank: int) -> None:
+        context.thread_rank.value = rank
+        pool = RunningStatisticsPool()
+        pool.start(ranks[rank], context)  # type: ignore[arg-type]
+        for iteration in range(3):
+            ranks[rank].obs_rms.update(batches[2 * iteration + rank])
+            pool.pool(ranks[rank], context)  # type: ignore[arg-type]
+
+    threads = [threading.Thread(target=run, args=(rank,)) for rank in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    for venv in ranks:
+        assert venv.obs_rms.count == pytest.approx(whole.count)
+        np.testing.assert_allclose(venv.obs_rms.mean, whole.mean, rtol=1e-10)
+        np.testing.assert_allclose(venv.obs_rms.var, whole.var, rtol=1e-10)
+
+
+def test_zoo_train_under_torchrun(tmp_path: Path) -> None:
+    """rl-zoo3 on 2 ranks: one run folder written by rank 0, --scale-n-envs takes the total number of environments."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "sb3_ewma.train"]
+    args = ["--algo", "ppo_ewma", "--env", "CartPole-v1", "-n", "512", "-f", str(tmp_path), "--seed", "3"]
+    args += ["--scale-n-envs", "4", "--save-freq", "256"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([*command, *args], env=env, capture_output=True, text=True, timeout=240, check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    assert output.count("Saving to") == 1  # rank 0 alone prints
+    assert "Data-parallel training on 2 ranks" in output and "n_envs=2 and batch_size" in output
+    (run,) = (tmp_path / "ppo_ewma").iterdir()
+    assert run.name == "CartPole-v1_1"
+    # rank 0's monitor files (its 2 environments), its checkpoints every 256 global steps and the model
+    assert sorted(p.name for p in run.glob("*.monitor.csv")) == ["0.monitor.csv", "1.monitor.csv"]
+    assert sorted(p.name for p in run.glob("rl_model_*_steps.zip")) == ["rl_model_256_steps.zip", "rl_model_512_steps.zip"]
+    assert (run / "CartPole-v1.zip").exists()
+    assert "- n_envs\n    - 2" in (run / "CartPole-v1" / "config.yml").read_text()

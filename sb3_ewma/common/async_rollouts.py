@@ -97,7 +97,10 @@ class RolloutCollector:
         self.callback = callback
         self.stop_requested = threading.Event()
         self.collector_callback = _CollectorCallback(callback, self.stop_requested)
-        self.behavior_policy: ActorCriticPolicy = algorithm._build_policy().to(algorithm.device)
+        with th.random.fork_rng(devices=[]):  # its random initialization, overwritten, must not advance the RNG
+            self.behavior_policy: ActorCriticPolicy = algorithm._build_policy().to(algorithm.device)
+        if hasattr(self.behavior_policy, "optimizer"):
+            self.behavior_policy.optimizer = None  # type: ignore[assignment]  # never optimized
         self.behavior_policy.set_training_mode(False)
         self._behavior_tensors = parameter_tensors(self.behavior_policy)
         self._policy_tensors = parameter_tensors(algorithm.policy)

@@ -68,7 +68,7 @@ def proximal_action_log_prob(proximal: ParameterEWMA, obs: PyTorchObs, actions: 
         return policy.get_distribution(obs).log_prob(actions)  # type: ignore[operator]
     # ActorCriticPolicy.get_distribution up to the distribution
     features = BasePolicy.extract_features(policy, obs, policy.pi_features_extractor)  # type: ignore[arg-type]
-    action_head = policy.action_net(policy.mlp_extractor.forward_actor(features))  # type: ignore[operator]
+    action_head = policy.action_net(policy.mlp_extractor.forward_actor(features))  # type: ignore[operator, union-attr]
     if isinstance(action_dist, CategoricalDistribution):
         # torch.distributions.Categorical: normalized logits, gathered at the actions
         log_pmf = action_head - action_head.logsumexp(dim=-1, keepdim=True)

@@ -251,3 +251,19 @@ def test_callback_errors_and_interrupts_surface_on_the_caller_thread(failure):
         model.learn(10 * ROLLOUT, callback=callback)
     assert CrashingEnv.closed == N_ENVS
     assert not any(thread.name == "rollout-collector" for thread in threading.enumerate())
+
+
+def test_benchmarks_run_the_async_variants(tmp_path):
+    from benchmarks import async_rollouts, throughput
+
+    assert throughput.base_algorithm("ppo_ewma_async") == ("ppo_ewma", True)
+    assert throughput.base_algorithm("ppo") == ("ppo", False)
+    config = throughput.parse_args(["--preset", "cartpole", "--algos", "all"])
+    assert config["algos"] == list(throughput.ALL_ALGORITHMS) and "ppo_async" not in config["algos"]
+    settings = throughput.settings_for("ppg_ewma_async", config)
+    assert settings["async_rollouts"] and settings["gamma"] == 0.98 and settings["batch_size"] == 256
+    assert "async_rollouts" not in throughput.settings_for("ppo", config)
+    # the learning comparison, end to end at its smoke scale
+    out_dir = async_rollouts.main(["--preset", "smoke", "--out", str(tmp_path), "--workers", "1"])
+    text = (out_dir / "results.md").read_text()
+    assert "| sync |" in text and "| async |" in text and (out_dir / "async_rollouts.png").stat().st_size > 0

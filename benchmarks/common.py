@@ -325,10 +325,10 @@ class Experiment:
     report: Callable[[Any, list[RunSpec], Path], str]
 
 
-def base_parser(description: str) -> argparse.ArgumentParser:
-    """The options every benchmark takes: ``--preset`` and ``--out``."""
+def base_parser(description: str, presets: Sequence[str] = PRESETS) -> argparse.ArgumentParser:
+    """The options every benchmark takes: ``--preset`` (one of ``presets``) and ``--out``."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", choices=PRESETS, default="cpu", help="scale of the experiment (default: cpu)")
+    parser.add_argument("--preset", choices=presets, default="cpu", help="scale of the experiment (default: cpu)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results root (default: benchmarks/results)")
     return parser
 

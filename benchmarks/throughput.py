@@ -16,6 +16,13 @@ epochs, 1 policy epoch for PPG), scaled to the machine::
     python -m benchmarks.throughput                       # cpu: Procgen starpilot (easy), 8 envs x 32 steps, IMPALA
     python -m benchmarks.throughput --preset gpu          # 64 envs x 256 steps, the paper's iteration, on CUDA
     python -m benchmarks.throughput --env fake-image      # random 64x64x3 frames (no procgen needed)
+    python -m benchmarks.throughput --preset cartpole     # CartPole-v1, rl-zoo3's tuned PPO shapes, MLP
+
+An algorithm name ending in ``_async`` (``ppo_ewma_async``, ``ppg_async``, ``ppg_ewma_async``; ``--algos all`` for
+every one) runs with ``async_rollouts=True``. Besides steps per second, each measurement splits the timed ``learn``
+into exposed collection (``learn`` minus ``train``: what the main thread spends outside training, i.e. rollouts,
+or with overlapped rollouts the wait for the collector), training, and within training the proximal pass and the
+EWMA update.
 """
 
 import argparse
@@ -41,14 +48,43 @@ PRESETS: dict[str, dict[str, Any]] = {
     "paper": dict(
         n_envs=256, n_steps=256, n_minibatches=8, iterations=2, repeats=3, features="impala", mode="hard", threads=4
     ),
+    # rl-zoo3's tuned PPO entry for CartPole-v1 (8 envs, n_steps 32, batch 256, 20 epochs; constant schedules)
+    "cartpole": dict(
+        env="CartPole-v1",
+        n_envs=8,
+        n_steps=32,
+        n_minibatches=1,
+        n_epochs=20,
+        iterations=32,
+        repeats=5,
+        features="mlp",
+        threads=1,
+        hyperparams=dict(gamma=0.98, gae_lambda=0.8, ent_coef=0.0, learning_rate=1e-3, clip_range=0.2),
+    ),
 }
 """One torch thread on the CPU presets: several threads on a busy 2-core machine slow torch down by 10x or more."""
 CONFIG_KEYS = ("env", "n_envs", "n_steps", "n_minibatches", "n_epochs", "iterations", "features", "device", "threads")
+ASYNC_SUFFIX = "_async"
+ALL_ALGORITHMS = (*ALGORITHMS, *(f"{name}{ASYNC_SUFFIX}" for name in ALGORITHMS if name != "ppo"))
+"""SB3's PPO has no overlapped rollouts; the others run both ways."""
+SPLIT = ("collection", "train", "proximal", "ewma")
+"""The split of the timed ``learn`` (seconds): exposed collection, training, and within training the proximal pass and
+the EWMA update."""
+
+
+def base_algorithm(name: str) -> tuple[str, bool]:
+    """``("ppo_ewma", True)`` for ``"ppo_ewma_async"``: the algorithm and whether its rollouts overlap training."""
+    if name.endswith(ASYNC_SUFFIX) and name != "ppo" + ASYNC_SUFFIX:
+        return name[: -len(ASYNC_SUFFIX)], True
+    return name, False
+
+
 """The settings a measurement depends on (hashed: measurements made with other settings are not reused)."""
 
 
 def settings_for(name: str, config: dict[str, Any]) -> dict[str, Any]:
     """Identical settings for every algorithm; PPG gets its policy-phase equivalents."""
+    name, async_rollouts = base_algorithm(name)
     batch_size = config["n_envs"] * config["n_steps"] // config["n_minibatches"]
     settings: dict[str, Any] = dict(
         n_steps=config["n_steps"],
@@ -61,27 +97,40 @@ def settings_for(name: str, config: dict[str, Any]) -> dict[str, Any]:
         device=config["device"],
         seed=0,
     )
+    settings.update(config.get("hyperparams") or {})
     if name.startswith("ppg"):
         # PPG's E_pi = 1; one auxiliary phase within the timed iterations, with the paper's 6 epochs
         settings.update(n_epochs=1, n_policy_iterations=config["iterations"], n_aux_epochs=6)
+    if async_rollouts:
+        settings["async_rollouts"] = True
     return settings
 
 
 class TrainTimer:
-    """Wraps ``model.train`` to add up the time spent optimizing (synchronizing CUDA when it is used)."""
+    """
+    Wraps ``model.train`` to add up the time spent optimizing, and within it the proximal pass
+    (``_proximal_log_prob``) and the EWMA update (``_update_proximal_policy``), synchronizing CUDA when it is used.
+    """
 
     def __init__(self, model: Any) -> None:
-        self.seconds = 0.0
-        train = model.train
+        self.seconds = {"train": 0.0, "proximal": 0.0, "ewma": 0.0}
+        self._wrap(model, "train", "train")
+        for method, key in (("_proximal_log_prob", "proximal"), ("_update_proximal_policy", "ewma")):
+            if hasattr(model, method):
+                self._wrap(model, method, key)
 
-        def timed_train() -> None:
+    def _wrap(self, model: Any, method: str, key: str) -> None:
+        function = getattr(model, method)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
-            train()
+            result = function(*args, **kwargs)
             if th.cuda.is_available():
                 th.cuda.synchronize()
-            self.seconds += time.perf_counter() - start
+            self.seconds[key] += time.perf_counter() - start
+            return result
 
-        model.train = timed_train
+        setattr(model, method, timed)
 
 
 def config_hash(config: dict[str, Any]) -> str:
@@ -94,7 +143,7 @@ def measure(name: str, repeat: int, config: dict[str, Any]) -> dict[str, Any]:
     """Time one algorithm once: a warm-up iteration, then ``iterations`` timed ones. Returns the CSV row."""
     env = make_env(config["env"], config["n_envs"], seed=repeat)
     policy = policy_for(config["features"])[0]
-    model = algorithm_class(name)(policy, env, **settings_for(name, config))
+    model = algorithm_class(base_algorithm(name)[0])(policy, env, **settings_for(name, config))
     model.learn(config["n_envs"] * config["n_steps"])
     timer = TrainTimer(model)
     steps = config["n_envs"] * config["n_steps"] * config["iterations"]
@@ -102,15 +151,19 @@ def measure(name: str, repeat: int, config: dict[str, Any]) -> dict[str, Any]:
     model.learn(steps, reset_num_timesteps=False)
     total = time.perf_counter() - start
     env.close()
+    train = timer.seconds["train"]
     return {
         "repeat": repeat,
         "algo": name,
         **{key: config[key] for key in CONFIG_KEYS},
         "steps": steps,
         "learn_seconds": round(total, 4),
-        "train_seconds": round(timer.seconds, 4),
+        "train_seconds": round(train, 4),
         "steps_per_second": round(steps / total, 2),
-        "train_steps_per_second": round(steps / timer.seconds, 2),
+        "train_steps_per_second": round(steps / train, 2),
+        "collection_seconds": round(total - train, 4),
+        "proximal_seconds": round(timer.seconds["proximal"], 4),
+        "ewma_seconds": round(timer.seconds["ewma"], 4),
         "config_hash": config_hash(config),
     }
 
@@ -125,7 +178,7 @@ def run(config: dict[str, Any], csv_path: Path | None = None) -> dict[str, dict[
     names = list(dict.fromkeys(config["algos"]))
     th.set_num_threads(config["threads"])
     for name in names:
-        algorithm_class(name)  # fail early on an unknown name
+        algorithm_class(base_algorithm(name)[0])  # fail early on an unknown name
     digest = config_hash(config)
     rows = [row for row in read_csv(csv_path) if row["config_hash"] == digest] if csv_path else []
     done = {(int(row["repeat"]), row["algo"]) for row in rows}
@@ -142,13 +195,19 @@ def run(config: dict[str, Any], csv_path: Path | None = None) -> dict[str, dict[
                 append_csv(csv_path, row)
             speeds = f"{row['steps_per_second']:8.1f} steps/s (train only {row['train_steps_per_second']:8.1f})"
             print(f"repeat {repeat} {name:9s} {speeds}")
-    results: dict[str, dict[str, list[float]]] = {name: {"total": [], "train": []} for name in names}
+    kinds = ("total", "train", *(f"{part}_share" for part in SPLIT))
+    results: dict[str, dict[str, list[float]]] = {name: {kind: [] for kind in kinds} for name in names}
     for row in rows:
         if row["algo"] in results and int(row["repeat"]) < config["repeats"]:
             results[row["algo"]]["total"].append(float(row["steps_per_second"]))
             results[row["algo"]]["train"].append(float(row["train_steps_per_second"]))
+            for part in SPLIT:
+                # share of the timed learn (rows written before the split was measured have no such column)
+                if row.get(f"{part}_seconds") not in (None, ""):
+                    share = float(row[f"{part}_seconds"]) / float(row["learn_seconds"])
+                    results[row["algo"]][f"{part}_share"].append(share)
     return {
-        name: {kind: statistics.median(values) for kind, values in runs.items()}
+        name: {kind: statistics.median(values) for kind, values in runs.items() if values}
         for name, runs in results.items()
         if runs["total"]
     }
@@ -157,8 +216,9 @@ def run(config: dict[str, Any], csv_path: Path | None = None) -> dict[str, dict[
 def report(medians: dict[str, dict[str, float]], baseline: str = "ppo") -> str:
     """The markdown table of the medians and of the time of each algorithm relative to ``baseline``."""
     lines = [
-        "| algorithm | steps/s (learn) | time vs PPO (learn) | steps/s (train only) | time vs PPO (train only) |",
-        "|---|---|---|---|---|",
+        "| algorithm | steps/s (learn) | time vs PPO (learn) | steps/s (train only) | time vs PPO (train only) "
+        "| collection / train / proximal / EWMA (% of learn) |",
+        "|---|---|---|---|---|---|",
     ]
     for name, value in medians.items():
         if baseline in medians:
@@ -168,12 +228,21 @@ def report(medians: dict[str, dict[str, float]], baseline: str = "ppo") -> str:
             ratios += f" ({(ratio_train - 1) * 100:+.1f}%)"
         else:
             ratios = f"- | {value['train']:.1f} | -"
-        lines.append(f"| {name} | {value['total']:.1f} | {ratios} |")
+        split = " / ".join(f"{100 * value[f'{part}_share']:.0f}" if f"{part}_share" in value else "-" for part in SPLIT)
+        lines.append(f"| {name} | {value['total']:.1f} | {ratios} | {split} |")
     if {"ppo", "ppo_ewma"} <= medians.keys() and {"ppg", "ppg_ewma"} <= medians.keys():
         ppo = medians["ppo"]["total"] / medians["ppo_ewma"]["total"]
         ppg = medians["ppg"]["total"] / medians["ppg_ewma"]["total"]
         overheads = f"PPO-EWMA / PPO {ppo:.3f} ({(ppo - 1) * 100:+.1f}%), PPG-EWMA / PPG {ppg:.3f} ({(ppg - 1) * 100:+.1f}%)"
         lines += ["", f"EWMA overhead (time of learn): {overheads}"]
+    overlapped = [
+        f"{name}: {medians[baseline]['total'] / value['total']:.3f} vs PPO, "
+        f"{medians[base_algorithm(name)[0]]['total'] / value['total']:.3f} vs {base_algorithm(name)[0]}"
+        for name, value in medians.items()
+        if base_algorithm(name)[1] and baseline in medians and base_algorithm(name)[0] in medians
+    ]
+    if overlapped:
+        lines += ["", "Overlapped rollouts (time of learn): " + "; ".join(overlapped)]
     return "\n".join(lines)
 
 
@@ -193,7 +262,7 @@ def plot(medians: dict[str, dict[str, float]], path: Path) -> str:
 
 def write_results(config: dict[str, Any], medians: dict[str, dict[str, float]], out_dir: Path, command: str) -> Path:
     """``results.md`` and ``throughput.png`` in ``out_dir``."""
-    settings = ", ".join(f"{key}={config[key]}" for key in (*CONFIG_KEYS, "repeats"))
+    settings = ", ".join(f"{key}={config[key]}" for key in (*CONFIG_KEYS, "repeats", "hyperparams") if key in config)
     lines = [
         "# Throughput: SB3 PPO, PPO-EWMA, PPG, PPG-EWMA",
         "",
@@ -215,13 +284,15 @@ def write_results(config: dict[str, Any], medians: dict[str, dict[str, float]], 
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = base_parser(__doc__ or "")
-    parser.add_argument("--algos", default=",".join(ALGORITHMS), help="comma-separated: ppo, ppo_ewma, ppg, ppg_ewma")
+    parser = base_parser(__doc__ or "", presets=tuple(PRESETS))
+    parser.add_argument(
+        "--algos", default=",".join(ALGORITHMS), help=f"comma-separated among {', '.join(ALL_ALGORITHMS)}, or 'all'"
+    )
     parser.add_argument("--env", default=None, help="an env id, 'fake-image' or a Procgen '<game>-<easy|hard>'")
     parser.add_argument("--n-envs", type=int)
     parser.add_argument("--n-steps", type=int)
     parser.add_argument("--n-minibatches", type=int)
-    parser.add_argument("--n-epochs", type=int, default=3, help="PPO's epochs (PPG: 1 policy epoch)")
+    parser.add_argument("--n-epochs", type=int, help="PPO's epochs (default 3, the cartpole preset 20; PPG: 1 policy epoch)")
     parser.add_argument("--iterations", type=int)
     parser.add_argument("--repeats", type=int)
     parser.add_argument("--features", choices=NETWORKS)
@@ -238,10 +309,11 @@ def parse_args(argv: Sequence[str] | None = None) -> dict[str, Any]:
     for key in ("n_envs", "n_steps", "n_minibatches", "iterations", "repeats", "features", "threads"):
         if getattr(args, key) is not None:
             config[key] = getattr(args, key)
-    config["n_epochs"] = args.n_epochs
-    config["algos"] = [name.strip() for name in args.algos.split(",") if name.strip()]
+    config["n_epochs"] = args.n_epochs or config.get("n_epochs", 3)
+    algos = ALL_ALGORITHMS if args.algos == "all" else args.algos.split(",")
+    config["algos"] = [name.strip() for name in algos if name.strip()]
     config["device"] = args.device or ("cuda" if args.preset in ("gpu", "paper") else "cpu")
-    config["env"] = _env_id(args.env, config.pop("mode"))
+    config["env"] = _env_id(args.env or config.get("env"), config.pop("mode", "easy"))
     config["json"] = args.json
     config["out_dir"] = Path(args.out) / NAME / args.preset
     return config

@@ -136,6 +136,9 @@ def check_iterations_identical(out_dir: Path) -> None:
         (PPO_EWMA, {"advantage_normalization": "ewma", "advantage_ewma_decay": 0.5}),
         (PPO_EWMA, {"ewma_decay": None}),
         (PPG_EWMA, {"n_policy_iterations": 2, "n_aux_epochs": 1, "policy_kwargs": PPG_NET}),
+        # overlapped rollouts: the collector thread steps the environments while train() all-reduces gradients
+        (PPO_EWMA, {"async_rollouts": True}),
+        (PPG_EWMA, {"n_policy_iterations": 2, "n_aux_epochs": 1, "policy_kwargs": PPG_NET, "async_rollouts": True}),
     ):
         model = algo(
             "MlpPolicy",

@@ -16,7 +16,13 @@ from sb3_ewma.common.distributions import evaluate_actions_with_distribution
 from sb3_ewma.common.ewma import ParameterEWMA, center_of_mass_from_ewma_decay
 from sb3_ewma.common.gradient_noise import GradientNoiseScale
 from sb3_ewma.common.minibatches import rollout_minibatches
-from sb3_ewma.common.proximal import ProximalSaveMixin, is_policy_parameter, make_proximal_ewma, proximal_distribution
+from sb3_ewma.common.proximal import (
+    ProximalSaveMixin,
+    is_policy_parameter,
+    make_proximal_ewma,
+    proximal_action_log_prob,
+    proximal_distribution,
+)
 
 
 class DecoupledAlgorithmMixin(ProximalSaveMixin):
@@ -142,9 +148,14 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
     def _proximal_log_prob(
         self, observations: th.Tensor, actions: th.Tensor, behavior_log_prob: th.Tensor
     ) -> tuple[th.Tensor, Distribution | None]:
-        """Log-probabilities of the actions under the proximal policy, and its distribution (None: the behavior policy)."""
+        """
+        Log-probabilities of the actions under the proximal policy, and its distribution (None: the behavior policy,
+        or a loss that needs only the log-probabilities).
+        """
         if self.proximal_ewma is None:
             return behavior_log_prob, None
+        if not self._needs_distributions:
+            return proximal_action_log_prob(self.proximal_ewma, observations, actions), None
         distribution = proximal_distribution(self.proximal_ewma, observations)  # type: ignore[arg-type]
         with th.no_grad():
             return distribution.log_prob(actions), distribution

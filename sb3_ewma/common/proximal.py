@@ -1,5 +1,6 @@
 """Building the proximal policy of an SB3 actor-critic policy and handling its persistence."""
 
+import math
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -7,7 +8,7 @@ from contextvars import ContextVar
 from typing import Any
 
 import torch as th
-from stable_baselines3.common.distributions import Distribution
+from stable_baselines3.common.distributions import CategoricalDistribution, DiagGaussianDistribution, Distribution
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import PyTorchObs
 
@@ -72,6 +73,32 @@ def make_proximal_ewma(
 def proximal_distribution(proximal: ParameterEWMA, obs: PyTorchObs) -> Distribution:
     """The action distribution of the proximal policy (no gradients)."""
     return proximal.average.get_distribution(obs)  # type: ignore[operator]
+
+
+@th.no_grad()
+def proximal_action_log_prob(proximal: ParameterEWMA, obs: PyTorchObs, actions: th.Tensor) -> th.Tensor:
+    """
+    The log-probabilities of ``actions`` under the proximal policy (no gradients): what the decoupled objective needs
+    when it does not need the whole distribution (the exact KL). For categorical and diagonal Gaussian policies the
+    log-probability is computed from the action head's output with the same arithmetic as ``torch.distributions``
+    (same values, bit for bit) but without building and validating distribution objects, a large share of the
+    proximal pass's time on small networks; other distributions go through ``get_distribution``.
+    """
+    policy = proximal.average
+    action_dist = getattr(policy, "action_dist", None)
+    if type(action_dist) not in (CategoricalDistribution, DiagGaussianDistribution):
+        return policy.get_distribution(obs).log_prob(actions)  # type: ignore[operator]
+    # ActorCriticPolicy.get_distribution up to the distribution
+    features = BasePolicy.extract_features(policy, obs, policy.pi_features_extractor)  # type: ignore[arg-type]
+    action_head = policy.action_net(policy.mlp_extractor.forward_actor(features))  # type: ignore[operator, union-attr]
+    if isinstance(action_dist, CategoricalDistribution):
+        # torch.distributions.Categorical: normalized logits, gathered at the actions
+        log_pmf = action_head - action_head.logsumexp(dim=-1, keepdim=True)
+        return log_pmf.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+    # torch.distributions.Normal(mean, ones_like(mean) * exp(log_std)).log_prob, summed over the action dimensions
+    std = th.ones_like(action_head) * policy.log_std.exp()  # type: ignore[operator]
+    log_prob = -((actions - action_head) ** 2) / (2 * std**2) - std.log() - math.log(math.sqrt(2 * math.pi))
+    return log_prob.sum(dim=1) if log_prob.dim() > 1 else log_prob.sum()
 
 
 def warn_missing_proximal(algorithm_name: str) -> None:

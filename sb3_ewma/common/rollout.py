@@ -144,6 +144,14 @@ class RolloutCollectionMixin:
         """Environment steps that one vectorized step of this process counts for in ``num_timesteps``."""
         return self.n_envs  # type: ignore[attr-defined]
 
+    def _synchronize_iteration(self, continue_training: bool) -> bool:
+        """
+        Once per iteration, on the main thread, after the rollout (the environments idle) and before ``train()``:
+        whether training goes on. Data-parallel training synchronizes the ranks here
+        (:class:`sb3_ewma.common.distributed.DataParallelMixin`); overlapped rollouts call it at their hand-off.
+        """
+        return continue_training
+
     def collect_rollouts(
         self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
     ) -> bool:

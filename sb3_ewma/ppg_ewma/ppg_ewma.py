@@ -17,6 +17,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
 
 from sb3_ewma.common.algorithm import DecoupledAlgorithmMixin
+from sb3_ewma.common.async_rollouts import AsyncRolloutMixin, check_async_rollouts
 from sb3_ewma.common.decoupled import (
     DecoupledPolicyObjective,
     check_clip_range,
@@ -52,7 +53,7 @@ def _is_positive_number(value: object) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float, np.number)) and bool(0 < value < math.inf)
 
 
-class PPG_EWMA(DataParallelMixin, RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorithm):
+class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorithm):
     """
     PPG-EWMA: Phasic Policy Gradient (Cobbe et al. 2020, https://arxiv.org/abs/2009.04416) whose policy phase uses the
     decoupled objectives with an EWMA of the policy as the proximal policy (Hilton, Cobbe & Schulman 2021,
@@ -172,6 +173,12 @@ class PPG_EWMA(DataParallelMixin, RolloutCollectionMixin, DecoupledAlgorithmMixi
         model). Hyperparameters are per rank (``n_envs``, ``n_steps``, ``batch_size``); gradients are averaged over
         the ranks; ``num_timesteps`` and ``total_timesteps`` count the environment steps of all ranks; rank 0 alone
         logs, saves and runs the callbacks. Not saved with the model.
+    :param async_rollouts: Overlap rollouts with training: each policy-phase iteration trains on the rollout collected
+        by the parameters of the previous iteration while a collector thread collects the next one with a snapshot of
+        the current parameters (staleness of exactly one iteration; the first rollout of each ``learn`` call is fresh).
+        The behavior log-probabilities are those stored at collection; the proximal policy is the EWMA (EWMA off, as in
+        :class:`PPG`: the policy at the start of the iteration). Collection goes on during the auxiliary phase.
+        Callbacks' ``on_step`` runs on the collector thread (see the README).
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -230,6 +237,7 @@ class PPG_EWMA(DataParallelMixin, RolloutCollectionMixin, DecoupledAlgorithmMixi
         aux_minibatch_sampling: str = "steps",
         log_gradient_noise_scale: bool = True,
         distributed: bool | None = None,
+        async_rollouts: bool = False,
         _init_setup_model: bool = True,
     ):
         # checked before anything else is built (no environment is created or stepped on bad input)
@@ -273,6 +281,7 @@ class PPG_EWMA(DataParallelMixin, RolloutCollectionMixin, DecoupledAlgorithmMixi
         # ranks other than 0 print nothing; under torchrun, CUDA means cuda:LOCAL_RANK
         verbose, device = rank_local_settings(distributed, verbose, device)
         self.distributed = distributed
+        check_async_rollouts(async_rollouts)
         super().__init__(
             policy,
             env,
@@ -318,6 +327,7 @@ class PPG_EWMA(DataParallelMixin, RolloutCollectionMixin, DecoupledAlgorithmMixi
         self.n_aux_epochs = int(n_aux_epochs)
         self.beta_clone = float(beta_clone)
         self.arch = arch
+        self.async_rollouts = bool(async_rollouts)
         self.aux_learning_rate = aux_learning_rate
         self.aux_batch_size = int(batch_size if aux_batch_size is None else aux_batch_size)
         self.aux_micro_batch_size = int(self.aux_batch_size if aux_micro_batch_size is None else aux_micro_batch_size)
@@ -442,7 +452,7 @@ class PPG_EWMA(DataParallelMixin, RolloutCollectionMixin, DecoupledAlgorithmMixi
                 )
 
         self._setup_advantage_normalizer()
-        self._setup_proximal_policy(include=is_ppg_policy_parameter)
+        self._setup_proximal_policy(self._rollout_staleness, include=is_ppg_policy_parameter)
         self._setup_data_parallel()
 
     def _excluded_save_params(self) -> list[str]:

@@ -11,6 +11,7 @@ from stable_baselines3.common.utils import explained_variance
 from torch.nn import functional as F
 
 from sb3_ewma.common.algorithm import DecoupledAlgorithmMixin
+from sb3_ewma.common.async_rollouts import AsyncRolloutMixin, check_async_rollouts
 from sb3_ewma.common.decoupled import (
     DecoupledPolicyObjective,
     check_clip_range,
@@ -27,7 +28,7 @@ from sb3_ewma.ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 SelfPPO_EWMA = TypeVar("SelfPPO_EWMA", bound="PPO_EWMA")
 
 
-class PPO_EWMA(DataParallelMixin, RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
+class PPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
     """
     PPO-EWMA: Proximal Policy Optimization with an exponentially weighted moving average (EWMA) of the policy as
     the proximal policy, and the decoupled objectives (Hilton, Cobbe & Schulman 2021,
@@ -116,6 +117,12 @@ class PPO_EWMA(DataParallelMixin, RolloutCollectionMixin, DecoupledAlgorithmMixi
         model). Hyperparameters are per rank (``n_envs``, ``n_steps``, ``batch_size``); gradients are averaged over
         the ranks; ``num_timesteps`` and ``total_timesteps`` count the environment steps of all ranks; rank 0 alone
         logs, saves and runs the callbacks. Not saved with the model.
+    :param async_rollouts: Overlap rollouts with training: iteration ``k`` trains on the rollout collected by the
+        parameters of iteration ``k - 1`` while a collector thread collects rollout ``k + 1`` with a snapshot of the
+        current parameters (staleness of exactly one iteration; the first rollout of each ``learn`` call is fresh).
+        The behavior log-probabilities are those stored at collection; the proximal policy is the EWMA (EWMA off: the
+        policy at the start of the iteration). Callbacks' ``on_step`` runs on the collector thread (see the README).
+        Needs ``staleness=0``.
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -164,6 +171,7 @@ class PPO_EWMA(DataParallelMixin, RolloutCollectionMixin, DecoupledAlgorithmMixi
         minibatch_sampling: str = "steps",
         log_gradient_noise_scale: bool = True,
         distributed: bool | None = None,
+        async_rollouts: bool = False,
         _init_setup_model: bool = True,
     ):
         # checked before anything else is built (no environment is created or stepped on bad input)
@@ -183,6 +191,7 @@ class PPO_EWMA(DataParallelMixin, RolloutCollectionMixin, DecoupledAlgorithmMixi
         # ranks other than 0 print nothing; under torchrun, CUDA means cuda:LOCAL_RANK
         verbose, device = rank_local_settings(distributed, verbose, device)
         self.distributed = distributed
+        check_async_rollouts(async_rollouts, staleness)
         super().__init__(
             policy,
             env,
@@ -224,6 +233,7 @@ class PPO_EWMA(DataParallelMixin, RolloutCollectionMixin, DecoupledAlgorithmMixi
         self.staleness_mode = staleness_mode
         self.minibatch_sampling = minibatch_sampling
         self.log_gradient_noise_scale = log_gradient_noise_scale
+        self.async_rollouts = bool(async_rollouts)
         if _init_setup_model:
             self._setup_model()
 
@@ -232,24 +242,12 @@ class PPO_EWMA(DataParallelMixin, RolloutCollectionMixin, DecoupledAlgorithmMixi
         OnPolicyAlgorithm._setup_model(self)
         self._setup_clip_schedules()
         self._setup_advantage_normalizer()
-        self._setup_proximal_policy(self.staleness, self.staleness_mode)
+        self._setup_proximal_policy(self._rollout_staleness, self.staleness_mode)
         self._stale_buffers: deque[StaleRollout] = deque()
         self._setup_data_parallel()
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_stale_buffers"]
-
-    def _make_rollout_buffer(self) -> RolloutBuffer:
-        return self.rollout_buffer_class(  # type: ignore[misc]
-            self.n_steps,
-            self.observation_space,  # type: ignore[arg-type]
-            self.action_space,
-            device=self.device,
-            gamma=self.gamma,
-            gae_lambda=self.gae_lambda,
-            n_envs=self.n_envs,
-            **self.rollout_buffer_kwargs,
-        )
 
     def _take_training_buffer(self) -> RolloutBuffer | None:
         """

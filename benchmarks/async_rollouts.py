@@ -1,0 +1,103 @@
+"""
+Overlapped rollouts, learning: PPO_EWMA with ``async_rollouts=True`` (each iteration trains on the rollout collected by
+the previous iteration's parameters) against the synchronous PPO_EWMA, on identical settings, over several seeds.
+CartPole-v1 with rl-zoo3's tuned PPO entry (8 environments x 32 steps, batch 256, 20 epochs, GAE 0.8, gamma 0.98;
+constant learning rate 1e-3 and clip range 0.2 where the zoo anneals them linearly). Learning curves (mean and standard
+deviation over seeds) of the training episodes' returns, final returns and the runs' wall-clock steps per second.
+
+    python -m benchmarks.async_rollouts --preset cpu        # CartPole-v1, 3 seeds, 2^17 steps per run
+"""
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from benchmarks import common
+from benchmarks.common import Experiment, Manifest, RunSpec
+from benchmarks.report import final_values, markdown_table, mean_std, new_figure, panels, plot_curves, save_figure, summarize
+from benchmarks.settings import Scale
+
+NAME = "async_rollouts"
+VARIANTS = {"sync": False, "async": True}
+ZOO_CARTPOLE = dict(n_steps=32, batch_size=256, n_epochs=20, gamma=0.98, gae_lambda=0.8, ent_coef=0.0, learning_rate=1e-3)
+"""rl-zoo3's ``CartPole-v1`` PPO entry, with its linear schedules (``lin_0.001``, ``lin_0.2``) as constants."""
+SETTINGS = {
+    "smoke": dict(n_envs=2, hyperparams=dict(ZOO_CARTPOLE, n_steps=16, batch_size=32, n_epochs=2)),
+    "cpu": dict(n_envs=8, hyperparams=ZOO_CARTPOLE),
+}
+SCALES = {
+    "smoke": Scale(timesteps=128, eval_every=64, seeds=1),
+    "cpu": Scale(timesteps=2**17, eval_every=2**13, seeds=3),
+}
+
+
+def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
+    """PPO_EWMA synchronous and with overlapped rollouts, for every seed."""
+    if preset not in SETTINGS:
+        raise ValueError(f"{NAME} has the presets {tuple(SETTINGS)}, got {preset!r}")
+    setting = SETTINGS[preset]
+    hyperparams: dict[str, Any] = setting["hyperparams"]  # type: ignore[assignment]
+    n_envs = int(setting["n_envs"])  # type: ignore[call-overload]
+    scale = SCALES[preset].with_overrides(overrides, int(hyperparams["n_steps"]) * n_envs)
+    return [
+        RunSpec(
+            experiment=NAME,
+            variant=variant,
+            algo="ppo_ewma",
+            env="CartPole-v1",
+            n_envs=n_envs,
+            seed=seed,
+            total_timesteps=scale.timesteps,
+            eval_every=scale.eval_every,
+            hyperparams=dict(hyperparams, async_rollouts=async_rollouts),
+            device=overrides.get("device") or "cpu",
+        )
+        for seed in range(scale.seeds)
+        for variant, async_rollouts in VARIANTS.items()
+    ]
+
+
+def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -> str:
+    """Learning curves and final returns of both variants (figure), final returns and speeds per variant (table)."""
+    manifest = pd.DataFrame(Manifest(out_dir / "manifest.csv").rows.values())
+    all_panels = panels(evaluations, ["variant"])
+    figure, axes = new_figure(len(all_panels), 1, width=5.0)
+    tables = []
+    for row, (title, frame) in enumerate(all_panels):
+        plot_curves(axes[row, 0], frame, "variant", list(VARIANTS), lambda name: f"PPO_EWMA {name}", f"{title}: sync vs async")
+        summary = summarize(frame, ["variant"]).set_index("variant")
+        finals = final_values(frame, ["variant"])
+        rows = []
+        for variant in VARIANTS:
+            if variant not in summary.index:
+                continue
+            seeds = ", ".join(f"{value:.4g}" for value in finals[finals["variant"] == variant]["value"])
+            speeds = manifest[manifest["variant"] == variant]["steps_per_second"].astype(float)
+            rows.append(
+                [variant, mean_std(summary.loc[variant, "mean"], summary.loc[variant, "std"]), seeds, f"{speeds.median():.0f}"]
+            )
+        header = ["PPO_EWMA", "final return", "per seed", "median steps/s of the runs"]
+        tables.append(f"### {title}\n\n{markdown_table(header, rows)}")
+    image = save_figure(figure, out_dir / f"{NAME}.png")
+    note = "Steps per second are those of whole runs on a shared machine (runs in parallel): indicative only."
+    return "\n\n".join(["## Results", image, *tables, note])
+
+
+EXPERIMENT = Experiment(
+    name=NAME,
+    title="Overlapped rollouts: PPO_EWMA async vs sync (learning)",
+    description=__doc__ or "",
+    build_specs=build_specs,
+    report=report,
+)
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    """Run the experiment from the command line (see ``--help``)."""
+    return common.main(EXPERIMENT, argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,269 @@
+"""Overlapped rollouts (``async_rollouts=True``): staleness, equivalence with the synchronous loop, callbacks, errors."""
+
+import glob
+import threading
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch as th
+from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+from sb3_ewma import PPO_EWMA
+from sb3_ewma.ppg_ewma import PPG, PPG_EWMA
+
+N_ENVS, N_STEPS = 2, 16
+ROLLOUT = N_ENVS * N_STEPS
+SETTINGS = dict(n_steps=N_STEPS, batch_size=16, n_epochs=2, seed=0)
+
+
+def parameters(module: th.nn.Module) -> list[th.Tensor]:
+    return [tensor.detach().clone() for tensor in module.state_dict().values()]
+
+
+def same(first: list[th.Tensor], second: list[th.Tensor]) -> bool:
+    return all(th.equal(a, b) for a, b in zip(first, second, strict=True))
+
+
+class TrainRecorder:
+    """
+    Wraps ``model.train`` (in a subclass, so that the model still pickles): the policy's parameters before and after
+    each call, and a copy of the buffer trained on.
+    """
+
+    def __init__(self, model, fail_at: int | None = None, error: BaseException | None = None) -> None:
+        self.before: list[list[th.Tensor]] = []
+        self.after: list[list[th.Tensor]] = []
+        self.buffers: list[dict[str, np.ndarray]] = []
+        self.threads: list[str] = []
+        train = type(model).train
+
+        def recorded_train(model) -> None:
+            self.threads.append(threading.current_thread().name)
+            if fail_at is not None and len(self.before) == fail_at:
+                raise error  # type: ignore[misc]
+            buffer = model.rollout_buffer
+            self.buffers.append(
+                {name: getattr(buffer, name).copy() for name in ("observations", "actions", "log_probs", "episode_starts")}
+            )
+            self.before.append(parameters(model.policy))
+            train(model)
+            self.after.append(parameters(model.policy))
+
+        model.__class__ = type(type(model).__name__, (type(model),), {"train": recorded_train})
+
+
+def stored_log_probs_match(model, params: list[th.Tensor], buffer: dict[str, np.ndarray]) -> bool:
+    """Whether a policy with ``params`` gives the buffer's stored log-probabilities on its data (step by step)."""
+    policy = model._build_policy()
+    policy.load_state_dict(dict(zip(model.policy.state_dict(), params, strict=True)))
+    policy.set_training_mode(False)
+    with th.no_grad():
+        for step in range(N_STEPS):
+            obs = th.as_tensor(buffer["observations"][step])
+            actions = th.as_tensor(buffer["actions"][step]).long().flatten()
+            _, log_prob, _ = policy.evaluate_actions(obs, actions)
+            if not th.allclose(log_prob, th.as_tensor(buffer["log_probs"][step]), atol=1e-6):
+                return False
+    return True
+
+
+@pytest.mark.parametrize("algorithm", [PPO_EWMA, PPG])
+def test_staleness_is_exactly_one_iteration(algorithm):
+    kwargs = dict(n_policy_iterations=2, n_aux_epochs=1) if algorithm is PPG else {}
+    model = algorithm(
+        "MlpPolicy", make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=0), async_rollouts=True, **SETTINGS, **kwargs
+    )
+    recorder = TrainRecorder(model)
+    model.learn(5 * ROLLOUT)
+    assert len(recorder.buffers) == 5 and model.num_timesteps == 5 * ROLLOUT
+    # the first rollout of a learn call is fresh: collected by the parameters it is trained from
+    assert stored_log_probs_match(model, recorder.before[0], recorder.buffers[0])
+    for k in range(1, 5):
+        # iteration k's data: collected by the parameters of the start of iteration k - 1, not those of iteration k
+        assert stored_log_probs_match(model, recorder.before[k - 1], recorder.buffers[k])
+        assert not stored_log_probs_match(model, recorder.before[k], recorder.buffers[k])
+    # without an EWMA (PPG) the proximal policy is the policy at the start of the iteration, not the behavior policy
+    assert model.proximal_ewma is not None
+
+
+@pytest.mark.parametrize("algorithm", [PPO_EWMA, PPG_EWMA])
+def test_first_update_is_the_synchronous_one(algorithm):
+    results = []
+    for async_rollouts in (False, True):
+        env = make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=0)
+        model = algorithm("MlpPolicy", env, async_rollouts=async_rollouts, **SETTINGS)
+        recorder = TrainRecorder(model)
+        # asynchronously, the second rollout is collected during the first update
+        model.learn(2 * ROLLOUT)
+        results.append((recorder.buffers[0], recorder.after[0], parameters(model.proximal_ewma.average)))
+    (sync_buffer, sync_after, _), (async_buffer, async_after, _) = results
+    for name in sync_buffer:
+        np.testing.assert_array_equal(sync_buffer[name], async_buffer[name])
+    assert same(sync_after, async_after)
+
+
+def test_staleness_and_bad_values_are_rejected_before_the_environment_is_used():
+    # any step of this environment raises a RuntimeError
+    env = DummyVecEnv([lambda: CrashingEnv(crash_at=1)])
+    with pytest.raises(ValueError, match="async_rollouts must be True or False"):
+        PPO_EWMA("MlpPolicy", env, async_rollouts="yes")
+    with pytest.raises(ValueError, match=r"async_rollouts=True .* needs staleness=0"):
+        PPO_EWMA("MlpPolicy", env, async_rollouts=True, staleness=1)
+    with pytest.raises(ValueError, match="async_rollouts must be True or False"):
+        PPG_EWMA("MlpPolicy", env, async_rollouts=1)
+
+
+class ThreadLog(BaseCallback):
+    """Which thread each callback method runs on, and the order of rollout ends and updates."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[tuple[str, str]] = []
+
+    def _log(self, event: str) -> None:
+        self.events.append((event, threading.current_thread().name))
+
+    def _on_rollout_start(self) -> None:
+        self._log("rollout_start")
+
+    def _on_step(self) -> bool:
+        if not self.events or self.events[-1][0] != "step":
+            self._log("step")
+        return True
+
+    def _on_rollout_end(self) -> None:
+        self._log("rollout_end")
+
+
+def test_callbacks_vecnormalize_checkpoints_and_continuation(tmp_path):
+    env = VecNormalize(make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=0))
+    model = PPO_EWMA("MlpPolicy", env, async_rollouts=True, **SETTINGS)
+    recorder = TrainRecorder(model)
+    log = ThreadLog()
+    checkpoints = CheckpointCallback(save_freq=N_STEPS // 2, save_path=str(tmp_path), save_vecnormalize=True)
+    model.learn(4 * ROLLOUT, callback=[log, checkpoints], progress_bar=True)
+    main = threading.main_thread().name
+    assert recorder.threads == [main] * 4
+    assert [event for event, _ in log.events] == ["rollout_start", "step", "rollout_end"] * 4
+    # the first rollout is collected before any update; the others on the collector thread
+    assert [thread for event, thread in log.events if event == "step"] == [main] + ["rollout-collector"] * 3
+    assert all(thread == main for event, thread in log.events if event == "rollout_end")
+    assert env.obs_rms.count > 4 * ROLLOUT  # normalization statistics updated by the collector
+    # every checkpoint, saved from the collector thread, holds the parameters of an iteration boundary
+    files = sorted(glob.glob(str(tmp_path / "rl_model_*_steps.zip")))
+    assert len(files) == 8  # two per rollout
+    boundaries = [recorder.before[0], *recorder.after]
+    for path in files:
+        loaded = PPO_EWMA.load(path)
+        assert loaded.async_rollouts
+        assert any(same(parameters(loaded.policy), params) for params in boundaries)
+    # continuation: same counters, a fresh first rollout
+    model.learn(2 * ROLLOUT, reset_num_timesteps=False)
+    assert model.num_timesteps == 6 * ROLLOUT
+    assert stored_log_probs_match(model, recorder.before[4], recorder.buffers[4])
+    assert not any(thread.name == "rollout-collector" for thread in threading.enumerate())
+
+
+class StopAfter(BaseCallback):
+    def __init__(self, calls: int) -> None:
+        super().__init__()
+        self.calls = calls
+
+    def _on_step(self) -> bool:
+        return self.n_calls < self.calls
+
+
+def test_a_callback_returning_false_stops_training():
+    model = PPG_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=0), async_rollouts=True, **SETTINGS)
+    recorder = TrainRecorder(model)
+    model.learn(10 * ROLLOUT, callback=StopAfter(2 * N_STEPS + 3))
+    # rollouts 1 and 2 trained on; rollout 3 stopped by the callback during the second update, not trained on
+    assert len(recorder.buffers) == 2
+    assert model.num_timesteps == 2 * ROLLOUT + 3 * N_ENVS
+
+
+class CrashingEnv(gym.Env):
+    """CartPole-like spaces; raises at a given step, and records that it was closed."""
+
+    closed = 0
+
+    def __init__(self, crash_at: int) -> None:
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.crash_at = crash_at
+        self.steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(4, np.float32), {}
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == self.crash_at:
+            raise RuntimeError("the environment crashed")
+        return self.observation_space.sample(), 1.0, self.steps % 10 == 0, False, {}
+
+    def close(self) -> None:
+        CrashingEnv.closed += 1
+
+
+def test_an_env_error_in_the_collector_ends_learn_with_it_and_closes_the_env():
+    CrashingEnv.closed = 0
+    env = DummyVecEnv([lambda: CrashingEnv(crash_at=2 * N_STEPS + 5) for _ in range(N_ENVS)])
+    model = PPO_EWMA("MlpPolicy", env, async_rollouts=True, **SETTINGS)
+    start = time.perf_counter()
+    with pytest.raises(RuntimeError, match="the environment crashed") as error:
+        model.learn(10 * ROLLOUT)
+    assert time.perf_counter() - start < 60
+    # the traceback reaches the environment's step, on the collector thread
+    assert any(entry.name == "step" and "test_async_rollouts" in str(entry.path) for entry in error.traceback)
+    assert CrashingEnv.closed == N_ENVS
+    assert not any(thread.name == "rollout-collector" for thread in threading.enumerate())
+
+
+class RaisingCallback(BaseCallback):
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at = at
+
+    def _on_step(self) -> bool:
+        if self.n_calls == self.at:
+            raise ValueError("callback failed")
+        return True
+
+
+@pytest.mark.parametrize("failure", ["callback", "train"])
+def test_callback_errors_and_interrupts_surface_on_the_caller_thread(failure):
+    CrashingEnv.closed = 0
+    env = DummyVecEnv([lambda: CrashingEnv(crash_at=10**9) for _ in range(N_ENVS)])
+    model = PPO_EWMA("MlpPolicy", env, async_rollouts=True, **SETTINGS)
+    if failure == "callback":
+        expected, callback = ValueError, RaisingCallback(at=N_STEPS + 3)
+    else:
+        # Ctrl-C arrives on the main thread, here during the second update (while the third rollout is collected)
+        expected, callback = KeyboardInterrupt, None
+        TrainRecorder(model, fail_at=1, error=KeyboardInterrupt())
+    with pytest.raises(expected):
+        model.learn(10 * ROLLOUT, callback=callback)
+    assert CrashingEnv.closed == N_ENVS
+    assert not any(thread.name == "rollout-collector" for thread in threading.enumerate())
+
+
+def test_benchmarks_run_the_async_variants(tmp_path):
+    from benchmarks import async_rollouts, throughput
+
+    assert throughput.base_algorithm("ppo_ewma_async") == ("ppo_ewma", True)
+    assert throughput.base_algorithm("ppo") == ("ppo", False)
+    config = throughput.parse_args(["--preset", "cartpole", "--algos", "all"])
+    assert config["algos"] == list(throughput.ALL_ALGORITHMS) and "ppo_async" not in config["algos"]
+    settings = throughput.settings_for("ppg_ewma_async", config)
+    assert settings["async_rollouts"] and settings["gamma"] == 0.98 and settings["batch_size"] == 256
+    assert "async_rollouts" not in throughput.settings_for("ppo", config)
+    # the learning comparison, end to end at its smoke scale
+    out_dir = async_rollouts.main(["--preset", "smoke", "--out", str(tmp_path), "--workers", "1"])
+    text = (out_dir / "results.md").read_text()
+    assert "| sync |" in text and "| async |" in text and (out_dir / "async_rollouts.png").stat().st_size > 0

@@ -1,0 +1,48 @@
+"""The lean proximal pass: the log-probabilities of the taken actions, bit for bit those of the distribution."""
+
+import numpy as np
+import pytest
+import torch as th
+from stable_baselines3.common.envs import IdentityEnvMultiDiscrete
+
+from sb3_ewma import PPO_EWMA
+from sb3_ewma.common.decoupled import DecoupledPolicyObjective
+from sb3_ewma.common.proximal import proximal_action_log_prob, proximal_distribution
+from sb3_ewma.ppg_ewma import PPG_EWMA
+
+
+@pytest.mark.parametrize("algorithm", [PPO_EWMA, PPG_EWMA])
+@pytest.mark.parametrize(
+    "env, kwargs",
+    [("CartPole-v1", {}), ("Pendulum-v1", {}), ("Pendulum-v1", {"use_sde": True}), (IdentityEnvMultiDiscrete(3), {})],
+)
+def test_log_probs_equal_those_of_the_distribution(algorithm, env, kwargs):
+    model = algorithm("MlpPolicy", env, n_steps=64, batch_size=32, seed=0, **kwargs)
+    proximal = model.proximal_ewma
+    with th.no_grad():
+        for parameter in proximal.average.parameters():  # away from the initialization (log_std = 0, zero heads)
+            parameter.add_(0.3 * th.randn_like(parameter))
+    obs = th.as_tensor(np.stack([model.observation_space.sample() for _ in range(64)])).float()
+    actions = th.as_tensor(np.stack([model.action_space.sample() for _ in range(64)]))
+    if actions.dim() == 1:
+        actions = actions.long()
+    lean = proximal_action_log_prob(proximal, obs, actions)
+    reference = proximal_distribution(proximal, obs).log_prob(actions)
+    assert lean.shape == reference.shape == (64,)
+    assert th.equal(lean, reference)
+    assert not lean.requires_grad
+
+
+def test_policy_loss_unchanged_by_the_lean_pass():
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=64, seed=0)
+    model.learn(64)  # a filled buffer, and the EWMA away from the policy
+    rollout_data = next(model.rollout_buffer.get(64))
+    lean = model._policy_terms(rollout_data, DecoupledPolicyObjective(0.2))
+    # the distribution path, as the exact KL takes it
+    model._proximal_log_prob = lambda observations, actions, behavior_log_prob: (
+        proximal_distribution(model.proximal_ewma, observations).log_prob(actions),
+        None,
+    )
+    reference = model._policy_terms(rollout_data, DecoupledPolicyObjective(0.2))
+    for first, second in zip(lean, reference, strict=True):
+        assert th.equal(first, second)

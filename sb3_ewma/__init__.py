@@ -8,8 +8,10 @@ from sb3_ewma.common.ewma import (
     ewma_decay_from_span,
     ewma_span_from_decay,
 )
+from sb3_ewma.maskable_ppo_ewma import MaskablePPO_EWMA
 from sb3_ewma.ppg_ewma import PPG, PPG_EWMA
 from sb3_ewma.ppo_ewma import PPO_EWMA
+from sb3_ewma.recurrent_ppo_ewma import RecurrentPPO_EWMA
 
 
 def __getattr__(name: str):  # type: ignore[no-untyped-def]
@@ -28,6 +30,8 @@ __all__ = [
     "PPG",
     "PPG_EWMA",
     "PPO_EWMA",
+    "MaskablePPO_EWMA",
+    "RecurrentPPO_EWMA",
     "__version__",
     "center_of_mass_from_ewma_decay",
     "ewma_decay_from_center_of_mass",

@@ -1,0 +1,67 @@
+"""
+What the EWMA versions of sb3-contrib's PPO variants (RecurrentPPO_EWMA, MaskablePPO_EWMA) share.
+
+``RecurrentPPO.train`` and ``MaskablePPO.train`` are SB3 PPO's ``train`` with one change each: the policy is
+evaluated on more than the observations (LSTM states and episode starts over padded sequences, or action masks), and
+the recurrent losses are means over the valid (unpadded) steps only. So their EWMA versions run PPO_EWMA's training
+iteration unchanged (the same function, not a copy), with two hooks supplied by each algorithm:
+:meth:`DecoupledAlgorithmMixin._evaluate_policy` and :meth:`DecoupledAlgorithmMixin._proximal_distribution`; the
+recurrent one also samples minibatches whose per-step tensors hold only the valid steps.
+"""
+
+from collections import deque
+from typing import Any
+
+from stable_baselines3.common.buffers import RolloutBuffer
+
+from sb3_ewma.common.algorithm import DecoupledAlgorithmMixin
+from sb3_ewma.common.proximal import is_policy_parameter
+from sb3_ewma.ppo_ewma.ppo_ewma import PPO_EWMA
+
+
+class ContribDecoupledMixin(DecoupledAlgorithmMixin):
+    """
+    Mixed into an sb3-contrib PPO variant (before it in the bases): PPO_EWMA's ``train`` (with its staleness
+    buffering and logs), the parent's ``_setup_model`` made to accept ``clip_range=None``, and the proximal policy.
+    The algorithm's constructor sets the decoupled options (as PPO_EWMA's does) and ``staleness``/``staleness_mode``.
+    """
+
+    clip_range: Any
+    clip_range_vf: Any
+    staleness: int
+    staleness_mode: str
+    _stale_buffers: deque[RolloutBuffer]
+
+    # PPO_EWMA's training iteration, used as it is (these functions only use what every PPO variant has, plus the
+    # hooks above); see the module docstring for what the parents' train() change from PPO's
+    train = PPO_EWMA.train
+    _take_training_buffer = PPO_EWMA._take_training_buffer
+    _record_train_logs = PPO_EWMA._record_train_logs
+    _make_rollout_buffer = PPO_EWMA._make_rollout_buffer
+
+    @staticmethod
+    def _is_proximal_parameter(name: str) -> bool:
+        """Which policy parameters the proximal EWMA averages (those the action distribution depends on)."""
+        return is_policy_parameter(name)
+
+    @property
+    def minibatches_per_epoch(self) -> int:
+        """Optimizer steps per epoch; ``batch_size=None`` (allowed by sb3-contrib) is the whole rollout."""
+        n_samples = self.n_steps * self.n_envs  # type: ignore[attr-defined]
+        batch_size = self.batch_size or n_samples  # type: ignore[attr-defined]
+        return -(-n_samples // batch_size)
+
+    def _setup_model(self) -> None:
+        # The parent's _setup_model (same random-number sequence, so ewma_decay=None reproduces the parent) turns
+        # clip_range into a schedule and cannot take None: it gets a placeholder, the real schedules are set after.
+        clip_range, clip_range_vf = self.clip_range, self.clip_range_vf
+        self.clip_range, self.clip_range_vf = 0.2, None
+        super()._setup_model()  # type: ignore[misc]
+        self.clip_range, self.clip_range_vf = clip_range, clip_range_vf
+        self._setup_clip_schedules()
+        self._setup_advantage_normalizer()
+        self._setup_proximal_policy(self.staleness, self.staleness_mode, self._is_proximal_parameter)
+        self._stale_buffers = deque()
+
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "_stale_buffers"]  # type: ignore[misc]

@@ -3,11 +3,15 @@
 import csv
 import glob
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch as th
+import yaml
 from gymnasium import spaces
 from sb3_contrib import MaskablePPO, RecurrentPPO
 from sb3_contrib.common.envs import InvalidActionEnvDiscrete, InvalidActionEnvMultiDiscrete
@@ -20,7 +24,7 @@ from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-from sb3_ewma import MaskablePPO_EWMA, RecurrentPPO_EWMA, scale_hyperparams
+from sb3_ewma import MaskablePPO_EWMA, RecurrentPPO_EWMA, scale_hyperparams, zoo
 
 SMALL = dict(n_steps=32, batch_size=16, n_epochs=2, seed=0, device="cpu")
 SMALL_LSTM = dict(lstm_hidden_size=8, net_arch=[16])
@@ -277,3 +281,62 @@ def test_scale_hyperparams(algo, default_n_steps):
     # "auto": center of mass = minibatches per epoch with the algorithm's default n_steps, divided by 4
     center_of_mass = default_n_steps * 8 / 256 / 4
     assert scaled["ewma_decay"] == pytest.approx(center_of_mass / (1 + center_of_mass))
+
+
+# rl-zoo3
+
+
+@pytest.fixture(scope="module")
+def novel_log_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``python -m sb3_ewma.train --algo ppo_lstm_ewma --env CartPoleNoVel-v1`` (in this process, 2 short iterations)."""
+    from sb3_ewma.train import main
+
+    log_folder = tmp_path_factory.mktemp("logs")
+    main(
+        [
+            *("--algo", "ppo_lstm_ewma", "--env", "CartPoleNoVel-v1", "-n", "256", "-f", str(log_folder)),
+            *("-params", "n_steps:16", "n_epochs:2", "--num-threads", "1", "--eval-freq", "-1", "--verbose", "0"),
+            *("--seed", "0"),
+        ]
+    )
+    return log_folder
+
+
+def test_rl_zoo_train_and_enjoy_ppo_lstm_ewma(novel_log_folder: Path, capsys: pytest.CaptureFixture) -> None:
+    (run_dir,) = (novel_log_folder / "ppo_lstm_ewma").glob("CartPoleNoVel-v1_*")
+    args = yaml.load((run_dir / "CartPoleNoVel-v1" / "args.yml").read_text(), Loader=yaml.UnsafeLoader)
+    assert Path(args["conf_file"]) == zoo.HYPERPARAMS_DIR / "ppo_lstm_ewma.yml"  # the packaged file, without -conf
+    model = RecurrentPPO_EWMA.load(run_dir / "CartPoleNoVel-v1.zip", device="cpu")
+    # the entry's settings (rl-zoo3's ppo_lstm CartPoleNoVel-v1), with the -params overrides
+    assert (model.n_envs, model.n_steps, model.batch_size, model.n_epochs) == (8, 16, 256, 2)
+    assert model.policy.lstm_actor.hidden_size == 64 and model.policy.lstm_critic is not None
+    assert model.proximal_ewma is not None and model._n_updates == 4
+    assert (run_dir / "CartPoleNoVel-v1" / "vecnormalize.pkl").is_file()
+    zoo.enjoy(
+        [
+            *("--algo", "ppo_lstm_ewma", "--env", "CartPoleNoVel-v1", "-f", str(novel_log_folder), "-n", "150"),
+            *("--no-render", "--num-threads", "1", "--deterministic"),
+        ]
+    )
+    output = capsys.readouterr().out
+    assert "Loading" in output and "Episode Reward" in output, output[-2000:]
+
+
+@pytest.mark.slow
+def test_rl_zoo_record_video_ppo_lstm_ewma(novel_log_folder: Path, tmp_path: Path) -> None:
+    try:
+        import moviepy  # noqa: F401
+    except Exception as error:  # moviepy fails with ImportError, or other errors from its ffmpeg helpers
+        pytest.skip(f"recording videos needs a working moviepy: {error!r}")
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "sb3_ewma.record_video", "--algo", "ppo_lstm_ewma", "--env", "CartPoleNoVel-v1"),
+            *("-f", str(novel_log_folder), "-n", "20", "-o", str(tmp_path)),
+        ],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(list(tmp_path.glob("*.mp4"))) == 1

@@ -8,10 +8,8 @@ from sb3_ewma.common.ewma import (
     ewma_decay_from_span,
     ewma_span_from_decay,
 )
-from sb3_ewma.maskable_ppo_ewma import MaskablePPO_EWMA
 from sb3_ewma.ppg_ewma import PPG, PPG_EWMA
 from sb3_ewma.ppo_ewma import PPO_EWMA
-from sb3_ewma.recurrent_ppo_ewma import RecurrentPPO_EWMA
 
 
 def __getattr__(name: str):  # type: ignore[no-untyped-def]
@@ -20,6 +18,16 @@ def __getattr__(name: str):  # type: ignore[no-untyped-def]
         from sb3_ewma import scale
 
         return getattr(scale, name)
+    # sb3-contrib's PPO variants: imported on first use too (importing sb3_contrib is slow, and noisy where the
+    # legacy `gym` package is installed)
+    if name == "RecurrentPPO_EWMA":
+        from sb3_ewma.recurrent_ppo_ewma import RecurrentPPO_EWMA
+
+        return RecurrentPPO_EWMA
+    if name == "MaskablePPO_EWMA":
+        from sb3_ewma.maskable_ppo_ewma import MaskablePPO_EWMA
+
+        return MaskablePPO_EWMA
     raise AttributeError(f"module 'sb3_ewma' has no attribute {name!r}")
 
 

@@ -270,6 +270,23 @@ def test_maskable_save_load_predict_with_action_masks(tmp_path):
     assert loaded._n_updates == model._n_updates + 2
 
 
+@pytest.mark.parametrize("algorithm", ["recurrent", "maskable"])
+def test_load_a_parent_file_starts_the_ewma_from_its_policy(algorithm, tmp_path):
+    if algorithm == "recurrent":
+        parent, model_class, policy, env = RecurrentPPO, RecurrentPPO_EWMA, "MlpLstmPolicy", make_vec_env("CartPole-v1")
+        kwargs: dict = dict(policy_kwargs=SMALL_LSTM)
+    else:
+        parent, model_class, policy, env, kwargs = MaskablePPO, MaskablePPO_EWMA, "MlpPolicy", masked_env(1), {}
+    parent(policy, env, **kwargs, **SMALL).learn(32).save(tmp_path / "parent.zip")
+    with pytest.warns(UserWarning, match="no proximal policy"):
+        model = model_class.load(tmp_path / "parent.zip", env=env, device="cpu")
+    averaged = dict(model.proximal_ewma.average.named_parameters())
+    for name, value in model.policy.named_parameters():
+        if name in model.proximal_ewma.averaged_names:
+            np.testing.assert_array_equal(averaged[name].detach().numpy(), value.detach().numpy())
+    model.learn(32, reset_num_timesteps=False)
+
+
 @pytest.mark.parametrize("algo, default_n_steps", [("ppo_lstm_ewma", 128), ("ppo_mask_ewma", 2048)])
 def test_scale_hyperparams(algo, default_n_steps):
     hyperparams = {"n_envs": 8, "batch_size": 256, "learning_rate": 1e-3, "n_epochs": 1}

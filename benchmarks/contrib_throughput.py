@@ -5,7 +5,8 @@ larger than PPO_EWMA's).
 
 Every pair is measured in one process, the six algorithms alternating (A B C D E F, B C D E F A, ...) so that a
 shared, noisy machine slows them alike; the report gives each algorithm's median time of ``learn`` (rollouts and
-training) and of training alone, and each EWMA version's ratio to its parent. Each model first learns one iteration
+training) and of training alone, and each EWMA version's time relative to its parent (the median over the repeats of
+the ratio of the two times measured in the same repeat). Each model first learns one iteration
 (not timed), then ``iterations`` timed ones. Settings: 8 environments x 128 steps, 4 minibatches of 256, 4 epochs,
 MLP [64, 64] (the recurrent policies: an LSTM of 64 units for the actor and one for the critic, then [64] heads), on
 CartPole-v1 (CartPoleNoVel-v1 for the recurrent ones) and sb3-contrib's InvalidActionEnvDiscrete (masked ones)::
@@ -105,39 +106,62 @@ def measure(name: str, repeat: int, config: dict[str, Any]) -> dict[str, Any]:
     return {"repeat": repeat, "algo": name, **settings, **seconds}
 
 
-def run(config: dict[str, Any], csv_path: Path | None = None) -> dict[str, dict[str, float]]:
-    """All the measurements, alternating the algorithms. Returns ``{algo: {"learn": median s, "train": median s}}``."""
+def run(config: dict[str, Any], csv_path: Path | None = None) -> list[dict[str, Any]]:
+    """All the measurements (CSV rows), alternating the algorithms."""
     th.set_num_threads(1)
     names = [name for pair in PAIRS.items() for name in reversed(pair)]
-    times: dict[str, dict[str, list[float]]] = {name: {"learn": [], "train": []} for name in names}
+    rows = []
     for repeat in range(config["repeats"]):
         for name in names[repeat % len(names) :] + names[: repeat % len(names)]:
             row = measure(name, repeat, config)
+            rows.append(row)
             if csv_path:
                 append_csv(csv_path, row)
-            times[name]["learn"].append(row["learn_seconds"])
-            times[name]["train"].append(row["train_seconds"])
             print(f"repeat {repeat} {name:14s} learn {row['learn_seconds']:7.3f} s, train {row['train_seconds']:7.3f} s")
-    return {name: {kind: statistics.median(values) for kind, values in kinds.items()} for name, kinds in times.items()}
+    return rows
 
 
-def report(medians: dict[str, dict[str, float]]) -> str:
-    """The markdown table: median times and each EWMA algorithm's time relative to its parent."""
+def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """
+    For each algorithm, the median times (``learn``, ``train``, in seconds) and, for the EWMA ones, the median over
+    the repeats of the ratio to the parent's time in the same repeat (``learn_ratio``, ``train_ratio``): paired ratios,
+    robust to the load of a shared machine changing between repeats.
+    """
+    times = {(row["algo"], int(row["repeat"])): row for row in rows}
+    summary: dict[str, dict[str, float]] = {}
+    for name in {row["algo"] for row in rows}:
+        mine = [row for row in rows if row["algo"] == name]
+        summary[name] = {kind: statistics.median(float(row[f"{kind}_seconds"]) for row in mine) for kind in ("learn", "train")}
+        parent = PAIRS.get(name)
+        if parent is None:
+            continue
+        for kind in ("learn", "train"):
+            ratios = [
+                float(row[f"{kind}_seconds"]) / float(times[parent, int(row["repeat"])][f"{kind}_seconds"])
+                for row in mine
+                if (parent, int(row["repeat"])) in times
+            ]
+            summary[name][f"{kind}_ratio"] = statistics.median(ratios)
+    return summary
+
+
+def report(summary: dict[str, dict[str, float]]) -> str:
+    """The markdown table: median times and each EWMA algorithm's time relative to its parent (median of ratios)."""
     lines = [
         "| algorithm | parent | learn (s) | time vs parent (learn) | train only (s) | time vs parent (train only) |",
         "|---|---|---|---|---|---|",
     ]
     for name, parent in PAIRS.items():
-        learn = medians[name]["learn"] / medians[parent]["learn"]
-        train = medians[name]["train"] / medians[parent]["train"]
+        learn, train = summary[name]["learn_ratio"], summary[name]["train_ratio"]
         lines.append(
-            f"| {name} | {parent} | {medians[name]['learn']:.3f} | {learn:.3f} ({(learn - 1) * 100:+.1f}%) "
-            f"| {medians[name]['train']:.3f} | {train:.3f} ({(train - 1) * 100:+.1f}%) |"
+            f"| {name} | {parent} | {summary[name]['learn']:.3f} | {learn:.3f} ({(learn - 1) * 100:+.1f}%) "
+            f"| {summary[name]['train']:.3f} | {train:.3f} ({(train - 1) * 100:+.1f}%) |"
         )
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
+    """Command line entry point; returns the summary (see :func:`summarize`)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", choices=PRESETS, default="cpu")
     parser.add_argument("--repeats", type=int, help="default: the preset's")
@@ -150,8 +174,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path = out_dir / "measurements.csv"
     csv_path.unlink(missing_ok=True)
-    medians = run(config, csv_path)
-    table = report(medians)
+    summary = summarize(run(config, csv_path))
+    table = report(summary)
     print(table)
     command = " ".join(["python -m benchmarks.contrib_throughput", *(sys.argv[1:] if argv is None else argv)])
     settings = ", ".join(f"{key}={value}" for key, value in config.items())
@@ -169,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
     ]
     (out_dir / "results.md").write_text("\n".join(text))
     print(f"report: {out_dir / 'results.md'}")
-    return medians
+    return summary
 
 
 if __name__ == "__main__":

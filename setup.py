@@ -41,6 +41,7 @@ setup(
     python_requires=">=3.10",
     install_requires=[
         "stable-baselines3>=2.9,<3",
+        "sb3-contrib>=2.9,<3",  # RecurrentPPO_EWMA, MaskablePPO_EWMA
         "torch>=2.3",
         "gymnasium>=1.0,<2",
         "numpy",

@@ -18,6 +18,16 @@ def __getattr__(name: str):  # type: ignore[no-untyped-def]
         from sb3_ewma import scale
 
         return getattr(scale, name)
+    # sb3-contrib's PPO variants: imported on first use too (importing sb3_contrib is slow, and noisy where the
+    # legacy `gym` package is installed)
+    if name == "RecurrentPPO_EWMA":
+        from sb3_ewma.recurrent_ppo_ewma import RecurrentPPO_EWMA
+
+        return RecurrentPPO_EWMA
+    if name == "MaskablePPO_EWMA":
+        from sb3_ewma.maskable_ppo_ewma import MaskablePPO_EWMA
+
+        return MaskablePPO_EWMA
     raise AttributeError(f"module 'sb3_ewma' has no attribute {name!r}")
 
 
@@ -28,6 +38,8 @@ __all__ = [
     "PPG",
     "PPG_EWMA",
     "PPO_EWMA",
+    "MaskablePPO_EWMA",
+    "RecurrentPPO_EWMA",
     "__version__",
     "center_of_mass_from_ewma_decay",
     "ewma_decay_from_center_of_mass",

@@ -40,7 +40,7 @@ from sb3_ewma.common.ewma import (
     ewma_span_from_decay,
 )
 
-ALGOS = ("ppo_ewma", "ppg_ewma", "ppg")
+ALGOS = ("ppo_ewma", "ppg_ewma", "ppg", "ppo_lstm_ewma", "ppo_mask_ewma")
 LR_RULES = ("sqrt", "linear")
 
 # keys that only PPG takes: their presence makes ``algo`` default to "ppg_ewma"
@@ -52,7 +52,13 @@ LINEAR_RULE_OPTIMIZERS = ("SGD",)
 DEFAULT_OPTIMIZER = "Adam"  # SB3's ActorCriticPolicy default
 DEFAULT_ADAM_BETAS = (0.9, 0.999)  # torch.optim.Adam default
 
-_ALGO_CLASS_NAMES = {"ppo_ewma": "PPO_EWMA", "ppg_ewma": "PPG_EWMA", "ppg": "PPG"}
+_ALGO_CLASS_NAMES = {
+    "ppo_ewma": "PPO_EWMA",
+    "ppg_ewma": "PPG_EWMA",
+    "ppg": "PPG",
+    "ppo_lstm_ewma": "RecurrentPPO_EWMA",
+    "ppo_mask_ewma": "MaskablePPO_EWMA",
+}
 # used when the algorithm class cannot be imported; SB3 PPO's defaults come first
 _FALLBACK_DEFAULTS: dict[str, dict[str, Any]] = {
     "ppo_ewma": {"ewma_decay": "auto", "advantage_normalization": "minibatch", "advantage_ewma_decay": 0.0},
@@ -72,6 +78,15 @@ _FALLBACK_DEFAULTS: dict[str, dict[str, Any]] = {
         "n_policy_iterations": 32,
         "aux_learning_rate": None,
     },
+    # sb3-contrib's RecurrentPPO: 128 steps per environment, minibatches of 128
+    "ppo_lstm_ewma": {
+        "ewma_decay": "auto",
+        "advantage_normalization": "minibatch",
+        "advantage_ewma_decay": 0.0,
+        "n_steps": 128,
+        "batch_size": 128,
+    },
+    "ppo_mask_ewma": {"ewma_decay": "auto", "advantage_normalization": "minibatch", "advantage_ewma_decay": 0.0},
 }
 
 
@@ -148,7 +163,7 @@ def algorithm_defaults(algo: str) -> dict[str, Any]:
     (``None`` for ``"ppg"``), ``advantage_normalization="minibatch"``, ``advantage_ewma_decay=0`` and, for PPG,
     ``n_epochs=1``, ``n_policy_iterations=32``, ``aux_learning_rate=None``.
 
-    :param algo: one of ``"ppo_ewma"``, ``"ppg_ewma"``, ``"ppg"``
+    :param algo: one of :data:`ALGOS`
     :return: a new dict of defaults
     """
     if algo not in ALGOS:
@@ -705,7 +720,8 @@ def scale_hyperparams(
         reference ``n_envs``)
     :param reference_n_envs: the number of environments the settings were tuned with, when ``hyperparams`` has no
         ``n_envs`` key (if both are given they must agree)
-    :param algo: ``"ppo_ewma"``, ``"ppg_ewma"`` or ``"ppg"`` (plain PPG: its ``ewma_decay`` default may be ``None``);
+    :param algo: ``"ppo_ewma"``, ``"ppg_ewma"``, ``"ppg"`` (plain PPG: its ``ewma_decay`` default may be ``None``),
+        ``"ppo_lstm_ewma"`` (RecurrentPPO_EWMA) or ``"ppo_mask_ewma"`` (MaskablePPO_EWMA);
         by default ``"ppg_ewma"`` if a PPG-only key (``n_policy_iterations``, ``n_value_epochs``, ``n_aux_epochs``,
         ``aux_batch_size``, ``aux_learning_rate``) is present, else ``"ppo_ewma"``
     :param lr_rule: ``"sqrt"`` or ``"linear"`` to override the rule detected from the optimizer (required for an

@@ -82,6 +82,10 @@ def _import_zoo(name: str) -> types.ModuleType:
 ZOO_ALGOS: tuple[str, ...] = ("ppo_ewma", "ppg_ewma", "ppg")
 """The rl-zoo3 names of this package's algorithms."""
 
+CONTRIB_ZOO_ALGOS: tuple[str, ...] = ("ppo_lstm_ewma", "ppo_mask_ewma")
+"""The rl-zoo3 names of the EWMA versions of sb3-contrib's RecurrentPPO and MaskablePPO; only ``ppo_lstm_ewma`` has a
+hyperparameter file (its partially observed tasks), as rl-zoo3 has no MaskablePPO entries."""
+
 HYPERPARAMS_DIR = Path(__file__).parent / "hyperparams"
 """This package's rl-zoo3 hyperparameter files, ``<algo>.yml``."""
 
@@ -97,12 +101,21 @@ _MAKE_WRAPPERS = ("OrderEnforcing", "PassiveEnvChecker", "HumanRendering")
 def zoo_algorithms() -> dict[str, type[BaseAlgorithm]]:
     """
     :return: this package's algorithms by rl-zoo3 name: ``ppo_ewma`` -> ``PPO_EWMA``, ``ppg_ewma`` -> ``PPG_EWMA``,
-        ``ppg`` -> ``PPG``
+        ``ppg`` -> ``PPG``, ``ppo_lstm_ewma`` -> ``RecurrentPPO_EWMA``, ``ppo_mask_ewma`` -> ``MaskablePPO_EWMA``
+        (no hyperparameter file: rl-zoo3 has no maskable entries; pass ``-conf``)
     """
+    from sb3_ewma.maskable_ppo_ewma import MaskablePPO_EWMA
     from sb3_ewma.ppg_ewma import PPG, PPG_EWMA
     from sb3_ewma.ppo_ewma import PPO_EWMA
+    from sb3_ewma.recurrent_ppo_ewma import RecurrentPPO_EWMA
 
-    return {"ppo_ewma": PPO_EWMA, "ppg_ewma": PPG_EWMA, "ppg": PPG}
+    return {
+        "ppo_ewma": PPO_EWMA,
+        "ppg_ewma": PPG_EWMA,
+        "ppg": PPG,
+        "ppo_lstm_ewma": RecurrentPPO_EWMA,
+        "ppo_mask_ewma": MaskablePPO_EWMA,
+    }
 
 
 def register_zoo() -> None:
@@ -124,11 +137,13 @@ def register_zoo() -> None:
 def default_conf_file(algo: str) -> str | None:
     """
     :param algo: an rl-zoo3 algorithm name
-    :return: the path of this package's hyperparameter file for ``algo`` (one of :data:`ZOO_ALGOS`), else None
+    :return: the path of this package's hyperparameter file for ``algo`` (one of :data:`ZOO_ALGOS` or
+        :data:`CONTRIB_ZOO_ALGOS` that has one), else None
     """
-    if algo not in ZOO_ALGOS:
+    path = HYPERPARAMS_DIR / f"{algo}.yml"
+    if algo not in (*ZOO_ALGOS, *CONTRIB_ZOO_ALGOS) or not path.is_file():
         return None
-    return str(HYPERPARAMS_DIR / f"{algo}.yml")
+    return str(path)
 
 
 def is_procgen_env_id(env_id: str) -> bool:
@@ -348,8 +363,9 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
         self.rank, self.world_size = distributed.join_torchrun(self.device)
         self.seed, self.save_path = distributed.broadcast_from_rank0((self.seed, self.save_path))
         self.params_path = f"{self.save_path}/{self.env_name}"
-        if scale is not None and algo not in ZOO_ALGOS:
-            raise ValueError(f"--scale-n-envs rescales the hyperparameters of {ZOO_ALGOS}, not of {algo!r}")
+        scalable = (*ZOO_ALGOS, *CONTRIB_ZOO_ALGOS)
+        if scale is not None and algo not in scalable:
+            raise ValueError(f"--scale-n-envs rescales the hyperparameters of {scalable}, not of {algo!r}")
         self.scale = scale
         self.is_procgen = is_procgen_env_id(env_id)
         if self.is_procgen:
@@ -547,6 +563,7 @@ def record_video(argv: Sequence[str], prog: str = "python -m sb3_ewma.record_vid
 
 
 __all__ = [
+    "CONTRIB_ZOO_ALGOS",
     "HYPERPARAMS_DIR",
     "POLICY_KWARGS_NAMESPACE",
     "ZOO_ALGOS",

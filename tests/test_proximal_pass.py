@@ -39,8 +39,8 @@ def test_policy_loss_unchanged_by_the_lean_pass():
     rollout_data = next(model.rollout_buffer.get(64))
     lean = model._policy_terms(rollout_data, DecoupledPolicyObjective(0.2))
     # the distribution path, as the exact KL takes it
-    model._proximal_log_prob = lambda observations, actions, behavior_log_prob: (
-        proximal_distribution(model.proximal_ewma, observations).log_prob(actions),
+    model._proximal_log_prob = lambda rollout_data, actions, behavior_log_prob: (
+        proximal_distribution(model.proximal_ewma, rollout_data.observations).log_prob(actions),
         None,
     )
     reference = model._policy_terms(rollout_data, DecoupledPolicyObjective(0.2))

@@ -145,8 +145,33 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
         if self._uses_ewma:
             self.proximal_ewma.update()  # type: ignore[union-attr]
 
+    def _evaluate_policy(
+        self, rollout_data: Any, actions: th.Tensor
+    ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None, Distribution | None]:
+        """
+        The current policy on a minibatch: values, log-probabilities of ``actions``, entropy (or None) and, only when
+        the exact KL penalty needs it, the action distribution. Overridden by algorithms whose policies take more
+        than the observations (LSTM states, action masks).
+        """
+        if self._needs_distributions:
+            return evaluate_actions_with_distribution(self.policy, rollout_data.observations, actions)
+        values, log_prob, entropy = self.policy.evaluate_actions(rollout_data.observations, actions)
+        return values, log_prob, entropy, None
+
+    def _proximal_distribution(self, rollout_data: Any) -> Distribution:
+        """The proximal policy's action distribution on a minibatch (overridden like :meth:`_evaluate_policy`)."""
+        return proximal_distribution(self.proximal_ewma, rollout_data.observations)  # type: ignore[arg-type]
+
+    def _proximal_action_log_prob(self, rollout_data: Any, actions: th.Tensor) -> th.Tensor:
+        """
+        The proximal policy's log-probabilities of ``actions`` when the loss needs nothing else: the lean pass on the
+        observations (:func:`proximal_action_log_prob`). Algorithms that override :meth:`_proximal_distribution`
+        (LSTM states, action masks) override this too.
+        """
+        return proximal_action_log_prob(self.proximal_ewma, rollout_data.observations, actions)  # type: ignore[arg-type]
+
     def _proximal_log_prob(
-        self, observations: th.Tensor, actions: th.Tensor, behavior_log_prob: th.Tensor
+        self, rollout_data: Any, actions: th.Tensor, behavior_log_prob: th.Tensor
     ) -> tuple[th.Tensor, Distribution | None]:
         """
         Log-probabilities of the actions under the proximal policy, and its distribution (None: the behavior policy,
@@ -155,9 +180,9 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
         if self.proximal_ewma is None:
             return behavior_log_prob, None
         if not self._needs_distributions:
-            return proximal_action_log_prob(self.proximal_ewma, observations, actions), None
-        distribution = proximal_distribution(self.proximal_ewma, observations)  # type: ignore[arg-type]
+            return self._proximal_action_log_prob(rollout_data, actions), None
         with th.no_grad():
+            distribution = self._proximal_distribution(rollout_data)
             return distribution.log_prob(actions), distribution
 
     def _policy_terms(
@@ -176,16 +201,11 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
         if isinstance(self.action_space, spaces.Discrete):  # type: ignore[attr-defined]
             # Convert discrete action from float to long
             actions = rollout_data.actions.long().flatten()
-        observations = rollout_data.observations
-        distribution = None
-        if self._needs_distributions:
-            values, log_prob, entropy, distribution = evaluate_actions_with_distribution(self.policy, observations, actions)
-        else:
-            values, log_prob, entropy = self.policy.evaluate_actions(observations, actions)  # type: ignore[arg-type]
+        values, log_prob, entropy, distribution = self._evaluate_policy(rollout_data, actions)
         advantages = self.advantage_normalizer.minibatch(rollout_data.advantages)
 
         behavior_log_prob = rollout_data.old_log_prob
-        proximal_log_prob, proximal_dist = self._proximal_log_prob(observations, actions, behavior_log_prob)  # type: ignore[arg-type]
+        proximal_log_prob, proximal_dist = self._proximal_log_prob(rollout_data, actions, behavior_log_prob)
         policy_loss = policy_objective(advantages, log_prob, proximal_log_prob, behavior_log_prob, distribution, proximal_dist)
         # Entropy loss favor exploration (approximate entropy when no analytical form)
         entropy_loss = -th.mean(-log_prob) if entropy is None else -th.mean(entropy)
@@ -194,6 +214,15 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
             log_ratio = log_prob - rollout_data.old_log_prob
             approx_kl_div = th.mean((th.exp(log_ratio) - 1) - log_ratio)
         return policy_loss, entropy_loss, values.flatten(), approx_kl_div
+
+    def _kl_exceeds_target(self, approx_kl_div: th.Tensor) -> bool:
+        """
+        SB3's ``target_kl`` early stop: whether the approximate KL from the behavior policy exceeds
+        ``1.5 * target_kl`` (False without ``target_kl``; read from the device only then). Data-parallel training
+        averages the KL over the ranks first (:class:`sb3_ewma.common.distributed.DataParallelMixin`).
+        """
+        target_kl = self.target_kl  # type: ignore[attr-defined]
+        return target_kl is not None and approx_kl_div.item() > 1.5 * target_kl
 
     def _apply_gradients(self, optimizer: th.optim.Optimizer) -> None:
         """

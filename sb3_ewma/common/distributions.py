@@ -12,6 +12,8 @@ from stable_baselines3.common.type_aliases import PyTorchObs
 
 
 def _torch_distributions(distribution: Distribution) -> list[th.distributions.Distribution]:
+    if hasattr(distribution, "distributions"):  # sb3-contrib's MaskableMultiCategoricalDistribution
+        return list(distribution.distributions)
     inner = distribution.distribution
     return list(inner) if isinstance(inner, (list, tuple)) else [inner]
 

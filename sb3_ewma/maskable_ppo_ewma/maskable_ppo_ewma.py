@@ -1,0 +1,224 @@
+from typing import Any, ClassVar, TypeVar
+
+import torch as th
+from sb3_contrib import MaskablePPO
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.distributions import Distribution
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
+
+from sb3_ewma.common.contrib import ContribDecoupledMixin, check_contrib_staleness
+from sb3_ewma.common.decoupled import check_clip_range, check_decoupled_hyperparams
+from sb3_ewma.common.distributions import policy_latents
+from sb3_ewma.maskable_ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
+
+SelfMaskablePPO_EWMA = TypeVar("SelfMaskablePPO_EWMA", bound="MaskablePPO_EWMA")
+
+
+class MaskablePPO_EWMA(ContribDecoupledMixin, MaskablePPO):
+    """
+    MaskablePPO-EWMA: sb3-contrib's ``MaskablePPO`` (PPO with invalid-action masking) with an exponentially weighted
+    moving average (EWMA) of the policy as the proximal policy and the decoupled objectives of Hilton, Cobbe &
+    Schulman (2021, https://arxiv.org/abs/2110.00641), as :class:`sb3_ewma.PPO_EWMA` does for PPO.
+
+    The proximal log-probabilities are those of the EWMA network's masked action distribution, with the action masks
+    stored in the rollout buffer. With ``ewma_decay=None`` (and no staleness) it is ``MaskablePPO``, up to the
+    importance-sampling cap ``imp_samp_max``.
+
+    :param policy: The policy model to use (MlpPolicy, CnnPolicy, ...)
+    :param env: The environment to learn from (if registered in Gym, can be str)
+    :param learning_rate: The learning rate, it can be a function
+        of the current progress remaining (from 1 to 0)
+    :param n_steps: The number of steps to run for each environment per update
+        (i.e. batch size is n_steps * n_env where n_env is number of environment copies running in parallel)
+    :param batch_size: Minibatch size (``None``: the whole rollout)
+    :param n_epochs: Number of epoch when optimizing the surrogate loss (batch size-invariance needs 1)
+    :param gamma: Discount factor
+    :param gae_lambda: Factor for trade-off of bias vs variance for Generalized Advantage Estimator
+    :param clip_range: Clipping parameter ``eps`` of the ratio ``pi / pi_prox``, it can be a function of the current
+        progress remaining (from 1 to 0). ``None`` turns clipping off (use the KL penalty ``kl_coef`` instead).
+    :param clip_range_vf: Clipping parameter for the value function,
+        it can be a function of the current progress remaining (from 1 to 0).
+        If None is passed (default), no clipping will be done on the value function.
+        IMPORTANT: this clipping depends on the reward scaling.
+    :param normalize_advantage: Whether to normalize or not the advantage (see ``advantage_normalization``)
+    :param ent_coef: Entropy coefficient for the loss calculation
+    :param vf_coef: Value function coefficient for the loss calculation
+    :param max_grad_norm: The maximum value for the gradient clipping
+    :param rollout_buffer_class: Rollout buffer class to use. If ``None``, it will be automatically selected.
+    :param rollout_buffer_kwargs: Keyword arguments to pass to the rollout buffer on creation
+    :param target_kl: Limit the KL divergence between updates: stop the iteration's epochs when the estimated
+        KL from the behavior policy (as in SB3) exceeds ``1.5 * target_kl``. By default, there is no limit.
+    :param stats_window_size: Window size for the rollout logging, specifying the number of episodes to average
+        the reported success rate, mean episode length, and mean reward over
+    :param tensorboard_log: the log location for tensorboard (if None, no logging)
+    :param policy_kwargs: additional arguments to be passed to the policy on creation
+    :param verbose: Verbosity level: 0 for no output, 1 for info messages (such as device or wrappers used), 2 for
+        debug messages
+    :param seed: Seed for the pseudo random generators
+    :param device: Device (cpu, cuda, ...) on which the code should be run.
+        Setting it to auto, the code will be run on the GPU if possible.
+    :param ewma_decay: Decay ``beta_prox`` in [0, 1) of the EWMA of the policy parameters that serves as the proximal
+        policy, updated after every optimizer step; its center of mass (age in optimizer steps) is
+        ``beta / (1 - beta)`` (see :func:`sb3_ewma.ewma_decay_from_center_of_mass`). ``"auto"`` (default): the
+        paper's rule, center of mass = number of minibatches per epoch. ``None``: no EWMA, the proximal policy is
+        the behavior policy (the parent algorithm).
+    :param kl_coef: Coefficient ``beta`` of the decoupled KL penalty ``KL[pi_prox, pi]`` (0: no penalty). Use it alone
+        with ``clip_range=None`` for the decoupled KL-penalized objective, or together with clipping.
+    :param kl_estimator: How the KL penalty is computed: ``"sample"`` (the authors' ``0.5 * mean(log(pi/pi_prox)^2)``
+        over the taken actions) or ``"exact"`` (the KL divergence of the two action distributions).
+    :param imp_samp_max: Cap on the importance weight ``pi / pi_behav`` (paper: 100), 0 for no cap; must be > 1.
+    :param advantage_normalization: ``"minibatch"`` (SB3's, each minibatch by its own statistics; default) or
+        ``"ewma"`` (the paper's: each iteration by the mean and std of EWMA moments over iterations). Only used when
+        ``normalize_advantage=True``.
+    :param advantage_ewma_decay: Decay in [0, 1) per iteration of the advantage moments for
+        ``advantage_normalization="ewma"`` (0: the current iteration only; span ``2 / (1 - decay) - 1`` iterations).
+    :param staleness: Artificial staleness for experiments (paper section 5.1): the data of an iteration is trained on
+        ``staleness`` iterations after it was collected (no training during the first ``staleness`` iterations).
+    :param staleness_mode: Which policies the loss uses with stale data: ``"decoupled"`` (behavior policy for
+        importance sampling, the proximal policy to limit the update; without an EWMA the proximal policy is the
+        policy at the start of the iteration), ``"behavior"`` (PPO with the behavior policy as the old policy) or
+        ``"proximal"`` (PPO with the proximal policy as the old policy, also for importance sampling; PPO_EWMA only: not
+        with ``staleness > 0`` here). Unlike PPO_EWMA, the advantages of stale data are those computed at collection.
+    :param _init_setup_model: Whether or not to build the network at the creation of the instance
+    """
+
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
+        "MlpPolicy": MlpPolicy,
+        "CnnPolicy": CnnPolicy,
+        "MultiInputPolicy": MultiInputPolicy,
+    }
+
+    def __init__(
+        self,
+        policy: str | type[MlpPolicy],
+        env: GymEnv | str,
+        learning_rate: float | Schedule = 3e-4,
+        n_steps: int = 2048,
+        batch_size: int | None = 64,
+        n_epochs: int = 10,
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
+        clip_range: float | Schedule | None = 0.2,
+        clip_range_vf: float | Schedule | None = None,
+        normalize_advantage: bool = True,
+        ent_coef: float = 0.0,
+        vf_coef: float = 0.5,
+        max_grad_norm: float = 0.5,
+        rollout_buffer_class: type[RolloutBuffer] | None = None,
+        rollout_buffer_kwargs: dict[str, Any] | None = None,
+        target_kl: float | None = None,
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        policy_kwargs: dict[str, Any] | None = None,
+        verbose: int = 0,
+        seed: int | None = None,
+        device: th.device | str = "auto",
+        ewma_decay: float | str | None = "auto",
+        kl_coef: float = 0.0,
+        kl_estimator: str = "sample",
+        imp_samp_max: float = 100.0,
+        advantage_normalization: str = "minibatch",
+        advantage_ewma_decay: float = 0.0,
+        staleness: int = 0,
+        staleness_mode: str = "decoupled",
+        _init_setup_model: bool = True,
+    ):
+        # checked before anything else is built (no environment is created or stepped on bad input)
+        check_clip_range(clip_range)
+        check_decoupled_hyperparams(
+            ewma_decay,
+            kl_coef,
+            kl_estimator,
+            imp_samp_max,
+            normalize_advantage,
+            advantage_normalization,
+            advantage_ewma_decay,
+            staleness,
+            staleness_mode,
+        )
+        check_contrib_staleness(staleness, staleness_mode)
+        super().__init__(
+            policy,
+            env,
+            learning_rate=learning_rate,
+            n_steps=n_steps,
+            batch_size=batch_size,
+            n_epochs=n_epochs,
+            gamma=gamma,
+            gae_lambda=gae_lambda,
+            clip_range=clip_range,  # type: ignore[arg-type]
+            clip_range_vf=clip_range_vf,
+            normalize_advantage=normalize_advantage,
+            ent_coef=ent_coef,
+            vf_coef=vf_coef,
+            max_grad_norm=max_grad_norm,
+            rollout_buffer_class=rollout_buffer_class,
+            rollout_buffer_kwargs=rollout_buffer_kwargs,
+            target_kl=target_kl,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            policy_kwargs=policy_kwargs,
+            verbose=verbose,
+            seed=seed,
+            device=device,
+            _init_setup_model=False,
+        )
+        self._set_decoupled_options(
+            ewma_decay,
+            kl_coef,
+            kl_estimator,
+            imp_samp_max,
+            normalize_advantage,
+            advantage_normalization,
+            advantage_ewma_decay,
+        )
+        self.staleness = int(staleness)
+        self.staleness_mode = staleness_mode
+        if _init_setup_model:
+            self._setup_model()
+
+    def _build_policy(self) -> BasePolicy:
+        # maskable policies take no use_sde
+        return self.policy_class(self.observation_space, self.action_space, self.lr_schedule, **self.policy_kwargs)
+
+    # MaskablePPO.train() is PPO's with the action masks passed to the policy evaluation: the training iteration is
+    # PPO_EWMA's (ContribDecoupledMixin) with these two evaluations.
+    def _evaluate_policy(
+        self, rollout_data: Any, actions: th.Tensor
+    ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None, Distribution | None]:
+        if not self._needs_distributions:
+            values, log_prob, entropy = self.policy.evaluate_actions(
+                rollout_data.observations, actions, action_masks=rollout_data.action_masks
+            )
+            return values, log_prob, entropy, None
+        # as MaskableActorCriticPolicy.evaluate_actions, keeping the distribution for the exact KL
+        latent_pi, latent_vf = policy_latents(self.policy, rollout_data.observations)  # type: ignore[arg-type]
+        distribution = self.policy._get_action_dist_from_latent(latent_pi)
+        distribution.apply_masking(rollout_data.action_masks)
+        return self.policy.value_net(latent_vf), distribution.log_prob(actions), distribution.entropy(), distribution
+
+    def _proximal_distribution(self, rollout_data: Any) -> Distribution:
+        return self.proximal_ewma.average.get_distribution(  # type: ignore[union-attr, operator]
+            rollout_data.observations, action_masks=rollout_data.action_masks
+        )
+
+    def learn(  # type: ignore[override]
+        self: SelfMaskablePPO_EWMA,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        log_interval: int = 1,
+        tb_log_name: str = "MaskablePPO_EWMA",
+        reset_num_timesteps: bool = True,
+        use_masking: bool = True,
+        progress_bar: bool = False,
+    ) -> SelfMaskablePPO_EWMA:
+        return super().learn(
+            total_timesteps=total_timesteps,
+            callback=callback,
+            log_interval=log_interval,
+            tb_log_name=tb_log_name,
+            reset_num_timesteps=reset_num_timesteps,
+            use_masking=use_masking,
+            progress_bar=progress_bar,
+        )

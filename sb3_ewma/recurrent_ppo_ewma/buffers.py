@@ -1,0 +1,31 @@
+"""sb3-contrib's recurrent rollout buffers, with minibatches whose per-step tensors hold only the valid steps."""
+
+from typing import Any
+
+import numpy as np
+from sb3_contrib.common.recurrent.buffers import RecurrentDictRolloutBuffer, RecurrentRolloutBuffer
+
+# the tensors with one entry per step (the others, the sequences the LSTM runs on, stay padded)
+PER_STEP_FIELDS = ("actions", "old_values", "old_log_prob", "advantages", "returns")
+
+
+class ValidStepsMixin:
+    """
+    Minibatches as sb3-contrib samples them (whole sequences, padded to the same length), except that the per-step
+    tensors (actions, values, log-probabilities, advantages, returns) keep only the valid steps (``mask``): the
+    observations, LSTM states, episode starts and ``mask`` stay padded, for the LSTM. Losses that are plain means over
+    these per-step tensors are then RecurrentPPO's masked means.
+    """
+
+    def _get_samples(self, batch_inds: np.ndarray, env_change: np.ndarray, env: Any = None) -> Any:
+        samples = super()._get_samples(batch_inds, env_change, env)  # type: ignore[misc]
+        valid = samples.mask > 1e-8
+        return samples._replace(**{name: getattr(samples, name)[valid] for name in PER_STEP_FIELDS})
+
+
+class ValidStepsRecurrentRolloutBuffer(ValidStepsMixin, RecurrentRolloutBuffer):  # type: ignore[misc]
+    pass
+
+
+class ValidStepsRecurrentDictRolloutBuffer(ValidStepsMixin, RecurrentDictRolloutBuffer):  # type: ignore[misc]
+    pass

@@ -1,0 +1,88 @@
+"""
+RecurrentPPO_EWMA uses sb3-contrib's recurrent actor-critic policies unchanged; the proximal policy is an EWMA copy of
+them. The helpers below run a policy on the padded sequences of a minibatch as ``evaluate_actions`` does, then keep
+the valid steps only.
+"""
+
+import torch as th
+from sb3_contrib.common.recurrent.policies import (
+    RecurrentActorCriticCnnPolicy,
+    RecurrentActorCriticPolicy,
+    RecurrentMultiInputActorCriticPolicy,
+)
+from sb3_contrib.common.recurrent.type_aliases import RNNStates
+from stable_baselines3.common.distributions import Distribution
+from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.type_aliases import PyTorchObs
+
+from sb3_ewma.common.proximal import is_policy_parameter
+
+MlpLstmPolicy = RecurrentActorCriticPolicy
+CnnLstmPolicy = RecurrentActorCriticCnnPolicy
+MultiInputLstmPolicy = RecurrentMultiInputActorCriticPolicy
+
+# the critic's own recurrent layer, or its linear layer when the critic has no LSTM and does not share the actor's
+VALUE_ONLY_RECURRENT_PREFIXES = ("lstm_critic.", "critic.")
+
+
+def is_recurrent_policy_parameter(name: str) -> bool:
+    """Whether a parameter of a ``RecurrentActorCriticPolicy`` can change the action distribution."""
+    return is_policy_parameter(name) and not name.startswith(VALUE_ONLY_RECURRENT_PREFIXES)
+
+
+def recurrent_actor_latent(
+    policy: RecurrentActorCriticPolicy, obs: PyTorchObs, lstm_states: RNNStates, episode_starts: th.Tensor
+) -> th.Tensor:
+    """The actor's latent (after its LSTM and MLP) for every step of the padded sequences, as in ``get_distribution``."""
+    features = super(ActorCriticPolicy, policy).extract_features(obs, policy.pi_features_extractor)  # type: ignore[arg-type]
+    latent_pi, _ = policy._process_sequence(features, lstm_states.pi, episode_starts, policy.lstm_actor)  # type: ignore[arg-type]
+    return policy.mlp_extractor.forward_actor(latent_pi)
+
+
+def recurrent_latents(
+    policy: RecurrentActorCriticPolicy, obs: PyTorchObs, lstm_states: RNNStates, episode_starts: th.Tensor
+) -> tuple[th.Tensor, th.Tensor]:
+    """The actor's and critic's latents for every step of the padded sequences, as in ``evaluate_actions``."""
+    features = policy.extract_features(obs)  # type: ignore[arg-type]
+    if policy.share_features_extractor:
+        pi_features = vf_features = features
+    else:
+        pi_features, vf_features = features
+    latent_pi, _ = policy._process_sequence(pi_features, lstm_states.pi, episode_starts, policy.lstm_actor)  # type: ignore[arg-type]
+    if policy.lstm_critic is not None:
+        latent_vf, _ = policy._process_sequence(vf_features, lstm_states.vf, episode_starts, policy.lstm_critic)  # type: ignore[arg-type]
+    elif policy.shared_lstm:
+        latent_vf = latent_pi.detach()
+    else:
+        latent_vf = policy.critic(vf_features)  # type: ignore[misc]
+    return policy.mlp_extractor.forward_actor(latent_pi), policy.mlp_extractor.forward_critic(latent_vf)
+
+
+def evaluate_valid_steps(
+    policy: RecurrentActorCriticPolicy,
+    obs: PyTorchObs,
+    actions: th.Tensor,
+    lstm_states: RNNStates,
+    episode_starts: th.Tensor,
+    valid: th.Tensor,
+) -> tuple[th.Tensor, th.Tensor, th.Tensor | None, Distribution]:
+    """
+    ``evaluate_actions`` restricted to the valid steps: values, log-probabilities of ``actions`` (given for the valid
+    steps only), entropy and the action distribution, each over the valid steps.
+    """
+    latent_pi, latent_vf = recurrent_latents(policy, obs, lstm_states, episode_starts)
+    distribution = policy._get_action_dist_from_latent(latent_pi[valid])
+    log_prob = distribution.log_prob(actions)
+    values = policy.value_net(latent_vf[valid])
+    return values, log_prob, distribution.entropy(), distribution
+
+
+def valid_steps_distribution(
+    policy: RecurrentActorCriticPolicy, obs: PyTorchObs, lstm_states: RNNStates, episode_starts: th.Tensor, valid: th.Tensor
+) -> Distribution:
+    """The action distribution over the valid steps of the padded sequences."""
+    latent_pi = recurrent_actor_latent(policy, obs, lstm_states, episode_starts)
+    return policy._get_action_dist_from_latent(latent_pi[valid])
+
+
+__all__ = ["CnnLstmPolicy", "MlpLstmPolicy", "MultiInputLstmPolicy"]

@@ -1,0 +1,259 @@
+from typing import Any, ClassVar, TypeVar
+
+import torch as th
+from gymnasium import spaces
+from sb3_contrib import RecurrentPPO
+from stable_baselines3.common.distributions import Distribution
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
+
+from sb3_ewma.common.contrib import ContribDecoupledMixin, check_contrib_staleness
+from sb3_ewma.common.decoupled import check_clip_range, check_decoupled_hyperparams
+from sb3_ewma.recurrent_ppo_ewma.buffers import ValidStepsRecurrentDictRolloutBuffer, ValidStepsRecurrentRolloutBuffer
+from sb3_ewma.recurrent_ppo_ewma.policies import (
+    CnnLstmPolicy,
+    MlpLstmPolicy,
+    MultiInputLstmPolicy,
+    evaluate_valid_steps,
+    is_recurrent_policy_parameter,
+    valid_steps_distribution,
+)
+
+SelfRecurrentPPO_EWMA = TypeVar("SelfRecurrentPPO_EWMA", bound="RecurrentPPO_EWMA")
+
+
+class RecurrentPPO_EWMA(ContribDecoupledMixin, RecurrentPPO):
+    """
+    RecurrentPPO-EWMA: sb3-contrib's ``RecurrentPPO`` (PPO with LSTM policies) with an exponentially weighted moving
+    average (EWMA) of the policy as the proximal policy and the decoupled objectives of Hilton, Cobbe & Schulman
+    (2021, https://arxiv.org/abs/2110.00641), as :class:`sb3_ewma.PPO_EWMA` does for PPO.
+
+    The proximal (EWMA) network is run on the same padded sequences as the current policy, starting from the LSTM
+    states stored in the rollout buffer; the EWMA covers the actor's LSTM and heads (and the shared LSTM with
+    ``shared_lstm=True``), not the critic's own LSTM or layers. Losses are means over the valid (unpadded) steps, as in
+    ``RecurrentPPO``. With ``ewma_decay=None`` (and no staleness) it is ``RecurrentPPO``, up to the
+    importance-sampling cap ``imp_samp_max``.
+
+    :param policy: The policy model to use (MlpLstmPolicy, CnnLstmPolicy, ...)
+    :param env: The environment to learn from (if registered in Gym, can be str)
+    :param learning_rate: The learning rate, it can be a function
+        of the current progress remaining (from 1 to 0)
+    :param n_steps: The number of steps to run for each environment per update
+        (i.e. batch size is n_steps * n_env where n_env is number of environment copies running in parallel)
+    :param batch_size: Minibatch size (``None``: the whole rollout)
+    :param n_epochs: Number of epoch when optimizing the surrogate loss (batch size-invariance needs 1)
+    :param gamma: Discount factor
+    :param gae_lambda: Factor for trade-off of bias vs variance for Generalized Advantage Estimator
+    :param clip_range: Clipping parameter ``eps`` of the ratio ``pi / pi_prox``, it can be a function of the current
+        progress remaining (from 1 to 0). ``None`` turns clipping off (use the KL penalty ``kl_coef`` instead).
+    :param clip_range_vf: Clipping parameter for the value function,
+        it can be a function of the current progress remaining (from 1 to 0).
+        If None is passed (default), no clipping will be done on the value function.
+        IMPORTANT: this clipping depends on the reward scaling.
+    :param normalize_advantage: Whether to normalize or not the advantage (see ``advantage_normalization``)
+    :param ent_coef: Entropy coefficient for the loss calculation
+    :param vf_coef: Value function coefficient for the loss calculation
+    :param max_grad_norm: The maximum value for the gradient clipping
+    :param use_sde: Whether to use generalized State Dependent Exploration (gSDE)
+        instead of action noise exploration (default: False)
+    :param sde_sample_freq: Sample a new noise matrix every n steps when using gSDE
+        Default: -1 (only sample at the beginning of the rollout)
+    :param target_kl: Limit the KL divergence between updates: stop the iteration's epochs when the estimated
+        KL from the behavior policy (as in SB3) exceeds ``1.5 * target_kl``. By default, there is no limit.
+    :param stats_window_size: Window size for the rollout logging, specifying the number of episodes to average
+        the reported success rate, mean episode length, and mean reward over
+    :param tensorboard_log: the log location for tensorboard (if None, no logging)
+    :param policy_kwargs: additional arguments to be passed to the policy on creation (``lstm_hidden_size``,
+        ``n_lstm_layers``, ``shared_lstm``, ``enable_critic_lstm``, ...)
+    :param verbose: Verbosity level: 0 for no output, 1 for info messages (such as device or wrappers used), 2 for
+        debug messages
+    :param seed: Seed for the pseudo random generators
+    :param device: Device (cpu, cuda, ...) on which the code should be run.
+        Setting it to auto, the code will be run on the GPU if possible.
+    :param ewma_decay: Decay ``beta_prox`` in [0, 1) of the EWMA of the policy parameters that serves as the proximal
+        policy, updated after every optimizer step; its center of mass (age in optimizer steps) is
+        ``beta / (1 - beta)`` (see :func:`sb3_ewma.ewma_decay_from_center_of_mass`). ``"auto"`` (default): the
+        paper's rule, center of mass = number of minibatches per epoch. ``None``: no EWMA, the proximal policy is
+        the behavior policy (the parent algorithm).
+    :param kl_coef: Coefficient ``beta`` of the decoupled KL penalty ``KL[pi_prox, pi]`` (0: no penalty). Use it alone
+        with ``clip_range=None`` for the decoupled KL-penalized objective, or together with clipping.
+    :param kl_estimator: How the KL penalty is computed: ``"sample"`` (the authors' ``0.5 * mean(log(pi/pi_prox)^2)``
+        over the taken actions) or ``"exact"`` (the KL divergence of the two action distributions).
+    :param imp_samp_max: Cap on the importance weight ``pi / pi_behav`` (paper: 100), 0 for no cap; must be > 1.
+    :param advantage_normalization: ``"minibatch"`` (SB3's, each minibatch by its own statistics; default) or
+        ``"ewma"`` (the paper's: each iteration by the mean and std of EWMA moments over iterations). Only used when
+        ``normalize_advantage=True``.
+    :param advantage_ewma_decay: Decay in [0, 1) per iteration of the advantage moments for
+        ``advantage_normalization="ewma"`` (0: the current iteration only; span ``2 / (1 - decay) - 1`` iterations).
+    :param staleness: Artificial staleness for experiments (paper section 5.1): the data of an iteration is trained on
+        ``staleness`` iterations after it was collected (no training during the first ``staleness`` iterations).
+    :param staleness_mode: Which policies the loss uses with stale data: ``"decoupled"`` (behavior policy for
+        importance sampling, the proximal policy to limit the update; without an EWMA the proximal policy is the
+        policy at the start of the iteration), ``"behavior"`` (PPO with the behavior policy as the old policy) or
+        ``"proximal"`` (PPO with the proximal policy as the old policy, also for importance sampling; PPO_EWMA only: not
+        with ``staleness > 0`` here). Unlike PPO_EWMA, the advantages of stale data are those computed at collection.
+    :param _init_setup_model: Whether or not to build the network at the creation of the instance
+    """
+
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
+        "MlpLstmPolicy": MlpLstmPolicy,
+        "CnnLstmPolicy": CnnLstmPolicy,
+        "MultiInputLstmPolicy": MultiInputLstmPolicy,
+    }
+
+    def __init__(
+        self,
+        policy: str | type[MlpLstmPolicy],
+        env: GymEnv | str,
+        learning_rate: float | Schedule = 3e-4,
+        n_steps: int = 128,
+        batch_size: int | None = 128,
+        n_epochs: int = 10,
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
+        clip_range: float | Schedule | None = 0.2,
+        clip_range_vf: float | Schedule | None = None,
+        normalize_advantage: bool = True,
+        ent_coef: float = 0.0,
+        vf_coef: float = 0.5,
+        max_grad_norm: float = 0.5,
+        use_sde: bool = False,
+        sde_sample_freq: int = -1,
+        target_kl: float | None = None,
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        policy_kwargs: dict[str, Any] | None = None,
+        verbose: int = 0,
+        seed: int | None = None,
+        device: th.device | str = "auto",
+        ewma_decay: float | str | None = "auto",
+        kl_coef: float = 0.0,
+        kl_estimator: str = "sample",
+        imp_samp_max: float = 100.0,
+        advantage_normalization: str = "minibatch",
+        advantage_ewma_decay: float = 0.0,
+        staleness: int = 0,
+        staleness_mode: str = "decoupled",
+        _init_setup_model: bool = True,
+    ):
+        # checked before anything else is built (no environment is created or stepped on bad input)
+        check_clip_range(clip_range)
+        check_decoupled_hyperparams(
+            ewma_decay,
+            kl_coef,
+            kl_estimator,
+            imp_samp_max,
+            normalize_advantage,
+            advantage_normalization,
+            advantage_ewma_decay,
+            staleness,
+            staleness_mode,
+        )
+        check_contrib_staleness(staleness, staleness_mode)
+        super().__init__(
+            policy,
+            env,
+            learning_rate=learning_rate,
+            n_steps=n_steps,
+            batch_size=batch_size,
+            n_epochs=n_epochs,
+            gamma=gamma,
+            gae_lambda=gae_lambda,
+            clip_range=clip_range,  # type: ignore[arg-type]
+            clip_range_vf=clip_range_vf,
+            normalize_advantage=normalize_advantage,
+            ent_coef=ent_coef,
+            vf_coef=vf_coef,
+            max_grad_norm=max_grad_norm,
+            use_sde=use_sde,
+            sde_sample_freq=sde_sample_freq,
+            target_kl=target_kl,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            policy_kwargs=policy_kwargs,
+            verbose=verbose,
+            seed=seed,
+            device=device,
+            _init_setup_model=False,
+        )
+        self._set_decoupled_options(
+            ewma_decay,
+            kl_coef,
+            kl_estimator,
+            imp_samp_max,
+            normalize_advantage,
+            advantage_normalization,
+            advantage_ewma_decay,
+        )
+        self.staleness = int(staleness)
+        self.staleness_mode = staleness_mode
+        if _init_setup_model:
+            self._setup_model()
+
+    _is_proximal_parameter = staticmethod(is_recurrent_policy_parameter)
+
+    def _setup_model(self) -> None:
+        super()._setup_model()
+        # the parent's buffer, sampling the per-step tensors of the valid steps only (see ValidStepsMixin)
+        self.rollout_buffer = self._make_rollout_buffer()
+
+    def _make_rollout_buffer(self) -> ValidStepsRecurrentRolloutBuffer:  # type: ignore[override]
+        lstm = self.policy.lstm_actor
+        buffer_class = (
+            ValidStepsRecurrentDictRolloutBuffer
+            if isinstance(self.observation_space, spaces.Dict)
+            else ValidStepsRecurrentRolloutBuffer
+        )
+        return buffer_class(  # type: ignore[return-value]
+            self.n_steps,
+            self.observation_space,  # type: ignore[arg-type]
+            self.action_space,
+            (self.n_steps, lstm.num_layers, self.n_envs, lstm.hidden_size),
+            self.device,
+            gamma=self.gamma,
+            gae_lambda=self.gae_lambda,
+            n_envs=self.n_envs,
+        )
+
+    # RecurrentPPO.train() is PPO's with the policy run on the padded sequences from the stored LSTM states and the
+    # losses averaged over the valid steps: the training iteration is PPO_EWMA's (ContribDecoupledMixin), on
+    # minibatches whose per-step tensors hold the valid steps only, with these two evaluations.
+    def _evaluate_policy(
+        self, rollout_data: Any, actions: th.Tensor
+    ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None, Distribution | None]:
+        values, log_prob, entropy, distribution = evaluate_valid_steps(
+            self.policy,
+            rollout_data.observations,
+            actions,
+            rollout_data.lstm_states,
+            rollout_data.episode_starts,
+            rollout_data.mask > 1e-8,
+        )
+        return values, log_prob, entropy, distribution if self._needs_distributions else None
+
+    def _proximal_distribution(self, rollout_data: Any) -> Distribution:
+        return valid_steps_distribution(
+            self.proximal_ewma.average,  # type: ignore[union-attr, arg-type]
+            rollout_data.observations,
+            rollout_data.lstm_states,
+            rollout_data.episode_starts,
+            rollout_data.mask > 1e-8,
+        )
+
+    def learn(
+        self: SelfRecurrentPPO_EWMA,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        log_interval: int = 1,
+        tb_log_name: str = "RecurrentPPO_EWMA",
+        reset_num_timesteps: bool = True,
+        progress_bar: bool = False,
+    ) -> SelfRecurrentPPO_EWMA:
+        return super().learn(
+            total_timesteps=total_timesteps,
+            callback=callback,
+            log_interval=log_interval,
+            tb_log_name=tb_log_name,
+            reset_num_timesteps=reset_num_timesteps,
+            progress_bar=progress_bar,
+        )

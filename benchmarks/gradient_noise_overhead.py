@@ -1,7 +1,8 @@
 """
-What logging the gradient noise scale (``log_gradient_noise_scale``) costs: the time of ``train()`` on the same rollout
-with it on and off, alternating in one process, medians over repeats; for the MinAtar-sized MLP of the ``cpu`` preset
-and the paper's IMPALA CNN on 64x64x3 frames::
+What logging the gradient noise scale (``log_gradient_noise_scale``) costs, for an MLP [64, 64] and the paper's IMPALA
+CNN on 64x64x3 frames: the time of ``train()`` on the same rollout with it on and off, alternating in one process, and
+(less noisy on a shared machine) the time of its bookkeeping for one minibatch gradient next to the forward-backward
+pass that produced it, alternating; medians over repeats::
 
     python -m benchmarks.gradient_noise_overhead                 # CPU, results under benchmarks/results/gradient_noise
     python -m benchmarks.gradient_noise_overhead --device cuda
@@ -19,6 +20,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.envs import FakeImageEnv
 
 from sb3_ewma import PPO_EWMA
+from sb3_ewma.common.gradient_noise import GradientNoiseScale
 from sb3_ewma.common.torch_layers import ImpalaCNN
 
 CASES = {
@@ -46,6 +48,33 @@ def time_train(model: PPO_EWMA, flag: bool, device: th.device) -> float:
     return time.perf_counter() - start
 
 
+def step_costs(model: PPO_EWMA, batch_size: int, repeats: int, device: th.device) -> tuple[float, float]:
+    """Medians of the time of one minibatch's forward-backward pass and of the tracker's work on its gradient."""
+    data = next(model.rollout_buffer.get(batch_size))
+    parameters = list(model.policy.parameters())
+    tracker = GradientNoiseScale(batch_size, steps_per_epoch=8)
+
+    def forward_backward() -> None:
+        values, log_prob, entropy = model.policy.evaluate_actions(data.observations, data.actions.long().flatten())
+        model.policy.optimizer.zero_grad()
+        (values.mean() + log_prob.mean() + entropy.mean()).backward()
+
+    def observe() -> None:
+        tracker.observe([p.grad if p.grad is not None else th.zeros_like(p) for p in parameters])
+
+    timings: dict[str, list[float]] = {"step": [], "observe": []}
+    for _ in range(repeats):
+        for key, function in (("step", forward_backward), ("observe", observe)):
+            if device.type == "cuda":
+                th.cuda.synchronize()
+            start = time.perf_counter()
+            function()
+            if device.type == "cuda":
+                th.cuda.synchronize()
+            timings[key].append(time.perf_counter() - start)
+    return statistics.median(timings["step"]), statistics.median(timings["observe"])
+
+
 def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=7)
@@ -69,8 +98,19 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
             for flag in (False, True):
                 timings[flag].append(time_train(model, flag, device))
         off, on = statistics.median(timings[False]), statistics.median(timings[True])
-        results[name] = {"train_s_off": off, "train_s_on": on, "ratio_on_off": on / off}
-        print(f"{name}: train() {off * 1e3:.1f} ms off, {on * 1e3:.1f} ms on, ratio {on / off:.3f}")
+        step, observe = step_costs(model, batch_size, 5 * args.repeats, device)
+        results[name] = {
+            "train_s_off": off,
+            "train_s_on": on,
+            "ratio_on_off": on / off,
+            "forward_backward_s": step,
+            "observe_s": observe,
+            "observe_per_forward_backward": observe / step,
+        }
+        print(
+            f"{name}: train() {off * 1e3:.1f} ms off, {on * 1e3:.1f} ms on, ratio {on / off:.3f}; per minibatch: "
+            f"forward-backward {step * 1e3:.2f} ms, noise-scale bookkeeping {observe * 1e3:.3f} ms ({observe / step:.1%})"
+        )
     out = Path(args.out) / device.type
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"device": str(device), "repeats": args.repeats, **results}, indent=2))

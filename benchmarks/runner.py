@@ -22,6 +22,13 @@ from benchmarks import common
 from benchmarks.common import FINAL_FRACTION, RunSpec, algorithm_class, append_csv, read_csv, round_up
 
 
+def gradient_noise_scale(model: Any) -> float:
+    """The latest smoothed B_simple of the policy(-phase) optimizer, NaN before the first full epoch."""
+    tracker = getattr(model, "_gradient_noise", {}).get("train")
+    estimate = None if tracker is None or tracker.latest is None else tracker.latest.noise_scale
+    return math.nan if estimate is None else round(float(estimate), 4)
+
+
 class EpisodeReturns(BaseCallback):
     """Collects the (raw) returns of the training episodes that end, from ``info["episode"]``."""
 
@@ -190,6 +197,8 @@ class _Run:
         }
         if hasattr(self.model, "n_aux_phases"):
             row["aux_phases"] = self.model.n_aux_phases  # PPG: auxiliary phases done so far
+        if getattr(self.model, "log_gradient_noise_scale", False):
+            row["gradient_noise_scale"] = gradient_noise_scale(self.model)
         append_csv(self.csv_path, row)
         return row
 

@@ -224,3 +224,28 @@ def test_report_of_several_procgen_games(name, tmp_path):
     assert f"### {ALL_GAMES}" in text and "### starpilot-easy" in text and "### bigfish-easy" in text
     assert f"runs finished: {len(specs)} of {len(specs)}" in text
     check_outputs(tmp_path, name)
+
+
+def test_batch_size_invariance_authors_runs():
+    from benchmarks import batch_size_invariance_authors as authors
+
+    specs = authors.build_specs("cpu", {})
+    assert {spec.n_envs for spec in specs} == {64, 16, 4, 1} and {spec.variant for spec in specs} == set(authors.VARIANTS)
+    for spec in specs:
+        hp = spec.hyperparams
+        epsilon = authors.EPSILON[spec.variant]
+        assert hp["policy_kwargs"]["head_init_scale"] == 0.1 and hp["policy_kwargs"]["optimizer_kwargs"] == {"eps": epsilon}
+        assert hp["aux_optimizer_kwargs"] == {"eps": epsilon}
+        assert hp["minibatch_sampling"] == hp["aux_minibatch_sampling"] == "rollouts"
+        # whole rollouts, or contiguous pieces of one, at every batch size
+        assert hp["batch_size"] % hp["n_steps"] == 0 or hp["n_steps"] % hp["batch_size"] == 0
+        assert hp["batch_size"] == 1024 * spec.n_envs // 64
+
+
+def test_evaluation_rows_hold_the_gradient_noise_scale():
+    from sb3_ewma import PPO_EWMA
+
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=8, n_epochs=1, device="cpu")
+    assert math.isnan(runner.gradient_noise_scale(model))
+    model.learn(32)
+    assert runner.gradient_noise_scale(model) == pytest.approx(model._gradient_noise["train"].latest.noise_scale, abs=1e-4)

@@ -1,0 +1,124 @@
+"""
+Batch size-invariance of PPG-EWMA with the authors' remaining choices (issue 10, items 1-4): minibatches of whole
+rollouts in both phases, the normed head initialization with scale 0.1, and Adam's epsilon at the authors' 1e-8
+(``"authors"``) or at SB3's 1e-5 (``"authors_eps_1e-5"``, the hypothesis that a high epsilon is behind the slower
+64-environment reference of :mod:`benchmarks.batch_size_invariance`). Both rescaled from the 64-environment reference by
+``scale_hyperparams`` as there (all adjustments). Reported next to the final returns: the gradient noise scale
+``B_simple`` (McCandlish et al. 2018) of the policy phase at the end of training, per batch size, against the
+policy-phase minibatch size.
+
+    python -m benchmarks.batch_size_invariance_authors --preset cpu --timesteps 131072 --seeds 2 --max-minutes 20
+"""
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from benchmarks import batch_size_invariance, common
+from benchmarks.common import Experiment, RunSpec
+from benchmarks.report import markdown_table, mean_std, new_figure, panels, plot_curves, save_figure, summarize
+from benchmarks.settings import preset_setting, run_spec
+
+NAME = "batch_size_invariance_authors"
+VARIANTS = {
+    "authors": "PPG-EWMA, authors' choices (Adam eps 1e-8)",
+    "authors_eps_1e-5": "PPG-EWMA, authors' choices but Adam eps 1e-5 (SB3's)",
+}
+EPSILON = {"authors": 1e-8, "authors_eps_1e-5": 1e-5}
+
+
+def authors_hyperparams(reference: dict[str, Any], epsilon: float) -> dict[str, Any]:
+    """The reference with minibatches of whole rollouts, head_init_scale 0.1 and Adam's epsilon in both optimizers."""
+    policy_kwargs = dict(reference.get("policy_kwargs") or {})
+    policy_kwargs.update(head_init_scale=0.1, optimizer_kwargs=dict(eps=epsilon))
+    return dict(
+        reference,
+        policy_kwargs=policy_kwargs,
+        aux_optimizer_kwargs=dict(eps=epsilon),
+        minibatch_sampling="rollouts",
+        aux_minibatch_sampling="rollouts",
+    )
+
+
+def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
+    setting = preset_setting(preset, overrides, batch_size_invariance.ENVS)
+    scale = batch_size_invariance.SCALES[preset].with_overrides(overrides, setting.iteration_size)
+    reference = batch_size_invariance.reference_hyperparams(setting)
+    specs = []
+    for env in setting.envs:
+        for seed in range(scale.seeds):
+            for n_envs in batch_size_invariance.N_ENVS[preset]:
+                for variant, epsilon in EPSILON.items():
+                    algo, hyperparams = batch_size_invariance.variant_hyperparams(
+                        authors_hyperparams(reference, epsilon), "ppg_ewma", n_envs
+                    )
+                    specs.append(
+                        run_spec(
+                            NAME,
+                            setting,
+                            scale,
+                            env,
+                            algo,
+                            seed,
+                            variant=variant,
+                            n_envs=n_envs,
+                            hyperparams=hyperparams,
+                            eval_episodes=overrides.get("eval_episodes"),
+                        )
+                    )
+    return specs
+
+
+def _envs_label(n_envs: int) -> str:
+    return f"{n_envs} env" if n_envs == 1 else f"{n_envs} envs"
+
+
+def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -> str:
+    n_envs = sorted({spec.n_envs for spec in specs}, reverse=True)
+    batch_sizes = {(spec.variant, spec.n_envs): spec.hyperparams["batch_size"] for spec in specs}
+    figure, axes = new_figure(1, len(VARIANTS))
+    tables = []
+    for title, frame in panels(evaluations, ["variant", "n_envs"]):
+        summary = summarize(frame, ["variant", "n_envs"]).set_index(["variant", "n_envs"])
+        rows = []
+        for column, (variant, label) in enumerate(VARIANTS.items()):
+            plot_curves(
+                axes.ravel()[column], frame[frame["variant"] == variant], "n_envs", n_envs, _envs_label, f"{title}: {label}"
+            )
+            means = [summary["mean"].get((variant, n), float("nan")) for n in n_envs]
+            stds = [summary["std"].get((variant, n), float("nan")) for n in n_envs]
+            finite = [mean for mean in means if not np.isnan(mean)]
+            spread = max(finite) - min(finite) if len(finite) > 1 else float("nan")
+            rows.append([label, *(mean_std(m, s) for m, s in zip(means, stds)), f"{spread:.3g}", f"{np.nanmean(stds):.3g}"])
+        header = ["variant", *(_envs_label(n) for n in n_envs), "spread (max - min)", "mean seed std"]
+        tables.append(f"### {title}: final return\n\n{markdown_table(header, rows)}")
+    noise_rows = []
+    if "gradient_noise_scale" in evaluations:
+        last = evaluations.sort_values("timesteps").groupby(["variant", "n_envs", "run_id"])["gradient_noise_scale"].last()
+        per_batch = last.groupby(["variant", "n_envs"]).agg(["mean", "std"])
+        for (variant, n), values in per_batch.iterrows():
+            noise_rows.append([variant, n, batch_sizes.get((variant, n), "-"), mean_std(values["mean"], values["std"])])
+    noise = markdown_table(["variant", "n_envs", "policy minibatch (steps)", "B_simple at the end (mean +- std)"], noise_rows)
+    image = save_figure(figure, out_dir / f"{NAME}.png")
+    return "\n\n".join(["## Results", image, *tables, "## Gradient noise scale (policy phase)", noise])
+
+
+EXPERIMENT = Experiment(
+    name=NAME,
+    title="Batch size-invariance of PPG-EWMA with the authors' minibatches, initialization and Adam epsilon",
+    description=__doc__ or "",
+    build_specs=build_specs,
+    report=report,
+)
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    """Run the experiment from the command line (see ``--help``)."""
+    return common.main(EXPERIMENT, argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -142,11 +142,14 @@ def summarize(records: list[dict[str, Any]], preset: str, command: str) -> str:
         )
     lines += ["", "Learning curves (mean return of the last 20 episodes, first repeat of each):", ""]
     lines += ["| global steps | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
-    curves = {name: dict(by_config[name][0]["curve"]) for name in names}
-    all_steps = sorted(set().union(*[set(curve) for curve in curves.values()]))
-    shown = all_steps[:: max(len(all_steps) // 8, 1)]
-    for step in shown:
-        cells = [f"{curves[name][step]:.1f}" if step in curves[name] else "" for name in names]
+    curves = {name: by_config[name][0]["curve"] for name in names}
+    end = max(point[0] for curve in curves.values() for point in curve)
+    for step in range(end // 8, end + 1, end // 8):
+        # each configuration's latest point at or before `step` (their iterations have different sizes)
+        cells = []
+        for name in names:
+            before = [value for steps, value in curves[name] if steps <= step]
+            cells.append(f"{before[-1]:.1f}" if before else "")
         lines.append(f"| {step} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -159,11 +162,18 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", choices=PRESETS, default="cpu")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--report-only", action="store_true", help="rewrite summary.md from runs.jsonl, run nothing")
     args = parser.parse_args(argv)
     preset = PRESETS[args.preset]
     out_dir = args.out / args.preset
     out_dir.mkdir(parents=True, exist_ok=True)
     runs_file = out_dir / "runs.jsonl"
+    if args.report_only:
+        records = [json.loads(line) for line in runs_file.read_text().splitlines() if line.strip()]
+        command = (out_dir / "summary.md").read_text().split("Command: `")[1].split("`")[0]
+        (out_dir / "summary.md").write_text(summarize(records, args.preset, command))
+        print((out_dir / "summary.md").read_text())
+        return
     runs_file.write_text("")
     configs = configurations(preset["n_envs"])
     records = []

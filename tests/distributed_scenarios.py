@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch as th
 import torch.distributed as dist
@@ -253,6 +254,20 @@ def check_resume(out_dir: Path) -> None:
     model.save(out_dir / "from_two_ranks")
 
 
+class CrashAfter(gym.Wrapper):
+    """An environment that breaks after 100 steps."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.steps = 0
+
+    def step(self, action: Any) -> Any:
+        self.steps += 1
+        if self.steps > 100:
+            raise RuntimeError("the environment crashed")
+        return self.env.step(action)
+
+
 def main() -> None:
     scenario, out_dir = sys.argv[1], Path(sys.argv[2])
     recorder = Recorder(out_dir)
@@ -281,11 +296,22 @@ def main() -> None:
         # rank 1 alone gets a bad hyperparameter
         PPO_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2), n_steps=8, kl_coef=0.0 if rank() == 0 else -1.0)
         PPO_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2), n_steps=8, batch_size=16).learn(10_000)
+    elif scenario == "env_crash":
+        # rank 1's environment raises in the middle of training, while rank 0 waits in a collective
+        wrapper = CrashAfter if rank() == 1 else None
+        env = make_vec_env("CartPole-v1", n_envs=2, wrapper_class=wrapper)
+        PPO_EWMA("MlpPolicy", env, n_steps=8, batch_size=16, policy_kwargs=SMALL_NET).learn(10_000)
     elif scenario == "learn":
         model = PPO_EWMA(
-            "MlpPolicy", make_vec_env("CartPole-v1", n_envs=4), n_steps=128, batch_size=128, learning_rate=1e-3, seed=0
+            "MlpPolicy",
+            make_vec_env("CartPole-v1", n_envs=4),
+            n_steps=128,
+            batch_size=128,
+            n_epochs=4,
+            learning_rate=1e-3,
+            seed=0,
         )
-        model.learn(60_000)
+        model.learn(30_720)
         assert_same_on_ranks(model, "after learning")
         returns = gather([info["r"] for info in model.ep_info_buffer])[0]
         if rank() == 0:

@@ -129,12 +129,20 @@ def test_bad_input_on_one_rank_ends_the_job(tmp_path: Path) -> None:
     assert duration < 100
 
 
+def test_env_crash_on_one_rank_ends_the_job(tmp_path: Path) -> None:
+    returncode, output, duration = torchrun("env_crash", tmp_path, timeout=120)
+    assert returncode != 0
+    assert "RuntimeError: the environment crashed" in output, output[-3000:]
+    assert duration < 100
+
+
 @pytest.mark.slow
 def test_cartpole_learns_on_two_ranks(tmp_path: Path) -> None:
     returncode, output, _ = torchrun("learn", tmp_path, timeout=400)
     assert returncode == 0, output[-6000:]
     returns = json.loads((tmp_path / "returns.json").read_text())
-    assert len(returns) > 20 and sum(returns[-20:]) / 20 > 150, returns[-20:]
+    # from about 20 (random actions) to a mean over 100 in 30k global steps
+    assert len(returns) > 20 and sum(returns[-20:]) / 20 > 100, returns[-20:]
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ CartPole-v1 with rl-zoo3's tuned PPO entry (8 environments x 32 steps, batch 256
 constant learning rate 1e-3 and clip range 0.2 where the zoo anneals them linearly). Learning curves (mean and standard
 deviation over seeds) of the training episodes' returns, final returns and the runs' wall-clock steps per second.
 
-    python -m benchmarks.async_rollouts --preset cpu        # CartPole-v1, 3 seeds, 2^17 steps per run
+    python -m benchmarks.async_rollouts --preset cpu        # CartPole-v1, 3 seeds, 2^16 steps per run
 """
 
 from collections.abc import Sequence
@@ -29,7 +29,7 @@ SETTINGS = {
 }
 SCALES = {
     "smoke": Scale(timesteps=128, eval_every=64, seeds=1),
-    "cpu": Scale(timesteps=2**17, eval_every=2**13, seeds=3),
+    "cpu": Scale(timesteps=2**16, eval_every=2**13, seeds=3),
 }
 
 

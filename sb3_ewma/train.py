@@ -6,6 +6,10 @@ Train with rl-zoo3: ``python -m sb3_ewma.train --algo ppo_ewma --env CartPole-v1
 Extra flags (see :func:`sb3_ewma.zoo.split_scale_args`): ``--scale-n-envs N`` rescales the hyperparameter entry for
 ``N`` environments (batch size-invariance), with ``--scale-lr-rule``, ``--scale-adam-betas`` and
 ``--scale-aux-learning-rate``.
+
+Under torchrun (``torchrun --standalone --nproc-per-node W -m sb3_ewma.train ...``) the ranks train one model
+data-parallel: rank 0 chooses the run folder and the seed and alone writes and prints; ``--scale-n-envs N`` then takes
+the total number of environments of all ranks (see the README, "Training on several GPUs or machines").
 """
 
 import sys

@@ -7,6 +7,7 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 import torch as th
 from gymnasium import spaces
+from stable_baselines3 import PPO
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
@@ -25,6 +26,7 @@ from sb3_ewma.common.decoupled import (
 )
 from sb3_ewma.common.distributions import distribution_parameters, kl_from_parameters
 from sb3_ewma.common.ewma import ParameterEWMA
+from sb3_ewma.common.export import to_sb3_ppo
 from sb3_ewma.common.rollout import RolloutCollectionMixin
 from sb3_ewma.ppg_ewma.buffers import AuxiliaryBuffer
 from sb3_ewma.ppg_ewma.policies import (
@@ -596,6 +598,15 @@ class PPG_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorith
             reset_num_timesteps=reset_num_timesteps,
             progress_bar=progress_bar,
         )
+
+    def to_sb3(self) -> PPO:
+        """
+        The policy and value networks as a plain SB3 ``PPO`` (same ``predict``; the auxiliary value head, auxiliary
+        optimizer, phases and EWMA are left out), whose ``save`` gives a zip that ``stable_baselines3.PPO.load``
+        opens. Needs a policy without shared MLP layers (``arch="dual"``, or a dict / empty ``net_arch``), else a
+        ``ValueError``; see :mod:`sb3_ewma.common.export`.
+        """
+        return to_sb3_ppo(self)
 
 
 SelfPPG = TypeVar("SelfPPG", bound="PPG")

@@ -18,6 +18,7 @@ from sb3_ewma.common.decoupled import (
     mean_of,
 )
 from sb3_ewma.common.ewma import ParameterEWMA
+from sb3_ewma.common.export import to_sb3_ppo
 from sb3_ewma.common.rollout import RolloutCollectionMixin
 from sb3_ewma.ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
@@ -356,3 +357,11 @@ class PPO_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
             reset_num_timesteps=reset_num_timesteps,
             progress_bar=progress_bar,
         )
+
+    def to_sb3(self) -> PPO:
+        """
+        This model as a plain SB3 ``PPO`` (same policy network and optimizer state, same ``predict``; the EWMA and the
+        decoupled options are left out), whose ``save`` gives a zip that ``stable_baselines3.PPO.load`` opens.
+        See :mod:`sb3_ewma.common.export`.
+        """
+        return to_sb3_ppo(self)

@@ -33,7 +33,6 @@ import functools
 import importlib
 import runpy
 import sys
-import time
 import types
 import warnings
 from collections import OrderedDict
@@ -45,19 +44,20 @@ from typing import Any
 import gymnasium as gym
 import torch as th
 from stable_baselines3.common.base_class import BaseAlgorithm
-from stable_baselines3.common.monitor import Monitor, ResultsWriter
-from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
-from stable_baselines3.common.vec_env.base_vec_env import VecEnvStepReturn
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import VecEnv
 from torch import nn
 
 from sb3_ewma import hyperparams_opt
+from sb3_ewma.common.install import install_hint
 from sb3_ewma.common.torch_layers import ImpalaCNN
-from sb3_ewma.envs.procgen import PROCGEN_KWARGS, make_procgen_env, parse_procgen_env_id, register_procgen_envs
+from sb3_ewma.envs.procgen import PROCGEN_KWARGS, make_procgen_env, register_procgen_envs
+from sb3_ewma.envs.procgen_games import parse_procgen_env_id
 from sb3_ewma.scale import LR_RULES, scale_hyperparams_with_report
 
 ZOO_INSTALL_MESSAGE = (
     "The rl-zoo3 integration of sb3-ewma needs rl-zoo3 (and sb3-contrib, optuna): install the extra with "
-    "`pip install sb3-ewma[zoo]`"
+    f"{install_hint('zoo')}"
 )
 
 try:
@@ -139,58 +139,6 @@ def is_procgen_env_id(env_id: str) -> bool:
 # Procgen's native VecEnv for rl-zoo3
 
 
-class ProcgenMonitorWriter(VecEnvWrapper):
-    """
-    Writes the episode statistics that :class:`~sb3_ewma.envs.ProcgenVecEnv` puts in ``info["episode"]`` (raw
-    returns) to a Monitor CSV file, as SB3's ``Monitor`` does for each of rl-zoo3's environments (so that
-    ``rl_zoo3.plots`` and ``stable_baselines3.common.monitor.load_results`` read it). Unlike ``VecMonitor`` it leaves
-    the infos unchanged (they keep Procgen's ``level_complete`` and ``normalized_return``).
-
-    :func:`make_procgen_vec_env` always adds it, without a file for environments that rl-zoo3 does not monitor
-    (evaluation), so that training and evaluation environments have the same wrappers (SB3's
-    ``sync_envs_normalization`` needs that to copy the ``VecNormalize`` statistics).
-
-    :param venv: the Procgen ``VecEnv``
-    :param filename: the CSV file (``.monitor.csv`` is appended unless it ends with ``monitor.csv``), or None to write
-        nothing
-    :param info_keywords: keys of the step's info to write too (the ``Monitor`` argument of that name)
-    """
-
-    EPISODE_KEYS = ("level_complete", "normalized_return", "level_seed")
-
-    def __init__(self, venv: VecEnv, filename: str | None, info_keywords: Sequence[str] = ()) -> None:
-        super().__init__(venv)
-        self.info_keywords = tuple(info_keywords)
-        self.results_writer: ResultsWriter | None = None
-        if filename is not None:
-            env_id = venv.get_attr("env_name")[0]
-            self.results_writer = ResultsWriter(
-                filename,
-                header={"t_start": time.time(), "env_id": str(env_id)},
-                extra_keys=self.EPISODE_KEYS + self.info_keywords,
-            )
-
-    def reset(self) -> Any:
-        return self.venv.reset()
-
-    def step_wait(self) -> VecEnvStepReturn:
-        obs, rewards, dones, infos = self.venv.step_wait()
-        if self.results_writer is None:
-            return obs, rewards, dones, infos
-        for info in infos:
-            episode = info.get("episode")
-            if episode is not None:
-                row = {key: episode.get(key, "") for key in ("r", "l", "t", *self.EPISODE_KEYS)}
-                row.update({key: info.get(key, "") for key in self.info_keywords})
-                self.results_writer.write_row(row)
-        return obs, rewards, dones, infos
-
-    def close(self) -> None:
-        if self.results_writer is not None:
-            self.results_writer.close()
-        self.venv.close()
-
-
 def _procgen_settings(env: gym.Env) -> tuple[dict[str, Any], str | None, tuple[str, ...]]:
     """
     The constructor arguments of the single Procgen environment ``env`` built by an rl-zoo3 environment function,
@@ -229,8 +177,10 @@ def make_procgen_vec_env(env_fns: list[Callable[[], gym.Env]], **vec_env_kwargs:
     :class:`~sb3_ewma.envs.ProcgenVecEnv` of ``len(env_fns)`` environments, configured like the environment that
     ``env_fns[0]`` builds (the game, distribution mode and ``env_kwargs`` such as ``num_levels``, ``start_level`` or
     procgen's options). That environment is created only to read its configuration (cheap: the single-environment
-    wrapper starts procgen lazily) and closed. The result is wrapped in a :class:`ProcgenMonitorWriter`, which
-    writes the episode statistics to the file of that environment's ``Monitor``, if it had one.
+    wrapper starts procgen lazily) and closed. Its episode statistics (SB3's ``VecMonitor``, in
+    :class:`~sb3_ewma.envs.ProcgenMonitor`) go to the file of that environment's ``Monitor``, if it had one. Training
+    and evaluation environments get the same wrappers (SB3's ``sync_envs_normalization`` needs that to copy the
+    ``VecNormalize`` statistics).
 
     The seed is set afterwards by ``make_vec_env`` (``VecEnv.seed``); reward normalization is rl-zoo3's ``normalize``
     setting (``VecNormalize``), so the environment itself does not normalize.
@@ -250,8 +200,14 @@ def make_procgen_vec_env(env_fns: list[Callable[[], gym.Env]], **vec_env_kwargs:
     finally:
         env.close()
     procgen_kwargs = {key: kwargs.pop(key) for key in PROCGEN_KWARGS if key in kwargs}
-    venv = make_procgen_env(n_envs=len(env_fns), normalize_reward=False, **kwargs, **procgen_kwargs)
-    return ProcgenMonitorWriter(venv, monitor_file, info_keywords)
+    return make_procgen_env(
+        n_envs=len(env_fns),
+        normalize_reward=False,
+        monitor_filename=monitor_file,
+        info_keywords=info_keywords,
+        **kwargs,
+        **procgen_kwargs,
+    )
 
 
 def create_test_env(
@@ -516,7 +472,6 @@ __all__ = [
     "ZOO_ALGOS",
     "ZOO_INSTALL_MESSAGE",
     "ExperimentManager",
-    "ProcgenMonitorWriter",
     "ScaleOptions",
     "create_test_env",
     "default_conf_file",

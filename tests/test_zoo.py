@@ -26,7 +26,7 @@ from stable_baselines3.common.env_util import make_vec_env
 
 from sb3_ewma import zoo
 from sb3_ewma.common.torch_layers import ImpalaCNN
-from sb3_ewma.envs.procgen import PROCGEN_GAMES, ProcgenVecEnv
+from sb3_ewma.envs import PROCGEN_GAMES, ProcgenMonitor, ProcgenVecEnv
 from sb3_ewma.hyperparams_opt import (
     HYPERPARAMS_CONVERTER,
     HYPERPARAMS_SAMPLER,
@@ -53,7 +53,7 @@ try:
 except ImportError:
     HAS_BOX2D = False
 
-needs_procgen = pytest.mark.skipif(not HAS_PROCGEN, reason="procgen is not installed (pip install sb3-ewma[procgen])")
+needs_procgen = pytest.mark.skipif(not HAS_PROCGEN, reason="procgen is not installed (pip install -e '.[procgen]')")
 
 
 def run_module(module: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -200,7 +200,7 @@ def test_make_procgen_vec_env(tmp_path: Path) -> None:
         monitor_dir=str(tmp_path),
         vec_env_cls=zoo.make_procgen_vec_env,  # type: ignore[arg-type]
     )
-    assert isinstance(venv, zoo.ProcgenMonitorWriter)
+    assert isinstance(venv, ProcgenMonitor)
     inner = venv.venv
     assert isinstance(inner, ProcgenVecEnv)
     assert (inner.num_envs, inner.env_name, inner.distribution_mode) == (3, "coinrun", "easy")
@@ -291,7 +291,7 @@ def test_yaml_entries(algo: str) -> None:
 @pytest.mark.parametrize("env_id", CLASSIC_ENVS)
 def test_classic_control_entries_train(algo: str, env_id: str, tmp_path: Path) -> None:
     if env_id.startswith("LunarLander") and not HAS_BOX2D:
-        pytest.skip("LunarLander needs Box2D: pip install 'gymnasium[box2d]' (in sb3-ewma[zoo])")
+        pytest.skip("LunarLander needs Box2D: pip install 'gymnasium[box2d]' (in the zoo extra)")
     # one iteration of 32 steps per environment (the entries' n_steps are up to 1024)
     train_in_process("--algo", algo, "--env", env_id, "-n", "100", "-f", str(tmp_path), "-params", "n_steps:32")
     run_dir = saved_run(tmp_path, algo, env_id)
@@ -429,17 +429,17 @@ def test_missing_rl_zoo3(monkeypatch: pytest.MonkeyPatch) -> None:
     # a fresh import of the module
     monkeypatch.delitem(sys.modules, "sb3_ewma.zoo")
     monkeypatch.delattr(sb3_ewma, "zoo")
-    with pytest.raises(ImportError, match=r"pip install sb3-ewma\[zoo\]"):
+    with pytest.raises(ImportError, match=r'pip install -e "\.\[zoo\]"'):
         importlib.import_module("sb3_ewma.zoo")
     from sb3_ewma.train import main
 
-    with pytest.raises(ImportError, match=r"pip install sb3-ewma\[zoo\]"):
+    with pytest.raises(ImportError, match=r'pip install -e "\.\[zoo\]"'):
         main(["--algo", "ppo_ewma"])
 
 
 def test_missing_procgen(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setitem(sys.modules, "procgen", None)
-    with pytest.raises(ImportError, match=r"pip install sb3-ewma\[procgen\]"):
+    with pytest.raises(ImportError, match=r'pip install -e "\.\[procgen\]"'):
         train_in_process("--algo", "ppo_ewma", "--env", "procgen-starpilot-easy", "-n", "64", "-f", str(tmp_path))
 
 

@@ -29,7 +29,6 @@ install ``sb3-ewma[zoo]``.
 
 import argparse
 import contextlib
-import functools
 import importlib
 import runpy
 import sys
@@ -49,6 +48,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from torch import nn
 
 from sb3_ewma import hyperparams_opt
+from sb3_ewma._quiet import import_without_pkg_resources_warning
 from sb3_ewma.common.install import install_hint
 from sb3_ewma.common.torch_layers import ImpalaCNN
 from sb3_ewma.envs.procgen import PROCGEN_KWARGS, make_procgen_env, register_procgen_envs
@@ -287,7 +287,7 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
       (:func:`make_procgen_vec_env`, whatever ``--vec-env`` says) and evaluations use stochastic actions, as the
       agent acts during training (a deterministic Procgen policy easily gets stuck).
 
-    :param scale: rescaling options (``--scale-n-envs``), or None
+    :param scale: rescaling options, or None: those of the ``--scale-*`` flags in ``args`` (:class:`TrainArgumentParser`)
     """
 
     def __init__(
@@ -299,6 +299,8 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
                 # recorded in args.yml
                 args.conf_file = kwargs["config"]
         super().__init__(args, algo, env_id, *manager_args, **kwargs)
+        if scale is None:
+            scale = scale_options_from_args(args)
         if scale is not None and algo not in ZOO_ALGOS:
             raise ValueError(f"--scale-n-envs rescales the hyperparameters of {ZOO_ALGOS}, not of {algo!r}")
         self.scale = scale
@@ -352,14 +354,11 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
 # command lines
 
 
-def scale_argument_parser(prog: str | None = None) -> argparse.ArgumentParser:
+def add_scale_arguments(parser: argparse.ArgumentParser) -> None:
     """
-    The parser of the flags that ``python -m sb3_ewma.train`` adds to rl-zoo3's (``--scale-n-envs`` and its options).
-
-    :param prog: the program name shown in messages
-    :return: the parser (no ``-h``: rl-zoo3's parser answers it)
+    Add the flags of ``python -m sb3_ewma.train`` that rl-zoo3 has not (``--scale-n-envs`` and its options) to
+    ``parser``, as one argument group.
     """
-    parser = argparse.ArgumentParser(prog=prog, add_help=False, allow_abbrev=False)
     group = parser.add_argument_group(
         "sb3-ewma (batch size-invariance)",
         "Rescale the hyperparameter entry (after --hyperparams overrides) from its n_envs to another number of "
@@ -372,35 +371,52 @@ def scale_argument_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     group.add_argument("--scale-adam-betas", action="store_true", help="also raise Adam's betas to the power 1/c")
     group.add_argument("--scale-aux-learning-rate", action="store_true", help="PPG: also rescale aux_learning_rate")
-    return parser
 
 
-def split_scale_args(argv: Sequence[str], prog: str | None = None) -> tuple[ScaleOptions | None, list[str]]:
+def scale_options_from_args(args: argparse.Namespace) -> ScaleOptions | None:
     """
-    Take this package's ``--scale-*`` flags out of a command line.
+    The rescaling options of parsed arguments (see :func:`add_scale_arguments`).
 
-    :param argv: the command line arguments (without the program name)
-    :param prog: the program name shown in messages
-    :return: the rescaling options (None without ``--scale-n-envs``) and the arguments left for rl-zoo3
+    :return: the options, or None without ``--scale-n-envs`` (or for arguments parsed without these flags)
+    :raises ValueError: ``--scale-n-envs`` below 1, or a ``--scale-*`` option without ``--scale-n-envs``
     """
-    parser = scale_argument_parser(prog)
-    if "-h" in argv or "--help" in argv:
-        parser.print_help()
-        print()
-    args, rest = parser.parse_known_args(list(argv))
-    if args.scale_n_envs is None:
-        if args.scale_lr_rule is not None or args.scale_adam_betas or args.scale_aux_learning_rate:
-            parser.error("--scale-lr-rule, --scale-adam-betas and --scale-aux-learning-rate need --scale-n-envs")
-        return None, rest
-    if args.scale_n_envs < 1:
-        parser.error(f"--scale-n-envs must be >= 1, got {args.scale_n_envs}")
-    options = ScaleOptions(
-        n_envs=args.scale_n_envs,
-        lr_rule=args.scale_lr_rule,
-        scale_adam_betas=args.scale_adam_betas,
-        scale_aux_learning_rate=args.scale_aux_learning_rate,
-    )
-    return options, rest
+    n_envs = getattr(args, "scale_n_envs", None)
+    lr_rule = getattr(args, "scale_lr_rule", None)
+    scale_adam_betas = bool(getattr(args, "scale_adam_betas", False))
+    scale_aux_learning_rate = bool(getattr(args, "scale_aux_learning_rate", False))
+    if n_envs is None:
+        if lr_rule is not None or scale_adam_betas or scale_aux_learning_rate:
+            raise ValueError("--scale-lr-rule, --scale-adam-betas and --scale-aux-learning-rate need --scale-n-envs")
+        return None
+    if n_envs < 1:
+        raise ValueError(f"--scale-n-envs must be >= 1, got {n_envs}")
+    return ScaleOptions(n_envs, lr_rule, scale_adam_betas, scale_aux_learning_rate)
+
+
+class TrainArgumentParser(argparse.ArgumentParser):
+    """
+    The parser of ``rl_zoo3.train`` with :func:`add_scale_arguments`'s flags: ``-h`` prints one usage block with
+    rl-zoo3's options and this package's, and parsing checks the ``--scale-*`` flags (an argparse error, before any
+    environment is made).
+    """
+
+    _scale_arguments_added = False
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        # added last, so that -h lists them after rl-zoo3's options
+        if not self._scale_arguments_added:
+            add_scale_arguments(self)
+            self._scale_arguments_added = True
+        parsed = super().parse_args(args, namespace)
+        try:
+            scale_options_from_args(parsed)
+        except ValueError as error:
+            self.error(str(error))
+        return parsed
+
+
+# rl_zoo3.train.train() builds its parser with `argparse.ArgumentParser()`: this module namespace gives it ours
+_ARGPARSE_FOR_TRAIN = types.SimpleNamespace(**{**vars(argparse), "ArgumentParser": TrainArgumentParser})
 
 
 @contextlib.contextmanager
@@ -424,17 +440,23 @@ def _argv(prog: str, argv: Sequence[str]) -> Iterator[None]:
         sys.argv = original
 
 
-def train(argv: Sequence[str], scale: ScaleOptions | None = None, prog: str = "python -m sb3_ewma.train") -> None:
+def train(argv: Sequence[str], prog: str = "python -m sb3_ewma.train") -> None:
     """
-    Run ``rl_zoo3.train.train()`` with :func:`register_zoo` done and this package's :class:`ExperimentManager`.
+    Run ``rl_zoo3.train.train()`` with :func:`register_zoo` done, this package's :class:`ExperimentManager` and its
+    flags (:class:`TrainArgumentParser`).
 
-    :param argv: rl-zoo3's command line arguments (without the program name)
-    :param scale: rescale the hyperparameter entry for another number of environments
+    rl-zoo3 has no hook for either: ``train()`` looks both up in its module when it runs (``ExperimentManager`` and
+    ``argparse.ArgumentParser``), so they are replaced there for the duration of the call, and restored.
+
+    :param argv: the command line arguments (without the program name): rl-zoo3's and ``--scale-*``
     :param prog: the program name shown in messages
     """
     register_zoo()
-    manager = functools.partial(ExperimentManager, scale=scale)
-    with _patched(rl_zoo3.train, "ExperimentManager", manager), _argv(prog, argv):
+    with (
+        _patched(rl_zoo3.train, "ExperimentManager", ExperimentManager),
+        _patched(rl_zoo3.train, "argparse", _ARGPARSE_FOR_TRAIN),
+        _argv(prog, argv),
+    ):
         rl_zoo3.train.train()
 
 
@@ -456,14 +478,21 @@ def record_video(argv: Sequence[str], prog: str = "python -m sb3_ewma.record_vid
     """
     Run rl-zoo3's ``record_video`` script with :func:`register_zoo` done and Procgen ids built natively.
 
+    rl-zoo3's ``record_video`` is a script (all of it under ``if __name__ == "__main__"``), so it runs with ``runpy``,
+    as ``python -m rl_zoo3.record_video`` would; it is not imported before (that makes runpy warn). It reads
+    ``create_test_env`` from ``rl_zoo3.utils`` when it runs, which is replaced there for the duration of the call.
+    The video writer's ``imageio_ffmpeg`` is imported first without its ``pkg_resources`` deprecation warning.
+
     :param argv: rl-zoo3's command line arguments (without the program name)
     :param prog: the program name shown in messages
     """
     register_zoo()
-    _import_zoo("rl_zoo3.record_video")
-    # the script imports create_test_env from rl_zoo3.utils when it runs
+    import_without_pkg_resources_warning("imageio_ffmpeg")
     with _patched(rl_zoo3.utils, "create_test_env", create_test_env), _argv(prog, argv):
-        runpy.run_module("rl_zoo3.record_video", run_name="__main__", alter_sys=False)
+        try:
+            runpy.run_module("rl_zoo3.record_video", run_name="__main__", alter_sys=False)
+        except ModuleNotFoundError as error:
+            raise ImportError(f"{ZOO_INSTALL_MESSAGE} (missing module: {error.name})") from error
 
 
 __all__ = [
@@ -473,6 +502,8 @@ __all__ = [
     "ZOO_INSTALL_MESSAGE",
     "ExperimentManager",
     "ScaleOptions",
+    "TrainArgumentParser",
+    "add_scale_arguments",
     "create_test_env",
     "default_conf_file",
     "enjoy",
@@ -480,7 +511,6 @@ __all__ = [
     "make_procgen_vec_env",
     "record_video",
     "register_zoo",
-    "scale_argument_parser",
-    "split_scale_args",
+    "scale_options_from_args",
     "train",
 ]

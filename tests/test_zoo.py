@@ -3,6 +3,7 @@ rl-zoo3 integration: ``python -m sb3_ewma.train`` / ``enjoy`` end to end, the hy
 ``--scale-n-envs``, the native Procgen VecEnv and the errors for missing extras.
 """
 
+import argparse
 import copy
 import importlib
 import os
@@ -401,16 +402,51 @@ def test_scale_n_envs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert (config["n_envs"], config["learning_rate"]) == (2, "lin_0.0005")
 
 
-def test_split_scale_args() -> None:
-    argv = ["--algo", "ppg_ewma", "--scale-n-envs", "4", "-params", "n_steps:32", "--scale-adam-betas", "--seed", "-1"]
-    options, rest = zoo.split_scale_args(argv)
-    assert options == zoo.ScaleOptions(n_envs=4, scale_adam_betas=True)
-    assert rest == ["--algo", "ppg_ewma", "-params", "n_steps:32", "--seed", "-1"]
-    assert zoo.split_scale_args(["--algo", "ppo_ewma"]) == (None, ["--algo", "ppo_ewma"])
+def test_scale_flags_are_parsed_with_rl_zoo3_flags() -> None:
+    parser = zoo.TrainArgumentParser(prog="train")
+    parser.add_argument("--algo")
+    args = parser.parse_args(["--algo", "ppg_ewma", "--scale-n-envs", "4", "--scale-adam-betas"])
+    assert args.algo == "ppg_ewma"
+    assert zoo.scale_options_from_args(args) == zoo.ScaleOptions(n_envs=4, scale_adam_betas=True)
+    assert zoo.scale_options_from_args(parser.parse_args(["--algo", "ppo_ewma"])) is None
     with pytest.raises(SystemExit):
-        zoo.split_scale_args(["--scale-adam-betas"])
+        parser.parse_args(["--scale-adam-betas"])
     with pytest.raises(SystemExit):
-        zoo.split_scale_args(["--scale-n-envs", "0"])
+        parser.parse_args(["--scale-n-envs", "0"])
+
+
+def test_train_help_is_one_usage_block_with_both_option_sets(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        train_in_process("-h")
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.count("usage:") == 1
+    for option in ("--algo", "--env", "-params", "--scale-n-envs", "--scale-lr-rule", "--scale-aux-learning-rate"):
+        assert option in out
+    # rl-zoo3's module is left as it was
+    import rl_zoo3.train
+
+    assert rl_zoo3.train.argparse is argparse and rl_zoo3.train.ExperimentManager is rl_zoo3.exp_manager.ExperimentManager
+
+
+@pytest.mark.parametrize("module", ["sb3_ewma.train", "sb3_ewma.enjoy", "sb3_ewma.record_video", "sb3_ewma.scale"])
+def test_commands_are_quiet(module: str) -> None:
+    # no Gym banner (procgen installs the legacy gym, which SB3 imports), no runpy RuntimeWarning, no other warning
+    result = subprocess.run(
+        [sys.executable, "-W", "default", "-m", module, "-h"], capture_output=True, text=True, cwd=REPO_ROOT, check=True
+    )
+    assert result.stdout.count("usage:") == 1
+    assert result.stderr == ""
+
+
+def test_video_writer_imports_without_pkg_resources_warning() -> None:
+    pytest.importorskip("imageio_ffmpeg")
+    code = "from sb3_ewma._quiet import import_without_pkg_resources_warning as q; q('imageio_ffmpeg'); import moviepy"
+    result = subprocess.run(
+        [sys.executable, "-W", "error::UserWarning", "-c", code], capture_output=True, text=True, cwd=REPO_ROOT
+    )
+    assert result.returncode == 0, result.stderr
+    assert "pkg_resources" not in result.stderr
 
 
 def test_scale_n_envs_refuses_other_algorithms(tmp_path: Path) -> None:

@@ -47,7 +47,7 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import VecEnv
 from torch import nn
 
-from sb3_ewma import hyperparams_opt
+from sb3_ewma import PPG, PPG_EWMA, PPO_EWMA, hyperparams_opt
 from sb3_ewma._quiet import import_without_pkg_resources_warning
 from sb3_ewma.common.install import install_hint
 from sb3_ewma.common.torch_layers import ImpalaCNN
@@ -78,7 +78,15 @@ def _import_zoo(name: str) -> types.ModuleType:
         raise ImportError(f"{ZOO_INSTALL_MESSAGE} (missing module: {error.name})") from error
 
 
-ZOO_ALGOS: tuple[str, ...] = ("ppo_ewma", "ppg_ewma", "ppg")
+ZOO_ALGORITHMS: dict[str, type[BaseAlgorithm]] = {
+    "ppo_ewma": PPO_EWMA,
+    "ppg_ewma": PPG_EWMA,
+    "ppg": PPG,
+}
+"""This package's algorithms by rl-zoo3 name (``--algo``), added to ``rl_zoo3.ALGOS`` by :func:`register_zoo`: the one
+place to register an algorithm (with its ``hyperparams/<name>.yml``)."""
+
+ZOO_ALGOS: tuple[str, ...] = tuple(ZOO_ALGORITHMS)
 """The rl-zoo3 names of this package's algorithms."""
 
 HYPERPARAMS_DIR = Path(__file__).parent / "hyperparams"
@@ -94,14 +102,8 @@ _MAKE_WRAPPERS = ("OrderEnforcing", "PassiveEnvChecker", "HumanRendering")
 
 
 def zoo_algorithms() -> dict[str, type[BaseAlgorithm]]:
-    """
-    :return: this package's algorithms by rl-zoo3 name: ``ppo_ewma`` -> ``PPO_EWMA``, ``ppg_ewma`` -> ``PPG_EWMA``,
-        ``ppg`` -> ``PPG``
-    """
-    from sb3_ewma.ppg_ewma import PPG, PPG_EWMA
-    from sb3_ewma.ppo_ewma import PPO_EWMA
-
-    return {"ppo_ewma": PPO_EWMA, "ppg_ewma": PPG_EWMA, "ppg": PPG}
+    """:return: a copy of :data:`ZOO_ALGORITHMS`"""
+    return dict(ZOO_ALGORITHMS)
 
 
 def register_zoo() -> None:
@@ -498,6 +500,7 @@ def record_video(argv: Sequence[str], prog: str = "python -m sb3_ewma.record_vid
 __all__ = [
     "HYPERPARAMS_DIR",
     "POLICY_KWARGS_NAMESPACE",
+    "ZOO_ALGORITHMS",
     "ZOO_ALGOS",
     "ZOO_INSTALL_MESSAGE",
     "ExperimentManager",

@@ -27,6 +27,7 @@ from sb3_ewma.common.decoupled import (
 from sb3_ewma.common.distributions import distribution_parameters, kl_from_parameters
 from sb3_ewma.common.ewma import ParameterEWMA
 from sb3_ewma.common.export import to_sb3_ppo
+from sb3_ewma.common.format import human_bytes
 from sb3_ewma.common.rollout import RolloutCollectionMixin
 from sb3_ewma.ppg_ewma.buffers import AuxiliaryBuffer
 from sb3_ewma.ppg_ewma.policies import (
@@ -372,7 +373,7 @@ class PPG_EWMA(RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorith
             if self.verbose >= 1:
                 print(
                     f"PPG auxiliary buffer: {self.aux_buffer.capacity} steps, "
-                    f"{self.aux_buffer.nbytes / 1e9:.2f} GB of host memory (+ pi_old)"
+                    f"{human_bytes(self.aux_buffer.nbytes)} of host memory (+ pi_old)"
                 )
 
         self._setup_advantage_normalizer()

@@ -37,7 +37,6 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -47,8 +46,9 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import VecEnv
 from torch import nn
 
-from sb3_ewma import PPG, PPG_EWMA, PPO_EWMA, hyperparams_opt
+from sb3_ewma import hyperparams_opt
 from sb3_ewma._quiet import import_without_pkg_resources_warning
+from sb3_ewma.algorithms import ALGORITHMS, HYPERPARAMS_DIR, packaged_hyperparams_file
 from sb3_ewma.common.install import install_hint
 from sb3_ewma.common.torch_layers import ImpalaCNN
 from sb3_ewma.envs.procgen import PROCGEN_KWARGS, make_procgen_env, register_procgen_envs
@@ -78,19 +78,13 @@ def _import_zoo(name: str) -> types.ModuleType:
         raise ImportError(f"{ZOO_INSTALL_MESSAGE} (missing module: {error.name})") from error
 
 
-ZOO_ALGORITHMS: dict[str, type[BaseAlgorithm]] = {
-    "ppo_ewma": PPO_EWMA,
-    "ppg_ewma": PPG_EWMA,
-    "ppg": PPG,
-}
-"""This package's algorithms by rl-zoo3 name (``--algo``), added to ``rl_zoo3.ALGOS`` by :func:`register_zoo`: the one
-place to register an algorithm (with its ``hyperparams/<name>.yml``)."""
+ZOO_ALGORITHMS: dict[str, type[BaseAlgorithm]] = ALGORITHMS
+"""This package's algorithms by rl-zoo3 name (``--algo``), added to ``rl_zoo3.ALGOS`` by :func:`register_zoo`: the
+registry :data:`sb3_ewma.algorithms.ALGORITHMS`."""
 
 ZOO_ALGOS: tuple[str, ...] = tuple(ZOO_ALGORITHMS)
 """The rl-zoo3 names of this package's algorithms."""
 
-HYPERPARAMS_DIR = Path(__file__).parent / "hyperparams"
-"""This package's rl-zoo3 hyperparameter files, ``<algo>.yml``."""
 
 POLICY_KWARGS_NAMESPACE: dict[str, Any] = {"ImpalaCNN": ImpalaCNN, "nn": nn, "th": th}
 """Names available to ``policy_kwargs`` strings, besides those rl-zoo3 provides."""
@@ -129,7 +123,7 @@ def default_conf_file(algo: str) -> str | None:
     """
     if algo not in ZOO_ALGOS:
         return None
-    return str(HYPERPARAMS_DIR / f"{algo}.yml")
+    return str(packaged_hyperparams_file(algo))
 
 
 def is_procgen_env_id(env_id: str) -> bool:

@@ -6,16 +6,21 @@ every rl-zoo3 flag.
 
 How it hooks into rl-zoo3 (2.9):
 
-- :func:`register_zoo` adds the algorithms to ``rl_zoo3.ALGOS`` (the one dict that ``rl_zoo3.utils``,
-  ``rl_zoo3.exp_manager``, ``train``, ``enjoy`` and ``record_video`` share; ``train()`` builds its ``--algo``
-  choices from it when called), the samplers to ``rl_zoo3.hyperparams_opt.HYPERPARAMS_SAMPLER`` and
+- :func:`register_zoo` adds the algorithms (:data:`sb3_ewma.algorithms.ALGORITHMS`) to ``rl_zoo3.ALGOS`` (the one
+  dict that ``rl_zoo3.utils``, ``rl_zoo3.exp_manager``, ``train``, ``enjoy`` and ``record_video`` share; ``train()``
+  builds its ``--algo`` choices from it when called), the samplers to ``rl_zoo3.hyperparams_opt.HYPERPARAMS_SAMPLER`` and
   ``HYPERPARAMS_CONVERTER``, and registers the Procgen ids in gymnasium.
 - :class:`ExperimentManager` subclasses rl-zoo3's: it reads this package's ``hyperparams/<algo>.yml`` when no
   ``-conf`` is given, evaluates ``policy_kwargs`` strings with ``ImpalaCNN`` in scope, keeps an explicit ``gamma`` of
   the ``normalize`` settings (rl-zoo3 replaces it with the algorithm's discount; the paper normalizes rewards with
   0.99 while discounting with 0.999), optionally rescales the entry for another number of environments
   (``--scale-n-envs``), and for Procgen ids builds procgen's native vectorized environment and evaluates with
-  stochastic actions. :func:`train` runs ``rl_zoo3.train.train()`` with it.
+  stochastic actions. :func:`train` runs ``rl_zoo3.train.train()`` with it, and with :class:`TrainArgumentParser`
+  (rl-zoo3's parser plus the ``--scale-*`` flags, so that ``-h`` prints one usage block).
+- Where rl-zoo3 has no extension point, a name of its module is replaced for the duration of one call and restored:
+  ``ExperimentManager`` and ``argparse`` in ``rl_zoo3.train`` (``train()`` looks both up when it runs),
+  ``create_test_env`` in ``rl_zoo3.enjoy`` and ``rl_zoo3.utils``. rl-zoo3's ``record_video`` is a script (its code
+  under ``if __name__ == "__main__"``), run with ``runpy`` as ``python -m`` would, without importing it first.
 - For Procgen ids, :func:`make_procgen_vec_env` is given to rl-zoo3 as its ``VecEnv`` class (the ``vec_env_cls``
   argument of ``make_vec_env``): instead of stepping ``n_envs`` copies of the single-environment wrapper, it creates
   one :class:`~sb3_ewma.envs.ProcgenVecEnv` of ``n_envs`` environments, configured like the copies would have been
@@ -23,8 +28,8 @@ How it hooks into rl-zoo3 (2.9):
   ``VecTransposeImage``) are applied on top as usual. :func:`enjoy` and :func:`record_video` route
   ``create_test_env`` the same way.
 
-rl-zoo3 is an optional dependency: importing this module without it raises an ``ImportError`` that says to
-install ``sb3-ewma[zoo]``.
+rl-zoo3 is an optional dependency: importing this module without it raises an ``ImportError`` that says how to
+install the ``zoo`` extra.
 """
 
 import argparse

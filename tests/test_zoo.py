@@ -26,6 +26,7 @@ import rl_zoo3.hyperparams_opt
 from stable_baselines3.common.env_util import make_vec_env
 
 from sb3_ewma import zoo
+from sb3_ewma._quiet import import_without_pkg_resources_warning
 from sb3_ewma.common.torch_layers import ImpalaCNN
 from sb3_ewma.envs import PROCGEN_GAMES, ProcgenMonitor, ProcgenVecEnv
 from sb3_ewma.hyperparams_opt import (
@@ -117,6 +118,8 @@ def test_train_enjoy_cartpole_ppo_ewma(cartpole_log_folder: Path) -> None:
 
 def test_record_video(cartpole_log_folder: Path, tmp_path: Path) -> None:
     try:
+        # as the command does: without imageio_ffmpeg's pkg_resources warning
+        import_without_pkg_resources_warning("imageio_ffmpeg")
         import moviepy  # noqa: F401
     except Exception as error:  # moviepy fails with ImportError, or other errors from its ffmpeg helpers
         pytest.skip(f"recording videos needs a working moviepy: {error!r}")

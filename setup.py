@@ -8,13 +8,24 @@ with open(os.path.join(os.path.dirname(__file__), "sb3_ewma", "version.txt")) as
 with open(os.path.join(os.path.dirname(__file__), "README.md"), encoding="utf-8") as file_handler:
     long_description = file_handler.read()
 
-extras = {
+# what `import sb3_ewma` and every module outside the extras need (tests/test_packaging.py checks the imports)
+INSTALL_REQUIRES = [
+    "stable-baselines3>=2.9,<3",
+    "sb3-contrib>=2.9,<3",  # RecurrentPPO_EWMA, MaskablePPO_EWMA
+    "torch>=2.3",
+    "gymnasium>=1.0,<2",
+    "numpy",
+    # scale.py reads rl-zoo3 YAML entries
+    "PyYAML",
+]
+
+EXTRAS = {
     # procgen-mirror ships the `procgen` module with a wheel for Python 3.11 (the `procgen` distribution has none).
     # procgen-mirror needs gym3, which pins imageio-ffmpeg<0.4; that version imports pkg_resources, which setuptools
     # removed in 81: without the cap, video recording (moviepy) fails to import
     "procgen": ["procgen-mirror>=0.10.7", "setuptools<81"],
     # rl_zoo3's enjoy imports `requests` without declaring it; box2d for the LunarLander entries; SB3's extra
-    # (ale-py, opencv) for the atari entries
+    # (ale-py, opencv, tensorboard, tqdm, rich) for the atari entries, logging and progress bars
     "zoo": [
         "rl_zoo3>=2.9,<3",
         "sb3-contrib>=2.9,<3",
@@ -24,11 +35,22 @@ extras = {
         "gymnasium[box2d]",
     ],
     "plots": ["matplotlib", "pandas"],
-    "tests": ["pytest", "ruff", "black", "mypy", "tensorboard", "tqdm", "rich", "minatar>=1.0.15"],
 }
-extras["all"] = sorted({req for reqs in extras.values() for req in reqs})
-# the test suite exercises every optional part
-extras["tests"] = extras["all"]
+# what a user runs: every optional part
+EXTRAS["all"] = sorted({req for reqs in EXTRAS.values() for req in reqs})
+# the test suite exercises every optional part, plus the test and style tools (and MinAtar for the benchmarks' tests)
+EXTRAS["tests"] = [
+    *EXTRAS["all"],
+    "pytest",
+    "ruff",
+    "black",
+    "mypy",
+    "build",
+    "tensorboard",
+    "tqdm",
+    "rich",
+    "minatar>=1.0.15",
+]
 
 setup(
     name="sb3-ewma",
@@ -39,14 +61,8 @@ setup(
     packages=[package for package in find_packages() if package.startswith("sb3_ewma")],
     package_data={"sb3_ewma": ["py.typed", "version.txt", "hyperparams/*.yml"]},
     python_requires=">=3.10",
-    install_requires=[
-        "stable-baselines3>=2.9,<3",
-        "sb3-contrib>=2.9,<3",  # RecurrentPPO_EWMA, MaskablePPO_EWMA
-        "torch>=2.3",
-        "gymnasium>=1.0,<2",
-        "numpy",
-    ],
-    extras_require=extras,
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS,
     license="MIT",
     classifiers=[
         "Programming Language :: Python :: 3",

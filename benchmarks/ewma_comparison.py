@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from benchmarks import common
+from benchmarks import cli
 from benchmarks.common import ALGORITHMS, Experiment, RunSpec
 from benchmarks.report import (
     ALGORITHM_LABELS,
@@ -94,7 +94,7 @@ EXPERIMENT = Experiment(
 
 def main(argv: Sequence[str] | None = None) -> Path:
     """Run the experiment from the command line (see ``--help``)."""
-    return common.main(EXPERIMENT, argv)
+    return cli.main(EXPERIMENT, argv)
 
 
 if __name__ == "__main__":

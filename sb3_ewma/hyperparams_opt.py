@@ -17,7 +17,7 @@ GAE lambda, learning rate, entropy coefficient, clip range, epochs, gradient cli
 - PPG-EWMA and PPG: ``n_policy_iterations``, ``n_value_epochs``, ``n_aux_epochs`` and ``beta_clone``.
 
 They do not touch ``policy_kwargs``: the network of the hyperparameter entry (e.g. the IMPALA CNN) is kept.
-Optuna is only needed to call them (it comes with ``sb3-ewma[zoo]``); this module imports without it.
+Optuna is only needed to call them (it comes with the ``zoo`` extra); this module imports without it.
 """
 
 from typing import TYPE_CHECKING, Any

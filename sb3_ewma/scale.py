@@ -12,13 +12,17 @@ Rescales the hyperparameters of PPO-EWMA / PPG-EWMA tuned with ``reference_n_env
 - span (in iterations) of the EWMA advantage moments ``* c``;
 - PPG: ``n_policy_iterations * c`` (the phase batch size stays constant, so the auxiliary phase is unchanged).
 
-Command line: ``python -m sb3_ewma.scale FILE ENTRY --n-envs N`` prints the rescaled rl-zoo3 entry.
+The rules themselves are :mod:`sb3_ewma.common.batch_size_rules` (one pure function each); this module applies them to
+hyperparameter dicts and rl-zoo3 entries: defaults of missing keys, numbers, rl-zoo3 schedule strings and schedules,
+``policy_kwargs`` strings, the report and its caveats, and the command line.
+
+Command line: ``python -m sb3_ewma.scale FILE ENTRY --n-envs N`` prints the rescaled rl-zoo3 entry;
+``python -m sb3_ewma.scale --algo ppg_ewma --env procgen-starpilot-easy --n-envs 16`` reads the packaged file.
 """
 
 import argparse
 import ast
 import copy
-import functools
 import inspect
 import math
 import numbers
@@ -32,6 +36,8 @@ from typing import Any
 
 import yaml
 
+from sb3_ewma.algorithms import ALGORITHMS, packaged_hyperparams_file
+from sb3_ewma.common import batch_size_rules as rules
 from sb3_ewma.common.ewma import (
     center_of_mass_from_ewma_decay,
     check_decay,
@@ -39,8 +45,9 @@ from sb3_ewma.common.ewma import (
     ewma_decay_from_span,
     ewma_span_from_decay,
 )
+from sb3_ewma.common.policy_kwargs_source import PolicyKwargsSource, dotted_name
 
-ALGOS = ("ppo_ewma", "ppg_ewma", "ppg", "ppo_lstm_ewma", "ppo_mask_ewma")
+ALGOS = tuple(ALGORITHMS)
 LR_RULES = ("sqrt", "linear")
 
 # keys that only PPG takes: their presence makes ``algo`` default to "ppg_ewma"
@@ -51,43 +58,6 @@ SQRT_RULE_OPTIMIZERS = ("Adam", "AdamW", "NAdam", "RAdam", "Adamax")
 LINEAR_RULE_OPTIMIZERS = ("SGD",)
 DEFAULT_OPTIMIZER = "Adam"  # SB3's ActorCriticPolicy default
 DEFAULT_ADAM_BETAS = (0.9, 0.999)  # torch.optim.Adam default
-
-_ALGO_CLASS_NAMES = {
-    "ppo_ewma": "PPO_EWMA",
-    "ppg_ewma": "PPG_EWMA",
-    "ppg": "PPG",
-    "ppo_lstm_ewma": "RecurrentPPO_EWMA",
-    "ppo_mask_ewma": "MaskablePPO_EWMA",
-}
-# used when the algorithm class cannot be imported; SB3 PPO's defaults come first
-_FALLBACK_DEFAULTS: dict[str, dict[str, Any]] = {
-    "ppo_ewma": {"ewma_decay": "auto", "advantage_normalization": "minibatch", "advantage_ewma_decay": 0.0},
-    "ppg_ewma": {
-        "ewma_decay": "auto",
-        "advantage_normalization": "minibatch",
-        "advantage_ewma_decay": 0.0,
-        "n_epochs": 1,
-        "n_policy_iterations": 32,
-        "aux_learning_rate": None,
-    },
-    "ppg": {
-        "ewma_decay": None,
-        "advantage_normalization": "minibatch",
-        "advantage_ewma_decay": 0.0,
-        "n_epochs": 1,
-        "n_policy_iterations": 32,
-        "aux_learning_rate": None,
-    },
-    # sb3-contrib's RecurrentPPO: 128 steps per environment, minibatches of 128
-    "ppo_lstm_ewma": {
-        "ewma_decay": "auto",
-        "advantage_normalization": "minibatch",
-        "advantage_ewma_decay": 0.0,
-        "n_steps": 128,
-        "batch_size": 128,
-    },
-    "ppo_mask_ewma": {"ewma_decay": "auto", "advantage_normalization": "minibatch", "advantage_ewma_decay": 0.0},
-}
 
 
 @dataclass
@@ -136,20 +106,6 @@ def scale_schedule(schedule: Callable[[float], float], factor: float) -> Callabl
     return scaled
 
 
-@functools.cache
-def _cached_algorithm_defaults(algo: str) -> tuple[tuple[str, Any], ...]:
-    from stable_baselines3 import PPO
-
-    defaults = _signature_defaults(PPO)
-    defaults.update(_FALLBACK_DEFAULTS[algo])
-    import sb3_ewma
-
-    algorithm_class = getattr(sb3_ewma, _ALGO_CLASS_NAMES[algo], None)
-    if algorithm_class is not None:
-        defaults.update(_signature_defaults(algorithm_class))
-    return tuple(defaults.items())
-
-
 def _signature_defaults(cls: type) -> dict[str, Any]:
     parameters = inspect.signature(cls).parameters.values()
     return {param.name: param.default for param in parameters if param.default is not inspect.Parameter.empty}
@@ -158,17 +114,19 @@ def _signature_defaults(cls: type) -> dict[str, Any]:
 def algorithm_defaults(algo: str) -> dict[str, Any]:
     """
     The constructor defaults used for hyperparameters missing from the settings: those of the algorithm class
-    exported by ``sb3_ewma`` (``PPO_EWMA``, ``PPG_EWMA``, ``PPG``) when it can be imported; otherwise SB3 PPO's
-    (``learning_rate=3e-4``, ``n_steps=2048``, ``batch_size=64``, ``n_epochs=10``...) with ``ewma_decay="auto"``
-    (``None`` for ``"ppg"``), ``advantage_normalization="minibatch"``, ``advantage_ewma_decay=0`` and, for PPG,
-    ``n_epochs=1``, ``n_policy_iterations=32``, ``aux_learning_rate=None``.
+    registered under ``algo`` in :data:`sb3_ewma.algorithms.ALGORITHMS` (``PPO_EWMA``, ``PPG_EWMA``, ``PPG``).
 
     :param algo: one of :data:`ALGOS`
     :return: a new dict of defaults
     """
     if algo not in ALGOS:
         raise ValueError(f"algo must be one of {ALGOS}, got {algo!r}")
-    return dict(_cached_algorithm_defaults(algo))
+    return _signature_defaults(ALGORITHMS[algo])
+
+
+def _is_ppg(algo: str) -> bool:
+    """Whether the algorithm has PPG's phases (``n_policy_iterations``)."""
+    return "n_policy_iterations" in inspect.signature(ALGORITHMS[algo]).parameters
 
 
 def _check_n_envs(name: str, value: Any) -> int:
@@ -213,81 +171,6 @@ def _fmt(value: Any) -> str:
 # policy_kwargs given as a string that rl-zoo3 evaluates, e.g. "dict(optimizer_class=th.optim.SGD, net_arch=[64, 64])"
 
 
-class _PolicyKwargsSource:
-    """
-    Parse a ``policy_kwargs`` string (``dict(...)`` or ``{...}``) without evaluating it, and edit it in place so that
-    everything not edited keeps its original spelling.
-    """
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        # parenthesized so that leading whitespace and line breaks are allowed, as in ``eval``
-        wrapped = "(" + source + "\n)"
-        try:
-            self.tree: ast.expr | None = ast.parse(wrapped, mode="eval").body
-        except SyntaxError:
-            self.tree = None
-        self._line_starts = [0]
-        for line in wrapped.encode("utf-8").splitlines(keepends=True):
-            self._line_starts.append(self._line_starts[-1] + len(line))
-
-    @staticmethod
-    def items(node: ast.expr | None) -> dict[str, ast.expr] | None:
-        """Keyword -> value node of a ``dict(k=v, ...)`` call or a ``{"k": v, ...}`` display, else ``None``."""
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
-            return {keyword.arg: keyword.value for keyword in node.keywords if keyword.arg is not None}
-        if isinstance(node, ast.Dict):
-            return {
-                key.value: value
-                for key, value in zip(node.keys, node.values)
-                if isinstance(key, ast.Constant) and isinstance(key.value, str)
-            }
-        return None
-
-    def _offset(self, lineno: int, col_offset: int) -> int:
-        # byte offset in the original source (the wrapped one starts with "(")
-        return self._line_starts[lineno - 1] + col_offset - 1
-
-    def _splice(self, start: int, end: int, text: str) -> str:
-        original = self.source.encode("utf-8")
-        return (original[:start] + text.encode("utf-8") + original[end:]).decode("utf-8")
-
-    def replace(self, node: ast.expr, text: str) -> str:
-        """The source with ``node`` replaced by ``text``."""
-        assert node.end_lineno is not None and node.end_col_offset is not None
-        start = self._offset(node.lineno, node.col_offset)
-        end = self._offset(node.end_lineno, node.end_col_offset)
-        return self._splice(start, end, text)
-
-    def add_item(self, container: ast.expr, key: str, value_text: str) -> str:
-        """The source with ``key=value`` (``dict(...)``) or ``"key": value`` (``{...}``) added to ``container``."""
-        item = f"{key}={value_text}" if isinstance(container, ast.Call) else f"{key!r}: {value_text}"
-        elements: list[ast.expr | ast.keyword] = []
-        if isinstance(container, ast.Call):
-            elements = [*container.args, *container.keywords]
-        elif isinstance(container, ast.Dict):
-            elements = list(container.values)
-        if elements:
-            last = max(elements, key=lambda element: (element.end_lineno or 0, element.end_col_offset or 0))
-            assert last.end_lineno is not None and last.end_col_offset is not None
-            position = self._offset(last.end_lineno, last.end_col_offset)
-            return self._splice(position, position, f", {item}")
-        # empty: insert just before the closing ")" or "}"
-        assert container.end_lineno is not None and container.end_col_offset is not None
-        position = self._offset(container.end_lineno, container.end_col_offset) - 1
-        return self._splice(position, position, item)
-
-
-def _dotted_name(node: ast.expr) -> str | None:
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value.rsplit(".", 1)[-1]
-    return None
-
-
 def _optimizer_names(policy_kwargs: Any) -> tuple[list[str], str]:
     """
     Names to match against the known optimizers (the class and its base classes, most specific first), and a
@@ -296,15 +179,15 @@ def _optimizer_names(policy_kwargs: Any) -> tuple[list[str], str]:
     if policy_kwargs is None:
         return [DEFAULT_OPTIMIZER], f"{DEFAULT_OPTIMIZER} (default)"
     if isinstance(policy_kwargs, str):
-        parsed = _PolicyKwargsSource(policy_kwargs)
-        items = _PolicyKwargsSource.items(parsed.tree)
+        parsed = PolicyKwargsSource(policy_kwargs)
+        items = PolicyKwargsSource.items(parsed.tree)
         if items is None:
             if "optimizer_class" in policy_kwargs:
                 return [], f"unparsed policy_kwargs {policy_kwargs!r}"
             return [DEFAULT_OPTIMIZER], f"{DEFAULT_OPTIMIZER} (default)"
         if "optimizer_class" not in items:
             return [DEFAULT_OPTIMIZER], f"{DEFAULT_OPTIMIZER} (default)"
-        name = _dotted_name(items["optimizer_class"])
+        name = dotted_name(items["optimizer_class"])
         return ([name] if name else []), (name or ast.unparse(items["optimizer_class"]))
     if isinstance(policy_kwargs, dict):
         optimizer_class = policy_kwargs.get("optimizer_class")
@@ -367,13 +250,13 @@ def _scale_rate(name: str, value: Any, factor: float) -> Any:
     raise ValueError(f"{name} must be a number, an rl-zoo3 'lin_<value>' string or a schedule, got {value!r}")
 
 
-def _scaled_betas(betas: Any, exponent: float) -> tuple[float, float] | list[float]:
+def _scaled_betas(betas: Any, c: float) -> tuple[float, float] | list[float]:
     if not isinstance(betas, (tuple, list)) or len(betas) != 2:
         raise ValueError(f"policy_kwargs optimizer_kwargs betas must be a pair of numbers, got {betas!r}")
     for beta in betas:
         check_decay("Adam beta", beta)
-    scaled = [float(beta) ** exponent for beta in betas]
-    return scaled if isinstance(betas, list) else (scaled[0], scaled[1])
+    scaled = rules.adam_betas((float(betas[0]), float(betas[1])), c)
+    return list(scaled) if isinstance(betas, list) else scaled
 
 
 def _default_betas(policy_kwargs: Any) -> tuple[float, float]:
@@ -388,40 +271,40 @@ def _default_betas(policy_kwargs: Any) -> tuple[float, float]:
     return DEFAULT_ADAM_BETAS
 
 
-def _scale_betas_in_string(source: str, exponent: float) -> tuple[str, Any, Any]:
-    parsed = _PolicyKwargsSource(source)
-    items = _PolicyKwargsSource.items(parsed.tree)
+def _scale_betas_in_string(source: str, c: float) -> tuple[str, Any, Any]:
+    parsed = PolicyKwargsSource(source)
+    items = PolicyKwargsSource.items(parsed.tree)
     if items is None or parsed.tree is None:
         raise ValueError(f"scale_adam_betas: cannot edit policy_kwargs {source!r} (expected 'dict(...)' or '{{...}}')")
     if "optimizer_kwargs" not in items:
         old = DEFAULT_ADAM_BETAS
-        new = _scaled_betas(old, exponent)
+        new = _scaled_betas(old, c)
         value_text = f"dict(betas={new!r})" if isinstance(parsed.tree, ast.Call) else f"{{'betas': {new!r}}}"
         return parsed.add_item(parsed.tree, "optimizer_kwargs", value_text), old, new
     optimizer_kwargs = items["optimizer_kwargs"]
-    optimizer_items = _PolicyKwargsSource.items(optimizer_kwargs)
+    optimizer_items = PolicyKwargsSource.items(optimizer_kwargs)
     if optimizer_items is None:
         raise ValueError(f"scale_adam_betas: cannot edit optimizer_kwargs in policy_kwargs {source!r}")
     if "betas" not in optimizer_items:
         old = DEFAULT_ADAM_BETAS
-        new = _scaled_betas(old, exponent)
+        new = _scaled_betas(old, c)
         return parsed.add_item(optimizer_kwargs, "betas", repr(new)), old, new
     try:
         old = ast.literal_eval(optimizer_items["betas"])
     except ValueError:
         raise ValueError(f"scale_adam_betas: betas in policy_kwargs {source!r} must be literal numbers") from None
-    new = _scaled_betas(old, exponent)
+    new = _scaled_betas(old, c)
     return parsed.replace(optimizer_items["betas"], repr(new)), old, new
 
 
-def _scale_betas(scaled: dict[str, Any], exponent: float, log: _Log) -> None:
+def _scale_betas(scaled: dict[str, Any], c: float, log: _Log) -> None:
     policy_kwargs = scaled.get("policy_kwargs")
     if isinstance(policy_kwargs, str):
-        scaled["policy_kwargs"], old, new = _scale_betas_in_string(policy_kwargs, exponent)
+        scaled["policy_kwargs"], old, new = _scale_betas_in_string(policy_kwargs, c)
     else:
         if policy_kwargs is None:
             old = DEFAULT_ADAM_BETAS
-            new = _scaled_betas(old, exponent)
+            new = _scaled_betas(old, c)
             if "n_timesteps" in scaled:
                 # an rl-zoo3 entry: write policy_kwargs the way rl-zoo3 files do, as a string it evals
                 scaled["policy_kwargs"] = f"dict(optimizer_kwargs=dict(betas={new!r}))"
@@ -431,7 +314,7 @@ def _scale_betas(scaled: dict[str, Any], exponent: float, log: _Log) -> None:
             optimizer_kwargs = policy_kwargs.get("optimizer_kwargs")
             optimizer_kwargs = {} if optimizer_kwargs is None else optimizer_kwargs
             old = optimizer_kwargs.get("betas", _default_betas(policy_kwargs))
-            new = _scaled_betas(old, exponent)
+            new = _scaled_betas(old, c)
             optimizer_kwargs["betas"] = new
             policy_kwargs["optimizer_kwargs"] = optimizer_kwargs
     log.lines.append(f"policy_kwargs optimizer betas: {_fmt(tuple(old))} -> {_fmt(tuple(new))} (** 1/c)")
@@ -442,8 +325,8 @@ def _has_explicit_betas(policy_kwargs: Any) -> bool:
         optimizer_kwargs = policy_kwargs.get("optimizer_kwargs")
         return isinstance(optimizer_kwargs, dict) and "betas" in optimizer_kwargs
     if isinstance(policy_kwargs, str):
-        items = _PolicyKwargsSource.items(_PolicyKwargsSource(policy_kwargs).tree)
-        optimizer_items = _PolicyKwargsSource.items(items.get("optimizer_kwargs")) if items else None
+        items = PolicyKwargsSource.items(PolicyKwargsSource(policy_kwargs).tree)
+        optimizer_items = PolicyKwargsSource.items(items.get("optimizer_kwargs")) if items else None
         return optimizer_items is not None and "betas" in optimizer_items
     return False
 
@@ -458,7 +341,8 @@ def _scale_learning_rates(
     scale_aux_learning_rate: bool,
     log: _Log,
 ) -> None:
-    factor = 1.0 / math.sqrt(c) if lr_rule == "sqrt" else 1.0 / float(c)
+    # the rule as a factor, applied to numbers, rl-zoo3 schedule strings and schedules alike
+    factor = rules.adam_step_size(1.0, float(c)) if lr_rule == "sqrt" else rules.sgd_learning_rate(1.0, float(c))
     how = f"{description}: / sqrt(c)" if lr_rule == "sqrt" else f"{description}: / c"
     default_note = "" if "learning_rate" in scaled else " (default)"
     old = scaled.get("learning_rate", defaults["learning_rate"])
@@ -489,7 +373,7 @@ def _scale_batch_size(scaled: dict[str, Any], defaults: dict[str, Any], c: Fract
     """Divide ``batch_size`` by ``c``; return the reference batch size."""
     default_note = "" if "batch_size" in scaled else " (default)"
     old = _whole_number("batch_size", scaled.get("batch_size", defaults["batch_size"]))
-    new = Fraction(old) / c
+    new = rules.optimization_batch_size(old, c)
     if new.denominator != 1 or new < 1:
         raise ValueError(
             f"batch_size {old} / c = {old} * n_envs / reference_n_envs = {float(new):g} is not a whole number >= 1: "
@@ -526,7 +410,7 @@ def _scale_proximal_ewma(
         check_decay("ewma_decay", old)
         center_of_mass = center_of_mass_from_ewma_decay(old)
         old_text = f"{_fmt(float(old))}{default_note} (center of mass {center_of_mass:.6g})"
-    new_center_of_mass = center_of_mass * float(c)
+    new_center_of_mass = rules.proximal_ewma_center_of_mass(center_of_mass, float(c))
     scaled["ewma_decay"] = ewma_decay_from_center_of_mass(new_center_of_mass)
     log.lines.append(f"ewma_decay: {old_text} -> {_fmt(scaled['ewma_decay'])} (center of mass {new_center_of_mass:.6g} = * c)")
 
@@ -545,7 +429,7 @@ def _scale_advantage_ewma(scaled: dict[str, Any], defaults: dict[str, Any], c: F
     old = scaled.get("advantage_ewma_decay", defaults.get("advantage_ewma_decay", 0.0))
     check_decay("advantage_ewma_decay", old)
     span = ewma_span_from_decay(old)
-    new_span = span * float(c)
+    new_span = rules.advantage_moments_span(span, float(c))
     if new_span < 1:
         log.caveats.append(
             f"advantage_ewma_decay: the rescaled span {new_span:.6g} iterations is below 1 (the latest iteration alone): "
@@ -562,7 +446,7 @@ def _scale_advantage_ewma(scaled: dict[str, Any], defaults: dict[str, Any], c: F
 def _scale_policy_iterations(scaled: dict[str, Any], defaults: dict[str, Any], c: Fraction, log: _Log) -> None:
     default_note = "" if "n_policy_iterations" in scaled else " (default)"
     old = _whole_number("n_policy_iterations", scaled.get("n_policy_iterations", defaults.get("n_policy_iterations", 32)))
-    new = Fraction(old) * c
+    new = rules.ppg_policy_iterations(old, c)
     if new.denominator != 1 or new < 1:
         raise ValueError(
             f"n_policy_iterations {old} * c = {old} * reference_n_envs / n_envs = {float(new):g} is not a whole number "
@@ -601,7 +485,7 @@ def _scale(
         raise ValueError(f"lr_rule must be None (detect from the optimizer) or one of {LR_RULES}, got {lr_rule!r}")
     log = _Log()
     algo = _resolve_algo(hyperparams, algo, log)
-    is_ppg = algo in ("ppg_ewma", "ppg")
+    is_ppg = _is_ppg(algo)
 
     scaled = copy.deepcopy(hyperparams)
     scaled["n_envs"] = n_envs
@@ -627,7 +511,7 @@ def _scale(
                 f"aux_batch_size: None -> {reference_batch_size} (the reference batch_size: auxiliary phase unchanged)"
             )
     if scale_adam_betas:
-        _scale_betas(scaled, 1.0 / float(c), log)
+        _scale_betas(scaled, float(c), log)
     _scale_learning_rates(scaled, defaults, c, is_ppg, rule, description, scale_aux_learning_rate, log)
     _scale_proximal_ewma(scaled, defaults, c, reference, reference_batch_size, log)
     _scale_advantage_ewma(scaled, defaults, c, log)
@@ -749,15 +633,19 @@ def _parser() -> argparse.ArgumentParser:
         "(batch size-invariance, Hilton et al. 2021). The rescaled entry is printed as YAML on stdout, the report of "
         "what changed on stderr.",
     )
-    parser.add_argument("file", help="rl-zoo3 hyperparameter YAML file")
-    parser.add_argument("entry", help="entry of the file, e.g. CartPole-v1")
+    parser.add_argument(
+        "file", nargs="?", default=None, help="rl-zoo3 hyperparameter YAML file (default: the packaged one of --algo)"
+    )
+    parser.add_argument("entry", nargs="?", default=None, help="entry of the file, e.g. CartPole-v1 (or --env)")
+    parser.add_argument("--env", default=None, help="entry of the file: the environment id, e.g. procgen-starpilot-easy")
     parser.add_argument("--n-envs", type=int, required=True, help="target TOTAL number of environments (all processes)")
     parser.add_argument("--reference-n-envs", type=int, default=None, help="reference n_envs when the entry has none")
     parser.add_argument(
         "--algo",
         choices=ALGOS,
         default=None,
-        help="algorithm (default: the file name if it is one of the choices, e.g. ppg_ewma.yml, else inferred from keys)",
+        help="algorithm; without FILE, its packaged hyperparams/<algo>.yml is read (default: the file name if it is one "
+        "of the choices, e.g. ppg_ewma.yml, else inferred from keys)",
     )
     parser.add_argument("--lr-rule", choices=LR_RULES, default=None, help="override the optimizer's step size rule")
     parser.add_argument("--scale-adam-betas", action="store_true", help="raise Adam's betas to the power 1/c")
@@ -789,13 +677,24 @@ def dump_entry(entry: str, hyperparams: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """
-    Command line entry point: ``python -m sb3_ewma.scale FILE ENTRY --n-envs N [options]``.
+    Command line entry point: ``python -m sb3_ewma.scale FILE ENTRY --n-envs N [options]``, or with this package's
+    hyperparameter file of an algorithm, ``python -m sb3_ewma.scale --algo ppg_ewma --env procgen-starpilot-easy
+    --n-envs 16``.
 
     :param argv: the arguments (default: ``sys.argv[1:]``)
     :return: the exit status
     """
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.env is not None and args.entry is not None and args.env != args.entry:
+        parser.error(f"the entry is given twice: {args.entry!r} and --env {args.env!r}")
+    args.entry = args.env if args.env is not None else args.entry
+    if args.file is None:
+        if args.algo is None:
+            parser.error("give a hyperparameter FILE, or --algo to read this package's hyperparams/<algo>.yml")
+        args.file = str(packaged_hyperparams_file(args.algo))
+    if args.entry is None:
+        parser.error("give the entry (ENTRY after FILE, or --env)")
     try:
         with open(args.file) as file:
             content = yaml.safe_load(file)

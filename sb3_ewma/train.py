@@ -1,11 +1,12 @@
 """
 Train with rl-zoo3: ``python -m sb3_ewma.train --algo ppo_ewma --env CartPole-v1`` takes every flag of
-``python -m rl_zoo3.train`` and knows the algorithms ``ppo_ewma``, ``ppg_ewma`` and ``ppg``, the Procgen ids
+``python -m rl_zoo3.train`` and knows the algorithms ``ppo_ewma``, ``ppg_ewma``, ``ppg``,
+``ppo_lstm_ewma`` and ``ppo_mask_ewma``, the Procgen ids
 ``procgen-<game>-<easy|hard>`` and this package's hyperparameter files (used when ``-conf`` is not given).
 
-Extra flags (see :func:`sb3_ewma.zoo.split_scale_args`): ``--scale-n-envs N`` rescales the hyperparameter entry for
-``N`` environments (batch size-invariance), with ``--scale-lr-rule``, ``--scale-adam-betas`` and
-``--scale-aux-learning-rate``.
+Extra flags (:func:`sb3_ewma.zoo.add_scale_arguments`; ``-h`` lists them after rl-zoo3's): ``--scale-n-envs N``
+rescales the hyperparameter entry for ``N`` environments (batch size-invariance), with ``--scale-lr-rule``,
+``--scale-adam-betas`` and ``--scale-aux-learning-rate``.
 
 Under torchrun (``torchrun --standalone --nproc-per-node W -m sb3_ewma.train ...``) the ranks train one model
 data-parallel: rank 0 chooses the run folder and the seed and alone writes and prints; ``--scale-n-envs N`` then takes
@@ -26,8 +27,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     """
     from sb3_ewma import zoo
 
-    scale, rest = zoo.split_scale_args(sys.argv[1:] if argv is None else argv, prog=PROG)
-    zoo.train(rest, scale=scale, prog=PROG)
+    zoo.train(sys.argv[1:] if argv is None else argv, prog=PROG)
 
 
 if __name__ == "__main__":

@@ -1,21 +1,26 @@
 """
-rl-zoo3 integration: the algorithms ``ppo_ewma``, ``ppg_ewma`` and ``ppg``, the Procgen environment ids
+rl-zoo3 integration: the algorithms of :data:`sb3_ewma.algorithms.ALGORITHMS`, the Procgen environment ids
 ``procgen-<game>-<easy|hard>``, this package's hyperparameter files and its hyperparameter samplers, for
 ``python -m sb3_ewma.train`` / ``python -m sb3_ewma.enjoy`` / ``python -m sb3_ewma.record_video``, which accept
 every rl-zoo3 flag.
 
 How it hooks into rl-zoo3 (2.9):
 
-- :func:`register_zoo` adds the algorithms to ``rl_zoo3.ALGOS`` (the one dict that ``rl_zoo3.utils``,
-  ``rl_zoo3.exp_manager``, ``train``, ``enjoy`` and ``record_video`` share; ``train()`` builds its ``--algo``
-  choices from it when called), the samplers to ``rl_zoo3.hyperparams_opt.HYPERPARAMS_SAMPLER`` and
+- :func:`register_zoo` adds the algorithms (:data:`sb3_ewma.algorithms.ALGORITHMS`) to ``rl_zoo3.ALGOS`` (the one
+  dict that ``rl_zoo3.utils``, ``rl_zoo3.exp_manager``, ``train``, ``enjoy`` and ``record_video`` share; ``train()``
+  builds its ``--algo`` choices from it when called), the samplers to ``rl_zoo3.hyperparams_opt.HYPERPARAMS_SAMPLER`` and
   ``HYPERPARAMS_CONVERTER``, and registers the Procgen ids in gymnasium.
 - :class:`ExperimentManager` subclasses rl-zoo3's: it reads this package's ``hyperparams/<algo>.yml`` when no
   ``-conf`` is given, evaluates ``policy_kwargs`` strings with ``ImpalaCNN`` in scope, keeps an explicit ``gamma`` of
   the ``normalize`` settings (rl-zoo3 replaces it with the algorithm's discount; the paper normalizes rewards with
   0.99 while discounting with 0.999), optionally rescales the entry for another number of environments
   (``--scale-n-envs``), and for Procgen ids builds procgen's native vectorized environment and evaluates with
-  stochastic actions. :func:`train` runs ``rl_zoo3.train.train()`` with it.
+  stochastic actions. :func:`train` runs ``rl_zoo3.train.train()`` with it, and with :class:`TrainArgumentParser`
+  (rl-zoo3's parser plus the ``--scale-*`` flags, so that ``-h`` prints one usage block).
+- Where rl-zoo3 has no extension point, a name of its module is replaced for the duration of one call and restored:
+  ``ExperimentManager`` and ``argparse`` in ``rl_zoo3.train`` (``train()`` looks both up when it runs),
+  ``create_test_env`` in ``rl_zoo3.enjoy`` and ``rl_zoo3.utils``. rl-zoo3's ``record_video`` is a script (its code
+  under ``if __name__ == "__main__"``), run with ``runpy`` as ``python -m`` would, without importing it first.
 - For Procgen ids, :func:`make_procgen_vec_env` is given to rl-zoo3 as its ``VecEnv`` class (the ``vec_env_cls``
   argument of ``make_vec_env``): instead of stepping ``n_envs`` copies of the single-environment wrapper, it creates
   one :class:`~sb3_ewma.envs.ProcgenVecEnv` of ``n_envs`` environments, configured like the copies would have been
@@ -23,42 +28,42 @@ How it hooks into rl-zoo3 (2.9):
   ``VecTransposeImage``) are applied on top as usual. :func:`enjoy` and :func:`record_video` route
   ``create_test_env`` the same way.
 
-rl-zoo3 is an optional dependency: importing this module without it raises an ``ImportError`` that says to
-install ``sb3-ewma[zoo]``.
+rl-zoo3 is an optional dependency: importing this module without it raises an ``ImportError`` that says how to
+install the ``zoo`` extra.
 """
 
 import argparse
 import contextlib
-import functools
 import importlib
 import runpy
 import sys
-import time
 import types
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import torch as th
 from stable_baselines3.common.base_class import BaseAlgorithm
-from stable_baselines3.common.monitor import Monitor, ResultsWriter
-from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
-from stable_baselines3.common.vec_env.base_vec_env import VecEnvStepReturn
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import VecEnv
 from torch import nn
 
 from sb3_ewma import hyperparams_opt
+from sb3_ewma._quiet import import_without_pkg_resources_warning
+from sb3_ewma.algorithms import ALGORITHMS, HYPERPARAMS_DIR, packaged_hyperparams_file
 from sb3_ewma.common import distributed
+from sb3_ewma.common.install import install_hint
 from sb3_ewma.common.torch_layers import ImpalaCNN
-from sb3_ewma.envs.procgen import PROCGEN_KWARGS, make_procgen_env, parse_procgen_env_id, register_procgen_envs
+from sb3_ewma.envs.procgen import PROCGEN_KWARGS, make_procgen_env, register_procgen_envs
+from sb3_ewma.envs.procgen_games import parse_procgen_env_id
 from sb3_ewma.scale import LR_RULES, scale_hyperparams_with_report
 
 ZOO_INSTALL_MESSAGE = (
     "The rl-zoo3 integration of sb3-ewma needs rl-zoo3 (and sb3-contrib, optuna): install the extra with "
-    "`pip install sb3-ewma[zoo]`"
+    f"{install_hint('zoo')}"
 )
 
 try:
@@ -79,15 +84,13 @@ def _import_zoo(name: str) -> types.ModuleType:
         raise ImportError(f"{ZOO_INSTALL_MESSAGE} (missing module: {error.name})") from error
 
 
-ZOO_ALGOS: tuple[str, ...] = ("ppo_ewma", "ppg_ewma", "ppg")
+ZOO_ALGORITHMS: dict[str, type[BaseAlgorithm]] = ALGORITHMS
+"""This package's algorithms by rl-zoo3 name (``--algo``), added to ``rl_zoo3.ALGOS`` by :func:`register_zoo`: the
+registry :data:`sb3_ewma.algorithms.ALGORITHMS`."""
+
+ZOO_ALGOS: tuple[str, ...] = tuple(ZOO_ALGORITHMS)
 """The rl-zoo3 names of this package's algorithms."""
 
-CONTRIB_ZOO_ALGOS: tuple[str, ...] = ("ppo_lstm_ewma", "ppo_mask_ewma")
-"""The rl-zoo3 names of the EWMA versions of sb3-contrib's RecurrentPPO and MaskablePPO; only ``ppo_lstm_ewma`` has a
-hyperparameter file (its partially observed tasks), as rl-zoo3 has no MaskablePPO entries."""
-
-HYPERPARAMS_DIR = Path(__file__).parent / "hyperparams"
-"""This package's rl-zoo3 hyperparameter files, ``<algo>.yml``."""
 
 POLICY_KWARGS_NAMESPACE: dict[str, Any] = {"ImpalaCNN": ImpalaCNN, "nn": nn, "th": th}
 """Names available to ``policy_kwargs`` strings, besides those rl-zoo3 provides."""
@@ -99,23 +102,8 @@ _MAKE_WRAPPERS = ("OrderEnforcing", "PassiveEnvChecker", "HumanRendering")
 
 
 def zoo_algorithms() -> dict[str, type[BaseAlgorithm]]:
-    """
-    :return: this package's algorithms by rl-zoo3 name: ``ppo_ewma`` -> ``PPO_EWMA``, ``ppg_ewma`` -> ``PPG_EWMA``,
-        ``ppg`` -> ``PPG``, ``ppo_lstm_ewma`` -> ``RecurrentPPO_EWMA``, ``ppo_mask_ewma`` -> ``MaskablePPO_EWMA``
-        (no hyperparameter file: rl-zoo3 has no maskable entries; pass ``-conf``)
-    """
-    from sb3_ewma.maskable_ppo_ewma import MaskablePPO_EWMA
-    from sb3_ewma.ppg_ewma import PPG, PPG_EWMA
-    from sb3_ewma.ppo_ewma import PPO_EWMA
-    from sb3_ewma.recurrent_ppo_ewma import RecurrentPPO_EWMA
-
-    return {
-        "ppo_ewma": PPO_EWMA,
-        "ppg_ewma": PPG_EWMA,
-        "ppg": PPG,
-        "ppo_lstm_ewma": RecurrentPPO_EWMA,
-        "ppo_mask_ewma": MaskablePPO_EWMA,
-    }
+    """:return: a copy of :data:`ZOO_ALGORITHMS`"""
+    return dict(ZOO_ALGORITHMS)
 
 
 def register_zoo() -> None:
@@ -137,13 +125,12 @@ def register_zoo() -> None:
 def default_conf_file(algo: str) -> str | None:
     """
     :param algo: an rl-zoo3 algorithm name
-    :return: the path of this package's hyperparameter file for ``algo`` (one of :data:`ZOO_ALGOS` or
-        :data:`CONTRIB_ZOO_ALGOS` that has one), else None
+    :return: the path of this package's hyperparameter file for ``algo`` (one of :data:`ZOO_ALGOS`), else None
+        (``ppo_mask_ewma`` has none: rl-zoo3 has no MaskablePPO entries, pass ``-conf``)
     """
-    path = HYPERPARAMS_DIR / f"{algo}.yml"
-    if algo not in (*ZOO_ALGOS, *CONTRIB_ZOO_ALGOS) or not path.is_file():
+    if algo not in ZOO_ALGOS or not packaged_hyperparams_file(algo).is_file():
         return None
-    return str(path)
+    return str(packaged_hyperparams_file(algo))
 
 
 def is_procgen_env_id(env_id: str) -> bool:
@@ -153,58 +140,6 @@ def is_procgen_env_id(env_id: str) -> bool:
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Procgen's native VecEnv for rl-zoo3
-
-
-class ProcgenMonitorWriter(VecEnvWrapper):
-    """
-    Writes the episode statistics that :class:`~sb3_ewma.envs.ProcgenVecEnv` puts in ``info["episode"]`` (raw
-    returns) to a Monitor CSV file, as SB3's ``Monitor`` does for each of rl-zoo3's environments (so that
-    ``rl_zoo3.plots`` and ``stable_baselines3.common.monitor.load_results`` read it). Unlike ``VecMonitor`` it leaves
-    the infos unchanged (they keep Procgen's ``level_complete`` and ``normalized_return``).
-
-    :func:`make_procgen_vec_env` always adds it, without a file for environments that rl-zoo3 does not monitor
-    (evaluation), so that training and evaluation environments have the same wrappers (SB3's
-    ``sync_envs_normalization`` needs that to copy the ``VecNormalize`` statistics).
-
-    :param venv: the Procgen ``VecEnv``
-    :param filename: the CSV file (``.monitor.csv`` is appended unless it ends with ``monitor.csv``), or None to write
-        nothing
-    :param info_keywords: keys of the step's info to write too (the ``Monitor`` argument of that name)
-    """
-
-    EPISODE_KEYS = ("level_complete", "normalized_return", "level_seed")
-
-    def __init__(self, venv: VecEnv, filename: str | None, info_keywords: Sequence[str] = ()) -> None:
-        super().__init__(venv)
-        self.info_keywords = tuple(info_keywords)
-        self.results_writer: ResultsWriter | None = None
-        if filename is not None:
-            env_id = venv.get_attr("env_name")[0]
-            self.results_writer = ResultsWriter(
-                filename,
-                header={"t_start": time.time(), "env_id": str(env_id)},
-                extra_keys=self.EPISODE_KEYS + self.info_keywords,
-            )
-
-    def reset(self) -> Any:
-        return self.venv.reset()
-
-    def step_wait(self) -> VecEnvStepReturn:
-        obs, rewards, dones, infos = self.venv.step_wait()
-        if self.results_writer is None:
-            return obs, rewards, dones, infos
-        for info in infos:
-            episode = info.get("episode")
-            if episode is not None:
-                row = {key: episode.get(key, "") for key in ("r", "l", "t", *self.EPISODE_KEYS)}
-                row.update({key: info.get(key, "") for key in self.info_keywords})
-                self.results_writer.write_row(row)
-        return obs, rewards, dones, infos
-
-    def close(self) -> None:
-        if self.results_writer is not None:
-            self.results_writer.close()
-        self.venv.close()
 
 
 def _procgen_settings(env: gym.Env) -> tuple[dict[str, Any], str | None, tuple[str, ...]]:
@@ -245,8 +180,10 @@ def make_procgen_vec_env(env_fns: list[Callable[[], gym.Env]], **vec_env_kwargs:
     :class:`~sb3_ewma.envs.ProcgenVecEnv` of ``len(env_fns)`` environments, configured like the environment that
     ``env_fns[0]`` builds (the game, distribution mode and ``env_kwargs`` such as ``num_levels``, ``start_level`` or
     procgen's options). That environment is created only to read its configuration (cheap: the single-environment
-    wrapper starts procgen lazily) and closed. The result is wrapped in a :class:`ProcgenMonitorWriter`, which
-    writes the episode statistics to the file of that environment's ``Monitor``, if it had one.
+    wrapper starts procgen lazily) and closed. Its episode statistics (SB3's ``VecMonitor``, in
+    :class:`~sb3_ewma.envs.ProcgenMonitor`) go to the file of that environment's ``Monitor``, if it had one. Training
+    and evaluation environments get the same wrappers (SB3's ``sync_envs_normalization`` needs that to copy the
+    ``VecNormalize`` statistics).
 
     The seed is set afterwards by ``make_vec_env`` (``VecEnv.seed``); reward normalization is rl-zoo3's ``normalize``
     setting (``VecNormalize``), so the environment itself does not normalize.
@@ -266,8 +203,14 @@ def make_procgen_vec_env(env_fns: list[Callable[[], gym.Env]], **vec_env_kwargs:
     finally:
         env.close()
     procgen_kwargs = {key: kwargs.pop(key) for key in PROCGEN_KWARGS if key in kwargs}
-    venv = make_procgen_env(n_envs=len(env_fns), normalize_reward=False, **kwargs, **procgen_kwargs)
-    return ProcgenMonitorWriter(venv, monitor_file, info_keywords)
+    return make_procgen_env(
+        n_envs=len(env_fns),
+        normalize_reward=False,
+        monitor_filename=monitor_file,
+        info_keywords=info_keywords,
+        **kwargs,
+        **procgen_kwargs,
+    )
 
 
 def create_test_env(
@@ -347,7 +290,7 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
       (:func:`make_procgen_vec_env`, whatever ``--vec-env`` says) and evaluations use stochastic actions, as the
       agent acts during training (a deterministic Procgen policy easily gets stuck).
 
-    :param scale: rescaling options (``--scale-n-envs``), or None
+    :param scale: rescaling options, or None: those of the ``--scale-*`` flags in ``args`` (:class:`TrainArgumentParser`)
     """
 
     def __init__(
@@ -363,9 +306,10 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
         self.rank, self.world_size = distributed.join_torchrun(self.device)
         self.seed, self.save_path = distributed.broadcast_from_rank0((self.seed, self.save_path))
         self.params_path = f"{self.save_path}/{self.env_name}"
-        scalable = (*ZOO_ALGOS, *CONTRIB_ZOO_ALGOS)
-        if scale is not None and algo not in scalable:
-            raise ValueError(f"--scale-n-envs rescales the hyperparameters of {scalable}, not of {algo!r}")
+        if scale is None:
+            scale = scale_options_from_args(args)
+        if scale is not None and algo not in ZOO_ALGOS:
+            raise ValueError(f"--scale-n-envs rescales the hyperparameters of {ZOO_ALGOS}, not of {algo!r}")
         self.scale = scale
         self.is_procgen = is_procgen_env_id(env_id)
         if self.is_procgen:
@@ -447,14 +391,11 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
 # command lines
 
 
-def scale_argument_parser(prog: str | None = None) -> argparse.ArgumentParser:
+def add_scale_arguments(parser: argparse.ArgumentParser) -> None:
     """
-    The parser of the flags that ``python -m sb3_ewma.train`` adds to rl-zoo3's (``--scale-n-envs`` and its options).
-
-    :param prog: the program name shown in messages
-    :return: the parser (no ``-h``: rl-zoo3's parser answers it)
+    Add the flags of ``python -m sb3_ewma.train`` that rl-zoo3 has not (``--scale-n-envs`` and its options) to
+    ``parser``, as one argument group.
     """
-    parser = argparse.ArgumentParser(prog=prog, add_help=False, allow_abbrev=False)
     group = parser.add_argument_group(
         "sb3-ewma (batch size-invariance)",
         "Rescale the hyperparameter entry (after --hyperparams overrides) from its n_envs to another number of "
@@ -467,35 +408,52 @@ def scale_argument_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     group.add_argument("--scale-adam-betas", action="store_true", help="also raise Adam's betas to the power 1/c")
     group.add_argument("--scale-aux-learning-rate", action="store_true", help="PPG: also rescale aux_learning_rate")
-    return parser
 
 
-def split_scale_args(argv: Sequence[str], prog: str | None = None) -> tuple[ScaleOptions | None, list[str]]:
+def scale_options_from_args(args: argparse.Namespace) -> ScaleOptions | None:
     """
-    Take this package's ``--scale-*`` flags out of a command line.
+    The rescaling options of parsed arguments (see :func:`add_scale_arguments`).
 
-    :param argv: the command line arguments (without the program name)
-    :param prog: the program name shown in messages
-    :return: the rescaling options (None without ``--scale-n-envs``) and the arguments left for rl-zoo3
+    :return: the options, or None without ``--scale-n-envs`` (or for arguments parsed without these flags)
+    :raises ValueError: ``--scale-n-envs`` below 1, or a ``--scale-*`` option without ``--scale-n-envs``
     """
-    parser = scale_argument_parser(prog)
-    if "-h" in argv or "--help" in argv:
-        parser.print_help()
-        print()
-    args, rest = parser.parse_known_args(list(argv))
-    if args.scale_n_envs is None:
-        if args.scale_lr_rule is not None or args.scale_adam_betas or args.scale_aux_learning_rate:
-            parser.error("--scale-lr-rule, --scale-adam-betas and --scale-aux-learning-rate need --scale-n-envs")
-        return None, rest
-    if args.scale_n_envs < 1:
-        parser.error(f"--scale-n-envs must be >= 1, got {args.scale_n_envs}")
-    options = ScaleOptions(
-        n_envs=args.scale_n_envs,
-        lr_rule=args.scale_lr_rule,
-        scale_adam_betas=args.scale_adam_betas,
-        scale_aux_learning_rate=args.scale_aux_learning_rate,
-    )
-    return options, rest
+    n_envs = getattr(args, "scale_n_envs", None)
+    lr_rule = getattr(args, "scale_lr_rule", None)
+    scale_adam_betas = bool(getattr(args, "scale_adam_betas", False))
+    scale_aux_learning_rate = bool(getattr(args, "scale_aux_learning_rate", False))
+    if n_envs is None:
+        if lr_rule is not None or scale_adam_betas or scale_aux_learning_rate:
+            raise ValueError("--scale-lr-rule, --scale-adam-betas and --scale-aux-learning-rate need --scale-n-envs")
+        return None
+    if n_envs < 1:
+        raise ValueError(f"--scale-n-envs must be >= 1, got {n_envs}")
+    return ScaleOptions(n_envs, lr_rule, scale_adam_betas, scale_aux_learning_rate)
+
+
+class TrainArgumentParser(argparse.ArgumentParser):
+    """
+    The parser of ``rl_zoo3.train`` with :func:`add_scale_arguments`'s flags: ``-h`` prints one usage block with
+    rl-zoo3's options and this package's, and parsing checks the ``--scale-*`` flags (an argparse error, before any
+    environment is made).
+    """
+
+    _scale_arguments_added = False
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        # added last, so that -h lists them after rl-zoo3's options
+        if not self._scale_arguments_added:
+            add_scale_arguments(self)
+            self._scale_arguments_added = True
+        parsed = super().parse_args(args, namespace)
+        try:
+            scale_options_from_args(parsed)
+        except ValueError as error:
+            self.error(str(error))
+        return parsed
+
+
+# rl_zoo3.train.train() builds its parser with `argparse.ArgumentParser()`: this module namespace gives it ours
+_ARGPARSE_FOR_TRAIN = types.SimpleNamespace(**{**vars(argparse), "ArgumentParser": TrainArgumentParser})
 
 
 @contextlib.contextmanager
@@ -519,18 +477,25 @@ def _argv(prog: str, argv: Sequence[str]) -> Iterator[None]:
         sys.argv = original
 
 
-def train(argv: Sequence[str], scale: ScaleOptions | None = None, prog: str = "python -m sb3_ewma.train") -> None:
+def train(argv: Sequence[str], prog: str = "python -m sb3_ewma.train") -> None:
     """
-    Run ``rl_zoo3.train.train()`` with :func:`register_zoo` done and this package's :class:`ExperimentManager`.
+    Run ``rl_zoo3.train.train()`` with :func:`register_zoo` done, this package's :class:`ExperimentManager` and its
+    flags (:class:`TrainArgumentParser`).
 
-    :param argv: rl-zoo3's command line arguments (without the program name)
-    :param scale: rescale the hyperparameter entry for another number of environments
+    rl-zoo3 has no hook for either: ``train()`` looks both up in its module when it runs (``ExperimentManager`` and
+    ``argparse.ArgumentParser``), so they are replaced there for the duration of the call, and restored.
+
+    :param argv: the command line arguments (without the program name): rl-zoo3's and ``--scale-*``
     :param prog: the program name shown in messages
     """
     register_zoo()
-    manager = functools.partial(ExperimentManager, scale=scale)
     # under torchrun, ranks other than 0 print nothing (errors still reach stderr)
-    with _patched(rl_zoo3.train, "ExperimentManager", manager), _argv(prog, argv), distributed.quiet_unless_rank0():
+    with (
+        _patched(rl_zoo3.train, "ExperimentManager", ExperimentManager),
+        _patched(rl_zoo3.train, "argparse", _ARGPARSE_FOR_TRAIN),
+        _argv(prog, argv),
+        distributed.quiet_unless_rank0(),
+    ):
         rl_zoo3.train.train()
 
 
@@ -552,25 +517,33 @@ def record_video(argv: Sequence[str], prog: str = "python -m sb3_ewma.record_vid
     """
     Run rl-zoo3's ``record_video`` script with :func:`register_zoo` done and Procgen ids built natively.
 
+    rl-zoo3's ``record_video`` is a script (all of it under ``if __name__ == "__main__"``), so it runs with ``runpy``,
+    as ``python -m rl_zoo3.record_video`` would; it is not imported before (that makes runpy warn). It reads
+    ``create_test_env`` from ``rl_zoo3.utils`` when it runs, which is replaced there for the duration of the call.
+    The video writer's ``imageio_ffmpeg`` is imported first without its ``pkg_resources`` deprecation warning.
+
     :param argv: rl-zoo3's command line arguments (without the program name)
     :param prog: the program name shown in messages
     """
     register_zoo()
-    _import_zoo("rl_zoo3.record_video")
-    # the script imports create_test_env from rl_zoo3.utils when it runs
+    import_without_pkg_resources_warning("imageio_ffmpeg")
     with _patched(rl_zoo3.utils, "create_test_env", create_test_env), _argv(prog, argv):
-        runpy.run_module("rl_zoo3.record_video", run_name="__main__", alter_sys=False)
+        try:
+            runpy.run_module("rl_zoo3.record_video", run_name="__main__", alter_sys=False)
+        except ModuleNotFoundError as error:
+            raise ImportError(f"{ZOO_INSTALL_MESSAGE} (missing module: {error.name})") from error
 
 
 __all__ = [
-    "CONTRIB_ZOO_ALGOS",
     "HYPERPARAMS_DIR",
     "POLICY_KWARGS_NAMESPACE",
+    "ZOO_ALGORITHMS",
     "ZOO_ALGOS",
     "ZOO_INSTALL_MESSAGE",
     "ExperimentManager",
-    "ProcgenMonitorWriter",
     "ScaleOptions",
+    "TrainArgumentParser",
+    "add_scale_arguments",
     "create_test_env",
     "default_conf_file",
     "enjoy",
@@ -578,7 +551,6 @@ __all__ = [
     "make_procgen_vec_env",
     "record_video",
     "register_zoo",
-    "scale_argument_parser",
-    "split_scale_args",
+    "scale_options_from_args",
     "train",
 ]

@@ -9,13 +9,14 @@ import torch as th
 from stable_baselines3 import PPO
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.monitor import Monitor
-from stable_baselines3.common.vec_env import VecMonitor, VecNormalize, VecTransposeImage
+from stable_baselines3.common.vec_env import VecMonitor, VecNormalize, VecTransposeImage, is_vecenv_wrapped
 
 import sb3_ewma.envs
 from sb3_ewma.envs import (
     PROCGEN_GAMES,
     PROCGEN_NORMALIZATION_CONSTANTS,
     ProcgenGymnasiumEnv,
+    ProcgenMonitor,
     ProcgenVecEnv,
     make_procgen_env,
     normalized_return,
@@ -28,7 +29,7 @@ try:
 except ImportError:  # the tests that do not need it still run
     procgen = None
 
-requires_procgen = pytest.mark.skipif(procgen is None, reason="needs procgen: pip install sb3-ewma[procgen]")
+requires_procgen = pytest.mark.skipif(procgen is None, reason="needs procgen: pip install -e '.[procgen]'")
 
 th.set_num_threads(1)
 
@@ -65,6 +66,19 @@ def test_games_and_normalized_return():
         normalized_return("coinrun", 10.0, "memory")
     with pytest.raises(ValueError, match="game must be one of"):
         normalized_return("pong", 10.0, "hard")
+
+
+def test_normalized_return_never_assumes_the_mode():
+    # the easy and hard constants differ (starpilot: 2.5..64 vs 1.5..35): a game alone is refused
+    with pytest.raises(ValueError, match="distribution_mode is required"):
+        normalized_return("starpilot", 20.0)
+    # an environment id names its mode
+    assert normalized_return("procgen-starpilot-easy", 33.25) == pytest.approx(0.5)
+    assert normalized_return("procgen-starpilot-hard", 18.25) == pytest.approx(0.5)
+    assert normalized_return("procgen-starpilot-easy", 33.25, "easy") == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="contradicts the environment id"):
+        normalized_return("procgen-starpilot-easy", 33.25, "hard")
+    np.testing.assert_allclose(normalized_return("procgen-coinrun-hard", np.array([5.0, 10.0])), [0.0, 1.0])
 
 
 @requires_procgen
@@ -234,9 +248,9 @@ def test_missing_procgen_raises_install_hint(monkeypatch):
     for name in ("sb3_ewma.envs", "sb3_ewma.envs.procgen"):
         monkeypatch.delitem(sys.modules, name)
     envs = importlib.import_module("sb3_ewma.envs")
-    with pytest.raises(ImportError, match=r"pip install sb3-ewma\[procgen\]"):
+    with pytest.raises(ImportError, match=r'pip install -e "\.\[procgen\]"'):
         envs.make_procgen_env("coinrun", n_envs=2)
-    with pytest.raises(ImportError, match=r"pip install sb3-ewma\[procgen\]"):
+    with pytest.raises(ImportError, match=r'pip install -e "\.\[procgen\]"'):
         envs.ProcgenGymnasiumEnv("coinrun")
 
 
@@ -291,15 +305,14 @@ def test_vec_env_api_and_rendering():
     with pytest.raises(ValueError, match="indices=None"):
         env.set_attr("custom", 4, indices=[0])
     assert env.env_method("get_images", indices=[0])[0][0].shape == (512, 512, 3)
-    assert env.env_is_wrapped(Monitor) == [True, True]
+    # the episode statistics come from SB3's VecMonitor (evaluate_policy reads them)
+    assert is_vecenv_wrapped(env, VecMonitor) and isinstance(env, ProcgenMonitor)
+    assert env.env_is_wrapped(Monitor) == [False, False]
     assert env.env_is_wrapped(gym.Wrapper) == [False, False]
     assert env.metadata["render_fps"] == 15 and "rgb_array" in env.metadata["render_modes"]
     frames = env.get_images()
     assert len(frames) == 2 and frames[0].shape == (512, 512, 3) and frames[0].dtype == np.uint8
     assert env.render().shape == (1024, 512, 3)  # 2 frames tiled
-    # VecMonitor warns about the existing Monitor-style statistics
-    with pytest.warns(UserWarning, match="Monitor"):
-        VecMonitor(env)
     env.close()
 
     env = make(2, render_mode=None)

@@ -443,3 +443,29 @@ def test_ppg_default_aux_batch_size_is_kept():
     assert scaled["aux_batch_size"] == 2048
     explicit = scale_hyperparams({**reference, "aux_batch_size": 1024}, 16, algo="ppg_ewma")
     assert explicit["aux_batch_size"] == 1024
+
+
+def test_cli_finds_the_packaged_file_from_algo_and_env(capsys):
+    assert main(["--algo", "ppg_ewma", "--env", "procgen-starpilot-easy", "--n-envs", "16"]) == 0
+    output = yaml.safe_load(capsys.readouterr().out)
+    packaged = yaml.safe_load((REPO_ROOT / "sb3_ewma" / "hyperparams" / "ppg_ewma.yml").read_text())
+    expected = scale_hyperparams(packaged["procgen-starpilot-easy"], 16, algo="ppg_ewma")
+    assert output == {"procgen-starpilot-easy": expected}
+    assert expected["n_envs"] == 16 and expected["n_policy_iterations"] == 32 * 4
+    # a file and --env work together; the entry cannot be given twice, and without a file --algo is needed
+    assert main([str(REPO_ROOT / "sb3_ewma" / "hyperparams" / "ppo_ewma.yml"), "--env", "CartPole-v1", "--n-envs", "4"]) == 0
+    for argv in (["--env", "CartPole-v1", "--n-envs", "4"], ["--algo", "ppo_ewma", "--n-envs", "4"]):
+        with pytest.raises(SystemExit) as error:
+            main(argv)
+        assert error.value.code == 2
+    with pytest.raises(SystemExit):
+        main(
+            [
+                str(REPO_ROOT / "sb3_ewma" / "hyperparams" / "ppo_ewma.yml"),
+                "CartPole-v1",
+                "--env",
+                "Acrobot-v1",
+                "--n-envs",
+                "4",
+            ]
+        )

@@ -3,6 +3,7 @@ rl-zoo3 integration: ``python -m sb3_ewma.train`` / ``enjoy`` end to end, the hy
 ``--scale-n-envs``, the native Procgen VecEnv and the errors for missing extras.
 """
 
+import argparse
 import copy
 import importlib
 import os
@@ -25,8 +26,9 @@ import rl_zoo3.hyperparams_opt
 from stable_baselines3.common.env_util import make_vec_env
 
 from sb3_ewma import zoo
+from sb3_ewma._quiet import import_without_pkg_resources_warning
 from sb3_ewma.common.torch_layers import ImpalaCNN
-from sb3_ewma.envs.procgen import PROCGEN_GAMES, ProcgenVecEnv
+from sb3_ewma.envs import PROCGEN_GAMES, ProcgenMonitor, ProcgenVecEnv
 from sb3_ewma.hyperparams_opt import (
     HYPERPARAMS_CONVERTER,
     HYPERPARAMS_SAMPLER,
@@ -34,7 +36,9 @@ from sb3_ewma.hyperparams_opt import (
 )
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-ALGO_FILES = {algo: zoo.HYPERPARAMS_DIR / f"{algo}.yml" for algo in zoo.ZOO_ALGOS}
+# the algorithms whose packaged files hold the paper's Procgen entries (and classic-control ones)
+PAPER_ALGOS = ("ppo_ewma", "ppg_ewma", "ppg")
+ALGO_FILES = {algo: zoo.HYPERPARAMS_DIR / f"{algo}.yml" for algo in PAPER_ALGOS}
 CLASSIC_ENVS = ("CartPole-v1", "Acrobot-v1", "LunarLander-v3", "Pendulum-v1")
 PPG_KEYS = {"n_policy_iterations", "n_value_epochs", "n_aux_epochs", "beta_clone"}
 EWMA_KEYS = {"ewma_decay", "kl_coef", "imp_samp_max"}
@@ -53,7 +57,7 @@ try:
 except ImportError:
     HAS_BOX2D = False
 
-needs_procgen = pytest.mark.skipif(not HAS_PROCGEN, reason="procgen is not installed (pip install sb3-ewma[procgen])")
+needs_procgen = pytest.mark.skipif(not HAS_PROCGEN, reason="procgen is not installed (pip install -e '.[procgen]')")
 
 
 def run_module(module: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -116,6 +120,8 @@ def test_train_enjoy_cartpole_ppo_ewma(cartpole_log_folder: Path) -> None:
 
 def test_record_video(cartpole_log_folder: Path, tmp_path: Path) -> None:
     try:
+        # as the command does: without imageio_ffmpeg's pkg_resources warning
+        import_without_pkg_resources_warning("imageio_ffmpeg")
         import moviepy  # noqa: F401
     except Exception as error:  # moviepy fails with ImportError, or other errors from its ffmpeg helpers
         pytest.skip(f"recording videos needs a working moviepy: {error!r}")
@@ -178,7 +184,7 @@ def test_train_enjoy_procgen(tmp_path: Path) -> None:
 def test_register_zoo() -> None:
     zoo.register_zoo()
     algorithms = zoo.zoo_algorithms()
-    for algo in zoo.ZOO_ALGOS:
+    for algo in PAPER_ALGOS:
         assert rl_zoo3.ALGOS[algo] is algorithms[algo]
         assert rl_zoo3.hyperparams_opt.HYPERPARAMS_SAMPLER[algo] is HYPERPARAMS_SAMPLER[algo]
         assert rl_zoo3.hyperparams_opt.HYPERPARAMS_CONVERTER[algo] is HYPERPARAMS_CONVERTER[algo]
@@ -200,7 +206,7 @@ def test_make_procgen_vec_env(tmp_path: Path) -> None:
         monitor_dir=str(tmp_path),
         vec_env_cls=zoo.make_procgen_vec_env,  # type: ignore[arg-type]
     )
-    assert isinstance(venv, zoo.ProcgenMonitorWriter)
+    assert isinstance(venv, ProcgenMonitor)
     inner = venv.venv
     assert isinstance(inner, ProcgenVecEnv)
     assert (inner.num_envs, inner.env_name, inner.distribution_mode) == (3, "coinrun", "easy")
@@ -237,7 +243,7 @@ def test_make_procgen_vec_env(tmp_path: Path) -> None:
 # hyperparameter files
 
 
-@pytest.mark.parametrize("algo", zoo.ZOO_ALGOS)
+@pytest.mark.parametrize("algo", PAPER_ALGOS)
 def test_yaml_entries(algo: str) -> None:
     entries = load_entries(algo)
     procgen_ids = {f"procgen-{game}-{mode}" for game in PROCGEN_GAMES for mode in ("easy", "hard")}
@@ -295,11 +301,11 @@ def test_yaml_entries(algo: str) -> None:
             assert PPG_KEYS <= set(entries[env_id]), env_id
 
 
-@pytest.mark.parametrize("algo", zoo.ZOO_ALGOS)
+@pytest.mark.parametrize("algo", PAPER_ALGOS)
 @pytest.mark.parametrize("env_id", CLASSIC_ENVS)
 def test_classic_control_entries_train(algo: str, env_id: str, tmp_path: Path) -> None:
     if env_id.startswith("LunarLander") and not HAS_BOX2D:
-        pytest.skip("LunarLander needs Box2D: pip install 'gymnasium[box2d]' (in sb3-ewma[zoo])")
+        pytest.skip("LunarLander needs Box2D: pip install 'gymnasium[box2d]' (in the zoo extra)")
     # one iteration of 32 steps per environment (the entries' n_steps are up to 1024)
     train_in_process("--algo", algo, "--env", env_id, "-n", "100", "-f", str(tmp_path), "-params", "n_steps:32")
     run_dir = saved_run(tmp_path, algo, env_id)
@@ -309,7 +315,7 @@ def test_classic_control_entries_train(algo: str, env_id: str, tmp_path: Path) -
     assert model.num_timesteps == 32 * entry["n_envs"]
 
 
-@pytest.mark.parametrize("algo", zoo.ZOO_ALGOS)
+@pytest.mark.parametrize("algo", PAPER_ALGOS)
 def test_atari_entry_trains(algo: str, tmp_path: Path) -> None:
     pytest.importorskip("ale_py", reason="Atari needs ale-py")
     # rl-zoo3 uses the `atari` entry for every Atari id; shrunk to 2 environments and one 16-step iteration
@@ -323,7 +329,7 @@ def test_atari_entry_trains(algo: str, tmp_path: Path) -> None:
 
 
 @needs_procgen
-@pytest.mark.parametrize("algo", zoo.ZOO_ALGOS)
+@pytest.mark.parametrize("algo", PAPER_ALGOS)
 def test_procgen_entry_builds(algo: str, tmp_path: Path) -> None:
     # the shared hard-mode entry (with the merge key), shrunk: 2 environments, one 16-step iteration
     # (PPG: one policy iteration per phase, so the auxiliary phase runs too)
@@ -357,7 +363,7 @@ def test_procgen_entry_builds(algo: str, tmp_path: Path) -> None:
 # hyperparameter search
 
 
-@pytest.mark.parametrize("algo", zoo.ZOO_ALGOS)
+@pytest.mark.parametrize("algo", PAPER_ALGOS)
 def test_samplers(algo: str) -> None:
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     for _ in range(3):
@@ -414,16 +420,51 @@ def test_scale_n_envs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert (config["n_envs"], config["learning_rate"]) == (2, "lin_0.0005")
 
 
-def test_split_scale_args() -> None:
-    argv = ["--algo", "ppg_ewma", "--scale-n-envs", "4", "-params", "n_steps:32", "--scale-adam-betas", "--seed", "-1"]
-    options, rest = zoo.split_scale_args(argv)
-    assert options == zoo.ScaleOptions(n_envs=4, scale_adam_betas=True)
-    assert rest == ["--algo", "ppg_ewma", "-params", "n_steps:32", "--seed", "-1"]
-    assert zoo.split_scale_args(["--algo", "ppo_ewma"]) == (None, ["--algo", "ppo_ewma"])
+def test_scale_flags_are_parsed_with_rl_zoo3_flags() -> None:
+    parser = zoo.TrainArgumentParser(prog="train")
+    parser.add_argument("--algo")
+    args = parser.parse_args(["--algo", "ppg_ewma", "--scale-n-envs", "4", "--scale-adam-betas"])
+    assert args.algo == "ppg_ewma"
+    assert zoo.scale_options_from_args(args) == zoo.ScaleOptions(n_envs=4, scale_adam_betas=True)
+    assert zoo.scale_options_from_args(parser.parse_args(["--algo", "ppo_ewma"])) is None
     with pytest.raises(SystemExit):
-        zoo.split_scale_args(["--scale-adam-betas"])
+        parser.parse_args(["--scale-adam-betas"])
     with pytest.raises(SystemExit):
-        zoo.split_scale_args(["--scale-n-envs", "0"])
+        parser.parse_args(["--scale-n-envs", "0"])
+
+
+def test_train_help_is_one_usage_block_with_both_option_sets(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        train_in_process("-h")
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.count("usage:") == 1
+    for option in ("--algo", "--env", "-params", "--scale-n-envs", "--scale-lr-rule", "--scale-aux-learning-rate"):
+        assert option in out
+    # rl-zoo3's module is left as it was
+    import rl_zoo3.train
+
+    assert rl_zoo3.train.argparse is argparse and rl_zoo3.train.ExperimentManager is rl_zoo3.exp_manager.ExperimentManager
+
+
+@pytest.mark.parametrize("module", ["sb3_ewma.train", "sb3_ewma.enjoy", "sb3_ewma.record_video", "sb3_ewma.scale"])
+def test_commands_are_quiet(module: str) -> None:
+    # no Gym banner (procgen installs the legacy gym, which SB3 imports), no runpy RuntimeWarning, no other warning
+    result = subprocess.run(
+        [sys.executable, "-W", "default", "-m", module, "-h"], capture_output=True, text=True, cwd=REPO_ROOT, check=True
+    )
+    assert result.stdout.count("usage:") == 1
+    assert result.stderr == ""
+
+
+def test_video_writer_imports_without_pkg_resources_warning() -> None:
+    pytest.importorskip("imageio_ffmpeg")
+    code = "from sb3_ewma._quiet import import_without_pkg_resources_warning as q; q('imageio_ffmpeg'); import moviepy"
+    result = subprocess.run(
+        [sys.executable, "-W", "error::UserWarning", "-c", code], capture_output=True, text=True, cwd=REPO_ROOT
+    )
+    assert result.returncode == 0, result.stderr
+    assert "pkg_resources" not in result.stderr
 
 
 def test_scale_n_envs_refuses_other_algorithms(tmp_path: Path) -> None:
@@ -442,17 +483,17 @@ def test_missing_rl_zoo3(monkeypatch: pytest.MonkeyPatch) -> None:
     # a fresh import of the module
     monkeypatch.delitem(sys.modules, "sb3_ewma.zoo")
     monkeypatch.delattr(sb3_ewma, "zoo")
-    with pytest.raises(ImportError, match=r"pip install sb3-ewma\[zoo\]"):
+    with pytest.raises(ImportError, match=r'pip install -e "\.\[zoo\]"'):
         importlib.import_module("sb3_ewma.zoo")
     from sb3_ewma.train import main
 
-    with pytest.raises(ImportError, match=r"pip install sb3-ewma\[zoo\]"):
+    with pytest.raises(ImportError, match=r'pip install -e "\.\[zoo\]"'):
         main(["--algo", "ppo_ewma"])
 
 
 def test_missing_procgen(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setitem(sys.modules, "procgen", None)
-    with pytest.raises(ImportError, match=r"pip install sb3-ewma\[procgen\]"):
+    with pytest.raises(ImportError, match=r'pip install -e "\.\[procgen\]"'):
         train_in_process("--algo", "ppo_ewma", "--env", "procgen-starpilot-easy", "-n", "64", "-f", str(tmp_path))
 
 

@@ -14,6 +14,7 @@ from stable_baselines3.common.utils import FloatSchedule
 from sb3_ewma.common.decoupled import AdvantageNormalizer, DecoupledPolicyObjective, resolve_ewma_decay, uses_proximal_network
 from sb3_ewma.common.distributions import evaluate_actions_with_distribution
 from sb3_ewma.common.ewma import ParameterEWMA, center_of_mass_from_ewma_decay
+from sb3_ewma.common.format import without_rounding_noise
 from sb3_ewma.common.gradient_noise import GradientNoiseScale
 from sb3_ewma.common.minibatches import rollout_minibatches
 from sb3_ewma.common.proximal import (
@@ -275,4 +276,5 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
         for key, value in self.advantage_normalizer.stats().items():
             self.logger.record(f"train/{key}", value)  # type: ignore[attr-defined]
         if self._uses_ewma and self.proximal_decay is not None:
-            self.logger.record("train/ewma_center_of_mass", center_of_mass_from_ewma_decay(self.proximal_decay))  # type: ignore[attr-defined]
+            center_of_mass = without_rounding_noise(center_of_mass_from_ewma_decay(self.proximal_decay))
+            self.logger.record("train/ewma_center_of_mass", center_of_mass)  # type: ignore[attr-defined]

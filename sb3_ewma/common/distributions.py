@@ -3,10 +3,11 @@ Helpers on SB3 action distributions: exact KL divergences, the parameters that d
 policy's outputs, e.g. PPG's ``pi_old``), and evaluation that also returns the distribution.
 """
 
+import copy
 from collections.abc import Sequence
 
 import torch as th
-from stable_baselines3.common.distributions import Distribution
+from stable_baselines3.common.distributions import Distribution, kl_divergence
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.type_aliases import PyTorchObs
 
@@ -20,12 +21,14 @@ def _torch_distributions(distribution: Distribution) -> list[th.distributions.Di
 
 def distribution_kl(p: Distribution, q: Distribution) -> th.Tensor:
     """
-    Exact ``KL[p, q]`` per sample (summed over action dimensions) between two SB3 distributions of the same kind:
-    Categorical, MultiCategorical, Bernoulli (MultiBinary), diagonal Gaussian and gSDE.
+    Exact ``KL[p, q]`` per sample between two SB3 distributions of the same kind (Categorical, MultiCategorical,
+    Bernoulli (MultiBinary), diagonal Gaussian and gSDE): SB3's ``kl_divergence``, summed over the action dimensions
+    (which it leaves separate for the Gaussian and Bernoulli distributions).
 
     :return: a tensor of shape ``(batch_size,)``
     """
-    return _summed_kl(_torch_distributions(p), _torch_distributions(q))
+    kl = kl_divergence(p, q)
+    return kl.sum(dim=tuple(range(1, kl.dim()))) if kl.dim() > 1 else kl
 
 
 def distribution_parameters(distribution: Distribution) -> list[th.Tensor]:
@@ -54,31 +57,20 @@ def kl_from_parameters(parameters: Sequence[th.Tensor], distribution: Distributi
     :return: a tensor of shape ``(batch_size,)``, differentiable with respect to ``distribution``
     """
     remaining = iter(parameters)
-    stored: list[th.distributions.Distribution] = []
+    rebuilt: list[th.distributions.Distribution] = []
     for part in _torch_distributions(distribution):
         if isinstance(part, th.distributions.Normal):
-            stored.append(th.distributions.Normal(next(remaining), next(remaining)))
+            rebuilt.append(th.distributions.Normal(next(remaining), next(remaining)))
         elif isinstance(part, th.distributions.Categorical):
-            stored.append(th.distributions.Categorical(logits=next(remaining)))
+            rebuilt.append(th.distributions.Categorical(logits=next(remaining)))
         elif isinstance(part, th.distributions.Bernoulli):
-            stored.append(th.distributions.Bernoulli(logits=next(remaining)))
+            rebuilt.append(th.distributions.Bernoulli(logits=next(remaining)))
         else:
             raise TypeError(f"Unsupported distribution {type(part).__name__}")
-    return _summed_kl(stored, _torch_distributions(distribution))
-
-
-def _summed_kl(
-    p_parts: Sequence[th.distributions.Distribution], q_parts: Sequence[th.distributions.Distribution]
-) -> th.Tensor:
-    """``sum_i KL[p_i, q_i]`` per sample, each summed over its event dimensions."""
-    total: th.Tensor | None = None
-    for p_part, q_part in zip(p_parts, q_parts):
-        kl = th.distributions.kl_divergence(p_part, q_part)
-        if kl.dim() > 1:
-            kl = kl.sum(dim=tuple(range(1, kl.dim())))
-        total = kl if total is None else total + kl
-    assert total is not None, "empty distribution"
-    return total
+    # an SB3 distribution of the same kind holding the stored torch distribution(s)
+    stored = copy.copy(distribution)
+    stored.distribution = rebuilt if isinstance(distribution.distribution, (list, tuple)) else rebuilt[0]  # type: ignore[assignment]
+    return distribution_kl(stored, distribution)
 
 
 def policy_latents(policy: ActorCriticPolicy, obs: PyTorchObs) -> tuple[th.Tensor, th.Tensor]:

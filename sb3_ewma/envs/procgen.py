@@ -1,92 +1,29 @@
 """
-Procgen (Cobbe et al. 2020) for Stable-Baselines3: a ``VecEnv`` adapter over procgen's vectorized environment,
-a single-environment gymnasium wrapper registered for rl-zoo3, and the normalization constants of the benchmark.
+Procgen (Cobbe et al. 2020) for Stable-Baselines3: a ``VecEnv`` adapter over procgen's vectorized environment and a
+single-environment gymnasium wrapper registered for rl-zoo3. The games, modes and normalization constants are in
+:mod:`sb3_ewma.envs.procgen_games`, the episode statistics in :mod:`sb3_ewma.envs.procgen_monitor`.
 
-The ``procgen`` module (distribution ``procgen-mirror``, extra ``sb3-ewma[procgen]``) is imported lazily,
-so this module can be imported without it.
+The ``procgen`` module (distribution ``procgen-mirror``, extra ``procgen``) is imported lazily, so this module can be
+imported without it.
 """
 
-import re
-import time
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
-PROCGEN_GAMES: list[str] = [
-    "bigfish",
-    "bossfight",
-    "caveflyer",
-    "chaser",
-    "climber",
-    "coinrun",
-    "dodgeball",
-    "fruitbot",
-    "heist",
-    "jumper",
-    "leaper",
-    "maze",
-    "miner",
-    "ninja",
-    "plunder",
-    "starpilot",
-]
-"""The 16 Procgen games."""
-
-PROCGEN_DISTRIBUTION_MODES: tuple[str, ...] = ("easy", "hard", "extreme", "memory", "exploration")
-"""Procgen's distribution modes; only "easy" and "hard" exist for every game."""
-
-PROCGEN_MODE_GAMES: dict[str, tuple[str, ...]] = {
-    # procgen aborts the whole process (C++ fassert) when a game is created in a mode it does not support
-    "extreme": ("chaser", "dodgeball", "leaper", "starpilot"),
-    "memory": ("caveflyer", "dodgeball", "heist", "jumper", "maze", "miner"),
-    "exploration": ("caveflyer", "climber", "coinrun", "heist", "jumper", "leaper", "maze", "ninja"),
-}
-"""Games that support the restricted distribution modes."""
-
-PROCGEN_NORMALIZATION_CONSTANTS: dict[str, dict[str, tuple[float, float]]] = {
-    "easy": {
-        "bigfish": (1.0, 40.0),
-        "bossfight": (0.5, 13.0),
-        "caveflyer": (3.5, 12.0),
-        "chaser": (0.5, 13.0),
-        "climber": (2.0, 12.6),
-        "coinrun": (5.0, 10.0),
-        "dodgeball": (1.5, 19.0),
-        "fruitbot": (-1.5, 32.4),
-        "heist": (3.5, 10.0),
-        "jumper": (3.0, 10.0),
-        "leaper": (3.0, 10.0),
-        "maze": (5.0, 10.0),
-        "miner": (1.5, 13.0),
-        "ninja": (3.5, 10.0),
-        "plunder": (4.5, 30.0),
-        "starpilot": (2.5, 64.0),
-    },
-    "hard": {
-        "bigfish": (0.0, 40.0),
-        "bossfight": (0.5, 13.0),
-        "caveflyer": (2.0, 13.4),
-        "chaser": (0.5, 14.2),
-        "climber": (1.0, 12.6),
-        "coinrun": (5.0, 10.0),
-        "dodgeball": (1.5, 19.0),
-        "fruitbot": (-0.5, 27.2),
-        "heist": (2.0, 10.0),
-        "jumper": (1.0, 10.0),
-        "leaper": (1.5, 10.0),
-        "maze": (4.0, 10.0),
-        "miner": (1.5, 20.0),
-        "ninja": (2.0, 10.0),
-        "plunder": (3.0, 30.0),
-        "starpilot": (1.5, 35.0),
-    },
-}
-"""``{distribution_mode: {game: (R_min, R_max)}}`` of the Procgen paper, for ``(R - R_min) / (R_max - R_min)``."""
+from sb3_ewma.common.install import install_hint
+from sb3_ewma.envs.procgen_games import (
+    PROCGEN_DISTRIBUTION_MODES,
+    PROCGEN_GAMES,
+    PROCGEN_MODE_GAMES,
+    PROCGEN_REGISTERED_MODES,
+)
+from sb3_ewma.envs.procgen_monitor import ProcgenMonitor
 
 PROCGEN_KWARGS: tuple[str, ...] = (
     "center_agent",
@@ -104,14 +41,10 @@ PROCGEN_KWARGS: tuple[str, ...] = (
 
 PROCGEN_RENDER_MODES: tuple[str | None, ...] = (None, "rgb_array")
 PROCGEN_FPS = 15
-PROCGEN_REGISTERED_MODES: tuple[str, ...] = ("easy", "hard")
-"""Distribution modes of the gymnasium ids ``procgen-<game>-<mode>`` registered by :func:`register_procgen_envs`."""
-
 # procgen passes its seeds to C as int32
 _SEED_MODULUS = 2**31
-_ENV_ID_PATTERN = re.compile(r"^procgen-(?P<game>[a-z]+)-(?P<mode>[a-z]+)$")
 _INSTALL_MESSAGE = (
-    "Procgen environments need the `procgen` module: install the extra with `pip install sb3-ewma[procgen]` "
+    f"Procgen environments need the `procgen` module: install the extra with {install_hint('procgen')} "
     "(it installs the procgen-mirror distribution, which ships the `procgen` module with wheels for recent Pythons)"
 )
 
@@ -123,28 +56,6 @@ def _procgen_env_class() -> type:
     except ImportError as error:
         raise ImportError(_INSTALL_MESSAGE) from error
     return ProcgenGym3Env
-
-
-def normalized_return(game: str, return_: float | np.ndarray, distribution_mode: str = "hard") -> float | np.ndarray:
-    """
-    Normalized return ``(R - R_min) / (R_max - R_min)`` of the Procgen paper
-    (constants in :data:`PROCGEN_NORMALIZATION_CONSTANTS`).
-
-    :param game: one of :data:`PROCGEN_GAMES`
-    :param return_: episode return(s) ``R`` (a number or an array)
-    :param distribution_mode: "easy" or "hard" (the paper defines constants for these two modes only)
-    :return: the normalized return(s), a float for a scalar input, else an array of the input's shape
-    """
-    if distribution_mode not in PROCGEN_NORMALIZATION_CONSTANTS:
-        raise ValueError(
-            f"distribution_mode must be one of {tuple(PROCGEN_NORMALIZATION_CONSTANTS)} for normalized returns, "
-            f"got {distribution_mode!r}"
-        )
-    if game not in PROCGEN_NORMALIZATION_CONSTANTS[distribution_mode]:
-        raise ValueError(f"game must be one of {PROCGEN_GAMES}, got {game!r}")
-    r_min, r_max = PROCGEN_NORMALIZATION_CONSTANTS[distribution_mode][game]
-    result = (np.asarray(return_, dtype=np.float64) - r_min) / (r_max - r_min)
-    return float(result) if result.ndim == 0 else result
 
 
 def _is_int(value: Any) -> bool:
@@ -255,20 +166,17 @@ class ProcgenVecEnv(VecEnv):
     the reward of the last action, ``done=True`` and already the first observation of the next episode. At that step
     ``infos[i]`` holds
 
-    - ``"episode"``: ``{"r": return, "l": length, "t": seconds since creation}`` as SB3's ``Monitor`` writes it, with
-      the **raw** reward (this env sits under any reward normalization), plus ``"level_complete"`` (procgen's
-      ``prev_level_complete``: the level was solved rather than failed or timed out), ``"level_seed"`` (the finished
-      level's seed) and, in the easy and hard modes, ``"normalized_return"`` (:func:`normalized_return`);
-    - ``"is_success"``: the same ``level_complete`` flag (SB3 logs its mean as ``rollout/success_rate``);
+    - ``"level_complete"`` and ``"is_success"``: procgen's ``prev_level_complete`` (the level was solved rather than
+      failed or timed out; SB3 logs the mean of ``is_success`` as ``rollout/success_rate``);
+    - ``"prev_level_seed"``: the finished level's seed;
     - ``"terminal_observation"``: procgen never exposes the true final frame, so this is the last observation
       **before** the final action (the best available; SB3's PPO only reads it for truncated episodes);
     - ``"TimeLimit.truncated"``: always False. Procgen does not report whether an episode hit its time limit, and
       the paper (like the Procgen baselines) treats every episode end as terminal, so nothing is bootstrapped.
 
-    Every step's info also holds ``"level_seed"``, the seed of the level now being played.
-
-    Because this env records Monitor-style statistics itself, ``env_is_wrapped(Monitor)`` answers True, so that
-    ``evaluate_policy`` uses the raw returns of ``info["episode"]``.
+    Every step's info also holds ``"level_seed"``, the seed of the level now being played. The episode statistics
+    (``info["episode"]``) come from the :class:`~sb3_ewma.envs.procgen_monitor.ProcgenMonitor` (SB3's ``VecMonitor``)
+    that :func:`make_procgen_env` puts around this env.
 
     Seeding: procgen takes its seed (``rand_seed``) at construction only and derives the levels of all environments
     from it. ``seed(s)`` therefore stores ``s`` and the next ``reset()`` rebuilds the procgen environment with
@@ -324,11 +232,10 @@ class ProcgenVecEnv(VecEnv):
         observation_space, action_space = self._procgen_spaces()
         super().__init__(self._num, observation_space, action_space)
         self.metadata = {**self.metadata, "render_fps": PROCGEN_FPS}  # type: ignore[dict-item]
-        self._t_start = time.time()
         self._actions = np.zeros(self._num, dtype=np.int32)
 
     def _build(self, rand_seed: int) -> None:
-        """(Re)create the procgen environment with the given seed and reset the episode statistics."""
+        """(Re)create the procgen environment with the given seed."""
         if self._env is not None:
             self._env.close()
             self._env = None
@@ -346,8 +253,6 @@ class ProcgenVecEnv(VecEnv):
         _, ob, _ = self._env.observe()
         self._obs: np.ndarray = ob["rgb"]
         self._level_seeds = [int(info["level_seed"]) for info in self._env.get_info()]
-        self._episode_returns = np.zeros(self._num, dtype=np.float64)
-        self._episode_lengths = np.zeros(self._num, dtype=np.int64)
         self._stepped = False
 
     def _procgen_spaces(self) -> tuple[spaces.Box, spaces.Discrete]:
@@ -389,29 +294,14 @@ class ProcgenVecEnv(VecEnv):
         rewards, ob, dones = self._env.observe()
         raw_infos = self._env.get_info()
         self._stepped = True
-        self._episode_returns += rewards
-        self._episode_lengths += 1
         infos: list[dict[str, Any]] = []
         for i, raw_info in enumerate(raw_infos):
             info: dict[str, Any] = {"level_seed": int(raw_info["level_seed"])}
             if dones[i]:
-                level_complete = bool(raw_info["prev_level_complete"])
-                episode_return = float(self._episode_returns[i])
-                episode: dict[str, Any] = {
-                    "r": round(episode_return, 6),
-                    "l": int(self._episode_lengths[i]),
-                    "t": round(time.time() - self._t_start, 6),
-                    "level_complete": level_complete,
-                    "level_seed": int(raw_info["prev_level_seed"]),
-                }
-                if self.distribution_mode in PROCGEN_NORMALIZATION_CONSTANTS:
-                    episode["normalized_return"] = normalized_return(self.env_name, episode_return, self.distribution_mode)
-                info["episode"] = episode
-                info["is_success"] = level_complete
+                info["level_complete"] = info["is_success"] = bool(raw_info["prev_level_complete"])
+                info["prev_level_seed"] = int(raw_info["prev_level_seed"])
                 info["terminal_observation"] = self._obs[i].copy()
                 info["TimeLimit.truncated"] = False
-                self._episode_returns[i] = 0.0
-                self._episode_lengths[i] = 0
             infos.append(info)
         self._obs = ob["rgb"]
         self._level_seeds = [info["level_seed"] for info in infos]
@@ -473,8 +363,8 @@ class ProcgenVecEnv(VecEnv):
         return [result for _ in self._get_indices(indices)]
 
     def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
-        """True for SB3's ``Monitor`` only: this env writes the Monitor episode statistics itself."""
-        return [wrapper_class is Monitor for _ in self._get_indices(indices)]
+        """False: procgen's environments are not gymnasium environments that wrappers could wrap."""
+        return [False for _ in self._get_indices(indices)]
 
 
 def make_procgen_env(
@@ -488,10 +378,14 @@ def make_procgen_env(
     gamma: float = 0.99,
     clip_reward: float = 10.0,
     render_mode: str | None = None,
+    monitor_filename: str | None = None,
+    info_keywords: Sequence[str] = (),
     **procgen_kwargs: Any,
 ) -> VecEnv:
     """
-    Create a vectorized Procgen environment for SB3 (see :class:`ProcgenVecEnv`).
+    Create a vectorized Procgen environment for SB3: a :class:`ProcgenVecEnv` in a
+    :class:`~sb3_ewma.envs.procgen_monitor.ProcgenMonitor` (SB3's ``VecMonitor``: raw episode returns, lengths and
+    Procgen's statistics in ``info["episode"]``), optionally in a reward-normalizing ``VecNormalize``.
 
     With ``normalize_reward=True`` the rewards are normalized as in the paper (and in the Procgen baselines): each
     environment keeps a discounted return ``ret = gamma * ret + r`` (reset at episode ends), rewards are divided
@@ -512,6 +406,8 @@ def make_procgen_env(
         independent of the algorithm's discount 0.999)
     :param clip_reward: bound of the normalized rewards (10 in the paper)
     :param render_mode: None or "rgb_array" (procgen renders 512 x 512 frames; use it for video recording)
+    :param monitor_filename: a Monitor CSV file for the episode statistics (None: none)
+    :param info_keywords: keys of the step's info to add to the episode statistics (``Monitor``'s argument)
     :param procgen_kwargs: options passed to procgen (:data:`PROCGEN_KWARGS`), e.g. ``num_threads``
     :return: the ``VecEnv``
     """
@@ -523,7 +419,7 @@ def make_procgen_env(
             raise ValueError(f"clip_reward must be > 0, got {clip_reward!r}")
     # raises the ImportError with the install hint before any work when procgen is missing
     _procgen_env_class()
-    venv: VecEnv = ProcgenVecEnv(
+    procgen_env = ProcgenVecEnv(
         env_name,
         num_envs=n_envs,
         num_levels=num_levels,
@@ -533,6 +429,7 @@ def make_procgen_env(
         render_mode=render_mode,
         **procgen_kwargs,
     )
+    venv: VecEnv = ProcgenMonitor(procgen_env, monitor_filename, info_keywords)
     if normalize_reward:
         venv = VecNormalize(venv, training=True, norm_obs=False, norm_reward=True, gamma=gamma, clip_reward=clip_reward)
     return venv
@@ -666,16 +563,3 @@ def register_procgen_envs() -> list[str]:
                 )
             env_ids.append(env_id)
     return env_ids
-
-
-def parse_procgen_env_id(env_id: str) -> tuple[str, str] | None:
-    """
-    Parse an id registered by :func:`register_procgen_envs`.
-
-    :param env_id: e.g. "procgen-starpilot-easy"
-    :return: ``(game, distribution_mode)``, e.g. ``("starpilot", "easy")``, or None if ``env_id`` is not such an id
-    """
-    match = _ENV_ID_PATTERN.match(env_id)
-    if match is None or match["game"] not in PROCGEN_GAMES or match["mode"] not in PROCGEN_REGISTERED_MODES:
-        return None
-    return match["game"], match["mode"]

@@ -7,6 +7,7 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 import torch as th
 from gymnasium import spaces
+from stable_baselines3 import PPO
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
@@ -27,6 +28,8 @@ from sb3_ewma.common.decoupled import (
 from sb3_ewma.common.distributed import DataParallelMixin, rank_local_settings
 from sb3_ewma.common.distributions import distribution_parameters, kl_from_parameters
 from sb3_ewma.common.ewma import ParameterEWMA
+from sb3_ewma.common.export import to_sb3_ppo
+from sb3_ewma.common.format import human_bytes
 from sb3_ewma.common.minibatches import check_minibatch_sampling
 from sb3_ewma.common.proximal import is_loading_from_file
 from sb3_ewma.common.rollout import RolloutCollectionMixin
@@ -448,7 +451,7 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
             if self.verbose >= 1:
                 print(
                     f"PPG auxiliary buffer: {self.aux_buffer.capacity} steps, "
-                    f"{self.aux_buffer.nbytes / 1e9:.2f} GB of host memory (+ pi_old)"
+                    f"{human_bytes(self.aux_buffer.nbytes)} of host memory (+ pi_old)"
                 )
 
         self._setup_advantage_normalizer()
@@ -694,6 +697,15 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
             reset_num_timesteps=reset_num_timesteps,
             progress_bar=progress_bar,
         )
+
+    def to_sb3(self) -> PPO:
+        """
+        The policy and value networks as a plain SB3 ``PPO`` (same ``predict``; the auxiliary value head, auxiliary
+        optimizer, phases and EWMA are left out), whose ``save`` gives a zip that ``stable_baselines3.PPO.load``
+        opens. Needs a policy without shared MLP layers (``arch="dual"``, or a dict / empty ``net_arch``), else a
+        ``ValueError``; see :mod:`sb3_ewma.common.export`.
+        """
+        return to_sb3_ppo(self)
 
 
 SelfPPG = TypeVar("SelfPPG", bound="PPG")

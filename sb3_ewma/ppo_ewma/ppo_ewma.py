@@ -20,6 +20,7 @@ from sb3_ewma.common.decoupled import (
 )
 from sb3_ewma.common.distributed import DataParallelMixin, rank_local_settings
 from sb3_ewma.common.ewma import ParameterEWMA
+from sb3_ewma.common.export import to_sb3_ppo
 from sb3_ewma.common.minibatches import check_minibatch_sampling
 from sb3_ewma.common.rollout import RolloutCollectionMixin
 from sb3_ewma.common.staleness import StaleRollout, recompute_advantages, replace_behavior_log_probs
@@ -387,3 +388,11 @@ class PPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
             reset_num_timesteps=reset_num_timesteps,
             progress_bar=progress_bar,
         )
+
+    def to_sb3(self) -> PPO:
+        """
+        This model as a plain SB3 ``PPO`` (same policy network and optimizer state, same ``predict``; the EWMA and the
+        decoupled options are left out), whose ``save`` gives a zip that ``stable_baselines3.PPO.load`` opens.
+        See :mod:`sb3_ewma.common.export`.
+        """
+        return to_sb3_ppo(self)

@@ -1,0 +1,109 @@
+"""Export to SB3's PPO: the saved zip opens with stable_baselines3.PPO alone and predicts the same actions."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch as th
+from stable_baselines3 import PPO
+
+from sb3_ewma import PPG, PPG_EWMA, PPO_EWMA
+
+SMALL = dict(n_steps=32, batch_size=16, n_epochs=2, seed=0, device="cpu")
+PPG_SMALL = dict(n_steps=32, batch_size=16, n_policy_iterations=2, n_aux_epochs=1, seed=0, device="cpu")
+
+
+def observations(model, n: int = 20) -> np.ndarray:
+    return np.stack([model.observation_space.sample() for _ in range(n)])
+
+
+def assert_same_predictions(model, exported, obs: np.ndarray) -> None:
+    for deterministic in (True, False):
+        th.manual_seed(7)
+        expected, _ = model.predict(obs, deterministic=deterministic)
+        th.manual_seed(7)
+        actual, _ = exported.predict(obs, deterministic=deterministic)
+        np.testing.assert_array_equal(actual, expected)
+    obs_tensor = model.policy.obs_to_tensor(obs)[0]
+    with th.no_grad():
+        np.testing.assert_array_equal(exported.policy.predict_values(obs_tensor), model.policy.predict_values(obs_tensor))
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_ppo_ewma_export_saves_a_zip_that_sb3_ppo_loads_with_the_same_predictions(env_id, tmp_path):
+    model = PPO_EWMA("MlpPolicy", env_id, ewma_decay=0.8, kl_coef=0.1, **SMALL).learn(64)
+    exported = model.to_sb3()
+    assert type(exported) is PPO
+    assert (exported.n_steps, exported.batch_size, exported.n_epochs, exported.num_timesteps) == (32, 16, 2, 64)
+    # the exported model is a copy: training it does not touch the source
+    assert exported.policy is not model.policy
+    obs = observations(model)
+    assert_same_predictions(model, exported, obs)
+
+    exported.save(tmp_path / "ppo.zip")
+    loaded = PPO.load(tmp_path / "ppo.zip", device="cpu")
+    assert_same_predictions(model, loaded, obs)
+    # the optimizer state carries over (training can continue with SB3's PPO as it would have)
+    for source, target in zip(model.policy.parameters(), loaded.policy.parameters()):
+        th.testing.assert_close(
+            loaded.policy.optimizer.state[target]["exp_avg_sq"], model.policy.optimizer.state[source]["exp_avg_sq"]
+        )
+    loaded.set_env(model.get_env())
+    loaded.learn(32)
+
+
+def test_exported_zip_opens_with_sb3_alone(tmp_path):
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL).learn(32)
+    model.to_sb3().save(tmp_path / "ppo.zip")
+    obs = observations(model, 5)
+    np.save(tmp_path / "obs.npy", obs)
+    expected, _ = model.predict(obs, deterministic=True)
+    # a fresh interpreter that never imports sb3_ewma (it would fail to unpickle a class of this package)
+    script = (
+        "import sys, numpy as np\n"
+        "from stable_baselines3 import PPO\n"
+        f"model = PPO.load({str(tmp_path / 'ppo.zip')!r}, device='cpu')\n"
+        f"print(model.predict(np.load({str(tmp_path / 'obs.npy')!r}), deterministic=True)[0].tolist())\n"
+        "assert not any(name.startswith('sb3_ewma') for name in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == str(expected.tolist())
+
+
+def test_export_without_clipping_warns_and_uses_ppo_default():
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", clip_range=None, kl_coef=0.3, **SMALL)
+    with pytest.warns(UserWarning, match="clip_range=None"):
+        exported = model.to_sb3()
+    assert exported.clip_range(1.0) == 0.2
+    assert_same_predictions(model, exported, observations(model))
+
+
+@pytest.mark.parametrize(
+    "algo, kwargs",
+    [
+        (PPG_EWMA, dict(arch="dual")),
+        (PPG, dict(arch="dual", policy_kwargs=dict(net_arch=[32]))),
+        (PPG_EWMA, dict(arch="shared", policy_kwargs=dict(net_arch=dict(pi=[16], vf=[8])))),
+        (PPG_EWMA, dict(arch="detach", policy_kwargs=dict(net_arch=dict(pi=[16], vf=[16])))),
+    ],
+)
+def test_ppg_export_keeps_policy_and_value_networks(algo, kwargs, tmp_path):
+    model = algo("MlpPolicy", "CartPole-v1", **PPG_SMALL, **kwargs).learn(64)  # one policy phase and its aux phase
+    exported = model.to_sb3()
+    assert exported.policy.share_features_extractor == (kwargs["arch"] != "dual")
+    assert not any(name.startswith("aux_value_net") for name in exported.policy.state_dict())
+    exported.save(tmp_path / "ppo.zip")
+    loaded = PPO.load(tmp_path / "ppo.zip", device="cpu")
+    assert_same_predictions(model, loaded, observations(model))
+    # Adam's moments matched by parameter name (PPG's optimizer also holds the auxiliary head)
+    source_parameters = dict(model.policy.named_parameters())
+    for name, parameter in loaded.policy.named_parameters():
+        source_state = model.policy.optimizer.state[source_parameters[name]]
+        th.testing.assert_close(loaded.policy.optimizer.state[parameter]["exp_avg"], source_state["exp_avg"])
+
+
+def test_ppg_with_shared_mlp_layers_cannot_be_exported():
+    model = PPG_EWMA("MlpPolicy", "CartPole-v1", arch="shared", **PPG_SMALL)
+    with pytest.raises(ValueError, match="no shared MLP layers"):
+        model.to_sb3()

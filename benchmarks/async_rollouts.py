@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 from stable_baselines3.common.utils import LinearSchedule
 
-from benchmarks import common
+from benchmarks import cli
 from benchmarks.common import Experiment, Manifest, RunSpec
 from benchmarks.report import final_values, markdown_table, mean_std, new_figure, panels, plot_curves, save_figure, summarize
 from benchmarks.settings import Scale
@@ -106,7 +106,7 @@ EXPERIMENT = Experiment(
 
 def main(argv: Sequence[str] | None = None) -> Path:
     """Run the experiment from the command line (see ``--help``)."""
-    return common.main(EXPERIMENT, argv)
+    return cli.main(EXPERIMENT, argv)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmarks import batch_size_invariance, common
+from benchmarks import batch_size_invariance, cli
 from benchmarks.common import Experiment, RunSpec
 from benchmarks.report import markdown_table, mean_std, new_figure, panels, plot_curves, save_figure, summarize
 from benchmarks.settings import preset_setting, run_spec
@@ -117,7 +117,7 @@ EXPERIMENT = Experiment(
 
 def main(argv: Sequence[str] | None = None) -> Path:
     """Run the experiment from the command line (see ``--help``)."""
-    return common.main(EXPERIMENT, argv)
+    return cli.main(EXPERIMENT, argv)
 
 
 if __name__ == "__main__":

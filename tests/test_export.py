@@ -53,8 +53,13 @@ def test_ppo_ewma_export_saves_a_zip_that_sb3_ppo_loads_with_the_same_prediction
     loaded.learn(32)
 
 
-def test_exported_zip_opens_with_sb3_alone(tmp_path):
-    model = PPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL).learn(32)
+@pytest.mark.parametrize("policy_kwargs", [{}, {"head_init_scale": 0.1}])
+def test_exported_zip_opens_with_sb3_alone(tmp_path, policy_kwargs):
+    # PPO_EWMA's policies are SB3's with one more keyword: the export holds SB3's own class
+    model = PPO_EWMA(
+        "MlpPolicy", "CartPole-v1", **{**SMALL, "policy_kwargs": {**SMALL.get("policy_kwargs", {}), **policy_kwargs}}
+    )
+    model.learn(32)
     model.to_sb3().save(tmp_path / "ppo.zip")
     obs = observations(model, 5)
     np.save(tmp_path / "obs.npy", obs)

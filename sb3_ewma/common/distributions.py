@@ -27,6 +27,10 @@ def distribution_kl(p: Distribution, q: Distribution) -> th.Tensor:
 
     :return: a tensor of shape ``(batch_size,)``
     """
+    if hasattr(p, "distributions"):
+        # sb3-contrib's MaskableMultiCategoricalDistribution, which SB3's kl_divergence does not know
+        parts = zip(_torch_distributions(p), _torch_distributions(q), strict=True)
+        return th.stack([th.distributions.kl_divergence(p_part, q_part) for p_part, q_part in parts], dim=1).sum(dim=1)
     kl = kl_divergence(p, q)
     return kl.sum(dim=tuple(range(1, kl.dim()))) if kl.dim() > 1 else kl
 

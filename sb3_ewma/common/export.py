@@ -35,13 +35,16 @@ _NOT_COPIED = ("self", "policy", "env", "policy_kwargs", "clip_range", "_init_se
 
 def _sb3_policy_class(policy: ActorCriticPolicy) -> type[ActorCriticPolicy]:
     """SB3's actor-critic policy class with the same default features extractor as ``policy``'s class."""
+    from sb3_ewma.common.policies import HeadInitMixin
     from sb3_ewma.ppg_ewma.policies import PPGCnnPolicy, PPGMultiInputPolicy, PPGPolicy
 
-    if not isinstance(policy, PPGPolicy):
-        return type(policy)
-    if isinstance(policy, PPGMultiInputPolicy):
+    if not isinstance(policy, (PPGPolicy, HeadInitMixin)):
+        return type(policy)  # a user's own policy class
+    # this package's policies (PPO_EWMA's are SB3's with the head_init_scale keyword): SB3's class, so that the zip
+    # opens without sb3_ewma
+    if isinstance(policy, (PPGMultiInputPolicy, MultiInputActorCriticPolicy)):
         return MultiInputActorCriticPolicy
-    if isinstance(policy, PPGCnnPolicy):
+    if isinstance(policy, (PPGCnnPolicy, ActorCriticCnnPolicy)):
         return ActorCriticCnnPolicy
     return ActorCriticPolicy
 
@@ -50,8 +53,10 @@ def _sb3_policy_kwargs(policy: ActorCriticPolicy, policy_kwargs: dict[str, Any])
     """The ``policy_kwargs`` of an SB3 policy with the same networks as ``policy`` (see the module docstring)."""
     from sb3_ewma.ppg_ewma.policies import PPGPolicy
 
+    # the initialization keyword of this package's policies only matters before the weights are copied
+    policy_kwargs = {name: value for name, value in policy_kwargs.items() if name != "head_init_scale"}
     if not isinstance(policy, PPGPolicy):
-        return dict(policy_kwargs)
+        return policy_kwargs
     if len(policy.mlp_extractor.shared_net) > 0:
         raise ValueError(
             f"A PPG policy with arch={policy.arch!r} and shared MLP layers (net_arch={policy.net_arch}) cannot be exported "

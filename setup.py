@@ -42,6 +42,7 @@ EXTRAS["all"] = sorted({req for reqs in EXTRAS.values() for req in reqs})
 EXTRAS["tests"] = [
     *EXTRAS["all"],
     "pytest",
+    "pytest-xdist",  # the suite runs on 2 processes (README, "Running the tests")
     "ruff",
     "black",
     "mypy",

@@ -85,7 +85,8 @@ def test_ppo_ewma_improves_on_pendulum():
     assert after > -900 and after - before > 400
 
 
-@pytest.mark.parametrize("algorithm", [PPG, PPG_EWMA])
+# PPG_EWMA only: plain PPG (the same class with ewma_decay=None) learns CartPole above, and this is the costliest test
+@pytest.mark.parametrize("algorithm", [PPG_EWMA])
 def test_ppg_improves_on_pendulum(algorithm):
     env = VecNormalize(make_vec_env("Pendulum-v1", n_envs=4, seed=0), gamma=0.9)
     model = algorithm(

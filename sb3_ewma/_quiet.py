@@ -28,7 +28,7 @@ def import_gym_quietly() -> None:
         with contextlib.redirect_stderr(captured):
             importlib.import_module("gym")
     except ImportError:
-        pass  # SB3 and procgen report a broken gym themselves
+        return  # a broken gym: SB3 and procgen report it themselves when they import it
     finally:
         output = captured.getvalue()
         if output and not output.startswith(_BANNER_START):

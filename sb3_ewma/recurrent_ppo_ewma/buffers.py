@@ -24,8 +24,8 @@ class ValidStepsMixin:
 
 
 class ValidStepsRecurrentRolloutBuffer(ValidStepsMixin, RecurrentRolloutBuffer):  # type: ignore[misc]
-    pass
+    """sb3-contrib's ``RecurrentRolloutBuffer`` with valid-step minibatches (see :class:`ValidStepsMixin`)."""
 
 
 class ValidStepsRecurrentDictRolloutBuffer(ValidStepsMixin, RecurrentDictRolloutBuffer):  # type: ignore[misc]
-    pass
+    """sb3-contrib's ``RecurrentDictRolloutBuffer`` with valid-step minibatches (see :class:`ValidStepsMixin`)."""

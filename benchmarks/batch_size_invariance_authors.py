@@ -28,6 +28,9 @@ VARIANTS = {
     "authors_eps_1e-5": "PPG-EWMA, authors' choices but Adam eps 1e-5 (SB3's)",
 }
 EPSILON = {"authors": 1e-8, "authors_eps_1e-5": 1e-5}
+CONTROL_BATCH_SIZES = 2
+"""The epsilon control (``"authors_eps_1e-5"``) runs at the largest two batch sizes only, where the reference learns
+slower: the smaller ones run the authors' variant alone."""
 
 
 def authors_hyperparams(reference: dict[str, Any], epsilon: float) -> dict[str, Any]:
@@ -50,8 +53,10 @@ def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
     specs = []
     for env in setting.envs:
         for seed in range(scale.seeds):
-            for n_envs in batch_size_invariance.N_ENVS[preset]:
+            for index, n_envs in enumerate(batch_size_invariance.N_ENVS[preset]):
                 for variant, epsilon in EPSILON.items():
+                    if variant != "authors" and index >= CONTROL_BATCH_SIZES:
+                        continue
                     algo, hyperparams = batch_size_invariance.variant_hyperparams(
                         authors_hyperparams(reference, epsilon), "ppg_ewma", n_envs
                     )
@@ -95,15 +100,39 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
             rows.append([label, *(mean_std(m, s) for m, s in zip(means, stds)), f"{spread:.3g}", f"{np.nanmean(stds):.3g}"])
         header = ["variant", *(_envs_label(n) for n in n_envs), "spread (max - min)", "mean seed std"]
         tables.append(f"### {title}: final return\n\n{markdown_table(header, rows)}")
-    noise_rows = []
-    if "gradient_noise_scale" in evaluations:
-        last = evaluations.sort_values("timesteps").groupby(["variant", "n_envs", "run_id"])["gradient_noise_scale"].last()
-        per_batch = last.groupby(["variant", "n_envs"]).agg(["mean", "std"])
-        for (variant, n), values in per_batch.iterrows():
-            noise_rows.append([variant, n, batch_sizes.get((variant, n), "-"), mean_std(values["mean"], values["std"])])
-    noise = markdown_table(["variant", "n_envs", "policy minibatch (steps)", "B_simple at the end (mean +- std)"], noise_rows)
+    noise = markdown_table(
+        ["variant", "n_envs", "policy minibatch (steps)", "B_simple, first quarter (mean +- std)", "B_simple at the end"],
+        gradient_noise_rows(evaluations, batch_sizes),
+    )
     image = save_figure(figure, out_dir / f"{NAME}.png")
     return "\n\n".join(["## Results", image, *tables, "## Gradient noise scale (policy phase)", noise])
+
+
+def gradient_noise_rows(evaluations: pd.DataFrame, batch_sizes: dict[tuple[str, int], int]) -> list[list[Any]]:
+    """
+    Per variant and batch size: the policy minibatch and ``B_simple`` early (each run's mean over the evaluations in
+    the first quarter of training) and at the end (each run's last evaluation), mean +- std over the runs.
+    """
+    if "gradient_noise_scale" not in evaluations:
+        return []
+    frame = evaluations.dropna(subset=["gradient_noise_scale"]).sort_values("timesteps")
+    quarter = frame["timesteps"] <= frame.groupby("run_id")["timesteps"].transform("max") / 4
+    keys = ["variant", "n_envs", "run_id"]
+    early = frame[quarter].groupby(keys)["gradient_noise_scale"].mean().groupby(["variant", "n_envs"]).agg(["mean", "std"])
+    last = frame.groupby(keys)["gradient_noise_scale"].last().groupby(["variant", "n_envs"]).agg(["mean", "std"])
+    rows = []
+    for (variant, n), values in last.iterrows():
+        start = early.loc[(variant, n)] if (variant, n) in early.index else {"mean": float("nan"), "std": float("nan")}
+        rows.append(
+            [
+                variant,
+                n,
+                batch_sizes.get((variant, n), "-"),
+                mean_std(start["mean"], start["std"]),
+                mean_std(values["mean"], values["std"]),
+            ]
+        )
+    return rows
 
 
 EXPERIMENT = Experiment(

@@ -18,8 +18,9 @@ epochs, 1 policy epoch for PPG), scaled to the machine::
     python -m benchmarks.throughput --env fake-image      # random 64x64x3 frames (no procgen needed)
     python -m benchmarks.throughput --preset cartpole     # CartPole-v1, rl-zoo3's tuned PPO shapes, MLP
 
-An algorithm name ending in ``_async`` (``ppo_ewma_async``, ``ppg_async``, ``ppg_ewma_async``; ``--algos all`` for
-every one) runs with ``async_rollouts=True``. Besides steps per second, each measurement splits the timed ``learn``
+An algorithm name ending in ``_async`` (``ppo_ewma_async``, ``ppg_async``, ``ppg_ewma_async``) runs with
+``async_rollouts=True`` (a collector thread), one ending in ``_process`` with ``async_rollouts="process"`` (a collector
+process); ``--algos all`` runs every one. Besides steps per second, each measurement splits the timed ``learn``
 into exposed collection (``learn`` minus ``train``: what the main thread spends outside training, i.e. rollouts,
 or with overlapped rollouts the wait for the collector), training, and within training the proximal pass and the
 EWMA update.
@@ -65,17 +66,26 @@ PRESETS: dict[str, dict[str, Any]] = {
 """One torch thread on the CPU presets: several threads on a busy 2-core machine slow torch down by 10x or more."""
 CONFIG_KEYS = ("env", "n_envs", "n_steps", "n_minibatches", "n_epochs", "iterations", "features", "device", "threads")
 ASYNC_SUFFIX = "_async"
-ALL_ALGORITHMS = (*ALGORITHMS, *(f"{name}{ASYNC_SUFFIX}" for name in ALGORITHMS if name != "ppo"))
-"""SB3's PPO has no overlapped rollouts; the others run both ways."""
+PROCESS_SUFFIX = "_process"
+ALL_ALGORITHMS = (
+    *ALGORITHMS,
+    *(f"{name}{suffix}" for suffix in (ASYNC_SUFFIX, PROCESS_SUFFIX) for name in ALGORITHMS if name != "ppo"),
+)
+"""SB3's PPO has no overlapped rollouts; the others run three ways: synchronous, with a collector thread (``_async``)
+and with a collector process (``_process``)."""
 SPLIT = ("collection", "train", "proximal", "ewma")
 """The split of the timed ``learn`` (seconds): exposed collection, training, and within training the proximal pass and
 the EWMA update."""
 
 
-def base_algorithm(name: str) -> tuple[str, bool]:
-    """``("ppo_ewma", True)`` for ``"ppo_ewma_async"``: the algorithm and whether its rollouts overlap training."""
-    if name.endswith(ASYNC_SUFFIX) and name != "ppo" + ASYNC_SUFFIX:
-        return name[: -len(ASYNC_SUFFIX)], True
+def base_algorithm(name: str) -> tuple[str, bool | str]:
+    """
+    The algorithm and its ``async_rollouts``: ``("ppo_ewma", True)`` for ``"ppo_ewma_async"`` (a collector thread),
+    ``("ppo_ewma", "process")`` for ``"ppo_ewma_process"``, ``("ppo_ewma", False)`` for ``"ppo_ewma"``.
+    """
+    for suffix, mode in ((ASYNC_SUFFIX, True), (PROCESS_SUFFIX, "process")):
+        if name.endswith(suffix) and name != "ppo" + suffix:
+            return name[: -len(suffix)], mode
     return name, False
 
 
@@ -102,7 +112,7 @@ def settings_for(name: str, config: dict[str, Any]) -> dict[str, Any]:
         # PPG's E_pi = 1; one auxiliary phase within the timed iterations, with the paper's 6 epochs
         settings.update(n_epochs=1, n_policy_iterations=config["iterations"], n_aux_epochs=6)
     if async_rollouts:
-        settings["async_rollouts"] = True
+        settings["async_rollouts"] = async_rollouts
     return settings
 
 

@@ -139,6 +139,8 @@ def check_iterations_identical(out_dir: Path) -> None:
         (PPG_EWMA, {"n_policy_iterations": 2, "n_aux_epochs": 1, "policy_kwargs": PPG_NET}),
         # overlapped rollouts: the collector thread steps the environments while train() all-reduces gradients
         (PPO_EWMA, {"async_rollouts": True}),
+        # a forked collector process per rank: it inherits the process group and never uses it
+        (PPO_EWMA, {"async_rollouts": "process"}),
         (PPG_EWMA, {"n_policy_iterations": 2, "n_aux_epochs": 1, "policy_kwargs": PPG_NET, "async_rollouts": True}),
     ):
         model = algo(
@@ -157,10 +159,16 @@ def check_iterations_identical(out_dir: Path) -> None:
         # distinct environment seeds: the ranks' first observations differ
         first_obs = gather(model.rollout_buffer.observations[0].tolist())
         assert first_obs[0] != first_obs[1], "the ranks' environments got the same seeds"
-        # rank 0 holds the episodes of both ranks
+        # rank 0 holds the episodes of both ranks (a collector process steps its own copies of the environments)
         counts = gather(local_episodes(model))
-        if rank() == 0:
+        if rank() == 0 and kwargs.get("async_rollouts") != "process":
             assert len(model.ep_info_buffer) == sum(counts) > counts[0], (len(model.ep_info_buffer), counts)
+        # the losses rank 0 logs are the mean over the ranks (each rank's own data): averaged at the next iteration
+        local_losses = gather(model.logger.name_to_value["train/value_loss"])
+        model._synchronize_iteration(True)
+        if rank() == 0:
+            assert local_losses[0] != local_losses[1]
+            assert abs(model.logger.name_to_value["train/value_loss"] - np.mean(local_losses)) < 1e-12
 
 
 def check_target_kl() -> None:

@@ -1,6 +1,7 @@
 """Overlapped rollouts (``async_rollouts=True``): staleness, equivalence with the synchronous loop, callbacks, errors."""
 
 import glob
+import multiprocessing
 import threading
 import time
 
@@ -13,6 +14,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 from sb3_ewma import PPO_EWMA
+from sb3_ewma.common.process_collector import CollectorError, check_process_collector
 from sb3_ewma.ppg_ewma import PPG, PPG_EWMA
 
 N_ENVS, N_STEPS = 2, 16
@@ -71,11 +73,11 @@ def stored_log_probs_match(model, params: list[th.Tensor], buffer: dict[str, np.
     return True
 
 
-@pytest.mark.parametrize("algorithm", [PPO_EWMA, PPG])
-def test_staleness_is_exactly_one_iteration(algorithm):
+@pytest.mark.parametrize("algorithm, mode", [(PPO_EWMA, True), (PPG, True), (PPO_EWMA, "process"), (PPG, "process")])
+def test_staleness_is_exactly_one_iteration(algorithm, mode):
     kwargs = dict(n_policy_iterations=2, n_aux_epochs=1) if algorithm is PPG else {}
     model = algorithm(
-        "MlpPolicy", make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=0), async_rollouts=True, **SETTINGS, **kwargs
+        "MlpPolicy", make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=0), async_rollouts=mode, **SETTINGS, **kwargs
     )
     recorder = TrainRecorder(model)
     model.learn(5 * ROLLOUT)
@@ -93,28 +95,37 @@ def test_staleness_is_exactly_one_iteration(algorithm):
 @pytest.mark.parametrize("algorithm", [PPO_EWMA, PPG_EWMA])
 def test_first_update_is_the_synchronous_one(algorithm):
     results = []
-    for async_rollouts in (False, True):
+    for async_rollouts in (False, True, "process"):
         env = make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=0)
         model = algorithm("MlpPolicy", env, async_rollouts=async_rollouts, **SETTINGS)
         recorder = TrainRecorder(model)
         # asynchronously, the second rollout is collected during the first update
         model.learn(2 * ROLLOUT)
         results.append((recorder.buffers[0], recorder.after[0], parameters(model.proximal_ewma.average)))
-    (sync_buffer, sync_after, _), (async_buffer, async_after, _) = results
-    for name in sync_buffer:
-        np.testing.assert_array_equal(sync_buffer[name], async_buffer[name])
-    assert same(sync_after, async_after)
+    (sync_buffer, sync_after, _), *overlapped = results
+    for async_buffer, async_after, _ in overlapped:
+        for name in sync_buffer:
+            np.testing.assert_array_equal(sync_buffer[name], async_buffer[name])
+        assert same(sync_after, async_after)
 
 
 def test_staleness_and_bad_values_are_rejected_before_the_environment_is_used():
     # any step of this environment raises a RuntimeError
     env = DummyVecEnv([lambda: CrashingEnv(crash_at=1)])
-    with pytest.raises(ValueError, match="async_rollouts must be True or False"):
+    with pytest.raises(ValueError, match=r"async_rollouts must be False, True .*'thread' or 'process'"):
         PPO_EWMA("MlpPolicy", env, async_rollouts="yes")
     with pytest.raises(ValueError, match=r"async_rollouts=True .* needs staleness=0"):
         PPO_EWMA("MlpPolicy", env, async_rollouts=True, staleness=1)
-    with pytest.raises(ValueError, match="async_rollouts must be True or False"):
+    with pytest.raises(ValueError, match=r"async_rollouts='process' .* needs staleness=0"):
+        PPO_EWMA("MlpPolicy", env, async_rollouts="process", staleness=2)
+    with pytest.raises(ValueError, match="async_rollouts must be False, True"):
         PPG_EWMA("MlpPolicy", env, async_rollouts=1)
+    # a forked process cannot use CUDA: the collector process needs the policy on the CPU
+    with pytest.raises(ValueError, match="async_rollouts='process' needs the policy on the CPU"):
+        check_process_collector(th.device("cuda", 0))
+    model = PPG_EWMA("MlpPolicy", env, async_rollouts="process")
+    assert model.async_rollouts is True and model.rollout_collector == "process"
+    assert PPO_EWMA("MlpPolicy", env, async_rollouts="thread").rollout_collector == "thread"
 
 
 class ThreadLog(BaseCallback):
@@ -168,6 +179,48 @@ def test_callbacks_vecnormalize_checkpoints_and_continuation(tmp_path):
     assert not any(thread.name == "rollout-collector" for thread in threading.enumerate())
 
 
+def test_process_collector_replays_rollouts_to_callbacks_in_this_process(tmp_path):
+    env = VecNormalize(make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=0))
+    model = PPO_EWMA("MlpPolicy", env, async_rollouts="process", **SETTINGS)
+    recorder = TrainRecorder(model)
+    log, steps = ThreadLog(), StepCounter()
+    checkpoints = CheckpointCallback(save_freq=N_STEPS // 2, save_path=str(tmp_path))
+    model.learn(4 * ROLLOUT, callback=[log, steps, checkpoints], progress_bar=True)
+    main = threading.main_thread().name
+    # every callback runs here, on the main thread, in SB3's order; the other rollouts are replayed at the hand-off
+    assert [event for event, _ in log.events] == ["rollout_start", "step", "rollout_end"] * 4
+    assert all(thread == main for _, thread in log.events)
+    assert steps.seen == [N_ENVS * (k + 1) for k in range(4 * N_STEPS)]
+    assert steps.dones_seen == 4 * N_STEPS
+    assert model.num_timesteps == 4 * ROLLOUT and len(model.ep_info_buffer) > 0
+    # the child's VecNormalize statistics came back with its rollouts (1 reset + 4 rollouts of observations)
+    assert env.obs_rms.count == pytest.approx(1e-4 + N_ENVS * (1 + 4 * N_STEPS))
+    # checkpoints, saved here at replayed steps, hold the parameters of an iteration boundary
+    boundaries = [recorder.before[0], *recorder.after]
+    files = sorted(glob.glob(str(tmp_path / "rl_model_*_steps.zip")))
+    assert len(files) == 8
+    assert all(any(same(parameters(PPO_EWMA.load(path).policy), params) for params in boundaries) for path in files)
+    # the child is gone; the next learn call starts with env.reset() (this process's envs stayed at the fork)
+    assert model._last_obs is None and not multiprocessing.active_children()
+    model.learn(2 * ROLLOUT, reset_num_timesteps=False)
+    assert model.num_timesteps == 6 * ROLLOUT and len(recorder.buffers) == 6
+    assert stored_log_probs_match(model, recorder.before[4], recorder.buffers[4])
+
+
+class StepCounter(BaseCallback):
+    """``num_timesteps`` at each ``on_step``, and how many steps had every environment's ``dones`` and ``infos``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[int] = []
+        self.dones_seen = 0
+
+    def _on_step(self) -> bool:
+        self.seen.append(self.model.num_timesteps)
+        self.dones_seen += len(self.locals["dones"]) == len(self.locals["infos"]) == N_ENVS
+        return True
+
+
 class StopAfter(BaseCallback):
     def __init__(self, calls: int) -> None:
         super().__init__()
@@ -177,8 +230,9 @@ class StopAfter(BaseCallback):
         return self.n_calls < self.calls
 
 
-def test_a_callback_returning_false_stops_training():
-    model = PPG_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=0), async_rollouts=True, **SETTINGS)
+@pytest.mark.parametrize("mode", [True, "process"])
+def test_a_callback_returning_false_stops_training(mode):
+    model = PPG_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=0), async_rollouts=mode, **SETTINGS)
     recorder = TrainRecorder(model)
     model.learn(10 * ROLLOUT, callback=StopAfter(2 * N_STEPS + 3))
     # rollouts 1 and 2 trained on; rollout 3 stopped by the callback during the second update, not trained on
@@ -225,6 +279,19 @@ def test_an_env_error_in_the_collector_ends_learn_with_it_and_closes_the_env():
     assert not any(thread.name == "rollout-collector" for thread in threading.enumerate())
 
 
+def test_an_env_error_in_the_collector_process_ends_learn_with_it():
+    CrashingEnv.closed = 0
+    env = DummyVecEnv([lambda: CrashingEnv(crash_at=2 * N_STEPS + 5) for _ in range(N_ENVS)])
+    model = PPO_EWMA("MlpPolicy", env, async_rollouts="process", **SETTINGS)
+    with pytest.raises(RuntimeError, match="the environment crashed") as error:
+        model.learn(10 * ROLLOUT)
+    # the child's traceback, as text, is chained to the exception: it reaches the environment's step
+    assert isinstance(error.value.__cause__, CollectorError)
+    assert "in step" in str(error.value.__cause__) and "test_async_rollouts" in str(error.value.__cause__)
+    assert CrashingEnv.closed == N_ENVS  # this process's environments
+    assert not multiprocessing.active_children()
+
+
 class RaisingCallback(BaseCallback):
     def __init__(self, at: int) -> None:
         super().__init__()
@@ -236,11 +303,11 @@ class RaisingCallback(BaseCallback):
         return True
 
 
-@pytest.mark.parametrize("failure", ["callback", "train"])
-def test_callback_errors_and_interrupts_surface_on_the_caller_thread(failure):
+@pytest.mark.parametrize("failure, mode", [("callback", True), ("train", True), ("callback", "process"), ("train", "process")])
+def test_callback_errors_and_interrupts_surface_on_the_caller_thread(failure, mode):
     CrashingEnv.closed = 0
     env = DummyVecEnv([lambda: CrashingEnv(crash_at=10**9) for _ in range(N_ENVS)])
-    model = PPO_EWMA("MlpPolicy", env, async_rollouts=True, **SETTINGS)
+    model = PPO_EWMA("MlpPolicy", env, async_rollouts=mode, **SETTINGS)
     if failure == "callback":
         expected, callback = ValueError, RaisingCallback(at=N_STEPS + 3)
     else:
@@ -251,6 +318,7 @@ def test_callback_errors_and_interrupts_surface_on_the_caller_thread(failure):
         model.learn(10 * ROLLOUT, callback=callback)
     assert CrashingEnv.closed == N_ENVS
     assert not any(thread.name == "rollout-collector" for thread in threading.enumerate())
+    assert not multiprocessing.active_children()
 
 
 def test_benchmarks_run_the_async_variants(tmp_path):
@@ -258,8 +326,11 @@ def test_benchmarks_run_the_async_variants(tmp_path):
 
     assert throughput.base_algorithm("ppo_ewma_async") == ("ppo_ewma", True)
     assert throughput.base_algorithm("ppo") == ("ppo", False)
+    assert throughput.base_algorithm("ppg_process") == ("ppg", "process")
     config = throughput.parse_args(["--preset", "cartpole", "--algos", "all"])
     assert config["algos"] == list(throughput.ALL_ALGORITHMS) and "ppo_async" not in config["algos"]
+    assert "ppo_ewma_process" in config["algos"] and "ppo_process" not in config["algos"]
+    assert throughput.settings_for("ppo_ewma_process", config)["async_rollouts"] == "process"
     settings = throughput.settings_for("ppg_ewma_async", config)
     assert settings["async_rollouts"] and settings["gamma"] == 0.98 and settings["batch_size"] == 256
     assert "async_rollouts" not in throughput.settings_for("ppo", config)

@@ -23,7 +23,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 from sb3_ewma import PPG_EWMA, PPO_EWMA
 from sb3_ewma.common.decoupled import AdvantageNormalizer
-from sb3_ewma.common.distributed import RunningStatisticsPool, wants_data_parallel
+from sb3_ewma.common.distributed import RunningStatisticsPool, mean_over_ranks, training_diagnostics, wants_data_parallel
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = Path(__file__).with_name("distributed_scenarios.py")
@@ -184,6 +184,43 @@ def test_pooled_advantage_moments_equal_one_process() -> None:
             pooled = AdvantageNormalizer(True, mode, reducer=reducer)
             got = pooled.minibatch(half) if mode == "minibatch" else th.as_tensor(pooled.start_iteration(half.numpy()))
             assert th.allclose(got, expected[index * 32 : (index + 1) * 32], atol=1e-10)
+
+
+def test_advantage_moments_of_an_epoch_pooled_in_one_reduction() -> None:
+    """Every global minibatch of an epoch normalized by its own pooled moments, from one call of the reducer."""
+    rng = th.Generator().manual_seed(0)
+    minibatches = [th.randn(16, generator=rng, dtype=th.float64) * (k + 1) for k in range(3)] + [th.ones(1, dtype=th.float64)]
+    others = [th.randn(16, generator=rng, dtype=th.float64) + k for k in range(3)] + [th.ones(1, dtype=th.float64)]
+    calls = []
+
+    def reducer(sums: th.Tensor) -> th.Tensor:
+        calls.append(sums.shape)
+        other = th.stack([th.stack([th.tensor(16.0, dtype=th.float64), o.sum(), (o**2).sum()]) for o in others[:3]])
+        return sums + other
+
+    normalizer = AdvantageNormalizer(True, "minibatch", reducer=reducer)
+    assert normalizer.pools_minibatches
+    normalizer.pool_epoch(minibatches)
+    assert calls == [(3, 3)]  # one reduction; the one-sample minibatch is skipped, as minibatch() skips it
+    for mine, other in zip(minibatches[:3], others[:3]):
+        whole = th.cat([mine, other])
+        expected = (mine - whole.mean()) / (whole.std() + 1e-8)
+        assert th.allclose(normalizer.minibatch(mine), expected, atol=1e-12)
+    assert th.equal(normalizer.minibatch(minibatches[3]), minibatches[3])
+    assert calls == [(3, 3)]
+    assert not AdvantageNormalizer(True, "ewma", reducer=reducer).pools_minibatches
+    assert not AdvantageNormalizer(True, "minibatch").pools_minibatches
+
+
+def test_training_diagnostics_are_averaged_over_ranks() -> None:
+    values = {"train/value_loss": 2.0, "train/n_updates": 10, "aux/loss": 1.0, "rollout/ep_rew_mean": 5.0, "train/x": "text"}
+    assert training_diagnostics(values) == {"train/value_loss": 2.0, "train/n_updates": 10.0, "aux/loss": 1.0}
+    ranks = [
+        {"train/value_loss": 2.0, "train/n_updates": 10.0, "aux/loss": 1.0},
+        {"train/value_loss": 4.0, "train/n_updates": 10.0},
+    ]
+    # equal values keep theirs; a key a rank lacks is left to rank 0's value
+    assert mean_over_ranks(ranks) == {"train/value_loss": 3.0}
 
 
 class TwoThreadSum:

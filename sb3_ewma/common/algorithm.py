@@ -94,8 +94,15 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
     def _minibatches(self, buffer: RolloutBuffer) -> Iterator[RolloutBufferSamples]:
         """One epoch over the rollout buffer: SB3's random steps, or whole rollouts of environments (the authors')."""
         if getattr(self, "minibatch_sampling", "steps") == "rollouts":
-            return rollout_minibatches(buffer, self.batch_size)  # type: ignore[attr-defined]
-        return buffer.get(self.batch_size)  # type: ignore[attr-defined]
+            minibatches = rollout_minibatches(buffer, self.batch_size)  # type: ignore[attr-defined]
+        else:
+            minibatches = buffer.get(self.batch_size)  # type: ignore[attr-defined]
+        if not self.advantage_normalizer.pools_minibatches:
+            return minibatches
+        # data-parallel: the advantage moments of all the epoch's global minibatches in one collective
+        epoch = list(minibatches)
+        self.advantage_normalizer.pool_epoch([minibatch.advantages for minibatch in epoch])
+        return iter(epoch)
 
     @property
     def minibatches_per_epoch(self) -> int:

@@ -40,14 +40,29 @@ COLLECTOR_STOP_TIMEOUT_S = 60.0
 """How long the main thread waits, after an exception, for the collector to stop at its next environment step."""
 
 
+ASYNC_ROLLOUTS = (False, True, "thread", "process")
+"""The values of ``async_rollouts``: off, a collector thread (``True`` or ``"thread"``) or a collector process."""
+
+
 def check_async_rollouts(async_rollouts: object, staleness: int = 0) -> None:
-    """Raise a ``ValueError`` for a non-boolean ``async_rollouts`` or one combined with artificial staleness."""
-    if not isinstance(async_rollouts, (bool, np.bool_)):
-        raise ValueError(f"async_rollouts must be True or False, got {async_rollouts!r}")
+    """Raise a ``ValueError`` for an ``async_rollouts`` not in :data:`ASYNC_ROLLOUTS` or combined with staleness."""
+    if not (isinstance(async_rollouts, (bool, np.bool_)) or async_rollouts in ("thread", "process")):
+        raise ValueError(
+            "async_rollouts must be False, True (a collector thread), 'thread' or 'process' (a collector process), "
+            f"got {async_rollouts!r}"
+        )
     if async_rollouts and staleness > 0:
         raise ValueError(
-            f"async_rollouts=True trains on data one iteration stale already; it needs staleness=0, got {staleness}"
+            f"async_rollouts={async_rollouts!r} trains on data one iteration stale already; it needs staleness=0, "
+            f"got {staleness}"
         )
+
+
+def rollout_collector_kind(async_rollouts: object) -> str | None:
+    """``"thread"``, ``"process"`` or ``None`` (no overlap) for a valid ``async_rollouts``."""
+    if not async_rollouts:
+        return None
+    return "process" if async_rollouts == "process" else "thread"
 
 
 def parameter_tensors(module: th.nn.Module) -> list[th.Tensor]:
@@ -175,6 +190,9 @@ class RolloutCollector:
             self._thread.join(timeout)
             self._thread = None
 
+    def close(self) -> None:
+        """At the end of ``learn``: nothing to release for a thread (it ended at its last hand-off)."""
+
 
 class AsyncRolloutMixin:
     """
@@ -184,7 +202,18 @@ class AsyncRolloutMixin:
     """
 
     async_rollouts: bool
+    rollout_collector: str
     rollout_buffer: RolloutBuffer
+
+    def _set_async_rollouts(self, async_rollouts: bool | str) -> None:
+        """Set ``async_rollouts`` (a bool) and ``rollout_collector`` (``"thread"`` or ``"process"``), checked."""
+        from sb3_ewma.common.process_collector import check_process_collector  # it imports this module
+
+        kind = rollout_collector_kind(async_rollouts)
+        if kind == "process":
+            check_process_collector(self.device)  # type: ignore[attr-defined]
+        self.async_rollouts = kind is not None
+        self.rollout_collector = kind or "thread"
 
     @property
     def _rollout_staleness(self) -> int:
@@ -257,7 +286,12 @@ class AsyncRolloutMixin:
         learn_callback.on_training_start(locals(), globals())
         env = algorithm.env
         assert env is not None
-        collector = RolloutCollector(self, learn_callback)
+        if getattr(self, "rollout_collector", "thread") == "process":
+            from sb3_ewma.common.process_collector import ProcessRolloutCollector  # it imports this module
+
+            collector: RolloutCollector = ProcessRolloutCollector(self, learn_callback)
+        else:
+            collector = RolloutCollector(self, learn_callback)
         training_buffer, next_buffer = self.rollout_buffer, self._make_rollout_buffer()
         try:
             continue_training = algorithm.num_timesteps < total_timesteps and algorithm._synchronize_iteration(
@@ -282,6 +316,7 @@ class AsyncRolloutMixin:
             collector.stop()
             env.close()
             raise
+        collector.close()
         learn_callback.on_training_end()
         return self
 

@@ -4,7 +4,7 @@ minibatch (with its diagnostics), advantage normalization and the choice of the 
 """
 
 import math
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -183,6 +183,38 @@ class AdvantageNormalizer:
         self.configure(enabled, mode, decay)
         self.iteration_means: list[float | th.Tensor] = []
         self.iteration_stds: list[float | th.Tensor] = []
+        self._epoch_moments: deque[tuple[float, float, float]] = deque()
+
+    @property
+    def pools_minibatches(self) -> bool:
+        """Whether each minibatch is normalized by moments pooled over processes (``"minibatch"`` with a reducer)."""
+        return self.reducer is not None and self.enabled and self.mode == "minibatch"
+
+    def pool_epoch(self, minibatch_advantages: list[th.Tensor]) -> None:
+        """
+        Data-parallel ``"minibatch"`` mode: the moments of every global minibatch of an epoch in one reduction (one
+        collective per epoch instead of one per minibatch), which :meth:`minibatch` then uses in order.
+        """
+        assert self.reducer is not None
+        pooled = [values for values in minibatch_advantages if len(values) > 1]  # as `minibatch` skips the others
+        self._epoch_moments.clear()
+        if not pooled:
+            return
+        sums = th.stack(
+            [
+                th.stack(
+                    [
+                        th.tensor(float(values.numel()), dtype=th.float64),
+                        values.double().sum().cpu(),
+                        (values.double() ** 2).sum().cpu(),
+                    ]
+                )
+                for values in pooled
+            ]
+        )
+        for n, total, total_sq in self.reducer(sums).cpu().tolist():
+            mean = total / n
+            self._epoch_moments.append((n, mean, max(total_sq / n - mean**2, 0.0)))
 
     def configure(self, enabled: bool, mode: str, decay: float) -> None:
         """Set the options, keeping the moments accumulated so far (e.g. after ``load`` with other settings)."""
@@ -211,7 +243,7 @@ class AdvantageNormalizer:
         if self.reducer is None:
             mean, std = advantages.mean(), advantages.std()
         else:
-            n, pooled_mean, var = self._pooled_moments(advantages)
+            n, pooled_mean, var = self._epoch_moments.popleft() if self._epoch_moments else self._pooled_moments(advantages)
             mean = th.as_tensor(pooled_mean, dtype=advantages.dtype, device=advantages.device)
             std = th.as_tensor(math.sqrt(var * n / max(n - 1, 1)), dtype=advantages.dtype, device=advantages.device)
         self.iteration_means.append(mean.detach())
@@ -231,10 +263,10 @@ class AdvantageNormalizer:
 
     def __getstate__(self) -> dict[str, Any]:
         # the reducer belongs to the running processes, not to a saved model
-        return {**self.__dict__, "reducer": None}
+        return {**self.__dict__, "reducer": None, "_epoch_moments": deque()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update({"reducer": None, **state})
+        self.__dict__.update({"reducer": None, "_epoch_moments": deque(), **state})
 
     def stats(self) -> dict[str, float]:
         if not self.iteration_means:

@@ -8,12 +8,14 @@ process would with ``world_size * n_envs`` environments. What keeps the ranks id
   every ``set_parameters`` (so after ``load``);
 - gradients: averaged over the ranks (one all-reduce of one flat buffer) at every optimizer step of every phase,
   before gradient clipping, so every rank clips the same global gradient and takes the same step;
-- advantage normalization moments, the ``target_kl`` decision, ``VecNormalize`` statistics and the decision to go on
+- advantage normalization moments (in ``"minibatch"`` mode those of every global minibatch of an epoch in one
+  reduction), the ``target_kl`` decision, ``VecNormalize`` statistics and the decision to go on
   training (a callback of rank 0 that returns False), all global;
 - the EWMA proximal policy then needs no communication of its own (every rank applies the same updates).
 
 Rank 0 alone logs, saves, runs the callbacks (checkpoints, evaluation) and shows the progress bar; episode statistics
-of all ranks are gathered on it once per iteration. Collectives are issued only from the main thread, in ``train()``
+of all ranks, and the mean over the ranks of the losses and diagnostics ``train()`` recorded, are gathered on it once
+per iteration (in the same collective). Collectives are issued only from the main thread, in ``train()``
 and in :meth:`DataParallelMixin._synchronize_iteration` (once per iteration, after the rollout), never while the
 environments are being stepped.
 """
@@ -456,21 +458,24 @@ class DataParallelMixin:
         context = self._data_parallel_context
         if context is None:
             return continue_training
-        gathered = context.all_gather_objects((continue_training, self._pending_episodes))
+        diagnostics = training_diagnostics(self.logger.name_to_value)
+        gathered = context.all_gather_objects((continue_training, self._pending_episodes, diagnostics))
         self._pending_episodes = []
         if context.rank == 0:
-            for rank, (_, pending) in enumerate(gathered):
+            for rank, (_, pending, _) in enumerate(gathered):
                 if rank == 0:
                     continue  # already in this rank's buffers
                 for episodes, successes in pending:
                     self.ep_info_buffer.extend(episodes)
                     self.ep_success_buffer.extend(successes)
+            # the last train()'s losses and diagnostics, not yet dumped: their mean over the ranks
+            self.logger.name_to_value.update(mean_over_ranks([ranks_diagnostics for _, _, ranks_diagnostics in gathered]))
         vec_normalize = unwrap_vec_normalize(self.env)  # type: ignore[attr-defined]
         if vec_normalize is not None and vec_normalize.training:
             self._vec_normalize_pool.pool(vec_normalize, context)
         self.logger.record("time/communication_s", context.take_communication_time())
         self.logger.record("time/world_size", context.world_size)
-        return all(flag for flag, _ in gathered)
+        return all(flag for flag, _, _ in gathered)
 
     # ------------------------------------------------------------------------------------------------------------------
     # inside train()
@@ -493,6 +498,33 @@ class DataParallelMixin:
         if context is not None:
             kl = context.mean_scalar(kl)
         return kl > 1.5 * self.target_kl
+
+
+DIAGNOSTIC_PREFIXES = ("train/", "aux/")
+"""The logger keys of ``train()`` (policy phase, and PPG's auxiliary phase) that are averaged over the ranks."""
+
+
+def training_diagnostics(name_to_value: dict[str, Any]) -> dict[str, float]:
+    """The numbers recorded by ``train()`` and not dumped yet (``train/...``, ``aux/...``), from a logger's values."""
+    return {
+        key: float(value)
+        for key, value in name_to_value.items()
+        if key.startswith(DIAGNOSTIC_PREFIXES) and isinstance(value, (int, float, np.integer, np.floating))
+    }
+
+
+def mean_over_ranks(diagnostics: list[dict[str, float]]) -> dict[str, float]:
+    """
+    The mean over the ranks of each diagnostic that every rank recorded and that differs between ranks (losses,
+    clip fractions, explained variance: each rank's own data). Values equal on all ranks (learning rate, update
+    count, the gradient noise scale of the averaged gradients) are left out, so they keep their type.
+    """
+    common = set(diagnostics[0]).intersection(*diagnostics[1:])
+    return {
+        key: float(np.mean([ranks[key] for ranks in diagnostics]))
+        for key in sorted(common)
+        if len({ranks[key] for ranks in diagnostics}) > 1
+    }
 
 
 def warn_world_size_change(previous_world_size: int, world_size: int, n_envs: int) -> None:

@@ -177,11 +177,15 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         the ranks; ``num_timesteps`` and ``total_timesteps`` count the environment steps of all ranks; rank 0 alone
         logs, saves and runs the callbacks. Not saved with the model.
     :param async_rollouts: Overlap rollouts with training: each policy-phase iteration trains on the rollout collected
-        by the parameters of the previous iteration while a collector thread collects the next one with a snapshot of
+        by the parameters of the previous iteration while a collector collects the next one with a snapshot of
         the current parameters (staleness of exactly one iteration; the first rollout of each ``learn`` call is fresh).
         The behavior log-probabilities are those stored at collection; the proximal policy is the EWMA (EWMA off, as in
         :class:`PPG`: the policy at the start of the iteration). Collection goes on during the auxiliary phase.
-        Callbacks' ``on_step`` runs on the collector thread (see the README).
+        ``True`` or ``"thread"``: a collector thread, whose callbacks' ``on_step`` runs on that thread (it overlaps
+        where torch and the environments release the GIL: larger networks, C++ environments); ``"process"``: a
+        forked collector process (CPU policies; for Python-heavy loops such as CartPole with a small MLP), whose
+        rollouts are replayed to the callbacks at the hand-off, the next ``learn`` call then starting with
+        ``env.reset()`` (see the README).
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -240,7 +244,7 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         aux_minibatch_sampling: str = "steps",
         log_gradient_noise_scale: bool = True,
         distributed: bool | None = None,
-        async_rollouts: bool = False,
+        async_rollouts: bool | str = False,
         _init_setup_model: bool = True,
     ):
         # checked before anything else is built (no environment is created or stepped on bad input)
@@ -330,7 +334,7 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         self.n_aux_epochs = int(n_aux_epochs)
         self.beta_clone = float(beta_clone)
         self.arch = arch
-        self.async_rollouts = bool(async_rollouts)
+        self._set_async_rollouts(async_rollouts)
         self.aux_learning_rate = aux_learning_rate
         self.aux_batch_size = int(batch_size if aux_batch_size is None else aux_batch_size)
         self.aux_micro_batch_size = int(self.aux_batch_size if aux_micro_batch_size is None else aux_micro_batch_size)

@@ -119,10 +119,14 @@ class PPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         the ranks; ``num_timesteps`` and ``total_timesteps`` count the environment steps of all ranks; rank 0 alone
         logs, saves and runs the callbacks. Not saved with the model.
     :param async_rollouts: Overlap rollouts with training: iteration ``k`` trains on the rollout collected by the
-        parameters of iteration ``k - 1`` while a collector thread collects rollout ``k + 1`` with a snapshot of the
+        parameters of iteration ``k - 1`` while a collector collects rollout ``k + 1`` with a snapshot of the
         current parameters (staleness of exactly one iteration; the first rollout of each ``learn`` call is fresh).
         The behavior log-probabilities are those stored at collection; the proximal policy is the EWMA (EWMA off: the
-        policy at the start of the iteration). Callbacks' ``on_step`` runs on the collector thread (see the README).
+        policy at the start of the iteration). ``True`` or
+        ``"thread"``: a collector thread, on which the callbacks' ``on_step`` runs (it overlaps where torch and the
+        environments release the GIL: larger networks, C++ environments); ``"process"``: a forked collector process
+        (CPU policies; for Python-heavy loops such as CartPole with a small MLP), whose rollouts are replayed to the
+        callbacks at the hand-off, the next ``learn`` call starting with ``env.reset()`` (see the README).
         Needs ``staleness=0``.
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
@@ -172,7 +176,7 @@ class PPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         minibatch_sampling: str = "steps",
         log_gradient_noise_scale: bool = True,
         distributed: bool | None = None,
-        async_rollouts: bool = False,
+        async_rollouts: bool | str = False,
         _init_setup_model: bool = True,
     ):
         # checked before anything else is built (no environment is created or stepped on bad input)
@@ -234,7 +238,7 @@ class PPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         self.staleness_mode = staleness_mode
         self.minibatch_sampling = minibatch_sampling
         self.log_gradient_noise_scale = log_gradient_noise_scale
-        self.async_rollouts = bool(async_rollouts)
+        self._set_async_rollouts(async_rollouts)
         if _init_setup_model:
             self._setup_model()
 

@@ -1,0 +1,267 @@
+"""
+Overlapped rollouts with the collector in a process of its own (``async_rollouts="process"``).
+
+A collector thread (``async_rollouts=True``) overlaps collection with training only where torch and the environments
+release the GIL; Python-heavy loops (CartPole, small MLPs) then take turns on it and gain nothing (measured: see the
+README's throughput section). Here a forked child process steps the environments with the behavior policy while the
+parent trains, on another core:
+
+- at each hand-off the parent copies the policy's parameters into the behavior policy, whose tensors are in shared
+  memory, and sends the child the go-ahead (with the ``VecNormalize`` statistics, which data-parallel training may
+  have pooled); the child collects one rollout into its copy of the rollout buffer and sends the buffer's arrays, the
+  last observations and its ``VecNormalize`` statistics back through a pipe;
+- the child runs no user callback: the parent replays the rollout to them at the hand-off (``on_rollout_start``,
+  then for each step ``num_timesteps``, ``update_locals`` with the step's ``infos``, ``dones`` and ``rewards``,
+  ``on_step`` and the episode statistics, then ``on_rollout_end``), so checkpoints and evaluations see the
+  parameters of an iteration boundary, and a callback that returns ``False`` stops training before the rollout is
+  trained on (the environments ran to the end of that rollout in the child);
+- while the child lives it owns the environments: the parent's copies are left as they were at the fork. At the end
+  of ``learn`` the child exits and ``_last_obs`` is cleared, so the next ``learn`` call starts with ``env.reset()``.
+
+The child is forked (never spawned: the environments and the model are inherited, not pickled), so this needs the
+``fork`` start method (Linux, macOS) and a policy on the CPU (a forked process cannot use CUDA).
+"""
+
+import multiprocessing
+import signal
+import time
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+import torch as th
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.vec_env import VecEnv, VecNormalize, unwrap_vec_normalize
+
+from sb3_ewma.common.async_rollouts import RolloutCollector
+from sb3_ewma.common.rollout import collect_rollout
+
+POLL_INTERVAL_S = 1.0
+"""How often the parent, waiting for a rollout, checks that the child is alive."""
+STOP_TIMEOUT_S = 10.0
+"""How long the parent waits for the child to exit before it terminates it."""
+
+
+def check_process_collector(device: th.device) -> None:
+    """Raise a ``ValueError`` when ``async_rollouts="process"`` cannot work here (no fork, or a policy off the CPU)."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        raise ValueError(
+            "async_rollouts='process' forks the collector, which this platform cannot do: use async_rollouts=True (a thread)"
+        )
+    if th.device(device).type != "cpu":
+        raise ValueError(
+            f"async_rollouts='process' needs the policy on the CPU (a forked process cannot use {th.device(device).type}), "
+            f"got device={device!s}: use async_rollouts=True (a collector thread) on accelerators"
+        )
+
+
+def buffer_arrays(buffer: RolloutBuffer) -> dict[str, Any]:
+    """What a filled rollout buffer holds: its arrays (dicts of arrays for dict observations) and position."""
+    arrays = {
+        name: value
+        for name, value in vars(buffer).items()
+        if isinstance(value, np.ndarray)
+        or (isinstance(value, dict) and value and all(isinstance(item, np.ndarray) for item in value.values()))
+    }
+    return {**arrays, "pos": buffer.pos, "full": buffer.full}
+
+
+def vec_normalize_statistics(env: VecEnv) -> dict[str, Any] | None:
+    """The running statistics of the ``VecNormalize`` in ``env`` (None without one)."""
+    vec_normalize = unwrap_vec_normalize(env)
+    if vec_normalize is None:
+        return None
+    return {"obs_rms": vec_normalize.obs_rms, "ret_rms": vec_normalize.ret_rms}
+
+
+def set_vec_normalize_statistics(env: VecEnv, statistics: dict[str, Any] | None) -> None:
+    vec_normalize: VecNormalize | None = unwrap_vec_normalize(env)
+    if vec_normalize is not None and statistics is not None:
+        vec_normalize.obs_rms, vec_normalize.ret_rms = statistics["obs_rms"], statistics["ret_rms"]
+
+
+class CollectorError(Exception):
+    """The traceback, as text, of an exception raised in the collector process (chained to the exception itself)."""
+
+
+class _StepRecorder:
+    """
+    Stands in for the callbacks in the child (``collect_rollout`` calls it as a ``BaseCallback``): records each
+    step's ``infos``, ``dones`` and ``rewards`` for the parent to replay.
+    """
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[list[dict[str, Any]], np.ndarray, np.ndarray]] = []
+        self._locals: dict[str, Any] = {}
+
+    def on_rollout_start(self) -> None:
+        self.steps = []
+
+    def update_locals(self, locals_: dict[str, Any]) -> None:
+        self._locals = locals_
+
+    def on_step(self) -> bool:
+        self.steps.append((self._locals["infos"], self._locals["dones"].copy(), self._locals["rewards"].copy()))
+        return True
+
+    def on_rollout_end(self) -> None:
+        self._locals = {}
+
+
+def _collector_main(collector: "ProcessRolloutCollector", env: VecEnv, buffer: RolloutBuffer, connection: Connection) -> None:
+    """The child: collect one rollout per go-ahead until told to stop (or the parent goes away)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it then stops this process
+    th.set_num_threads(1)  # one core for the collection; the parent trains on the others
+    algorithm = collector.algorithm  # this process's copy
+    recorder = _StepRecorder()
+    while True:
+        try:
+            command, statistics = connection.recv()
+        except EOFError:
+            return
+        if command != "collect":
+            return
+        start = time.perf_counter()
+        try:
+            set_vec_normalize_statistics(env, statistics)
+            collect_rollout(
+                algorithm,
+                collector.behavior_policy,
+                env,
+                recorder,  # type: ignore[arg-type]  # a BaseCallback by duck typing
+                buffer,
+                algorithm.n_steps,
+                algorithm._timesteps_per_env_step,
+            )
+            result = {
+                "buffer": buffer_arrays(buffer),
+                "steps": recorder.steps,
+                "last_obs": algorithm._last_obs,
+                "last_episode_starts": algorithm._last_episode_starts,
+                "vec_normalize": vec_normalize_statistics(env),
+                "seconds": time.perf_counter() - start,
+            }
+            connection.send(("rollout", result))
+        except BaseException as error:  # sent to the parent, which raises it
+            text = traceback.format_exc()
+            try:
+                connection.send(("error", (error, text)))
+            except Exception:  # the exception does not pickle: its type and message
+                connection.send(("error", (RuntimeError(f"{type(error).__name__}: {error}"), text)))
+            return
+
+
+class ProcessRolloutCollector(RolloutCollector):
+    """
+    :class:`RolloutCollector` with :meth:`start` / :meth:`hand_off` in a forked child process (see
+    :mod:`sb3_ewma.common.process_collector`). :meth:`collect` (the first, fresh rollout of a ``learn`` call) runs
+    in this process with the real callbacks; the child is forked at the first :meth:`start` and ends in :meth:`close`.
+    """
+
+    def __init__(self, algorithm: Any, callback: BaseCallback) -> None:
+        super().__init__(algorithm, callback)
+        check_process_collector(algorithm.device)
+        self.behavior_policy.share_memory()  # the snapshot, written here, read by the child
+        self._behavior_tensors = [*self.behavior_policy.parameters(), *self.behavior_policy.buffers()]
+        self._process: Any = None
+        self._connection: Connection | None = None
+        self._env: VecEnv | None = None
+        self._buffer: RolloutBuffer | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._buffer is not None
+
+    def start(self, env: VecEnv, rollout_buffer: RolloutBuffer) -> None:
+        assert self._buffer is None, "one rollout at a time"
+        self.snapshot()
+        if self._process is None:
+            context = multiprocessing.get_context("fork")
+            self._connection, child_connection = context.Pipe()
+            self._env = env
+            # the child inherits env, algorithm and buffer; it fills its own copy of `rollout_buffer`
+            self._process = context.Process(
+                target=_collector_main,
+                args=(self, env, self.algorithm._make_rollout_buffer(), child_connection),
+                name="rollout-collector",
+                daemon=True,
+            )
+            self._process.start()
+            child_connection.close()
+        assert self._connection is not None
+        self._connection.send(("collect", vec_normalize_statistics(env)))
+        self._buffer = rollout_buffer
+
+    def _receive(self) -> tuple[str, Any]:
+        assert self._connection is not None and self._process is not None
+        while not self._connection.poll(POLL_INTERVAL_S):
+            if not self._process.is_alive():
+                raise RuntimeError(f"the rollout collector process died (exit code {self._process.exitcode})")
+        try:
+            return self._connection.recv()
+        except EOFError:
+            raise RuntimeError(f"the rollout collector process died (exit code {self._process.exitcode})") from None
+
+    def hand_off(self) -> bool:
+        """
+        Wait for the child's rollout, re-raise its exception (chained to its traceback text), put the rollout into
+        the buffer given to :meth:`start`, then replay it to the callbacks on this thread. Returns False if a
+        callback returned False (SB3's meaning: stop training; the rollout is then not trained on).
+        """
+        if self._buffer is None:
+            return super().hand_off()
+        start = time.perf_counter()
+        buffer, self._buffer = self._buffer, None
+        kind, payload = self._receive()
+        self.wait_seconds = time.perf_counter() - start
+        if kind == "error":
+            error, text = payload
+            raise error from CollectorError(f"in the rollout collector process:\n{text}")
+        algorithm = self.algorithm
+        vars(buffer).update(payload["buffer"])
+        buffer.generator_ready = False
+        algorithm._last_obs = payload["last_obs"]
+        algorithm._last_episode_starts = payload["last_episode_starts"]
+        assert self._env is not None
+        set_vec_normalize_statistics(self._env, payload["vec_normalize"])
+        self.collection_seconds = payload["seconds"]
+        return self._replay(payload["steps"])
+
+    def _replay(self, steps: list[tuple[list[dict[str, Any]], np.ndarray, np.ndarray]]) -> bool:
+        """What ``collect_rollout`` does with the callbacks and the counters, for a rollout collected elsewhere."""
+        algorithm, callback = self.algorithm, self.callback
+        callback.on_rollout_start()
+        for n_steps, (infos, dones, rewards) in enumerate(steps):
+            algorithm.num_timesteps += algorithm._timesteps_per_env_step
+            callback.update_locals(dict(infos=infos, dones=dones, rewards=rewards, n_steps=n_steps, env=self._env))
+            if not callback.on_step():
+                return False
+            algorithm._update_info_buffer(infos, dones)
+        callback.on_rollout_end()
+        return True
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """End the child now (after an exception here, or at the end of ``learn``)."""
+        self._buffer = None
+        self.close(timeout)
+
+    def close(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """Tell the child to exit and wait for it (terminate it if it does not); this process owns the env again."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        assert self._connection is not None
+        try:
+            self._connection.send(("stop", None))
+        except (BrokenPipeError, OSError):
+            pass  # already gone
+        process.join(timeout)
+        if process.is_alive():
+            process.terminate()
+            process.join(timeout)
+        self._connection.close()
+        self._connection = None
+        # the environments advanced in the child: this process's copies are as they were at the fork
+        self.algorithm._last_obs = None

@@ -5,6 +5,11 @@ CartPole-v1 with rl-zoo3's tuned PPO entry (8 environments x 32 steps, batch 256
 learning rate and clip range annealed linearly from 1e-3 and 0.2 to 0). Learning curves (mean and standard
 deviation over seeds) of the training episodes' returns, final returns and the runs' wall-clock steps per second.
 
+Variants: synchronous, a collector thread (``async``), a collector process (``async_process``: the same computation,
+so the same learning is expected), and both synchronous and with a thread at an EWMA center of mass of 10 optimizer
+steps (``*_age_10``) instead of ``"auto"`` (the minibatches per epoch: 1 here, an EWMA one step behind the policy);
+10 steps is the mean age of PPO's behavior policy over an iteration of 20 steps.
+
     python -m benchmarks.async_rollouts --preset cpu        # CartPole-v1, 3 seeds, 2^16 steps per run
 """
 
@@ -21,7 +26,15 @@ from benchmarks.report import final_values, markdown_table, mean_std, new_figure
 from benchmarks.settings import Scale
 
 NAME = "async_rollouts"
-VARIANTS = {"sync": False, "async": True}
+AGE_10 = 10 / 11
+"""The EWMA decay of center of mass 10 optimizer steps."""
+VARIANTS: dict[str, dict[str, Any]] = {
+    "sync": dict(async_rollouts=False),
+    "async": dict(async_rollouts=True),
+    "async_process": dict(async_rollouts="process"),
+    "sync_age_10": dict(async_rollouts=False, ewma_decay=AGE_10),
+    "async_age_10": dict(async_rollouts=True, ewma_decay=AGE_10),
+}
 ZOO_CARTPOLE = dict(
     n_steps=32,
     batch_size=256,
@@ -61,11 +74,11 @@ def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
             seed=seed,
             total_timesteps=scale.timesteps,
             eval_every=scale.eval_every,
-            hyperparams=dict(hyperparams, async_rollouts=async_rollouts),
+            hyperparams=dict(hyperparams, **options),
             device=overrides.get("device") or "cpu",
         )
         for seed in range(scale.seeds)
-        for variant, async_rollouts in VARIANTS.items()
+        for variant, options in VARIANTS.items()
     ]
 
 

@@ -26,7 +26,13 @@ NAME = "batch_size_invariance_authors"
 VARIANTS = {
     "authors": "PPG-EWMA, authors' choices (Adam eps 1e-8)",
     "authors_eps_1e-5": "PPG-EWMA, authors' choices but Adam eps 1e-5 (SB3's)",
+    "authors_small_minibatch": "PPG-EWMA at the largest batch with the optimizer of the second largest",
 }
+OPTIMIZER_KEYS = ("batch_size", "learning_rate", "ewma_decay")
+"""What ``"authors_small_minibatch"`` takes from the run at the second largest number of environments (c = 4 on the
+cpu preset): the minibatch, Adam's step size and the EWMA's age, i.e. the same optimizer on the same data per step,
+with the largest run's iterations (rollouts, advantage normalization, auxiliary phases). If the largest batch lags
+because its minibatch is above the critical batch size, this control learns like the second largest."""
 EPSILON = {"authors": 1e-8, "authors_eps_1e-5": 1e-5}
 CONTROL_BATCH_SIZES = 2
 """The epsilon control (``"authors_eps_1e-5"``) runs at the largest two batch sizes only, where the reference learns
@@ -53,13 +59,18 @@ def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
     specs = []
     for env in setting.envs:
         for seed in range(scale.seeds):
-            for index, n_envs in enumerate(batch_size_invariance.N_ENVS[preset]):
-                for variant, epsilon in EPSILON.items():
-                    if variant != "authors" and index >= CONTROL_BATCH_SIZES:
+            all_n_envs = batch_size_invariance.N_ENVS[preset]
+            for index, n_envs in enumerate(all_n_envs):
+                for variant in VARIANTS:
+                    if variant == "authors_eps_1e-5" and index >= CONTROL_BATCH_SIZES:
                         continue
-                    algo, hyperparams = batch_size_invariance.variant_hyperparams(
-                        authors_hyperparams(reference, epsilon), "ppg_ewma", n_envs
-                    )
+                    if variant == "authors_small_minibatch" and (index > 0 or len(all_n_envs) < 2):
+                        continue
+                    authors = authors_hyperparams(reference, EPSILON.get(variant, EPSILON["authors"]))
+                    algo, hyperparams = batch_size_invariance.variant_hyperparams(authors, "ppg_ewma", n_envs)
+                    if variant == "authors_small_minibatch":
+                        _, smaller = batch_size_invariance.variant_hyperparams(authors, "ppg_ewma", all_n_envs[1])
+                        hyperparams.update({key: smaller[key] for key in OPTIMIZER_KEYS if key in smaller})
                     specs.append(
                         run_spec(
                             NAME,

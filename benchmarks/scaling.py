@@ -13,7 +13,8 @@ all-reduce, advantage moments, per-iteration synchronization) per iteration is r
 steps are global (all ranks). Results: ``benchmarks/results/scaling/<preset>/runs.jsonl`` and ``summary.md``::
 
     python -m benchmarks.scaling --preset smoke    # seconds
-    python -m benchmarks.scaling --preset cpu      # CartPole, PPO_EWMA, 8 envs, 3 repeats: about 10 minutes on 2 cores
+    python -m benchmarks.scaling --preset cpu      # CartPole, PPO_EWMA, 8 envs, 3 repeats: about 3 minutes on 2 idle cores
+    python -m benchmarks.scaling --preset cnn      # Procgen starpilot + IMPALA CNN: compute-bound, about 5 minutes
 """
 
 import argparse
@@ -31,6 +32,18 @@ RESULTS_DIR = REPO / "benchmarks" / "results" / "scaling"
 PRESETS: dict[str, dict[str, Any]] = {
     "smoke": dict(env="CartPole-v1", n_envs=4, n_steps=16, n_minibatches=2, n_epochs=2, timesteps=512, repeats=1),
     "cpu": dict(env="CartPole-v1", n_envs=8, n_steps=128, n_minibatches=4, n_epochs=4, timesteps=40_960, repeats=3),
+    # compute-bound: Procgen starpilot (easy) with the IMPALA CNN, the paper's network
+    "cnn": dict(
+        env="procgen-starpilot-easy",
+        network="impala",
+        n_envs=8,
+        n_steps=32,
+        n_minibatches=4,
+        n_epochs=1,
+        timesteps=2_048,
+        repeats=2,
+        curves=False,  # 2,048 steps: throughput only
+    ),
 }
 
 
@@ -69,9 +82,18 @@ def worker(settings: dict[str, Any], out_file: Path) -> None:
 
     n_envs = settings["n_envs"]
     batch_size = settings["n_steps"] * n_envs // settings["n_minibatches"]
+    network = settings.get("network", "mlp")
+    if network == "mlp":
+        policy, policy_kwargs, env = "MlpPolicy", {}, make_vec_env(settings["env"], n_envs=n_envs)
+    else:
+        from benchmarks.envs import make_env, policy_for
+
+        policy, policy_kwargs = policy_for(network)
+        env = make_env(settings["env"], n_envs, seed=settings["seed"] * 1000 + int(os.environ.get("RANK", "0")) * n_envs)
     model = PPO_EWMA(
-        "MlpPolicy",
-        make_vec_env(settings["env"], n_envs=n_envs),
+        policy,
+        env,
+        policy_kwargs=policy_kwargs,
         n_steps=settings["n_steps"],
         batch_size=batch_size,
         n_epochs=settings["n_epochs"],
@@ -140,9 +162,11 @@ def summarize(records: list[dict[str, Any]], preset: str, command: str) -> str:
             f"{statistics.median(r['seconds_per_iteration'] for r in runs):.3f} | "
             f"{statistics.median(r['communication_s_per_iteration'] for r in runs):.4f} |"
         )
+    curves = {name: by_config[name][0]["curve"] for name in names}
+    if not PRESETS.get(preset, {}).get("curves", True) or not all(curves.values()):
+        return "\n".join([*lines, "", "(runs too short for learning curves: throughput only)"]) + "\n"
     lines += ["", "Learning curves (mean return of the last 20 episodes, first repeat of each):", ""]
     lines += ["| global steps | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
-    curves = {name: by_config[name][0]["curve"] for name in names}
     end = max(point[0] for curve in curves.values() for point in curve)
     for step in range(end // 8, end + 1, end // 8):
         # each configuration's latest point at or before `step` (their iterations have different sizes)
@@ -181,6 +205,7 @@ def main(argv: list[str] | None = None) -> None:
         # rotate the order of the configurations at each repeat
         for name, world_size, n_envs in configs[repeat % 3 :] + configs[: repeat % 3]:
             settings = {key: preset[key] for key in ("env", "n_steps", "n_minibatches", "n_epochs", "timesteps")}
+            settings["network"] = preset.get("network", "mlp")
             settings.update(n_envs=n_envs, seed=repeat)
             record = run_job(name, world_size, settings, out_dir / "last_run.json")
             record["repeat"] = repeat

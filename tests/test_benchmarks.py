@@ -231,15 +231,25 @@ def test_batch_size_invariance_authors_runs():
 
     specs = authors.build_specs("cpu", {})
     assert {spec.n_envs for spec in specs} == {64, 16, 4, 1} and {spec.variant for spec in specs} == set(authors.VARIANTS)
+    # the epsilon control at the two largest batch sizes, the small-minibatch control at the largest only
+    assert {spec.n_envs for spec in specs if spec.variant == "authors_eps_1e-5"} == {64, 16}
+    assert {spec.n_envs for spec in specs if spec.variant == "authors_small_minibatch"} == {64}
+    by_key = {(spec.variant, spec.n_envs, spec.seed): spec.hyperparams for spec in specs}
     for spec in specs:
         hp = spec.hyperparams
-        epsilon = authors.EPSILON[spec.variant]
+        epsilon = authors.EPSILON.get(spec.variant, 1e-8)
         assert hp["policy_kwargs"]["head_init_scale"] == 0.1 and hp["policy_kwargs"]["optimizer_kwargs"] == {"eps": epsilon}
         assert hp["aux_optimizer_kwargs"] == {"eps": epsilon}
         assert hp["minibatch_sampling"] == hp["aux_minibatch_sampling"] == "rollouts"
         # whole rollouts, or contiguous pieces of one, at every batch size
         assert hp["batch_size"] % hp["n_steps"] == 0 or hp["n_steps"] % hp["batch_size"] == 0
-        assert hp["batch_size"] == 1024 * spec.n_envs // 64
+        if spec.variant == "authors_small_minibatch":
+            # the 16-environment optimizer on the 64-environment iterations
+            smaller, larger = by_key[("authors", 16, spec.seed)], by_key[("authors", 64, spec.seed)]
+            assert {key: hp[key] for key in authors.OPTIMIZER_KEYS} == {key: smaller[key] for key in authors.OPTIMIZER_KEYS}
+            assert hp["n_policy_iterations"] == larger["n_policy_iterations"] and hp["n_steps"] == larger["n_steps"]
+        else:
+            assert hp["batch_size"] == 1024 * spec.n_envs // 64
 
 
 def test_evaluation_rows_hold_the_gradient_noise_scale():
@@ -249,3 +259,28 @@ def test_evaluation_rows_hold_the_gradient_noise_scale():
     assert math.isnan(runner.gradient_noise_scale(model))
     model.learn(32)
     assert runner.gradient_noise_scale(model) == pytest.approx(model._gradient_noise["train"].latest.noise_scale, abs=1e-4)
+
+
+def test_scaling_summary_efficiency_and_curves():
+    from benchmarks import scaling
+
+    def record(config, world_size, n_envs, sps, curve):
+        return dict(
+            config=config,
+            world_size=world_size,
+            n_envs=n_envs,
+            sps=sps,
+            seconds_per_iteration=1.0,
+            communication_s_per_iteration=0.1,
+            curve=curve,
+        )
+
+    curve = [[512, 10.0], [1024, 20.0]]
+    records = [record("1x8", 1, 8, 1000.0, curve), record("2x4", 2, 4, 1500.0, curve), record("2x8", 2, 8, 1800.0, curve)]
+    text = scaling.summarize(records, "cpu", "python -m benchmarks.scaling")
+    # efficiency = SPS(W) / (W x SPS(1))
+    assert "| 2x4 | 2 | 4 | 1500 | 0.75 |" in text and "| 2x8 | 2 | 8 | 1800 | 0.90 |" in text
+    assert "| 1024 | 20.0 | 20.0 | 20.0 |" in text
+    short = scaling.summarize([dict(r, curve=[]) for r in records], "cnn", "python -m benchmarks.scaling --preset cnn")
+    assert "throughput only" in short and "| 2x8 | 2 | 8 | 1800 | 0.90 |" in short
+    assert [name for name, _, _ in scaling.configurations(8)] == ["1x8", "2x4", "2x8"]

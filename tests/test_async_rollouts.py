@@ -1,7 +1,7 @@
 """Overlapped rollouts (``async_rollouts=True``): staleness, equivalence with the synchronous loop, callbacks, errors."""
 
 import glob
-import multiprocessing
+import os
 import threading
 import time
 
@@ -20,6 +20,19 @@ from sb3_ewma.ppg_ewma import PPG, PPG_EWMA
 N_ENVS, N_STEPS = 2, 16
 ROLLOUT = N_ENVS * N_STEPS
 SETTINGS = dict(n_steps=N_STEPS, batch_size=16, n_epochs=2, seed=0)
+
+
+def child_processes() -> list[int]:
+    """The live (or unreaped) child processes of this process (Linux's /proc)."""
+    children = []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            fields = open(stat).read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid():
+            children.append(int(stat.split("/")[2]))
+    return children
 
 
 def parameters(module: th.nn.Module) -> list[th.Tensor]:
@@ -201,7 +214,7 @@ def test_process_collector_replays_rollouts_to_callbacks_in_this_process(tmp_pat
     assert len(files) == 8
     assert all(any(same(parameters(PPO_EWMA.load(path).policy), params) for params in boundaries) for path in files)
     # the child is gone; the next learn call starts with env.reset() (this process's envs stayed at the fork)
-    assert model._last_obs is None and not multiprocessing.active_children()
+    assert model._last_obs is None and not child_processes()
     model.learn(2 * ROLLOUT, reset_num_timesteps=False)
     assert model.num_timesteps == 6 * ROLLOUT and len(recorder.buffers) == 6
     assert stored_log_probs_match(model, recorder.before[4], recorder.buffers[4])
@@ -289,7 +302,7 @@ def test_an_env_error_in_the_collector_process_ends_learn_with_it():
     assert isinstance(error.value.__cause__, CollectorError)
     assert "in step" in str(error.value.__cause__) and "test_async_rollouts" in str(error.value.__cause__)
     assert CrashingEnv.closed == N_ENVS  # this process's environments
-    assert not multiprocessing.active_children()
+    assert not child_processes()
 
 
 class RaisingCallback(BaseCallback):
@@ -318,7 +331,7 @@ def test_callback_errors_and_interrupts_surface_on_the_caller_thread(failure, mo
         model.learn(10 * ROLLOUT, callback=callback)
     assert CrashingEnv.closed == N_ENVS
     assert not any(thread.name == "rollout-collector" for thread in threading.enumerate())
-    assert not multiprocessing.active_children()
+    assert not child_processes()
 
 
 def test_benchmarks_run_the_async_variants(tmp_path):
@@ -338,3 +351,17 @@ def test_benchmarks_run_the_async_variants(tmp_path):
     out_dir = async_rollouts.main(["--preset", "smoke", "--out", str(tmp_path), "--workers", "1"])
     text = (out_dir / "results.md").read_text()
     assert "| sync |" in text and "| async |" in text and (out_dir / "async_rollouts.png").stat().st_size > 0
+
+
+def _learn_in_a_daemonic_worker(mode: str) -> int:
+    model = PPO_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=0), async_rollouts=mode, **SETTINGS)
+    model.learn(3 * ROLLOUT)
+    return model.num_timesteps
+
+
+def test_collector_process_inside_a_pool_worker():
+    """multiprocessing.Pool workers are daemonic, and multiprocessing.Process refuses them children: os.fork does not."""
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply(_learn_in_a_daemonic_worker, ("process",)) == 3 * ROLLOUT

@@ -18,11 +18,14 @@ parent trains, on another core:
 - while the child lives it owns the environments: the parent's copies are left as they were at the fork. At the end
   of ``learn`` the child exits and ``_last_obs`` is cleared, so the next ``learn`` call starts with ``env.reset()``.
 
-The child is forked (never spawned: the environments and the model are inherited, not pickled), so this needs the
-``fork`` start method (Linux, macOS) and a policy on the CPU (a forked process cannot use CUDA).
+The child is forked with ``os.fork`` (never spawned: the environments and the model are inherited, not pickled; and
+not through ``multiprocessing.Process``, which refuses children to daemonic processes such as ``multiprocessing.Pool``
+workers), so this needs ``fork`` (Linux, macOS) and a policy on the CPU (a forked process cannot use CUDA). The child
+exits when told to, or when the parent's end of the pipe closes (the parent died).
 """
 
 import multiprocessing
+import os
 import signal
 import time
 import traceback
@@ -46,7 +49,7 @@ STOP_TIMEOUT_S = 10.0
 
 def check_process_collector(device: th.device) -> None:
     """Raise a ``ValueError`` when ``async_rollouts="process"`` cannot work here (no fork, or a policy off the CPU)."""
-    if "fork" not in multiprocessing.get_all_start_methods():
+    if not hasattr(os, "fork") or "fork" not in multiprocessing.get_all_start_methods():
         raise ValueError(
             "async_rollouts='process' forks the collector, which this platform cannot do: use async_rollouts=True (a thread)"
         )
@@ -165,7 +168,8 @@ class ProcessRolloutCollector(RolloutCollector):
         check_process_collector(algorithm.device)
         self.behavior_policy.share_memory()  # the snapshot, written here, read by the child
         self._behavior_tensors = [*self.behavior_policy.parameters(), *self.behavior_policy.buffers()]
-        self._process: Any = None
+        self.pid: int | None = None  # the child's
+        self._exit_status: int | None = None
         self._connection: Connection | None = None
         self._env: VecEnv | None = None
         self._buffer: RolloutBuffer | None = None
@@ -174,35 +178,51 @@ class ProcessRolloutCollector(RolloutCollector):
     def running(self) -> bool:
         return self._buffer is not None
 
+    def _fork(self, env: VecEnv) -> None:
+        """Fork the child, which collects into its own rollout buffer until told to stop."""
+        parent_connection, child_connection = multiprocessing.Pipe()
+        buffer = self.algorithm._make_rollout_buffer()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into the caller's code
+            status = 1
+            try:
+                parent_connection.close()
+                _collector_main(self, env, buffer, child_connection)
+                status = 0
+            finally:
+                os._exit(status)
+        child_connection.close()
+        self.pid, self._exit_status, self._connection, self._env = pid, None, parent_connection, env
+
+    def _child_exited(self) -> bool:
+        """Whether the child has exited (reaping it); its exit status is then in ``_exit_status``."""
+        if self.pid is None or self._exit_status is not None:
+            return True
+        pid, status = os.waitpid(self.pid, os.WNOHANG)
+        if pid == 0:
+            return False
+        self._exit_status = os.waitstatus_to_exitcode(status)
+        return True
+
     def start(self, env: VecEnv, rollout_buffer: RolloutBuffer) -> None:
         assert self._buffer is None, "one rollout at a time"
         self.snapshot()
-        if self._process is None:
-            context = multiprocessing.get_context("fork")
-            self._connection, child_connection = context.Pipe()
-            self._env = env
-            # the child inherits env, algorithm and buffer; it fills its own copy of `rollout_buffer`
-            self._process = context.Process(
-                target=_collector_main,
-                args=(self, env, self.algorithm._make_rollout_buffer(), child_connection),
-                name="rollout-collector",
-                daemon=True,
-            )
-            self._process.start()
-            child_connection.close()
+        if self.pid is None:
+            self._fork(env)
         assert self._connection is not None
         self._connection.send(("collect", vec_normalize_statistics(env)))
         self._buffer = rollout_buffer
 
     def _receive(self) -> tuple[str, Any]:
-        assert self._connection is not None and self._process is not None
+        assert self._connection is not None
         while not self._connection.poll(POLL_INTERVAL_S):
-            if not self._process.is_alive():
-                raise RuntimeError(f"the rollout collector process died (exit code {self._process.exitcode})")
+            if self._child_exited():
+                raise RuntimeError(f"the rollout collector process died (exit status {self._exit_status})")
         try:
             return self._connection.recv()
         except EOFError:
-            raise RuntimeError(f"the rollout collector process died (exit code {self._process.exitcode})") from None
+            self._child_exited()
+            raise RuntimeError(f"the rollout collector process died (exit status {self._exit_status})") from None
 
     def hand_off(self) -> bool:
         """
@@ -243,25 +263,26 @@ class ProcessRolloutCollector(RolloutCollector):
         return True
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
-        """End the child now (after an exception here, or at the end of ``learn``)."""
-        self._buffer = None
-        self.close(timeout)
+        """After an exception here: end the child now (killed at once if it is collecting)."""
+        collecting, self._buffer = self._buffer is not None, None
+        self.close(0.0 if collecting else timeout)
 
     def close(self, timeout: float = STOP_TIMEOUT_S) -> None:
-        """Tell the child to exit and wait for it (terminate it if it does not); this process owns the env again."""
-        process, self._process = self._process, None
-        if process is None:
+        """Tell the child to exit and wait for it (kill it if it does not); this process owns the env again."""
+        if self.pid is None:
             return
         assert self._connection is not None
         try:
             self._connection.send(("stop", None))
-        except (BrokenPipeError, OSError):
+        except OSError:
             pass  # already gone
-        process.join(timeout)
-        if process.is_alive():
-            process.terminate()
-            process.join(timeout)
         self._connection.close()
-        self._connection = None
+        deadline = time.monotonic() + timeout
+        while not self._child_exited() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if not self._child_exited():
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        self.pid, self._connection = None, None
         # the environments advanced in the child: this process's copies are as they were at the fork
         self.algorithm._last_obs = None

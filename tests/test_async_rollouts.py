@@ -1,5 +1,6 @@
 """Overlapped rollouts (``async_rollouts=True``): staleness, equivalence with the synchronous loop, callbacks, errors."""
 
+import copy
 import glob
 import os
 import threading
@@ -62,7 +63,10 @@ class TrainRecorder:
                 raise error  # type: ignore[misc]
             buffer = model.rollout_buffer
             self.buffers.append(
-                {name: getattr(buffer, name).copy() for name in ("observations", "actions", "log_probs", "episode_starts")}
+                {
+                    name: copy.deepcopy(getattr(buffer, name))
+                    for name in ("observations", "actions", "log_probs", "episode_starts")
+                }
             )
             self.before.append(parameters(model.policy))
             train(model)
@@ -365,3 +369,28 @@ def test_collector_process_inside_a_pool_worker():
 
     with multiprocessing.get_context("fork").Pool(1) as pool:
         assert pool.apply(_learn_in_a_daemonic_worker, ("process",)) == 3 * ROLLOUT
+
+
+def test_collector_process_trains_the_model_a_thread_trains():
+    """The same computation: CartPole's environments draw from their own seeded generators, training from none of torch's."""
+    trained = []
+    for mode in (True, "process"):
+        model = PPO_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=0), async_rollouts=mode, **SETTINGS)
+        model.learn(5 * ROLLOUT)
+        trained.append(parameters(model.policy))
+    assert same(*trained)
+
+
+def test_collector_process_with_dict_observations():
+    from stable_baselines3.common.envs import SimpleMultiObsEnv
+
+    env = DummyVecEnv([lambda: SimpleMultiObsEnv(random_start=True) for _ in range(N_ENVS)])
+    model = PPO_EWMA("MultiInputPolicy", env, async_rollouts="process", **SETTINGS)
+    recorder = TrainRecorder(model)
+    model.learn(3 * ROLLOUT)
+    assert model.num_timesteps == 3 * ROLLOUT and len(recorder.after) == 3
+    # the rollouts collected by the child arrived whole: every observation key, every step
+    observations = model.rollout_buffer.observations
+    assert set(observations) == set(env.observation_space.spaces)
+    assert all(len(values) == N_STEPS * N_ENVS or len(values) == N_STEPS for values in observations.values())
+    assert np.abs(model.rollout_buffer.log_probs).sum() > 0

@@ -230,7 +230,11 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
         averages the KL over the ranks first (:class:`sb3_ewma.common.distributed.DataParallelMixin`).
         """
         target_kl = self.target_kl  # type: ignore[attr-defined]
-        return target_kl is not None and approx_kl_div.item() > 1.5 * target_kl
+        return target_kl is not None and self._global_kl(approx_kl_div) > 1.5 * target_kl
+
+    def _global_kl(self, approx_kl_div: th.Tensor) -> float:
+        """The approximate KL of the minibatch as a number (data-parallel training: its mean over the ranks)."""
+        return approx_kl_div.item()
 
     def _apply_gradients(self, optimizer: th.optim.Optimizer) -> None:
         """

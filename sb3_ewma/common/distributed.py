@@ -301,14 +301,13 @@ class DataParallelMixin:
     Mixed into PPO_EWMA and PPG_EWMA (first in the bases): data-parallel training when ``self.distributed`` asks for
     it (see :func:`wants_data_parallel`). Without it, every method does what the algorithm alone does.
 
-    Hooks for the algorithms' ``train()``: :meth:`_kl_exceeds_target` (the ``target_kl`` decision, from the KL averaged
-    over the ranks); ``_apply_gradients`` (gradients averaged before the clip). Once per iteration, after the rollout
+    Hooks for the algorithms' ``train()``: :meth:`_global_kl` (the ``target_kl`` decision uses the KL averaged over
+    the ranks); ``_apply_gradients`` (gradients averaged before the clip). Once per iteration, after the rollout
     and before ``train()``: :meth:`_synchronize_iteration` (the continue decision, episode statistics, VecNormalize).
     """
 
     distributed: bool | None
     n_envs: int
-    target_kl: float | None
     advantage_normalizer: Any
     ep_info_buffer: Any
     ep_success_buffer: Any
@@ -486,18 +485,11 @@ class DataParallelMixin:
             context.average_gradients(param for group in optimizer.param_groups for param in group["params"])
         super()._apply_gradients(optimizer)  # type: ignore[misc]
 
-    def _kl_exceeds_target(self, approx_kl_div: th.Tensor) -> bool:
-        """
-        The ``target_kl`` early stop: whether the approximate KL (averaged over the ranks when data-parallel, so that
-        every rank stops at the same minibatch) exceeds ``1.5 * target_kl``. False without ``target_kl``.
-        """
-        if self.target_kl is None:
-            return False
+    def _global_kl(self, approx_kl_div: th.Tensor) -> float:
+        """The approximate KL averaged over the ranks, so that every rank stops at the same minibatch (``target_kl``)."""
         kl = approx_kl_div.item()
         context = self._data_parallel_context
-        if context is not None:
-            kl = context.mean_scalar(kl)
-        return kl > 1.5 * self.target_kl
+        return kl if context is None else context.mean_scalar(kl)
 
 
 DIAGNOSTIC_PREFIXES = ("train/", "aux/")

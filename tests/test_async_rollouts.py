@@ -394,3 +394,12 @@ def test_collector_process_with_dict_observations():
     assert set(observations) == set(env.observation_space.spaces)
     assert all(len(values) == N_STEPS * N_ENVS or len(values) == N_STEPS for values in observations.values())
     assert np.abs(model.rollout_buffer.log_probs).sum() > 0
+
+
+def test_collector_process_with_return_normalization_only():
+    """VecNormalize(norm_obs=False), as the Procgen environments use it, has no observation statistics to send."""
+    env = VecNormalize(make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=0), norm_obs=False, norm_reward=True)
+    model = PPO_EWMA("MlpPolicy", env, async_rollouts="process", **SETTINGS)
+    model.learn(3 * ROLLOUT)
+    assert "obs_rms" not in vars(env)
+    assert env.ret_rms.count == pytest.approx(1e-4 + 3 * ROLLOUT)

@@ -44,6 +44,8 @@ from sb3_ewma.common.rollout import collect_rollout
 POLL_INTERVAL_S = 1.0
 """How often the parent, waiting for a rollout, checks that the child is alive."""
 STOP_TIMEOUT_S = 10.0
+RUNNING_STATISTICS = ("obs_rms", "ret_rms")
+"""The ``VecNormalize`` attributes that the collector process updates and sends back."""
 """How long the parent waits for the child to exit before it terminates it."""
 
 
@@ -76,13 +78,15 @@ def vec_normalize_statistics(env: VecEnv) -> dict[str, Any] | None:
     vec_normalize = unwrap_vec_normalize(env)
     if vec_normalize is None:
         return None
-    return {"obs_rms": vec_normalize.obs_rms, "ret_rms": vec_normalize.ret_rms}
+    # a VecNormalize without observation (or return) normalization has no obs_rms (ret_rms)
+    return {name: value for name, value in vars(vec_normalize).items() if name in RUNNING_STATISTICS}
 
 
 def set_vec_normalize_statistics(env: VecEnv, statistics: dict[str, Any] | None) -> None:
     vec_normalize: VecNormalize | None = unwrap_vec_normalize(env)
     if vec_normalize is not None and statistics is not None:
-        vec_normalize.obs_rms, vec_normalize.ret_rms = statistics["obs_rms"], statistics["ret_rms"]
+        for name, value in statistics.items():
+            setattr(vec_normalize, name, value)
 
 
 class CollectorError(Exception):

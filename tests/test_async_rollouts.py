@@ -403,3 +403,30 @@ def test_collector_process_with_return_normalization_only():
     model.learn(3 * ROLLOUT)
     assert "obs_rms" not in vars(env)
     assert env.ret_rms.count == pytest.approx(1e-4 + 3 * ROLLOUT)
+
+
+def test_collector_process_refuses_environments_that_step_in_threads():
+    """Procgen steps its environments in threads of its own, which a forked child lacks: it would hang at its first step."""
+    pytest.importorskip("procgen")
+    from sb3_ewma.envs import make_procgen_env
+
+    threaded = make_procgen_env("starpilot", n_envs=2, distribution_mode="easy", seed=0)
+    with pytest.raises(ValueError, match="async_rollouts='process' forks the environments, and ProcgenVecEnv"):
+        PPO_EWMA("CnnPolicy", threaded, async_rollouts="process")
+    # set after construction: checked again when learn() starts the collector, before any step
+    model = PPO_EWMA(
+        "CnnPolicy",
+        make_procgen_env("starpilot", n_envs=2, distribution_mode="easy", seed=0, num_threads=0),
+        n_steps=8,
+        batch_size=16,
+        async_rollouts="process",
+    )
+    model.env = threaded
+    with pytest.raises(ValueError, match="async_rollouts='process' forks the environments"):
+        model.learn(64)
+    # procgen's num_threads=0 steps on the calling thread: forkable
+    single_threaded = make_procgen_env("starpilot", n_envs=2, distribution_mode="easy", seed=0, num_threads=0)
+    model = PPO_EWMA("CnnPolicy", single_threaded, n_steps=8, batch_size=16, n_epochs=1, async_rollouts="process", seed=0)
+    model.learn(4 * 16)
+    assert model.num_timesteps == 4 * 16
+    threaded.close()

@@ -207,11 +207,12 @@ class AsyncRolloutMixin:
 
     def _set_async_rollouts(self, async_rollouts: bool | str) -> None:
         """Set ``async_rollouts`` (a bool) and ``rollout_collector`` (``"thread"`` or ``"process"``), checked."""
-        from sb3_ewma.common.process_collector import check_process_collector  # it imports this module
+        from sb3_ewma.common.process_collector import check_forkable_env, check_process_collector  # they import this
 
         kind = rollout_collector_kind(async_rollouts)
         if kind == "process":
             check_process_collector(self.device)  # type: ignore[attr-defined]
+            check_forkable_env(self.env)  # type: ignore[attr-defined]  # checked again by learn() (after set_env)
         self.async_rollouts = kind is not None
         self.rollout_collector = kind or "thread"
 

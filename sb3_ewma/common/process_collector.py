@@ -20,8 +20,10 @@ parent trains, on another core:
 
 The child is forked with ``os.fork`` (never spawned: the environments and the model are inherited, not pickled; and
 not through ``multiprocessing.Process``, which refuses children to daemonic processes such as ``multiprocessing.Pool``
-workers), so this needs ``fork`` (Linux, macOS) and a policy on the CPU (a forked process cannot use CUDA). The child
-exits when told to, or when the parent's end of the pipe closes (the parent died).
+workers), so this needs ``fork`` (Linux, macOS), a policy on the CPU (a forked process cannot use CUDA) and
+environments that step on the calling thread (not Procgen, gym3 or EnvPool, which step in threads of their own:
+:func:`check_forkable_env`). The child exits when told to, or when the parent's end of the pipe closes (the parent
+died).
 """
 
 import multiprocessing
@@ -59,6 +61,36 @@ def check_process_collector(device: th.device) -> None:
         raise ValueError(
             f"async_rollouts='process' needs the policy on the CPU (a forked process cannot use {th.device(device).type}), "
             f"got device={device!s}: use async_rollouts=True (a collector thread) on accelerators"
+        )
+
+
+FORK_UNSAFE_ENV_MODULES = ("procgen", "gym3", "envpool", "sb3_ewma.envs.procgen")
+"""Environments that step in threads of their own, which a forked process does not have: its first step hangs."""
+
+
+def innermost_vec_env(env: VecEnv) -> VecEnv:
+    """The ``VecEnv`` under every ``VecEnvWrapper`` (``VecNormalize``, ``VecMonitor``, ...)."""
+    while isinstance(getattr(env, "venv", None), VecEnv):
+        env = env.venv  # type: ignore[attr-defined]
+    return env
+
+
+def check_forkable_env(env: VecEnv | None) -> None:
+    """
+    Raise a ``ValueError`` for ``async_rollouts="process"`` with an environment that steps in threads of its own
+    (Procgen, gym3, EnvPool): a forked child has none of them and would wait forever at its first step.
+    """
+    if env is None:
+        return
+    inner = innermost_vec_env(env)
+    module = type(inner).__module__
+    # this package's Procgen environments step on the calling thread with procgen's num_threads=0
+    single_threaded = getattr(inner, "procgen_kwargs", {}).get("num_threads", None) == 0
+    if module.startswith(FORK_UNSAFE_ENV_MODULES) and not single_threaded:
+        raise ValueError(
+            f"async_rollouts='process' forks the environments, and {type(inner).__name__} ({module}) steps in threads "
+            "that a forked process does not have: use async_rollouts=True (a collector thread; these environments "
+            "release the GIL while they step, so a thread overlaps with training), or for Procgen num_threads=0"
         )
 
 
@@ -170,6 +202,7 @@ class ProcessRolloutCollector(RolloutCollector):
     def __init__(self, algorithm: Any, callback: BaseCallback) -> None:
         super().__init__(algorithm, callback)
         check_process_collector(algorithm.device)
+        check_forkable_env(algorithm.env)
         self.behavior_policy.share_memory()  # the snapshot, written here, read by the child
         self._behavior_tensors = [*self.behavior_policy.parameters(), *self.behavior_policy.buffers()]
         self.pid: int | None = None  # the child's

@@ -26,6 +26,7 @@ environments that step on the calling thread (not Procgen, gym3 or EnvPool, whic
 died).
 """
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -309,10 +310,8 @@ class ProcessRolloutCollector(RolloutCollector):
         if self.pid is None:
             return
         assert self._connection is not None
-        try:
+        with contextlib.suppress(OSError):  # the child may be gone already
             self._connection.send(("stop", None))
-        except OSError:
-            pass  # already gone
         self._connection.close()
         deadline = time.monotonic() + timeout
         while not self._child_exited() and time.monotonic() < deadline:

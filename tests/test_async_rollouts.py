@@ -430,3 +430,29 @@ def test_collector_process_refuses_environments_that_step_in_threads():
     model.learn(4 * 16)
     assert model.num_timesteps == 4 * 16
     threaded.close()
+
+
+class BlocksInForkedChild(CrashingEnv):
+    """Steps normally in the process that made it; in a forked child, waits forever (as threaded environments do)."""
+
+    def __init__(self) -> None:
+        super().__init__(crash_at=10**9)
+        self.owner = os.getpid()
+
+    def step(self, action):
+        if os.getpid() != self.owner:
+            threading.Event().wait()
+        return super().step(action)
+
+
+def test_a_stuck_collector_process_is_killed_not_waited_for(monkeypatch):
+    from sb3_ewma.common import process_collector
+
+    monkeypatch.setattr(process_collector, "STALL_TIMEOUT_S", 2.0)
+    env = DummyVecEnv([BlocksInForkedChild for _ in range(N_ENVS)])
+    model = PPO_EWMA("MlpPolicy", env, async_rollouts="process", **SETTINGS)
+    start = time.perf_counter()
+    with pytest.raises(RuntimeError, match="used no CPU time for 2 s"):
+        model.learn(10 * ROLLOUT)
+    assert time.perf_counter() - start < 30
+    assert not child_processes()

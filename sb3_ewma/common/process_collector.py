@@ -47,6 +47,9 @@ from sb3_ewma.common.rollout import collect_rollout
 POLL_INTERVAL_S = 1.0
 """How often the parent, waiting for a rollout, checks that the child is alive."""
 STOP_TIMEOUT_S = 10.0
+STALL_TIMEOUT_S = 120.0
+"""How long the child may use no CPU time, while the parent waits for its rollout, before it is declared stuck (an
+environment that waits on threads a forked process does not have) and killed. Linux only (it reads ``/proc``)."""
 RUNNING_STATISTICS = ("obs_rms", "ret_rms")
 """The ``VecNormalize`` attributes that the collector process updates and sends back."""
 """How long the parent waits for the child to exit before it terminates it."""
@@ -120,6 +123,16 @@ def set_vec_normalize_statistics(env: VecEnv, statistics: dict[str, Any] | None)
     if vec_normalize is not None and statistics is not None:
         for name, value in statistics.items():
             setattr(vec_normalize, name, value)
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """The CPU time a process has used so far (user and system), from ``/proc``; None where there is no ``/proc``."""
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            fields = file.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime and stime, in clock ticks
 
 
 class CollectorError(Exception):
@@ -252,10 +265,21 @@ class ProcessRolloutCollector(RolloutCollector):
         self._buffer = rollout_buffer
 
     def _receive(self) -> tuple[str, Any]:
-        assert self._connection is not None
+        assert self._connection is not None and self.pid is not None
+        used, progress = cpu_seconds(self.pid), time.monotonic()
         while not self._connection.poll(POLL_INTERVAL_S):
             if self._child_exited():
                 raise RuntimeError(f"the rollout collector process died (exit status {self._exit_status})")
+            now, latest = time.monotonic(), cpu_seconds(self.pid)
+            if latest != used:
+                used, progress = latest, now
+            elif latest is not None and now - progress > STALL_TIMEOUT_S:
+                self.stop()
+                raise RuntimeError(
+                    f"the rollout collector process used no CPU time for {STALL_TIMEOUT_S:.0f} s without sending its "
+                    "rollout and was killed: an environment that steps in threads of its own waits forever in a forked "
+                    "process; use async_rollouts=True (a collector thread)"
+                )
         try:
             return self._connection.recv()
         except EOFError:

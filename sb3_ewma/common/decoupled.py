@@ -202,11 +202,12 @@ class AdvantageNormalizer:
             return
         sums = th.stack(
             [
+                # on the advantages' device: read back once, after the reduction
                 th.stack(
                     [
-                        th.tensor(float(values.numel()), dtype=th.float64),
-                        values.double().sum().cpu(),
-                        (values.double() ** 2).sum().cpu(),
+                        values.new_tensor(float(values.numel()), dtype=th.float64),
+                        values.double().sum(),
+                        values.double().square().sum(),
                     ]
                 )
                 for values in pooled

@@ -217,8 +217,8 @@ class ProcessRolloutCollector(RolloutCollector):
         super().__init__(algorithm, callback)
         check_process_collector(algorithm.device)
         check_forkable_env(algorithm.env)
-        self.behavior_policy.share_memory()  # the snapshot, written here, read by the child
-        self._behavior_tensors = [*self.behavior_policy.parameters(), *self.behavior_policy.buffers()]
+        # the snapshot, written here, read by the child (in place: the tensors that `snapshot` copies into stay the same)
+        self.behavior_policy.share_memory()
         self.pid: int | None = None  # the child's
         self._exit_status: int | None = None
         self._connection: Connection | None = None

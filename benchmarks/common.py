@@ -270,3 +270,26 @@ def base_parser(description: str, presets: Sequence[str] = PRESETS) -> argparse.
     parser.add_argument("--preset", choices=presets, default="cpu", help="scale of the experiment (default: cpu)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results root (default: benchmarks/results)")
     return parser
+
+
+MALLOC_CHOICES = ("keep-freed", "default")
+
+
+def add_malloc_argument(parser: argparse.ArgumentParser) -> None:
+    """``--malloc``: glibc's allocator as ``python -m sb3_ewma.train`` sets it (keep-freed) or as it comes (default)."""
+    parser.add_argument(
+        "--malloc",
+        choices=MALLOC_CHOICES,
+        default="keep-freed",
+        help="keep-freed (default, as python -m sb3_ewma.train): sb3_ewma.keep_freed_memory() for the whole process; "
+        "default: glibc's own thresholds (freed activations go back to the system and fault in again)",
+    )
+
+
+def apply_malloc(choice: str) -> bool:
+    """Set the process's allocator for ``--malloc`` (once, before anything is measured); whether it was changed."""
+    if choice not in MALLOC_CHOICES:
+        raise ValueError(f"malloc must be one of {MALLOC_CHOICES}, got {choice!r}")
+    from sb3_ewma import keep_freed_memory
+
+    return choice == "keep-freed" and keep_freed_memory()

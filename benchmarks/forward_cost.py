@@ -15,6 +15,7 @@ import numpy as np
 import torch as th
 from stable_baselines3.common.policies import ActorCriticCnnPolicy
 
+from benchmarks.common import add_malloc_argument, apply_malloc
 from sb3_ewma.common.torch_layers import ImpalaCNN
 
 
@@ -36,8 +37,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1)
+    add_malloc_argument(parser)
     args = parser.parse_args(argv)
     th.set_num_threads(args.threads)
+    apply_malloc(args.malloc)
     device = th.device(args.device)
     policy = ActorCriticCnnPolicy(
         gym.spaces.Box(0, 255, (3, 64, 64), np.uint8),
@@ -61,7 +64,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     train_step = seconds_per_call(forward_backward, args.repeats, device)
     forward = seconds_per_call(proximal_forward, args.repeats, device)
-    print(f"device={device} batch_size={args.batch_size} threads={args.threads}")
+    print(f"device={device} batch_size={args.batch_size} threads={args.threads} malloc={args.malloc}")
     print(f"forward-backward (the loss): {train_step * 1e3:.1f} ms")
     print(f"forward, no gradient (the proximal policy): {forward * 1e3:.1f} ms = {forward / train_step:.0%} of it")
     return {"forward_backward_s": train_step, "forward_s": forward}

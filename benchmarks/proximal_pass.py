@@ -7,9 +7,15 @@ log-probabilities of the taken actions from the action head) and PPO_EWMA with t
 8 minibatches, 3 epochs).
 
     python -m benchmarks.proximal_pass                 # both networks, 5 repeats
+    python -m benchmarks.proximal_pass --malloc default  # glibc's allocator as it comes
+
+The minor page faults of each ``train()`` (``getrusage``) are reported too: with glibc's default thresholds the
+activations freed by the proximal pass go back to the system and fault in again at the next minibatch (see
+:mod:`sb3_ewma.common.allocator`).
 """
 
 import argparse
+import resource
 import statistics
 import sys
 import time
@@ -19,7 +25,7 @@ from typing import Any
 
 import torch as th
 
-from benchmarks.common import RESULTS_DIR
+from benchmarks.common import RESULTS_DIR, add_malloc_argument, apply_malloc
 from benchmarks.envs import make_env, policy_for
 from benchmarks.throughput import _env_id
 
@@ -41,8 +47,12 @@ def _distribution_pass(model: Any) -> None:
     model._proximal_log_prob = proximal_log_prob
 
 
+def _minor_page_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def measure(network: str, repeats: int) -> dict[str, float]:
-    """Median seconds of one ``train()`` per variant."""
+    """Median seconds (``<variant>``) and minor page faults (``<variant>_faults``) of one ``train()`` per variant."""
     from stable_baselines3 import PPO
 
     from sb3_ewma import PPO_EWMA
@@ -61,22 +71,28 @@ def measure(network: str, repeats: int) -> dict[str, float]:
             _distribution_pass(model)
         models[variant] = model
     seconds: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
+    faults: dict[str, list[int]] = {variant: [] for variant in VARIANTS}
     for repeat in range(repeats):
         for variant in VARIANTS[repeat % 3 :] + VARIANTS[: repeat % 3]:
+            faults_before = _minor_page_faults()
             start = time.perf_counter()
             models[variant].train()
             seconds[variant].append(time.perf_counter() - start)
-    return {variant: statistics.median(values) for variant, values in seconds.items()}
+            faults[variant].append(_minor_page_faults() - faults_before)
+    medians = {variant: statistics.median(values) for variant, values in seconds.items()}
+    return {**medians, **{f"{variant}_faults": statistics.median(values) for variant, values in faults.items()}}
 
 
 def report(results: dict[str, dict[str, float]]) -> str:
     lines = [
-        "| network | SB3 PPO train (s) | PPO_EWMA lean (s) | PPO_EWMA distribution (s) | lean / PPO | distribution / PPO |",
-        "|---|---|---|---|---|---|",
+        "| network | SB3 PPO train (s) | PPO_EWMA lean (s) | PPO_EWMA distribution (s) | lean / PPO | distribution / PPO "
+        "| page faults per train (PPO / lean) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for network, seconds in results.items():
         ppo, lean, full = (seconds[variant] for variant in VARIANTS)
-        lines.append(f"| {network} | {ppo:.4f} | {lean:.4f} | {full:.4f} | {lean / ppo:.3f} | {full / ppo:.3f} |")
+        faults = f"{seconds['ppo_faults']:.0f} / {seconds['ppo_ewma_lean_faults']:.0f}"
+        lines.append(f"| {network} | {ppo:.4f} | {lean:.4f} | {full:.4f} | {lean / ppo:.3f} | {full / ppo:.3f} | {faults} |")
     return "\n".join(lines)
 
 
@@ -85,16 +101,18 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
     parser.add_argument("--networks", default=",".join(NETWORKS), help="comma-separated among mlp, impala")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    add_malloc_argument(parser)
     args = parser.parse_args(argv)
     th.set_num_threads(1)
+    apply_malloc(args.malloc)
     results = {network: measure(network, args.repeats) for network in args.networks.split(",")}
     table = report(results)
     print(table)
-    out_dir = args.out / NAME
+    out_dir = args.out / NAME / args.malloc
     out_dir.mkdir(parents=True, exist_ok=True)
     command = " ".join(["python -m benchmarks.proximal_pass", *(sys.argv[1:] if argv is None else argv)])
     text = f"# Proximal pass: lean vs through a distribution\n\n{(__doc__ or '').strip()}\n\n- command: `{command}`\n"
-    text += f"- written {time.strftime('%Y-%m-%d %H:%M')}; medians of {args.repeats} train() calls, one torch thread\n\n"
+    text += f"- written {time.strftime('%Y-%m-%d %H:%M')}; medians of {args.repeats} train() calls, one torch thread, malloc {args.malloc}\n\n"
     (out_dir / "results.md").write_text(text + table + "\n")
     return results
 

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch as th
 
-from benchmarks.common import ALGORITHMS, algorithm_class, append_csv, base_parser, read_csv
+from benchmarks.common import ALGORITHMS, add_malloc_argument, algorithm_class, append_csv, apply_malloc, base_parser, read_csv
 from benchmarks.envs import NETWORKS, make_env, policy_for
 
 NAME = "throughput"
@@ -64,7 +64,18 @@ PRESETS: dict[str, dict[str, Any]] = {
     ),
 }
 """One torch thread on the CPU presets: several threads on a busy 2-core machine slow torch down by 10x or more."""
-CONFIG_KEYS = ("env", "n_envs", "n_steps", "n_minibatches", "n_epochs", "iterations", "features", "device", "threads")
+CONFIG_KEYS = (
+    "env",
+    "n_envs",
+    "n_steps",
+    "n_minibatches",
+    "n_epochs",
+    "iterations",
+    "features",
+    "device",
+    "threads",
+    "malloc",
+)
 ASYNC_SUFFIX = "_async"
 PROCESS_SUFFIX = "_process"
 ALL_ALGORITHMS = (
@@ -145,7 +156,10 @@ class TrainTimer:
 
 def config_hash(config: dict[str, Any]) -> str:
     """A hash of the settings of a measurement."""
-    content = json.dumps({key: config[key] for key in CONFIG_KEYS}, sort_keys=True)
+    # measurements made before --malloc existed ran with glibc's defaults: "default" is left out of the hash
+    content = json.dumps(
+        {key: config[key] for key in CONFIG_KEYS if (key, config[key]) != ("malloc", "default")}, sort_keys=True
+    )
     return hashlib.sha1(content.encode()).hexdigest()[:12]
 
 
@@ -187,6 +201,7 @@ def run(config: dict[str, Any], csv_path: Path | None = None) -> dict[str, dict[
     """
     names = list(dict.fromkeys(config["algos"]))
     th.set_num_threads(config["threads"])
+    apply_malloc(config["malloc"])
     for name in names:
         algorithm_class(base_algorithm(name)[0])  # fail early on an unknown name
     digest = config_hash(config)
@@ -309,6 +324,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, help="torch threads (default: 1 on the cpu presets, 4 on the GPU ones)")
     parser.add_argument("--device", default=None, help="default: cuda for the gpu and paper presets, else cpu")
     parser.add_argument("--json", help="also write the medians to this file")
+    add_malloc_argument(parser)
     return parser
 
 
@@ -325,6 +341,7 @@ def parse_args(argv: Sequence[str] | None = None) -> dict[str, Any]:
     config["device"] = args.device or ("cuda" if args.preset in ("gpu", "paper") else "cpu")
     config["env"] = _env_id(args.env or config.get("env"), config.pop("mode", "easy"))
     config["json"] = args.json
+    config["malloc"] = args.malloc
     config["out_dir"] = Path(args.out) / NAME / args.preset
     return config
 

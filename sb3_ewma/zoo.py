@@ -55,6 +55,7 @@ from sb3_ewma import hyperparams_opt
 from sb3_ewma._quiet import import_without_pkg_resources_warning
 from sb3_ewma.algorithms import ALGORITHMS, HYPERPARAMS_DIR, packaged_hyperparams_file
 from sb3_ewma.common import distributed
+from sb3_ewma.common.allocator import keep_freed_memory
 from sb3_ewma.common.install import install_hint
 from sb3_ewma.common.torch_layers import ImpalaCNN
 from sb3_ewma.envs.procgen import PROCGEN_KWARGS, make_procgen_env, register_procgen_envs
@@ -304,6 +305,8 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
         super().__init__(args, algo, env_id, *manager_args, **kwargs)
         # under torchrun: rank 0 chooses the run folder (the next free <env>_<n>) and the seed, once for all ranks
         self.rank, self.world_size = distributed.join_torchrun(self.device)
+        if getattr(args, "keep_freed_memory", False):
+            keep_freed_memory()
         self.seed, self.save_path = distributed.broadcast_from_rank0((self.seed, self.save_path))
         self.params_path = f"{self.save_path}/{self.env_name}"
         if scale is None:
@@ -393,8 +396,8 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
 
 def add_scale_arguments(parser: argparse.ArgumentParser) -> None:
     """
-    Add the flags of ``python -m sb3_ewma.train`` that rl-zoo3 has not (``--scale-n-envs`` and its options) to
-    ``parser``, as one argument group.
+    Add the flags of ``python -m sb3_ewma.train`` that rl-zoo3 has not to ``parser``: ``--scale-n-envs`` and its
+    options as one argument group, ``--keep-freed-memory`` (on by default) as another.
     """
     group = parser.add_argument_group(
         "sb3-ewma (batch size-invariance)",
@@ -408,6 +411,14 @@ def add_scale_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--scale-adam-betas", action="store_true", help="also raise Adam's betas to the power 1/c")
     group.add_argument("--scale-aux-learning-rate", action="store_true", help="PPG: also rescale aux_learning_rate")
+    memory = parser.add_argument_group("sb3-ewma (CPU memory)")
+    memory.add_argument(
+        "--keep-freed-memory",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="glibc: keep freed memory for the next minibatch instead of returning it to the system "
+        "(sb3_ewma.keep_freed_memory; fewer page faults, faster CPU training, the peak memory stays held)",
+    )
 
 
 def scale_options_from_args(args: argparse.Namespace) -> ScaleOptions | None:

@@ -433,6 +433,17 @@ def test_scale_flags_are_parsed_with_rl_zoo3_flags() -> None:
         parser.parse_args(["--scale-n-envs", "0"])
 
 
+@pytest.mark.parametrize("flag, calls", [((), 1), (("--no-keep-freed-memory",), 0)])
+def test_train_keeps_freed_memory_unless_told_not_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: tuple[str, ...], calls: int
+) -> None:
+    made: list[tuple] = []
+    monkeypatch.setattr(zoo, "keep_freed_memory", lambda *args: made.append(args) or True)
+    train_in_process(*("--algo", "ppo_ewma", "--env", "CartPole-v1", "-n", "64", "-f", str(tmp_path)), *flag)
+    assert len(made) == calls
+    assert (saved_run(tmp_path, "ppo_ewma", "CartPole-v1") / "CartPole-v1.zip").exists()
+
+
 def test_train_help_is_one_usage_block_with_both_option_sets(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         train_in_process("-h")

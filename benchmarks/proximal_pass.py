@@ -112,7 +112,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
     out_dir.mkdir(parents=True, exist_ok=True)
     command = " ".join(["python -m benchmarks.proximal_pass", *(sys.argv[1:] if argv is None else argv)])
     text = f"# Proximal pass: lean vs through a distribution\n\n{(__doc__ or '').strip()}\n\n- command: `{command}`\n"
-    text += f"- written {time.strftime('%Y-%m-%d %H:%M')}; medians of {args.repeats} train() calls, one torch thread, malloc {args.malloc}\n\n"
+    text += f"- written {time.strftime('%Y-%m-%d %H:%M')}; medians of {args.repeats} train() calls, one torch thread, "
+    text += f"malloc {args.malloc}\n\n"
     (out_dir / "results.md").write_text(text + table + "\n")
     return results
 

@@ -20,7 +20,6 @@ from typing import Any
 import pandas as pd
 from stable_baselines3.common.utils import LinearSchedule
 
-from benchmarks import cli
 from benchmarks.common import Experiment, Manifest, RunSpec
 from benchmarks.report import final_values, markdown_table, mean_std, new_figure, panels, plot_curves, save_figure, summarize
 from benchmarks.settings import Scale
@@ -108,18 +107,8 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
     return "\n\n".join(["## Results", image, *tables, note])
 
 
-EXPERIMENT = Experiment(
-    name=NAME,
-    title="Overlapped rollouts: PPO_EWMA async vs sync (learning)",
-    description=__doc__ or "",
-    build_specs=build_specs,
-    report=report,
-)
-
-
-def main(argv: Sequence[str] | None = None) -> Path:
-    """Run the experiment from the command line (see ``--help``)."""
-    return cli.main(EXPERIMENT, argv)
+EXPERIMENT = Experiment(NAME, "Overlapped rollouts: PPO_EWMA async vs sync (learning)", __doc__ or "", build_specs, report)
+main = EXPERIMENT.main
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmarks import cli
 from benchmarks.common import Experiment, RunSpec
 from benchmarks.report import markdown_table, mean_std, new_figure, panels, plot_curves, save_figure, summarize
 from benchmarks.settings import Scale, Setting, preset_setting, run_spec
@@ -174,17 +173,9 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
 
 
 EXPERIMENT = Experiment(
-    name=NAME,
-    title="Batch size-invariance of PPG-EWMA, with ablations (paper figures 2 and 3)",
-    description=__doc__ or "",
-    build_specs=build_specs,
-    report=report,
+    NAME, "Batch size-invariance of PPG-EWMA, with ablations (paper figures 2 and 3)", __doc__ or "", build_specs, report
 )
-
-
-def main(argv: Sequence[str] | None = None) -> Path:
-    """Run the experiment from the command line (see ``--help``)."""
-    return cli.main(EXPERIMENT, argv)
+main = EXPERIMENT.main
 
 
 if __name__ == "__main__":

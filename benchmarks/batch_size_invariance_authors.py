@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmarks import batch_size_invariance, cli
+from benchmarks import batch_size_invariance
 from benchmarks.common import Experiment, RunSpec
 from benchmarks.report import markdown_table, mean_std, new_figure, panels, plot_curves, save_figure, summarize
 from benchmarks.settings import preset_setting, run_spec
@@ -147,17 +147,13 @@ def gradient_noise_rows(evaluations: pd.DataFrame, batch_sizes: dict[tuple[str, 
 
 
 EXPERIMENT = Experiment(
-    name=NAME,
-    title="Batch size-invariance of PPG-EWMA with the authors' minibatches, initialization and Adam epsilon",
-    description=__doc__ or "",
-    build_specs=build_specs,
-    report=report,
+    NAME,
+    "Batch size-invariance of PPG-EWMA with the authors' minibatches, initialization and Adam epsilon",
+    __doc__ or "",
+    build_specs,
+    report,
 )
-
-
-def main(argv: Sequence[str] | None = None) -> Path:
-    """Run the experiment from the command line (see ``--help``)."""
-    return cli.main(EXPERIMENT, argv)
+main = EXPERIMENT.main
 
 
 if __name__ == "__main__":

@@ -263,6 +263,12 @@ class Experiment:
     build_specs: Callable[[str, dict[str, Any]], list[RunSpec]]
     report: Callable[[Any, list[RunSpec], Path], str]
 
+    def main(self, argv: Sequence[str] | None = None) -> Path:
+        """Run the experiment from the command line (see ``--help``); returns its results directory."""
+        from benchmarks import cli
+
+        return cli.main(self, argv)
+
 
 def base_parser(description: str, presets: Sequence[str] = PRESETS) -> argparse.ArgumentParser:
     """The options every benchmark takes: ``--preset`` (one of ``presets``) and ``--out``."""

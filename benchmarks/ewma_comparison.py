@@ -13,7 +13,6 @@ from typing import Any
 
 import pandas as pd
 
-from benchmarks import cli
 from benchmarks.common import ALGORITHMS, Experiment, RunSpec
 from benchmarks.report import (
     ALGORITHM_LABELS,
@@ -84,17 +83,9 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
 
 
 EXPERIMENT = Experiment(
-    name=NAME,
-    title="EWMA comparison: PPO vs PPO-EWMA, PPG vs PPG-EWMA (paper figure 4)",
-    description=__doc__ or "",
-    build_specs=build_specs,
-    report=report,
+    NAME, "EWMA comparison: PPO vs PPO-EWMA, PPG vs PPG-EWMA (paper figure 4)", __doc__ or "", build_specs, report
 )
-
-
-def main(argv: Sequence[str] | None = None) -> Path:
-    """Run the experiment from the command line (see ``--help``)."""
-    return cli.main(EXPERIMENT, argv)
+main = EXPERIMENT.main
 
 
 if __name__ == "__main__":

@@ -286,7 +286,9 @@ def plot(medians: dict[str, dict[str, float]], path: Path) -> str:
 
 
 def write_results(config: dict[str, Any], medians: dict[str, dict[str, float]], out_dir: Path, command: str) -> Path:
-    """``results.md`` and ``throughput.png`` in ``out_dir``."""
+    """``results.md`` and ``throughput.png`` in ``out_dir`` (``results_malloc-default.md`` and
+    ``throughput_malloc-default.png`` with ``--malloc default``)."""
+    suffix = "" if config.get("malloc", "default") == "keep-freed" else "_malloc-default"
     settings = ", ".join(f"{key}={config[key]}" for key in (*CONFIG_KEYS, "repeats", "hyperparams") if key in config)
     lines = [
         "# Throughput: SB3 PPO, PPO-EWMA, PPG, PPG-EWMA",
@@ -299,10 +301,10 @@ def write_results(config: dict[str, Any], medians: dict[str, dict[str, float]], 
         "",
         report(medians),
         "",
-        plot(medians, out_dir / f"{NAME}.png") if medians else "",
+        plot(medians, out_dir / f"{NAME}{suffix}.png") if medians else "",
         "",
     ]
-    path = out_dir / "results.md"
+    path = out_dir / f"results{suffix}.md"
     path.write_text("\n".join(lines))
     print(f"report: {path}")
     return path

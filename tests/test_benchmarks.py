@@ -74,6 +74,7 @@ def test_throughput_smoke_then_resume(tmp_path, capsys):
     assert len(read(out_dir / "measurements.csv")) == 4
     check_outputs(out_dir, "throughput")
     assert "EWMA overhead (time of learn)" in (out_dir / "results.md").read_text()
+    assert {row["malloc"] for row in read(out_dir / "measurements.csv")} == {"keep-freed"}
     capsys.readouterr()
     assert throughput.main(["--preset", "smoke", "--out", str(tmp_path)]) == medians
     assert "4 measurement(s) already made" in capsys.readouterr().out
@@ -284,3 +285,12 @@ def test_scaling_summary_efficiency_and_curves():
     short = scaling.summarize([dict(r, curve=[]) for r in records], "cnn", "python -m benchmarks.scaling --preset cnn")
     assert "throughput only" in short and "| 2x8 | 2 | 8 | 1800 | 0.90 |" in short
     assert [name for name, _, _ in scaling.configurations(8)] == ["1x8", "2x4", "2x8"]
+
+
+@pytest.mark.parametrize("network", ["mlp", "impala"])
+def test_forward_cost_runs_the_lean_proximal_pass(network, capsys):
+    from benchmarks import forward_cost
+
+    seconds = forward_cost.main(["--network", network, "--batch-size", "4", "--repeats", "2", "--malloc", "default"])
+    assert set(seconds) == {"forward_backward_s", "forward_s"} and min(seconds.values()) > 0
+    assert f"network={network}" in capsys.readouterr().out

@@ -62,3 +62,12 @@ def test_procgen_example_builds():
     assert model.observation_space.shape == (3, 64, 64)
     assert type(model.policy.features_extractor).__name__ == "ImpalaCNN"
     namespace["env"].close()
+
+
+def test_keep_freed_memory_example_runs():
+    code = re.search(r"```python\n(.+?)\n```", readme_section("PPO_EWMA"), re.S).group(1)
+    assert "keep_freed_memory()" in code
+    code = code.replace("100_000", "64").replace('device="cpu"', 'device="cpu", n_steps=64, batch_size=32, n_epochs=1')
+    namespace: dict = {}
+    exec(compile(code, "README keep_freed_memory example", "exec"), namespace)
+    assert namespace["model"].num_timesteps == 64

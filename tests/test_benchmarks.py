@@ -294,3 +294,14 @@ def test_forward_cost_runs_the_lean_proximal_pass(network, capsys):
     seconds = forward_cost.main(["--network", network, "--batch-size", "4", "--repeats", "2", "--malloc", "default"])
     assert set(seconds) == {"forward_backward_s", "forward_s"} and min(seconds.values()) > 0
     assert f"network={network}" in capsys.readouterr().out
+
+
+def test_proximal_precision_measures_bf16_against_float32(tmp_path):
+    from benchmarks import proximal_precision
+
+    results = proximal_precision.main(["--networks", "mlp", "--out", str(tmp_path)])["mlp"]
+    assert results["samples"] == 256
+    # bfloat16 keeps 8 bits of mantissa: errors of log-probabilities near log(1/2) are of order 1e-3, never 0 or large
+    assert 1e-6 < results["mean_abs_error"] <= results["max_abs_error"] < 0.05
+    assert 0 <= results["clip_status_changed"] <= 1 and 1 - results["gradient_cosine"] < 1e-2
+    assert (tmp_path / "proximal_precision" / "results_cpu_bfloat16.md").exists()

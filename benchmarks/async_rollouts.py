@@ -10,10 +10,16 @@ so the same learning is expected), and both synchronous and with a thread at an 
 steps (``*_age_10``) instead of ``"auto"`` (the minibatches per epoch: 1 here, an EWMA one step behind the policy);
 10 steps is the mean age of PPO's behavior policy over an iteration of 20 steps.
 
-    python -m benchmarks.async_rollouts --preset cpu        # CartPole-v1, 3 seeds, 2^16 steps per run
+MinAtar Breakout (the learning benchmarks' ``cpu`` task: 64 environments x 128 steps, 8 minibatches, 3 epochs, MLP
+[64, 64], 2^20 steps per run) runs the synchronous PPO_EWMA and both collectors at the default EWMA age (8 steps,
+the paper's rule, a third of an iteration of 24 steps).
+
+    python -m benchmarks.async_rollouts --preset cpu        # CartPole-v1 (2^16 steps) and MinAtar Breakout, 3 seeds
+    python -m benchmarks.async_rollouts --preset cpu --envs CartPole-v1   # CartPole-v1 only
 """
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +28,7 @@ from stable_baselines3.common.utils import LinearSchedule
 
 from benchmarks.common import Experiment, Manifest, RunSpec
 from benchmarks.report import final_values, markdown_table, mean_std, new_figure, panels, plot_curves, save_figure, summarize
-from benchmarks.settings import Scale
+from benchmarks.settings import SETTINGS, Scale
 
 NAME = "async_rollouts"
 AGE_10 = 10 / 11
@@ -45,40 +51,69 @@ ZOO_CARTPOLE = dict(
     clip_range=LinearSchedule(0.2, 0.0, 1.0),
 )
 """rl-zoo3's ``CartPole-v1`` PPO entry (``lin_0.001``, ``lin_0.2``: linear from the value at the start to 0)."""
-SETTINGS = {
-    "smoke": dict(n_envs=2, hyperparams=dict(ZOO_CARTPOLE, n_steps=16, batch_size=32, n_epochs=2)),
-    "cpu": dict(n_envs=8, hyperparams=ZOO_CARTPOLE),
-}
-SCALES = {
-    "smoke": Scale(timesteps=128, eval_every=64, seeds=1),
-    "cpu": Scale(timesteps=2**16, eval_every=2**13, seeds=3),
+
+
+@dataclass(frozen=True)
+class Task:
+    """An environment of a preset: its PPO_EWMA settings, the variants run on it and the steps per run."""
+
+    n_envs: int
+    hyperparams: dict[str, Any]
+    variants: tuple[str, ...]
+    scale: Scale
+    network: str = "mlp"
+
+
+_MINATAR = SETTINGS["cpu"]
+TASKS: dict[str, dict[str, Task]] = {
+    "smoke": {
+        "CartPole-v1": Task(
+            2, dict(ZOO_CARTPOLE, n_steps=16, batch_size=32, n_epochs=2), tuple(VARIANTS), Scale(128, 64, seeds=1)
+        )
+    },
+    "cpu": {
+        "CartPole-v1": Task(8, ZOO_CARTPOLE, tuple(VARIANTS), Scale(timesteps=2**16, eval_every=2**13, seeds=3)),
+        "MinAtar/Breakout-v1": Task(
+            _MINATAR.n_envs,
+            _MINATAR.hyperparams("ppo_ewma"),
+            ("sync", "async", "async_process"),
+            Scale(timesteps=2**20, eval_every=2**16, seeds=3),
+            network=_MINATAR.network,
+        ),
+    },
 }
 
 
 def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
-    """PPO_EWMA synchronous and with overlapped rollouts, for every seed."""
-    if preset not in SETTINGS:
-        raise ValueError(f"{NAME} has the presets {tuple(SETTINGS)}, got {preset!r}")
-    setting = SETTINGS[preset]
-    hyperparams: dict[str, Any] = setting["hyperparams"]  # type: ignore[assignment]
-    n_envs = int(setting["n_envs"])  # type: ignore[call-overload]
-    scale = SCALES[preset].with_overrides(overrides, int(hyperparams["n_steps"]) * n_envs)
-    return [
-        RunSpec(
-            experiment=NAME,
-            variant=variant,
-            algo="ppo_ewma",
-            env="CartPole-v1",
-            n_envs=n_envs,
-            seed=seed,
-            total_timesteps=scale.timesteps,
-            eval_every=scale.eval_every,
-            hyperparams=dict(hyperparams, **options),
-            device=overrides.get("device") or "cpu",
-        )
-        for seed in range(scale.seeds)
-        for variant, options in VARIANTS.items()
-    ]
+    """PPO_EWMA synchronous and with overlapped rollouts, for every task of the preset (or ``--envs``) and seed."""
+    if preset not in TASKS:
+        raise ValueError(f"{NAME} has the presets {tuple(TASKS)}, got {preset!r}")
+    envs = overrides.get("envs") or tuple(TASKS[preset])
+    unknown = [env for env in envs if env not in TASKS[preset]]
+    if unknown:
+        raise ValueError(f"{NAME} --preset {preset} has the environments {tuple(TASKS[preset])}, got {unknown}")
+    specs = []
+    for env in envs:
+        task = TASKS[preset][env]
+        scale = task.scale.with_overrides(overrides, int(task.hyperparams["n_steps"]) * task.n_envs)
+        specs += [
+            RunSpec(
+                experiment=NAME,
+                variant=variant,
+                algo="ppo_ewma",
+                env=env,
+                n_envs=task.n_envs,
+                seed=seed,
+                total_timesteps=scale.timesteps,
+                eval_every=scale.eval_every,
+                hyperparams=dict(task.hyperparams, **VARIANTS[variant]),
+                network=task.network,
+                device=overrides.get("device") or "cpu",
+            )
+            for seed in range(scale.seeds)
+            for variant in task.variants
+        ]
+    return specs
 
 
 def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -> str:
@@ -96,7 +131,8 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
             if variant not in summary.index:
                 continue
             seeds = ", ".join(f"{value:.4g}" for value in finals[finals["variant"] == variant]["value"])
-            speeds = manifest[manifest["variant"] == variant]["steps_per_second"].astype(float)
+            runs = manifest[(manifest["variant"] == variant) & (manifest["env"] == frame["env"].iloc[0])]
+            speeds = runs["steps_per_second"].astype(float)
             rows.append(
                 [variant, mean_std(summary.loc[variant, "mean"], summary.loc[variant, "std"]), seeds, f"{speeds.median():.0f}"]
             )

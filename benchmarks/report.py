@@ -141,20 +141,24 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 def _settings_table(specs: Sequence[RunSpec]) -> str:
     """
-    The hyperparameters of each algorithm in its runs with the most environments; those that differ between these
-    runs are listed as varied.
+    The hyperparameters of each algorithm on each environment in its runs with the most environments; those that
+    differ between these runs are listed as varied. Environments with the same settings share a row.
     """
-    rows = []
-    for algo in dict.fromkeys(spec.algo for spec in specs):
-        runs = [spec for spec in specs if spec.algo == algo]
+    rows: dict[tuple[str, int, str, str], list[str]] = {}
+    for algo, env in dict.fromkeys((spec.algo, spec.env) for spec in specs):
+        runs = [spec for spec in specs if (spec.algo, spec.env) == (algo, env)]
         runs = [spec for spec in runs if spec.n_envs == max(run.n_envs for run in runs)]
         first = runs[0].hyperparams
-        varied = [key for key in first if any(repr(run.hyperparams.get(key)) != repr(first[key]) for run in runs)]
+        keys = dict.fromkeys(key for run in runs for key in run.hyperparams)
+        varied = [key for key in keys if any(repr(run.hyperparams.get(key)) != repr(first.get(key)) for run in runs)]
         settings = ", ".join(f"{key}={value}" for key, value in first.items() if key not in varied)
         if varied:
             settings += f"; varied: {', '.join(varied)}"
-        rows.append([ALGORITHM_LABELS.get(algo, algo), runs[0].n_envs, runs[0].network, settings])
-    table = markdown_table(["algorithm", "n_envs", "network", "hyperparameters"], rows)
+        rows.setdefault((ALGORITHM_LABELS.get(algo, algo), runs[0].n_envs, runs[0].network, settings), []).append(env)
+    table = markdown_table(
+        ["algorithm", "environments", "n_envs", "network", "hyperparameters"],
+        [[label, ", ".join(envs), n_envs, network, settings] for (label, n_envs, network, settings), envs in rows.items()],
+    )
     note = (
         "Arguments not listed take the classes' defaults; PPO-EWMA and PPG-EWMA: `ewma_decay='auto'` (EWMA center of "
         "mass = minibatches per epoch), PPG: no EWMA. `max_grad_norm=inf`: no gradient clipping, as in the paper."

@@ -355,6 +355,16 @@ def test_benchmarks_run_the_async_variants(tmp_path):
     out_dir = async_rollouts.main(["--preset", "smoke", "--out", str(tmp_path), "--workers", "1"])
     text = (out_dir / "results.md").read_text()
     assert "| sync |" in text and "| async |" in text and (out_dir / "async_rollouts.png").stat().st_size > 0
+    # the cpu preset: CartPole with every variant, MinAtar Breakout at the learning benchmarks' settings; --envs picks
+    specs = async_rollouts.build_specs("cpu", {})
+    breakout = [spec for spec in specs if spec.env == "MinAtar/Breakout-v1"]
+    assert {spec.variant for spec in breakout} == {"sync", "async", "async_process"} and len(breakout) == 9
+    assert {spec.hyperparams["async_rollouts"] for spec in breakout} == {False, True, "process"}
+    assert all(spec.n_envs == 64 and spec.hyperparams["batch_size"] == 1024 for spec in breakout)
+    assert len(specs) == 9 + 3 * len(async_rollouts.VARIANTS)
+    assert {spec.env for spec in async_rollouts.build_specs("cpu", {"envs": ("CartPole-v1",)})} == {"CartPole-v1"}
+    with pytest.raises(ValueError, match="has the environments"):
+        async_rollouts.build_specs("cpu", {"envs": ("Pendulum-v1",)})
 
 
 def _learn_in_a_daemonic_worker(mode: str) -> int:

@@ -17,6 +17,7 @@ epochs, 1 policy epoch for PPG), scaled to the machine::
     python -m benchmarks.throughput --preset gpu          # 64 envs x 256 steps, the paper's iteration, on CUDA
     python -m benchmarks.throughput --env fake-image      # random 64x64x3 frames (no procgen needed)
     python -m benchmarks.throughput --preset cartpole     # CartPole-v1, rl-zoo3's tuned PPO shapes, MLP
+    python -m benchmarks.throughput --preset minatar      # MinAtar Breakout, the learning benchmarks' cpu shapes, MLP
 
 An algorithm name ending in ``_async`` (``ppo_ewma_async``, ``ppg_async``, ``ppg_ewma_async``) runs with
 ``async_rollouts=True`` (a collector thread), one ending in ``_process`` with ``async_rollouts="process"`` (a collector
@@ -61,6 +62,19 @@ PRESETS: dict[str, dict[str, Any]] = {
         features="mlp",
         threads=1,
         hyperparams=dict(gamma=0.98, gae_lambda=0.8, ent_coef=0.0, learning_rate=1e-3, clip_range=0.2),
+    ),
+    # the learning benchmarks' cpu task and settings (MinAtar Breakout, 64 envs x 128 steps, 8 minibatches, 3 epochs)
+    "minatar": dict(
+        env="MinAtar/Breakout-v1",
+        n_envs=64,
+        n_steps=128,
+        n_minibatches=8,
+        n_epochs=3,
+        iterations=16,
+        repeats=5,
+        features="mlp",
+        threads=1,
+        hyperparams=dict(gamma=0.99, gae_lambda=0.95, ent_coef=0.01, learning_rate=5e-4, clip_range=0.2),
     ),
 }
 """One torch thread on the CPU presets: several threads on a busy 2-core machine slow torch down by 10x or more."""

@@ -351,6 +351,10 @@ def test_benchmarks_run_the_async_variants(tmp_path):
     settings = throughput.settings_for("ppg_ewma_async", config)
     assert settings["async_rollouts"] and settings["gamma"] == 0.98 and settings["batch_size"] == 256
     assert "async_rollouts" not in throughput.settings_for("ppo", config)
+    minatar = throughput.parse_args(["--preset", "minatar", "--algos", "ppo,ppo_ewma_process"])
+    assert minatar["env"] == "MinAtar/Breakout-v1" and minatar["n_envs"] == 64
+    settings = throughput.settings_for("ppo_ewma_process", minatar)
+    assert (settings["batch_size"], settings["n_epochs"], settings["gamma"]) == (1024, 3, 0.99)
     # the learning comparison, end to end at its smoke scale
     out_dir = async_rollouts.main(["--preset", "smoke", "--out", str(tmp_path), "--workers", "1"])
     text = (out_dir / "results.md").read_text()

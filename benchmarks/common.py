@@ -292,10 +292,14 @@ def add_malloc_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def apply_malloc(choice: str) -> bool:
-    """Set the process's allocator for ``--malloc`` (once, before anything is measured); whether it was changed."""
+def apply_malloc(choice: str) -> None:
+    """
+    Set the process's allocator for ``--malloc`` (once, before anything is measured). Results record the choice, so a
+    ``keep-freed`` that cannot be applied (the C library is not glibc) is an error rather than a mislabeled row.
+    """
     if choice not in MALLOC_CHOICES:
         raise ValueError(f"malloc must be one of {MALLOC_CHOICES}, got {choice!r}")
     from sb3_ewma import keep_freed_memory
 
-    return choice == "keep-freed" and keep_freed_memory()
+    if choice == "keep-freed" and not keep_freed_memory():
+        raise SystemExit("--malloc keep-freed needs glibc's malloc (Linux); run with --malloc default on this system")

@@ -73,3 +73,19 @@ def test_keep_freed_memory_changes_nothing_without_glibc(monkeypatch: pytest.Mon
         assert keep_freed_memory() is False
     finally:
         allocator._glibc.cache_clear()
+
+
+def test_keep_freed_memory_reports_a_refused_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+
+    class RefusingLibc:
+        @staticmethod
+        def mallopt(parameter: int, value: int) -> int:
+            calls.append((parameter, value))
+            return 0 if parameter == allocator.M_MMAP_THRESHOLD else 1
+
+    monkeypatch.setattr(allocator, "_glibc", lambda: RefusingLibc())
+    with pytest.raises(OSError, match="mmap_threshold=4096"):
+        keep_freed_memory(mmap_threshold=4096, trim_threshold=8192)
+    # the trim threshold goes first, so a refused mmap threshold leaves only a harmless change behind
+    assert calls == [(allocator.M_TRIM_THRESHOLD, 8192), (allocator.M_MMAP_THRESHOLD, 4096)]

@@ -303,5 +303,21 @@ def test_proximal_precision_measures_bf16_against_float32(tmp_path):
     assert results["samples"] == 256
     # bfloat16 keeps 8 bits of mantissa: errors of log-probabilities near log(1/2) are of order 1e-3, never 0 or large
     assert 1e-6 < results["mean_abs_error"] <= results["max_abs_error"] < 0.05
-    assert 0 <= results["clip_status_changed"] <= 1 and 1 - results["gradient_cosine"] < 1e-2
+    # a fraction of the 256 samples (a whole multiple of 1/256); errors of 1e-3 move only ratios near 1 +- clip_range
+    assert results["clip_status_changed"] * 256 == pytest.approx(round(results["clip_status_changed"] * 256))
+    assert results["clip_status_changed"] < 0.1
+    assert 1 - results["gradient_cosine"] < 1e-2
     assert (tmp_path / "proximal_precision" / "results_cpu_bfloat16.md").exists()
+
+
+def test_malloc_keep_freed_refuses_to_run_without_glibc(monkeypatch):
+    import sb3_ewma
+    from benchmarks.common import apply_malloc
+
+    made = []
+    monkeypatch.setattr(sb3_ewma, "keep_freed_memory", lambda: made.append("keep") or False)
+    apply_malloc("default")
+    assert made == []
+    with pytest.raises(SystemExit, match="--malloc default"):
+        apply_malloc("keep-freed")
+    assert made == ["keep"]

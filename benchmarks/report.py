@@ -25,7 +25,13 @@ import pandas as pd
 from benchmarks.common import FINAL_FRACTION, Experiment, Manifest, RunSpec
 from benchmarks.envs import is_procgen, score, short_name
 
-ALGORITHM_LABELS = {"ppo": "PPO (SB3)", "ppo_ewma": "PPO-EWMA", "ppg": "PPG", "ppg_ewma": "PPG-EWMA"}
+ALGORITHM_LABELS = {
+    "ppo": "PPO (SB3)",
+    "ppo_foreach": "PPO (SB3), foreach Adam",
+    "ppo_ewma": "PPO-EWMA",
+    "ppg": "PPG",
+    "ppg_ewma": "PPG-EWMA",
+}
 ALL_GAMES = "all games (normalized)"
 """Title of the panel that averages Procgen's normalized return over the games."""
 

@@ -21,7 +21,9 @@ epochs, 1 policy epoch for PPG), scaled to the machine::
 
 An algorithm name ending in ``_async`` (``ppo_ewma_async``, ``ppg_async``, ``ppg_ewma_async``) runs with
 ``async_rollouts=True`` (a collector thread), one ending in ``_process`` with ``async_rollouts="process"`` (a collector
-process); ``--algos all`` runs every one. Besides steps per second, each measurement splits the timed ``learn``
+process); ``--algos all`` runs every one. ``ppo_foreach`` is SB3's PPO with Adam's foreach step
+(``optimizer_kwargs=dict(eps=1e-5, foreach=True)``): what the sb3_ewma algorithms use on CPU, so that the EWMA's own
+cost reads as ``ppo_ewma`` against ``ppo_foreach``. Besides steps per second, each measurement splits the timed ``learn``
 into exposed collection (``learn`` minus ``train``: what the main thread spends outside training, i.e. rollouts,
 or with overlapped rollouts the wait for the collector), training, and within training the proximal pass and the
 EWMA update.
@@ -92,8 +94,11 @@ CONFIG_KEYS = (
 )
 ASYNC_SUFFIX = "_async"
 PROCESS_SUFFIX = "_process"
+SB3_FOREACH = "ppo_foreach"
+"""SB3's PPO with the foreach Adam step of the sb3_ewma algorithms (sb3_ewma.common.optim; SB3's numbers bit for bit)."""
 ALL_ALGORITHMS = (
     *ALGORITHMS,
+    SB3_FOREACH,
     *(f"{name}{suffix}" for suffix in (ASYNC_SUFFIX, PROCESS_SUFFIX) for name in ALGORITHMS if name != "ppo"),
 )
 """SB3's PPO has no overlapped rollouts; the others run three ways: synchronous, with a collector thread (``_async``)
@@ -108,6 +113,8 @@ def base_algorithm(name: str) -> tuple[str, bool | str]:
     The algorithm and its ``async_rollouts``: ``("ppo_ewma", True)`` for ``"ppo_ewma_async"`` (a collector thread),
     ``("ppo_ewma", "process")`` for ``"ppo_ewma_process"``, ``("ppo_ewma", False)`` for ``"ppo_ewma"``.
     """
+    if name == SB3_FOREACH:
+        return "ppo", False
     for suffix, mode in ((ASYNC_SUFFIX, True), (PROCESS_SUFFIX, "process")):
         if name.endswith(suffix) and name != "ppo" + suffix:
             return name[: -len(suffix)], mode
@@ -119,6 +126,7 @@ def base_algorithm(name: str) -> tuple[str, bool | str]:
 
 def settings_for(name: str, config: dict[str, Any]) -> dict[str, Any]:
     """Identical settings for every algorithm; PPG gets its policy-phase equivalents."""
+    foreach = name == SB3_FOREACH
     name, async_rollouts = base_algorithm(name)
     batch_size = config["n_envs"] * config["n_steps"] // config["n_minibatches"]
     settings: dict[str, Any] = dict(
@@ -138,6 +146,11 @@ def settings_for(name: str, config: dict[str, Any]) -> dict[str, Any]:
         settings.update(n_epochs=1, n_policy_iterations=config["iterations"], n_aux_epochs=6)
     if async_rollouts:
         settings["async_rollouts"] = async_rollouts
+    if foreach:
+        # SB3's own Adam settings (eps=1e-5 when optimizer_kwargs is not given), with the foreach step
+        policy_kwargs = settings["policy_kwargs"] or {}
+        optimizer_kwargs = {"eps": 1e-5, **policy_kwargs.get("optimizer_kwargs", {}), "foreach": True}
+        settings["policy_kwargs"] = {**policy_kwargs, "optimizer_kwargs": optimizer_kwargs}
     return settings
 
 

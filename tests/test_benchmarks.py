@@ -321,3 +321,16 @@ def test_malloc_keep_freed_refuses_to_run_without_glibc(monkeypatch):
     with pytest.raises(SystemExit, match="--malloc default"):
         apply_malloc("keep-freed")
     assert made == ["keep"]
+
+
+@pytest.mark.parametrize("features", ["mlp", "impala"])
+def test_throughput_sb3_ppo_with_foreach_adam_differs_only_by_the_adam_step(features):
+    config = throughput.parse_args(["--preset", "cartpole", "--features", features])
+    plain, foreach = (throughput.settings_for(name, config) for name in ("ppo", "ppo_foreach"))
+    assert throughput.base_algorithm("ppo_foreach") == ("ppo", False)
+    assert foreach["policy_kwargs"]["optimizer_kwargs"] == {"eps": 1e-5, "foreach": True}
+    # everything else is SB3 PPO's row
+    assert {**foreach, "policy_kwargs": None} == {**plain, "policy_kwargs": None}
+    assert {key: value for key, value in foreach["policy_kwargs"].items() if key != "optimizer_kwargs"} == (
+        plain["policy_kwargs"] or {}
+    )

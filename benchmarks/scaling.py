@@ -6,7 +6,9 @@ A, ...) so that a shared machine slows them alike, with one torch thread per ran
 
 - ``1x{N}``: one rank of N environments (the reference);
 - ``2x{N/2}``: two ranks of N/2 environments (the same total, c = 1: the same global batch as the reference);
-- ``2x{N}``: two ranks of N environments (the same per-rank settings: twice the data per iteration).
+- ``2x{N}``: two ranks of N environments (the same per-rank settings: twice the data per iteration);
+- ``2x{N} independent``: the control, two single-process runs of N environments started together, with no process
+  group and no communication: what this machine gives two processes at all, the ceiling of ``2x{N}``'s efficiency.
 
 Scaling efficiency = SPS(W) / (W x SPS(1)), SPS(1) that of ``1x{N}``; the time spent in collectives (gradient
 all-reduce, advantage moments, per-iteration synchronization) per iteration is reported separately. Environment
@@ -47,9 +49,18 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+INDEPENDENT = " independent"
+"""Suffix of the control configuration: W single-process runs at once instead of one job of W ranks."""
+
+
 def configurations(n_envs: int) -> list[tuple[str, int, int]]:
     """(name, world size, environments per rank)."""
-    return [(f"1x{n_envs}", 1, n_envs), (f"2x{n_envs // 2}", 2, n_envs // 2), (f"2x{n_envs}", 2, n_envs)]
+    return [
+        (f"1x{n_envs}", 1, n_envs),
+        (f"2x{n_envs // 2}", 2, n_envs // 2),
+        (f"2x{n_envs}", 2, n_envs),
+        (f"2x{n_envs}{INDEPENDENT}", 2, n_envs),
+    ]
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -107,6 +118,7 @@ def worker(settings: dict[str, Any], out_file: Path) -> None:
     iterations = model.num_timesteps // (settings["n_steps"] * n_envs * model.world_size)
     context = model._data_parallel_context
     communication = 0.0 if context is None else context.total_communication_time
+    all_reduce_seconds = 0.0 if context is None else all_reduce_latency(sum(p.numel() for p in model.policy.parameters()))
     if model.rank == 0:
         record = dict(
             settings,
@@ -116,10 +128,30 @@ def worker(settings: dict[str, Any], out_file: Path) -> None:
             sps=model.num_timesteps / elapsed,
             iterations=iterations,
             communication_s_per_iteration=communication / max(iterations, 1),
+            all_reduce_s=all_reduce_seconds,
             seconds_per_iteration=elapsed / max(iterations, 1),
             curve=curve.points,
         )
         out_file.write_text(json.dumps(record))
+
+
+def all_reduce_latency(numel: int, calls: int = 100) -> float:
+    """
+    Median seconds of one all-reduce of ``numel`` float32 values (a gradient of the policy's size) on the default
+    process group, the two ranks doing nothing else: the floor of a collective on this machine and backend.
+    """
+    import torch as th
+    import torch.distributed as dist
+
+    values = th.zeros(numel)
+    dist.barrier()
+    seconds = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        dist.all_reduce(values)
+        seconds.append(time.perf_counter() - start)
+    dist.barrier()  # no rank leaves (and tears down its connections) while the other still finishes its last call
+    return statistics.median(seconds)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -127,13 +159,57 @@ def worker(settings: dict[str, Any], out_file: Path) -> None:
 
 
 def run_job(name: str, world_size: int, settings: dict[str, Any], tmp_file: Path) -> dict[str, Any]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    if name.endswith(INDEPENDENT):
+        return run_independent(name, world_size, settings, tmp_file, env)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world_size)]
     command += ["-m", "benchmarks.scaling", "--worker", json.dumps(settings), str(tmp_file)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     subprocess.run(command, env=env, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
     record = json.loads(tmp_file.read_text())
     record["config"] = name
     return record
+
+
+def run_independent(name: str, count: int, settings: dict[str, Any], tmp_file: Path, env: dict[str, str]) -> dict[str, Any]:
+    """
+    The control: ``count`` single-process runs (no torchrun, no process group) started at once, each with its own
+    seed. Its SPS is the sum of theirs, so its efficiency is what the machine gives ``count`` processes.
+    """
+    files = [tmp_file.with_suffix(f".{index}.json") for index in range(count)]
+    processes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.scaling",
+                "--worker",
+                json.dumps({**settings, "seed": settings["seed"] * count + index}),
+                str(file),
+            ],
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+        )
+        for index, file in enumerate(files)
+    ]
+    for process in processes:
+        if process.wait() != 0:
+            raise subprocess.CalledProcessError(process.returncode, process.args)
+    records = [json.loads(file.read_text()) for file in files]
+    for file in files:
+        file.unlink()
+    record = dict(records[0], config=name, world_size=count, communication_s_per_iteration=0.0)
+    record["sps"] = sum(r["sps"] for r in records)
+    record["timesteps_done"] = sum(r["timesteps_done"] for r in records)
+    record["seconds"] = max(r["seconds"] for r in records)
+    record["seconds_per_iteration"] = statistics.median(r["seconds_per_iteration"] for r in records)
+    return record
+
+
+def _all_reduce_ms(runs: list[dict[str, Any]]) -> str:
+    """The median all-reduce latency of a configuration's runs ("-" without collectives or in older records)."""
+    latencies = [r["all_reduce_s"] for r in runs if r.get("all_reduce_s")]
+    return f"{1000 * statistics.median(latencies):.2f}" if latencies else "-"
 
 
 def summarize(records: list[dict[str, Any]], preset: str, command: str) -> str:
@@ -150,8 +226,9 @@ def summarize(records: list[dict[str, Any]], preset: str, command: str) -> str:
         "Medians over repeats; SPS = global environment steps per second of the whole `learn`; efficiency = "
         "SPS(W) / (W x SPS(1x)), with one torch thread per rank.",
         "",
-        "| configuration | ranks | envs per rank | SPS | efficiency | s per iteration | communication s per iteration |",
-        "|---|---|---|---|---|---|---|",
+        "| configuration | ranks | envs per rank | SPS | efficiency | s per iteration | communication s per iteration "
+        "| one gradient all-reduce (ms) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name in names:
         runs = by_config[name]
@@ -160,8 +237,10 @@ def summarize(records: list[dict[str, Any]], preset: str, command: str) -> str:
         lines.append(
             f"| {name} | {world} | {runs[0]['n_envs']} | {sps:.0f} | {sps / (world * reference):.2f} | "
             f"{statistics.median(r['seconds_per_iteration'] for r in runs):.3f} | "
-            f"{statistics.median(r['communication_s_per_iteration'] for r in runs):.4f} |"
+            f"{statistics.median(r['communication_s_per_iteration'] for r in runs):.4f} | {_all_reduce_ms(runs)} |"
         )
+    # the control's runs are single-process runs like the reference: no curves of their own
+    names = [name for name in names if not name.endswith(INDEPENDENT)]
     curves = {name: by_config[name][0]["curve"] for name in names}
     if not PRESETS.get(preset, {}).get("curves", True) or not all(curves.values()):
         return "\n".join([*lines, "", "(runs too short for learning curves: throughput only)"]) + "\n"
@@ -203,7 +282,7 @@ def main(argv: list[str] | None = None) -> None:
     records = []
     for repeat in range(preset["repeats"]):
         # rotate the order of the configurations at each repeat
-        for name, world_size, n_envs in configs[repeat % 3 :] + configs[: repeat % 3]:
+        for name, world_size, n_envs in configs[repeat % len(configs) :] + configs[: repeat % len(configs)]:
             settings = {key: preset[key] for key in ("env", "n_steps", "n_minibatches", "n_epochs", "timesteps")}
             settings["network"] = preset.get("network", "mlp")
             settings.update(n_envs=n_envs, seed=repeat)

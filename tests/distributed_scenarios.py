@@ -7,7 +7,9 @@ Each check raises on failure (torchrun then ends the job); rank 0 records the ch
 ``OUT_DIR/passed.json``, so that each test reports its own check.
 """
 
+import atexit
 import contextlib
+import gc
 import io
 import json
 import os
@@ -262,6 +264,31 @@ def check_resume(out_dir: Path) -> None:
     model.save(out_dir / "from_two_ranks")
 
 
+def thread_names() -> list[str]:
+    """The names of this process's threads (Linux): gloo's are ``gloo_tcp_loop`` and ``pt_gloo_runloop``."""
+    return sorted(Path(f"/proc/self/task/{task}/comm").read_text().strip() for task in os.listdir("/proc/self/task"))
+
+
+def check_exit(out_dir: Path) -> None:
+    """
+    A script that never calls destroy_process_group(): the group that the library created is destroyed by its exit
+    handler, and gloo's threads end with it, before the interpreter shuts down (a gloo thread still freeing a
+    collective's tensors then aborts the process). The check runs as an exit handler registered before the library's,
+    hence run after it.
+    """
+
+    def record_threads() -> None:
+        gc.collect()
+        (out_dir / f"threads_at_exit_{os.environ['RANK']}.json").write_text(json.dumps(thread_names()))
+
+    atexit.register(record_threads)
+    model = PPO_EWMA(
+        "MlpPolicy", make_vec_env("CartPole-v1", n_envs=2), n_steps=N_STEPS, batch_size=16, policy_kwargs=SMALL_NET
+    )
+    model.learn(4 * N_STEPS * 2 * 2)
+    assert any("gloo" in name for name in thread_names()), "gloo's threads run while the group exists"
+
+
 class CrashAfter(gym.Wrapper):
     """An environment that breaks after 100 steps."""
 
@@ -309,6 +336,9 @@ def main() -> None:
         wrapper = CrashAfter if rank() == 1 else None
         env = make_vec_env("CartPole-v1", n_envs=2, wrapper_class=wrapper)
         PPO_EWMA("MlpPolicy", env, n_steps=8, batch_size=16, policy_kwargs=SMALL_NET).learn(10_000)
+    elif scenario == "exit":
+        check_exit(out_dir)
+        return  # no destroy_process_group(): the library's exit handler destroys the group it created
     elif scenario == "learn":
         model = PPO_EWMA(
             "MlpPolicy",

@@ -282,9 +282,24 @@ def test_scaling_summary_efficiency_and_curves():
     # efficiency = SPS(W) / (W x SPS(1))
     assert "| 2x4 | 2 | 4 | 1500 | 0.75 |" in text and "| 2x8 | 2 | 8 | 1800 | 0.90 |" in text
     assert "| 1024 | 20.0 | 20.0 | 20.0 |" in text
+    # the all-reduce latency column: milliseconds where measured, "-" in records without it
+    with_latency = [dict(r, all_reduce_s=0.0025 if r["world_size"] == 2 else 0.0) for r in records]
+    assert "| 0.1000 | 2.50 |" in scaling.summarize(with_latency, "cpu", "c") and "| 0.1000 | - |" in text
     short = scaling.summarize([dict(r, curve=[]) for r in records], "cnn", "python -m benchmarks.scaling --preset cnn")
     assert "throughput only" in short and "| 2x8 | 2 | 8 | 1800 | 0.90 |" in short
-    assert [name for name, _, _ in scaling.configurations(8)] == ["1x8", "2x4", "2x8"]
+    assert [name for name, _, _ in scaling.configurations(8)] == ["1x8", "2x4", "2x8", "2x8 independent"]
+
+
+def test_scaling_control_runs_independent_processes_together(tmp_path):
+    from benchmarks import scaling
+
+    settings = dict(scaling.PRESETS["smoke"], n_envs=2, seed=1, network="mlp")
+    del settings["repeats"]
+    record = scaling.run_job("2x2 independent", 2, settings, tmp_path / "last_run.json")
+    # two single-process runs (no process group): the control's SPS is the sum of theirs, with no communication
+    assert record["config"] == "2x2 independent" and record["world_size"] == 2
+    assert record["timesteps_done"] == 2 * settings["timesteps"] and record["communication_s_per_iteration"] == 0.0
+    assert record["sps"] > 0 and list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("network", ["mlp", "impala"])

@@ -136,6 +136,15 @@ def test_env_crash_on_one_rank_ends_the_job(tmp_path: Path) -> None:
     assert duration < 100
 
 
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="thread names are read from /proc (Linux)")
+def test_exit_without_destroy_process_group_ends_gloo_threads(tmp_path: Path) -> None:
+    returncode, output, _ = torchrun("exit", tmp_path, timeout=120)
+    assert returncode == 0, output[-6000:]
+    for rank in (0, 1):
+        names = json.loads((tmp_path / f"threads_at_exit_{rank}.json").read_text())
+        assert not [name for name in names if "gloo" in name], names
+
+
 @pytest.mark.slow
 def test_cartpole_learns_on_two_ranks(tmp_path: Path) -> None:
     returncode, output, _ = torchrun("learn", tmp_path, timeout=400)

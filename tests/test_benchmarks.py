@@ -349,3 +349,10 @@ def test_throughput_sb3_ppo_with_foreach_adam_differs_only_by_the_adam_step(feat
     assert {key: value for key, value in foreach["policy_kwargs"].items() if key != "optimizer_kwargs"} == (
         plain["policy_kwargs"] or {}
     )
+
+
+def test_distributed_exit_counts_clean_two_rank_jobs():
+    from benchmarks import distributed_exit
+
+    counts = distributed_exit.main(["--runs", "1"])
+    assert counts == {"runs": 1, "failed": 0, "aborted": 0}

@@ -23,6 +23,7 @@ Command line: ``python -m sb3_ewma.scale FILE ENTRY --n-envs N`` prints the resc
 import argparse
 import ast
 import copy
+import difflib
 import inspect
 import math
 import numbers
@@ -127,6 +128,35 @@ def algorithm_defaults(algo: str) -> dict[str, Any]:
 def _is_ppg(algo: str) -> bool:
     """Whether the algorithm has PPG's phases (``n_policy_iterations``)."""
     return "n_policy_iterations" in inspect.signature(ALGORITHMS[algo]).parameters
+
+
+# keys of an rl-zoo3 entry that are not constructor arguments (rl_zoo3.exp_manager reads and removes them)
+ZOO_ENTRY_KEYS = (
+    "n_envs",
+    "n_timesteps",
+    "policy",
+    "normalize",
+    "normalize_kwargs",
+    "env_wrapper",
+    "vec_env_wrapper",
+    "frame_stack",
+    "callback",
+    "env_kwargs",
+    "monitor_kwargs",
+)
+
+
+def _check_keys(hyperparams: dict[str, Any], algo: str) -> None:
+    """A ``ValueError`` for a key that is neither an argument of the algorithm nor an rl-zoo3 entry key."""
+    known = {*inspect.signature(ALGORITHMS[algo]).parameters, *ZOO_ENTRY_KEYS} - {"self", "env", "_init_setup_model"}
+    for key in hyperparams:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), sorted(known), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(
+                f"unknown hyperparameter {key!r} for {ALGORITHMS[algo].__name__}{hint}: the keys are the algorithm's "
+                f"arguments and rl-zoo3's entry keys {ZOO_ENTRY_KEYS}"
+            )
 
 
 def _check_n_envs(name: str, value: Any) -> int:
@@ -485,6 +515,7 @@ def _scale(
         raise ValueError(f"lr_rule must be None (detect from the optimizer) or one of {LR_RULES}, got {lr_rule!r}")
     log = _Log()
     algo = _resolve_algo(hyperparams, algo, log)
+    _check_keys(hyperparams, algo)
     is_ppg = _is_ppg(algo)
 
     scaled = copy.deepcopy(hyperparams)

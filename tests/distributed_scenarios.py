@@ -331,6 +331,10 @@ def main() -> None:
         # rank 1 alone gets a bad hyperparameter
         PPO_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2), n_steps=8, kl_coef=0.0 if rank() == 0 else -1.0)
         PPO_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2), n_steps=8, batch_size=16).learn(10_000)
+    elif scenario == "steps_mismatch":
+        # rank 1 alone asks for more steps: both ranks stop with the same error before collecting anything
+        model = PPO_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2), n_steps=8, batch_size=16, target_kl=None)
+        model.learn(64 if rank() == 0 else 128)
     elif scenario == "env_crash":
         # rank 1's environment raises in the middle of training, while rank 0 waits in a collective
         wrapper = CrashAfter if rank() == 1 else None

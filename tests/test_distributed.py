@@ -129,6 +129,16 @@ def test_bad_input_on_one_rank_ends_the_job(tmp_path: Path) -> None:
     assert duration < 100
 
 
+def test_different_total_timesteps_per_rank_end_the_job_with_a_clear_error(tmp_path: Path) -> None:
+    returncode, output, duration = torchrun("steps_mismatch", tmp_path, timeout=120)
+    assert returncode != 0
+    # both ranks raise the same error, naming the setting and each rank's value
+    expected = "total_timesteps (learn) differs (rank 0: 64, rank 1: 128)"
+    assert output.count(expected) >= 2, output[-3000:]
+    assert "Connection closed by peer" not in output
+    assert duration < 100
+
+
 def test_env_crash_on_one_rank_ends_the_job(tmp_path: Path) -> None:
     returncode, output, duration = torchrun("env_crash", tmp_path, timeout=120)
     assert returncode != 0

@@ -52,6 +52,17 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
         # the gradient noise trackers hold gradients of the epoch in progress: rebuilt when training resumes
         return [*super()._excluded_save_params(), "_gradient_noise"]  # type: ignore[misc]
 
+    def _maybe_recommend_cpu(self, mlp_class_name: str = "ActorCriticPolicy") -> None:
+        """
+        SB3's advice to train MLP policies on the CPU, for this algorithm's MLP policy (SB3 recognizes its own
+        ``ActorCriticPolicy`` by name only; this package's and sb3-contrib's MLP policies have other names).
+        """
+        aliases = getattr(self, "policy_aliases", {})
+        mlp_policy = aliases.get("MlpPolicy", aliases.get("MlpLstmPolicy"))
+        if mlp_policy is not None and self.policy_class is mlp_policy:  # type: ignore[attr-defined]
+            mlp_class_name = mlp_policy.__name__
+        super()._maybe_recommend_cpu(mlp_class_name)  # type: ignore[misc]
+
     def _set_decoupled_options(
         self,
         ewma_decay: float | str | None,

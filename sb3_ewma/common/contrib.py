@@ -16,6 +16,7 @@ import torch as th
 from stable_baselines3.common.buffers import RolloutBuffer
 
 from sb3_ewma.common.algorithm import DecoupledAlgorithmMixin
+from sb3_ewma.common.checks import check_learn_arguments
 from sb3_ewma.common.proximal import is_policy_parameter
 from sb3_ewma.ppo_ewma.ppo_ewma import PPO_EWMA
 
@@ -51,6 +52,11 @@ class ContribDecoupledMixin(DecoupledAlgorithmMixin):
     train = PPO_EWMA.train
     _record_train_logs = PPO_EWMA._record_train_logs
     _make_rollout_buffer = PPO_EWMA._make_rollout_buffer
+
+    def learn(self, total_timesteps: int, callback: Any = None, log_interval: int = 1, *args: Any, **kwargs: Any) -> Any:
+        """The parent's ``learn`` (same arguments), after checking ``total_timesteps`` and ``log_interval``."""
+        check_learn_arguments(total_timesteps, log_interval)
+        return super().learn(total_timesteps, callback, log_interval, *args, **kwargs)  # type: ignore[misc]
 
     def _take_training_buffer(self) -> RolloutBuffer | None:
         """

@@ -66,14 +66,6 @@ def check_decoupled_hyperparams(
         )
 
 
-def check_clip_range(clip_range: object) -> None:
-    """``clip_range`` may be ``None`` (no clipping), a schedule, or a number in ``(0, 1)``."""
-    if clip_range is None or callable(clip_range):
-        return
-    if isinstance(clip_range, bool) or not isinstance(clip_range, (int, float)) or not 0 < clip_range < 1:
-        raise ValueError(f"clip_range must be None (no clipping), a schedule or a number in (0, 1), got {clip_range!r}")
-
-
 def resolve_ewma_decay(ewma_decay: float | str | None, minibatches_per_epoch: int) -> float | None:
     """
     The decay of the proximal-policy EWMA: ``None`` (no EWMA), the given number, or for ``"auto"`` the paper's

@@ -38,6 +38,9 @@ from stable_baselines3.common.save_util import recursive_getattr
 from stable_baselines3.common.utils import get_device
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize, unwrap_vec_normalize
 
+from sb3_ewma.common.checks import caller_stacklevel
+
+SAME_SETTINGS_ADVICE = "give every rank the same n_envs, n_steps, batch_size and algorithm settings"
 # torchrun's environment variables
 _WORLD_SIZE, _RANK, _LOCAL_RANK = "WORLD_SIZE", "RANK", "LOCAL_RANK"
 # settings that may (or must) differ between ranks, left out of the consistency check
@@ -226,16 +229,19 @@ class DataParallelContext:
             for name, holder in holders.items():
                 holder.load_state_dict(states[name])
 
-    def check_same_settings(self, settings: dict[str, Any]) -> None:
+    def check_same_settings(
+        self,
+        settings: dict[str, Any],
+        advice: str = "give every rank the same n_envs, n_steps, batch_size and algorithm settings",
+    ) -> None:
         """Raise the same ``ValueError`` on every rank, naming the first setting whose value differs between ranks."""
         all_settings = self.all_gather_objects(settings)
         for key in sorted(set().union(*all_settings)):
-            values = [ranks_settings.get(key, "<missing>") for ranks_settings in all_settings]
-            if len({repr(value) for value in values}) > 1:
-                by_rank = ", ".join(f"rank {rank}: {value!r}" for rank, value in enumerate(values))
+            values = [repr(ranks_settings[key]) if key in ranks_settings else "(not set)" for ranks_settings in all_settings]
+            if len(set(values)) > 1:
+                by_rank = ", ".join(f"rank {rank}: {value}" for rank, value in enumerate(values))
                 raise ValueError(
-                    f"data-parallel training needs the same settings on every rank, but {key} differs ({by_rank}): "
-                    "give every rank the same n_envs, n_steps, batch_size and algorithm settings"
+                    f"data-parallel training needs the same settings on every rank, but {key} differs ({by_rank}): {advice}"
                 )
 
 
@@ -352,7 +358,7 @@ class DataParallelMixin:
         return self.n_envs * self.world_size
 
     def _excluded_save_params(self) -> list[str]:
-        excluded = ["_data_parallel", "_pending_episodes", "_vec_normalize_pool", "distributed"]
+        excluded = ["_data_parallel", "_pending_episodes", "_vec_normalize_pool", "_world_size_change", "distributed"]
         return [*super()._excluded_save_params(), *excluded]  # type: ignore[misc]
 
     # ------------------------------------------------------------------------------------------------------------------
@@ -375,8 +381,9 @@ class DataParallelMixin:
         """
         context = self._join_data_parallel()
         previous_world_size = self.__dict__.get("trained_world_size")  # set by `load`
-        if previous_world_size is not None and previous_world_size != self.world_size and self.rank == 0:
-            warn_world_size_change(previous_world_size, self.world_size, self.n_envs)
+        if previous_world_size is not None and previous_world_size != self.world_size:
+            # warned about when training continues (`learn`), not on a load for prediction
+            self._world_size_change = (previous_world_size, self.world_size)
         self.trained_world_size = self.world_size
         if context is None:
             return
@@ -400,7 +407,8 @@ class DataParallelMixin:
             "policy parameters": [(name, tuple(p.shape)) for name, p in self.policy.named_parameters()],  # type: ignore[attr-defined]
         }
         for key, value in vars(self).items():
-            if not key.startswith("_") and key not in RANK_LOCAL_SETTINGS and isinstance(value, (bool, int, float, str)):
+            plain = value is None or isinstance(value, (bool, int, float, str))
+            if not key.startswith("_") and key not in RANK_LOCAL_SETTINGS and plain:
                 settings[key] = value
         return settings
 
@@ -422,6 +430,15 @@ class DataParallelMixin:
 
     def _setup_learn(self, total_timesteps: int, callback: Any = None, *args: Any, **kwargs: Any) -> Any:
         context = self._data_parallel_context
+        world_size_change = self.__dict__.pop("_world_size_change", None)
+        if world_size_change is not None and self.rank == 0:
+            warn_world_size_change(*world_size_change, self.n_envs)
+        if context is not None:
+            # before anything is collected: a rank that would stop early would leave the others waiting
+            context.check_same_settings(
+                {"total_timesteps (learn)": total_timesteps, "num_timesteps (start of learn)": self.num_timesteps},  # type: ignore[attr-defined]
+                advice="call learn() with the same total_timesteps on every rank (and the same model state)",
+            )
         if context is not None and context.rank != 0:
             # a logger with no output; SB3 then creates no log folder on this rank
             self.set_logger(Logger(folder=None, output_formats=[]))  # type: ignore[attr-defined]
@@ -544,7 +561,7 @@ def warn_world_size_change(previous_world_size: int, world_size: int, n_envs: in
         f"new total: sb3_ewma.scale_hyperparams(..., n_envs={world_size * n_envs}) or "
         f"python -m sb3_ewma.scale --n-envs {world_size * n_envs}",
         UserWarning,
-        stacklevel=3,
+        stacklevel=caller_stacklevel(),
     )
 
 

@@ -13,6 +13,7 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import PyTorchObs
 
 from sb3_ewma.common.ewma import ParameterEWMA
+from sb3_ewma.common.saved_files import check_saved_algorithm
 
 # set while ``load`` rebuilds a model from a file (see :func:`loading_from_file`)
 _LOADING_FROM_FILE: ContextVar[bool] = ContextVar("sb3_ewma_loading_from_file", default=False)
@@ -122,11 +123,21 @@ class ProximalSaveMixin:
     """
 
     proximal_ewma: ParameterEWMA | None
+    # modules of saved policy classes that `load` accepts besides those of the algorithm's own policy aliases
+    loadable_parent_policy_modules: tuple[str, ...] = ()
 
     @classmethod
     def load(cls, path: Any, *args: Any, **kwargs: Any) -> Any:
+        own_modules = tuple(policy.__module__ for policy in getattr(cls, "policy_aliases", {}).values())
+        data = check_saved_algorithm(cls.__name__, (*own_modules, *cls.loadable_parent_policy_modules), path)
+        if data is not None:
+            cls._check_saved_data(data, path)
         with loading_from_file():
             return super().load(path, *args, **kwargs)  # type: ignore[misc]
+
+    @classmethod
+    def _check_saved_data(cls, data: dict[str, Any], path: Any) -> None:
+        """Further checks of a saved file's ``data`` JSON before ``load`` (values serialized); none here."""
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         state_dicts, torch_variables = super()._get_torch_save_params()  # type: ignore[misc]

@@ -7,8 +7,9 @@ from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 
+from sb3_ewma.common.checks import check_on_policy_hyperparams
 from sb3_ewma.common.contrib import ContribDecoupledMixin, check_contrib_staleness
-from sb3_ewma.common.decoupled import check_clip_range, check_decoupled_hyperparams
+from sb3_ewma.common.decoupled import check_decoupled_hyperparams
 from sb3_ewma.common.distributions import policy_latents
 from sb3_ewma.maskable_ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
@@ -125,7 +126,24 @@ class MaskablePPO_EWMA(ContribDecoupledMixin, MaskablePPO):
         _init_setup_model: bool = True,
     ):
         # checked before anything else is built (no environment is created or stepped on bad input)
-        check_clip_range(clip_range)
+        check_on_policy_hyperparams(
+            learning_rate=learning_rate,
+            n_steps=n_steps,
+            batch_size=batch_size,
+            n_epochs=n_epochs,
+            gamma=gamma,
+            gae_lambda=gae_lambda,
+            normalize_advantage=normalize_advantage,
+            clip_range=clip_range,
+            clip_range_vf=clip_range_vf,
+            ent_coef=ent_coef,
+            vf_coef=vf_coef,
+            max_grad_norm=max_grad_norm,
+            target_kl=target_kl,
+            stats_window_size=stats_window_size,
+            kl_coef=kl_coef,
+            batch_size_may_be_none=True,
+        )
         check_decoupled_hyperparams(
             ewma_decay,
             kl_coef,

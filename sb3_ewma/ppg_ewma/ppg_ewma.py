@@ -1,5 +1,6 @@
 import inspect
 import math
+import os
 import time
 import warnings
 from typing import Any, ClassVar, TypeVar
@@ -19,9 +20,9 @@ from torch.nn import functional as F
 
 from sb3_ewma.common.algorithm import DecoupledAlgorithmMixin
 from sb3_ewma.common.async_rollouts import AsyncRolloutMixin, check_async_rollouts
+from sb3_ewma.common.checks import check_learn_arguments, check_on_policy_hyperparams
 from sb3_ewma.common.decoupled import (
     DecoupledPolicyObjective,
-    check_clip_range,
     check_decoupled_hyperparams,
     mean_of,
 )
@@ -248,7 +249,24 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         _init_setup_model: bool = True,
     ):
         # checked before anything else is built (no environment is created or stepped on bad input)
-        check_clip_range(clip_range)
+        check_on_policy_hyperparams(
+            learning_rate=learning_rate,
+            n_steps=n_steps,
+            batch_size=batch_size,
+            n_epochs=n_epochs,
+            gamma=gamma,
+            gae_lambda=gae_lambda,
+            normalize_advantage=normalize_advantage,
+            clip_range=clip_range,
+            clip_range_vf=clip_range_vf,
+            ent_coef=ent_coef,
+            vf_coef=vf_coef,
+            max_grad_norm=max_grad_norm,
+            target_kl=target_kl,
+            stats_window_size=stats_window_size,
+            kl_coef=kl_coef,
+            min_n_epochs=0,
+        )
         check_decoupled_hyperparams(
             ewma_decay,
             kl_coef,
@@ -690,6 +708,7 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
     ) -> SelfPPG_EWMA:
+        check_learn_arguments(total_timesteps, log_interval)
         problem = self._aux_batch_size_problem()
         if problem is not None:
             raise ValueError(problem)
@@ -722,12 +741,17 @@ class PPG(PPG_EWMA):
     clipped objective). Takes the same arguments as :class:`PPG_EWMA`.
 
     :param args: positional arguments of :class:`PPG_EWMA` (``policy``, ``env``, ...)
-    :param ewma_decay: see :class:`PPG_EWMA`; ``None`` by default
+    :param ewma_decay: ``None`` only (PPG has no EWMA; :class:`PPG_EWMA` has one)
     :param kwargs: keyword arguments of :class:`PPG_EWMA`
     """
 
-    def __init__(self, *args: Any, ewma_decay: float | str | None = None, **kwargs: Any):
-        super().__init__(*args, ewma_decay=ewma_decay, **kwargs)  # type: ignore[misc]
+    def __init__(self, *args: Any, ewma_decay: None = None, **kwargs: Any):
+        if ewma_decay is not None:
+            raise ValueError(
+                f"PPG has no EWMA proximal policy: ewma_decay must be None, got {ewma_decay!r}. "
+                "For PPG with an EWMA proximal policy use PPG_EWMA(..., ewma_decay=...)."
+            )
+        super().__init__(*args, ewma_decay=None, **kwargs)  # type: ignore[misc]
 
     # for `inspect.signature(PPG)` and `help(PPG)`: PPG_EWMA's parameters, with ewma_decay=None
     __init__.__signature__ = inspect.signature(PPG_EWMA.__init__).replace(  # type: ignore[attr-defined]
@@ -736,6 +760,16 @@ class PPG(PPG_EWMA):
             for param in inspect.signature(PPG_EWMA.__init__).parameters.values()
         ]
     )
+
+    @classmethod
+    def _check_saved_data(cls, data: dict[str, Any], path: Any) -> None:
+        # plain JSON when it is a number or None; a schedule or "auto" would be a string or serialized
+        ewma_decay = data.get("ewma_decay")
+        if ewma_decay is not None:
+            raise ValueError(
+                f"{os.fspath(path)} was saved by PPG_EWMA (ewma_decay={ewma_decay!r}), not by PPG: load it with "
+                "PPG_EWMA.load()"
+            )
 
     def learn(
         self: SelfPPG,

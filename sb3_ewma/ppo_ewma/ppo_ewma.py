@@ -12,9 +12,9 @@ from torch.nn import functional as F
 
 from sb3_ewma.common.algorithm import DecoupledAlgorithmMixin
 from sb3_ewma.common.async_rollouts import AsyncRolloutMixin, check_async_rollouts
+from sb3_ewma.common.checks import check_learn_arguments, check_on_policy_hyperparams
 from sb3_ewma.common.decoupled import (
     DecoupledPolicyObjective,
-    check_clip_range,
     check_decoupled_hyperparams,
     mean_of,
 )
@@ -137,6 +137,8 @@ class PPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         "MultiInputPolicy": MultiInputPolicy,
     }
     proximal_ewma: ParameterEWMA | None
+    # files of SB3's PPO load too (the EWMA starts from the loaded policy)
+    loadable_parent_policy_modules = ("stable_baselines3.common.policies",)
 
     def __init__(
         self,
@@ -180,7 +182,23 @@ class PPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         _init_setup_model: bool = True,
     ):
         # checked before anything else is built (no environment is created or stepped on bad input)
-        check_clip_range(clip_range)
+        check_on_policy_hyperparams(
+            learning_rate=learning_rate,
+            n_steps=n_steps,
+            batch_size=batch_size,
+            n_epochs=n_epochs,
+            gamma=gamma,
+            gae_lambda=gae_lambda,
+            normalize_advantage=normalize_advantage,
+            clip_range=clip_range,
+            clip_range_vf=clip_range_vf,
+            ent_coef=ent_coef,
+            vf_coef=vf_coef,
+            max_grad_norm=max_grad_norm,
+            target_kl=target_kl,
+            stats_window_size=stats_window_size,
+            kl_coef=kl_coef,
+        )
         check_minibatch_sampling("minibatch_sampling", minibatch_sampling, "batch_size", batch_size, n_steps)
         check_decoupled_hyperparams(
             ewma_decay,
@@ -384,6 +402,7 @@ class PPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
     ) -> SelfPPO_EWMA:
+        check_learn_arguments(total_timesteps, log_interval)
         return super().learn(
             total_timesteps=total_timesteps,
             callback=callback,

@@ -1,0 +1,245 @@
+"""
+Bad input gets a clear error naming the parameter, the value and what is allowed, before any environment is stepped;
+a legal setting that is almost surely a mistake gets a warning at the user's line. Every algorithm of the package.
+"""
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch as th
+from stable_baselines3 import PPO
+from stable_baselines3.common.vec_env import DummyVecEnv
+
+from sb3_ewma import PPG, PPG_EWMA, PPO_EWMA, MaskablePPO_EWMA, RecurrentPPO_EWMA, scale_hyperparams
+from sb3_ewma.common.distributed import DataParallelContext
+
+SMALL = dict(n_steps=16, batch_size=16, seed=0, device="cpu")
+
+
+class CountingEnv(gym.Env):
+    """Counts its resets and steps: a bad input must raise before either."""
+
+    observation_space = gym.spaces.Box(-1, 1, (2,))
+    action_space = gym.spaces.Discrete(2)
+    calls = 0
+
+    def reset(self, *, seed=None, options=None):
+        CountingEnv.calls += 1
+        return np.zeros(2, dtype=np.float32), {}
+
+    def step(self, action):
+        CountingEnv.calls += 1
+        return np.zeros(2, dtype=np.float32), 0.0, False, False, {}
+
+    def action_masks(self) -> np.ndarray:
+        return np.ones(2, dtype=bool)
+
+
+ALGORITHMS: dict[str, tuple[type, str]] = {
+    "PPO_EWMA": (PPO_EWMA, "MlpPolicy"),
+    "PPG_EWMA": (PPG_EWMA, "MlpPolicy"),
+    "PPG": (PPG, "MlpPolicy"),
+    "RecurrentPPO_EWMA": (RecurrentPPO_EWMA, "MlpLstmPolicy"),
+    "MaskablePPO_EWMA": (MaskablePPO_EWMA, "MlpPolicy"),
+}
+
+BAD_SETTINGS = [
+    ({"batch_size": "64"}, r"batch_size must be an integer >= 2, got '64'"),
+    ({"batch_size": 1}, r"batch_size must be an integer >= 2, got 1"),
+    ({"batch_size": True}, r"batch_size must be an integer >= 2, got True"),
+    ({"n_steps": 0}, r"n_steps must be an integer >= 1, got 0"),
+    ({"n_steps": 16.5}, r"n_steps must be an integer >= 1, got 16.5"),
+    ({"n_epochs": 0}, r"n_epochs must be an integer >= 1, got 0"),
+    ({"gamma": 1.5}, r"gamma must be a finite number in \[0, 1\], got 1.5"),
+    ({"gae_lambda": -1}, r"gae_lambda must be a finite number in \[0, 1\], got -1"),
+    ({"learning_rate": "1e-3"}, r"learning_rate must be a number > 0 or a schedule .*got '1e-3'"),
+    ({"learning_rate": -1e-3}, r"learning_rate must be a number > 0 or a schedule .*got -0.001"),
+    ({"ent_coef": float("nan")}, r"ent_coef must be a finite number, got nan"),
+    ({"vf_coef": -1.0}, r"vf_coef must be a finite number >= 0, got -1.0"),
+    ({"max_grad_norm": 0}, r"max_grad_norm must be a number > 0 \(math.inf: no clipping\), got 0"),
+    ({"target_kl": -0.1}, r"target_kl must be a finite number > 0, got -0.1"),
+    ({"target_kl": 0}, r"target_kl must be a finite number > 0, got 0"),
+    ({"clip_range": 1.5}, r"clip_range must be None \(no clipping\), a schedule or a number in \(0, 1\), got 1.5"),
+    ({"clip_range_vf": -1}, r"clip_range_vf must be None, a number > 0 or a schedule .*got -1"),
+    ({"stats_window_size": 0}, r"stats_window_size must be an integer >= 1, got 0"),
+    ({"kl_coef": -1.0}, r"kl_coef must be a finite number >= 0, got -1.0"),
+    ({"ewma_decay": 1.0}, r"ewma_decay must be a number in \[0, 1\), got 1.0"),
+]
+
+
+def make(name: str, **kwargs: Any):
+    algorithm, policy = ALGORITHMS[name]
+    if name == "RecurrentPPO_EWMA":
+        kwargs.setdefault("policy_kwargs", dict(lstm_hidden_size=8, net_arch=[16]))
+    if name.startswith("PPG"):
+        kwargs.setdefault("n_policy_iterations", 1)
+    return algorithm(policy, DummyVecEnv([CountingEnv]), **{**SMALL, **kwargs})
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+@pytest.mark.parametrize("kwargs, message", BAD_SETTINGS)
+def test_bad_settings_raise_before_the_environment_is_used(name: str, kwargs: dict, message: str) -> None:
+    if name == "PPG" and "ewma_decay" in kwargs:
+        message = "PPG has no EWMA proximal policy"
+    CountingEnv.calls = 0
+    with pytest.raises(ValueError, match=message):
+        make(name, **kwargs)
+    assert CountingEnv.calls == 0
+
+
+@pytest.mark.parametrize("name", ["RecurrentPPO_EWMA", "MaskablePPO_EWMA"])
+def test_contrib_algorithms_keep_batch_size_none(name: str) -> None:
+    # sb3-contrib's meaning: one minibatch of the whole rollout
+    model = make(name, batch_size=None)
+    assert model.minibatches_per_epoch == 1
+
+
+def test_batch_size_1_without_advantage_normalization_is_allowed_as_in_sb3() -> None:
+    model = make("PPO_EWMA", n_steps=4, batch_size=1, normalize_advantage=False)
+    assert model.minibatches_per_epoch == 4
+
+
+def test_ppg_refuses_an_ewma() -> None:
+    with pytest.raises(ValueError, match=r"ewma_decay must be None, got 0.9.*use PPG_EWMA"):
+        PPG("MlpPolicy", DummyVecEnv([CountingEnv]), ewma_decay=0.9)
+    assert PPG("MlpPolicy", DummyVecEnv([CountingEnv]), ewma_decay=None, **SMALL).ewma_decay is None
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+@pytest.mark.parametrize(
+    "total_timesteps, log_interval, message",
+    [
+        (-5, 1, r"total_timesteps must be a whole number >= 0, got -5"),
+        ("100", 1, r"total_timesteps must be a whole number >= 0, got '100'"),
+        (100.5, 1, r"total_timesteps must be a whole number >= 0, got 100.5"),
+        (64, 0, r"log_interval must be an integer >= 1, got 0"),
+    ],
+)
+def test_bad_learn_arguments_raise_before_the_environment_is_used(name, total_timesteps, log_interval, message) -> None:
+    model = make(name)
+    CountingEnv.calls = 0
+    with pytest.raises(ValueError, match=message):
+        model.learn(total_timesteps, log_interval=log_interval)
+    assert CountingEnv.calls == 0
+
+
+def test_learn_takes_a_float_that_is_a_whole_number() -> None:
+    model = make("PPO_EWMA")
+    model.learn(32.0)  # 3.2e1, as users write 1e5
+    assert model.num_timesteps == 32
+
+
+@pytest.mark.parametrize("name", ["PPO_EWMA", "PPG_EWMA", "RecurrentPPO_EWMA", "MaskablePPO_EWMA"])
+def test_no_limit_on_the_update_warns_at_the_users_line(name: str) -> None:
+    with pytest.warns(UserWarning, match="clip_range=None and kl_coef=0: nothing limits") as record:
+        make(name, clip_range=None, kl_coef=0.0)
+    assert record[0].filename == __file__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        make(name, clip_range=None, kl_coef=1.0)
+
+
+@pytest.mark.parametrize("saver, loader", [("PPG", "PPO_EWMA"), ("PPO_EWMA", "PPG_EWMA"), ("PPO_EWMA", "RecurrentPPO_EWMA")])
+def test_loading_another_algorithms_file_names_both(saver: str, loader: str, tmp_path: Path) -> None:
+    make(saver).save(tmp_path / "model.zip")
+    with pytest.raises(ValueError, match=rf"model.zip was saved by {saver}.*not by {loader}"):
+        ALGORITHMS[loader][0].load(tmp_path / "model.zip")
+    # without the suffix too, as SB3 accepts it
+    with pytest.raises(ValueError, match=rf"saved by {saver}.*not by {loader}"):
+        ALGORITHMS[loader][0].load(tmp_path / "model")
+
+
+def test_ppg_does_not_load_an_ewma_file(tmp_path: Path) -> None:
+    make("PPG_EWMA", ewma_decay=0.5).save(tmp_path / "model.zip")
+    with pytest.raises(ValueError, match=r"saved by PPG_EWMA \(ewma_decay=0.5\), not by PPG: load it with PPG_EWMA.load"):
+        PPG.load(tmp_path / "model.zip")
+    # PPG_EWMA opens a PPG file (an EWMA PPG with ewma_decay=None is plain PPG)
+    make("PPG").save(tmp_path / "ppg.zip")
+    assert PPG_EWMA.load(tmp_path / "ppg.zip").ewma_decay is None
+
+
+def test_ppo_ewma_still_loads_an_sb3_ppo_file(tmp_path: Path) -> None:
+    PPO("MlpPolicy", DummyVecEnv([CountingEnv]), **SMALL).save(tmp_path / "ppo.zip")
+    with pytest.warns(UserWarning, match="no proximal policy"):
+        PPO_EWMA.load(tmp_path / "ppo.zip")
+
+
+def test_scale_hyperparams_rejects_an_unknown_key_with_a_suggestion() -> None:
+    with pytest.raises(
+        ValueError, match=r"unknown hyperparameter 'learnin_rate' for PPO_EWMA \(did you mean 'learning_rate'\?\)"
+    ):
+        scale_hyperparams({"n_envs": 8, "learnin_rate": 1e-3}, 16)
+    with pytest.raises(
+        ValueError, match=r"unknown hyperparameter 'n_aux_epoch' for PPG_EWMA \(did you mean 'n_aux_epochs'\?\)"
+    ):
+        scale_hyperparams({"n_envs": 8, "n_aux_epoch": 3}, 16, algo="ppg_ewma")
+    # rl-zoo3's entry keys are known
+    scaled = scale_hyperparams({"n_envs": 8, "n_timesteps": 1e5, "policy": "MlpPolicy", "normalize": True}, 16)
+    assert scaled["n_envs"] == 16 and scaled["normalize"] is True
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_sb3_advice_to_train_mlp_policies_on_the_cpu(name: str) -> None:
+    model = make(name)
+    model.device = th.device("cuda")  # as if on a GPU: SB3 compares the device only
+    with pytest.warns(UserWarning, match=rf"You are trying to run {name} on the GPU"):
+        model._maybe_recommend_cpu()
+
+
+def test_no_cpu_advice_for_a_cnn_policy() -> None:
+    env = DummyVecEnv([lambda: ImageEnv()])
+    model = PPO_EWMA("CnnPolicy", env, n_steps=16, batch_size=16, device="cpu")
+    model.device = th.device("cuda")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        model._maybe_recommend_cpu()
+
+
+class ImageEnv(gym.Env):
+    observation_space = gym.spaces.Box(0, 255, (36, 36, 3), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros((36, 36, 3), np.uint8), {}
+
+    def step(self, action):
+        return np.zeros((36, 36, 3), np.uint8), 0.0, False, False, {}
+
+
+def test_world_size_warning_comes_with_training_at_the_users_line(tmp_path: Path) -> None:
+    model = make("PPO_EWMA")
+    model.trained_world_size = 2  # as saved by a 2-rank job
+    model.save(tmp_path / "model.zip")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        loaded = PPO_EWMA.load(tmp_path / "model.zip", env=DummyVecEnv([CountingEnv]), device="cpu")  # for prediction
+        loaded.predict(np.zeros(2, dtype=np.float32))
+    with pytest.warns(UserWarning, match=r"trained on 2 rank\(s\) and continues on 1") as record:
+        loaded.learn(16, reset_num_timesteps=False)
+    assert [warning.filename for warning in record] == [__file__]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        loaded.learn(16, reset_num_timesteps=False)  # once
+
+
+class GatheringContext(DataParallelContext):
+    """A context whose all-gather returns given settings of other ranks (no process group)."""
+
+    def __init__(self, others: list[dict[str, Any]]) -> None:
+        self.others = others
+
+    def all_gather_objects(self, value: Any) -> list[Any]:
+        return [value, *self.others]
+
+
+def test_rank_mismatch_shows_none_as_none_and_absent_as_not_set() -> None:
+    with pytest.raises(ValueError, match=r"target_kl differs \(rank 0: None, rank 1: 0.01\)"):
+        GatheringContext([{"target_kl": 0.01}]).check_same_settings({"target_kl": None})
+    with pytest.raises(ValueError, match=r"target_kl differs \(rank 0: 0.01, rank 1: \(not set\)\)"):
+        GatheringContext([{}]).check_same_settings({"target_kl": 0.01})
+    model = make("PPO_EWMA")
+    assert model._data_parallel_settings()["target_kl"] is None  # None-valued settings are compared too

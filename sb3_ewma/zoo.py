@@ -54,7 +54,7 @@ from torch import nn
 from sb3_ewma import hyperparams_opt
 from sb3_ewma._quiet import import_without_pkg_resources_warning
 from sb3_ewma.algorithms import ALGORITHMS, HYPERPARAMS_DIR, packaged_hyperparams_file
-from sb3_ewma.common import distributed
+from sb3_ewma.common import distributed, threads
 from sb3_ewma.common.allocator import keep_freed_memory
 from sb3_ewma.common.install import install_hint
 from sb3_ewma.common.torch_layers import ImpalaCNN
@@ -320,6 +320,15 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
             self.vec_env_kwargs = {}
             self.deterministic_eval = False
 
+    def setup_experiment(self) -> tuple[BaseAlgorithm, dict[str, Any]] | None:
+        """rl-zoo3's, then torch's thread count for the model built (``--num-threads``, :mod:`sb3_ewma.common.threads`)."""
+        result = super().setup_experiment()
+        if result is not None:
+            count = threads.apply_num_threads(getattr(self.args, "num_threads", threads.TORCH_DEFAULT), result[0])
+            if count is not None and self.verbose > 0:
+                print(f"Using {count} torch thread (--num-threads N to choose, -1 for torch's default)")
+        return result
+
     def read_hyperparameters(self) -> tuple[dict[str, Any], dict[str, Any]]:
         hyperparams, saved_hyperparams = self._read_scaled_hyperparameters()
         if self.world_size > 1:
@@ -455,12 +464,31 @@ class TrainArgumentParser(argparse.ArgumentParser):
         if not self._scale_arguments_added:
             add_scale_arguments(self)
             self._scale_arguments_added = True
+            _set_num_threads_default(self)
         parsed = super().parse_args(args, namespace)
         try:
             scale_options_from_args(parsed)
         except ValueError as error:
             self.error(str(error))
         return parsed
+
+
+NUM_THREADS_HELP = (
+    "Number of threads for PyTorch: 0 (default) one thread, unless the model reads images on the CPU or "
+    "OMP_NUM_THREADS is set; -1 torch's default (one per core); N > 0 that many"
+)
+
+
+def _set_num_threads_default(parser: argparse.ArgumentParser) -> None:
+    """rl-zoo3's ``--num-threads`` with this package's default (:data:`sb3_ewma.common.threads.AUTO`)."""
+    for action in parser._actions:
+        if "--num-threads" in action.option_strings:
+            action.default, action.help = threads.AUTO, NUM_THREADS_HELP
+
+
+def _chooses_num_threads(argv: Sequence[str]) -> bool:
+    """Whether the command line sets ``--num-threads`` (or the environment sets torch's threads)."""
+    return threads.threads_set_by_environment() or any(arg.startswith("--num-threads") for arg in argv)
 
 
 # rl_zoo3.train.train() builds its parser with `argparse.ArgumentParser()`: this module namespace gives it ours
@@ -506,6 +534,7 @@ def train(argv: Sequence[str], prog: str = "python -m sb3_ewma.train") -> None:
         _patched(rl_zoo3.train, "argparse", _ARGPARSE_FOR_TRAIN),
         _argv(prog, argv),
         distributed.quiet_unless_rank0(),
+        threads.restored_num_threads(),
     ):
         rl_zoo3.train.train()
 
@@ -520,7 +549,9 @@ def enjoy(argv: Sequence[str], prog: str = "python -m sb3_ewma.enjoy") -> None:
     register_zoo()
     # imported here: rl-zoo3's enjoy needs `requests`, which its training does not
     zoo_enjoy = _import_zoo("rl_zoo3.enjoy")
-    with _patched(zoo_enjoy, "create_test_env", create_test_env), _argv(prog, argv):
+    with _patched(zoo_enjoy, "create_test_env", create_test_env), _argv(prog, argv), threads.restored_num_threads():
+        if not _chooses_num_threads(argv):
+            th.set_num_threads(1)  # one observation at a time: one thread (see sb3_ewma.common.threads)
         zoo_enjoy.enjoy()
 
 
@@ -538,7 +569,9 @@ def record_video(argv: Sequence[str], prog: str = "python -m sb3_ewma.record_vid
     """
     register_zoo()
     import_without_pkg_resources_warning("imageio_ffmpeg")
-    with _patched(rl_zoo3.utils, "create_test_env", create_test_env), _argv(prog, argv):
+    with _patched(rl_zoo3.utils, "create_test_env", create_test_env), _argv(prog, argv), threads.restored_num_threads():
+        if not _chooses_num_threads(argv):
+            th.set_num_threads(1)  # one observation at a time: one thread (see sb3_ewma.common.threads)
         try:
             runpy.run_module("rl_zoo3.record_video", run_name="__main__", alter_sys=False)
         except ModuleNotFoundError as error:

@@ -19,11 +19,10 @@ _LIBRARY_DIRS = (_PACKAGE_DIR, os.path.dirname(os.path.abspath(stable_baselines3
 
 
 def _library_dirs() -> tuple[str, ...]:
-    dirs = list(_LIBRARY_DIRS)
-    contrib = sys.modules.get("sb3_contrib")
-    if contrib is not None and getattr(contrib, "__file__", None):
-        dirs.append(os.path.dirname(os.path.abspath(contrib.__file__)) + os.sep)  # type: ignore[arg-type]
-    return tuple(dirs)
+    contrib_file = getattr(sys.modules.get("sb3_contrib"), "__file__", None)
+    if contrib_file is None:
+        return _LIBRARY_DIRS
+    return (*_LIBRARY_DIRS, os.path.dirname(os.path.abspath(contrib_file)) + os.sep)
 
 
 def caller_stacklevel() -> int:
@@ -119,7 +118,7 @@ def check_on_policy_hyperparams(
     if not _is_number(ent_coef):
         raise ValueError(f"ent_coef must be a finite number, got {ent_coef!r}")
     check_number("vf_coef", vf_coef, 0.0)
-    if not (isinstance(max_grad_norm, numbers.Real) and not isinstance(max_grad_norm, bool) and max_grad_norm > 0):
+    if not (isinstance(max_grad_norm, numbers.Real) and not isinstance(max_grad_norm, bool) and float(max_grad_norm) > 0):
         raise ValueError(f"max_grad_norm must be a number > 0 (math.inf: no clipping), got {max_grad_norm!r}")
     if target_kl is not None:
         check_number("target_kl", target_kl, 0.0, low_open=True)
@@ -135,7 +134,7 @@ def check_learn_arguments(total_timesteps: Any, log_interval: Any) -> None:
     """``learn``'s ``total_timesteps`` (a whole number >= 0; ``1e5`` is accepted) and ``log_interval`` (>= 1 or None)."""
     if not (_is_integer(total_timesteps) or (_is_number(total_timesteps) and float(total_timesteps).is_integer())):
         raise ValueError(f"total_timesteps must be a whole number >= 0, got {total_timesteps!r}")
-    if total_timesteps < 0:
+    if float(total_timesteps) < 0:
         raise ValueError(f"total_timesteps must be a whole number >= 0, got {total_timesteps!r}")
     if log_interval is not None:
         check_integer("log_interval", log_interval, 1)

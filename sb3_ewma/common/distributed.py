@@ -430,9 +430,10 @@ class DataParallelMixin:
 
     def _setup_learn(self, total_timesteps: int, callback: Any = None, *args: Any, **kwargs: Any) -> Any:
         context = self._data_parallel_context
-        world_size_change = self.__dict__.pop("_world_size_change", None)
+        world_size_change: tuple[int, int] | None = self.__dict__.pop("_world_size_change", None)
         if world_size_change is not None and self.rank == 0:
-            warn_world_size_change(*world_size_change, self.n_envs)
+            previous_world_size, world_size = world_size_change
+            warn_world_size_change(previous_world_size, world_size, self.n_envs)
         if context is not None:
             # before anything is collected: a rank that would stop early would leave the others waiting
             context.check_same_settings(

@@ -1,0 +1,74 @@
+"""
+Torch's CPU threads for the command-line entry points.
+
+Torch's default intra-op thread pool has one thread per core, and its threads spin while they wait. For the small
+networks of most rl-zoo3 tasks (an MLP on a vector observation) a single thread is as fast on an idle machine, and on a
+busy one (several seeds at once, a CI machine) the default pool's threads spin against each other's processes and
+training can slow down many times over. So ``python -m sb3_ewma.train`` (and ``enjoy``, ``record_video``) use one
+thread unless the model reads images on the CPU (a CNN, where more threads pay), or the user chose: ``--num-threads N``,
+or ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS`` in the environment (torchrun sets ``OMP_NUM_THREADS=1`` for several ranks).
+
+A library does not change global settings on import: these functions act only when an entry point calls them. In a
+script, call ``torch.set_num_threads(1)`` before training an MLP policy when several trainings share the CPU.
+"""
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.preprocessing import is_image_space
+
+# the environment variables that set torch's thread count when it starts
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+# --num-threads values: AUTO (the entry points' default), TORCH_DEFAULT (torch's own choice), or a count N > 0
+AUTO, TORCH_DEFAULT = 0, -1
+
+
+def threads_set_by_environment() -> bool:
+    """Whether ``OMP_NUM_THREADS`` or ``MKL_NUM_THREADS`` is set (torch then follows it)."""
+    return any(os.environ.get(name) for name in THREAD_VARIABLES)
+
+
+def reads_images(observation_space: spaces.Space) -> bool:
+    """Whether the observations are (or contain) images, which SB3 gives to a CNN."""
+    if isinstance(observation_space, spaces.Dict):
+        return any(reads_images(space) for space in observation_space.spaces.values())
+    return is_image_space(observation_space, check_channels=False)
+
+
+def auto_num_threads(model: Any) -> int | None:
+    """
+    The thread count of the ``AUTO`` rule for a built model: 1, or None (torch's default) when the model reads images
+    on the CPU.
+    """
+    on_cpu = th.device(model.device).type == "cpu"
+    return None if on_cpu and reads_images(model.observation_space) else 1
+
+
+def apply_num_threads(num_threads: int, model: Any) -> int | None:
+    """
+    Apply an entry point's ``--num-threads`` to a built model, before training: a count ``N > 0`` is set (rl-zoo3 has
+    done so already), ``TORCH_DEFAULT`` leaves torch alone, ``AUTO`` sets :func:`auto_num_threads` unless
+    ``OMP_NUM_THREADS`` or ``MKL_NUM_THREADS`` is set.
+
+    :return: the thread count set here, or None when left as it was
+    """
+    if num_threads != AUTO or threads_set_by_environment():
+        return None
+    count = auto_num_threads(model)
+    if count is not None:
+        th.set_num_threads(count)
+    return count
+
+
+@contextlib.contextmanager
+def restored_num_threads() -> Iterator[None]:
+    """Restore torch's thread count at the end of the block (entry points called in-process, as in tests)."""
+    count = th.get_num_threads()
+    try:
+        yield
+    finally:
+        th.set_num_threads(count)

@@ -18,7 +18,8 @@ with open(os.path.join(os.path.dirname(__file__), "..", "sb3_ewma", "version.txt
 # -- Project information -----------------------------------------------------
 
 project = "sb3-ewma"
-copyright = "2026, sb3-ewma contributors" if datetime.date.today().year <= 2026 else f"2026-{datetime.date.today().year}, sb3-ewma contributors"
+_year = datetime.date.today().year
+copyright = "2026, sb3-ewma contributors" if _year <= 2026 else f"2026-{_year}, sb3-ewma contributors"
 author = "sb3-ewma contributors"
 version = __version__
 release = __version__

@@ -35,12 +35,15 @@ EXTRAS = {
         "gymnasium[box2d]",
     ],
     "plots": ["matplotlib", "pandas"],
+    # the Sphinx site (docs/): SB3's theme and Markdown pages, MathJax shipped with the pages (no CDN needed)
+    "docs": ["sphinx", "sphinx_rtd_theme", "myst-parser", "sphinx-mathjax-offline"],
 }
-# what a user runs: every optional part
-EXTRAS["all"] = sorted({req for reqs in EXTRAS.values() for req in reqs})
+# what a user runs: every optional part but the documentation tools
+EXTRAS["all"] = sorted({req for name, reqs in EXTRAS.items() if name != "docs" for req in reqs})
 # the test suite exercises every optional part, plus the test and style tools (and MinAtar for the benchmarks' tests)
 EXTRAS["tests"] = [
     *EXTRAS["all"],
+    *EXTRAS["docs"],
     "pytest",
     "pytest-xdist",  # the suite runs on 2 processes (README, "Running the tests")
     "ruff",

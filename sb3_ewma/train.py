@@ -11,7 +11,7 @@ rescales the hyperparameter entry for ``N`` environments (batch size-invariance)
 
 Under torchrun (``torchrun --standalone --nproc-per-node W -m sb3_ewma.train ...``) the ranks train one model
 data-parallel: rank 0 chooses the run folder and the seed and alone writes and prints; ``--scale-n-envs N`` then takes
-the total number of environments of all ranks (see the README, "Training on several GPUs or machines").
+the total number of environments of all ranks (see the documentation's guide, "Data-Parallel Training").
 """
 
 import sys

@@ -5,10 +5,10 @@ PyTorch allocates CPU tensors with ``malloc``. glibc serves large blocks (above 
 32 MiB) with ``mmap`` and gives them back with ``munmap`` when they are freed, and trims the heap when more than a
 second threshold is free at its top. A training loop allocates the same large activations every minibatch, so on CPU
 each of them comes back as fresh pages that the kernel must fault in and zero. PPO_EWMA's proximal pass suffers most:
-a forward pass without gradients frees each activation as soon as the next layer has used it. Measured on the IMPALA
-CNN (8 x 32 steps, minibatch 32, 3 epochs, one thread) with ``python -m benchmarks.proximal_pass --malloc default``:
-160,192 minor page faults per ``train()`` for PPO_EWMA and 2,272 for SB3's PPO; with :func:`keep_freed_memory`,
-close to none for both (``--malloc keep-freed``).
+a forward pass without gradients frees each activation as soon as the next layer has used it.
+``python -m benchmarks.proximal_pass`` counts the page faults per ``train()`` with glibc's defaults
+(``--malloc default``) and with :func:`keep_freed_memory` (``--malloc keep-freed``); the figures are on the
+documentation's benchmarks page.
 
 :func:`keep_freed_memory` fixes both thresholds so that freed blocks stay in the process for the next minibatch. It
 changes the whole process's ``malloc``, which is why the library does not call it by itself: ``python -m

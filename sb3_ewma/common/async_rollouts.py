@@ -9,7 +9,7 @@ is collected before any training (fresh data), so the first update is the synchr
 
 Threads (not a process): torch releases the GIL in its kernels and C++ environments (Procgen) release it in
 ``step``, so collection and training overlap where those dominate; Python-heavy loops (CartPole with a small MLP)
-mostly take turns on the GIL (see the README's throughput section for the figures).
+mostly take turns on the GIL (the documentation's benchmarks page has the throughput figures).
 
 Which thread does what:
 

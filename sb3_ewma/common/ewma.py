@@ -69,9 +69,8 @@ class ParameterEWMA(nn.Module):
     Why not ``torch.optim.swa_utils.AveragedModel`` with ``get_ema_multi_avg_fn``: its EMA has no bias correction, it
     averages every parameter (PPG needs only the policy's), it deep-copies the module (SB3's gSDE policies hold
     non-leaf tensors that cannot be deep-copied, and the copy would carry the policy's optimizer) and it has no reset
-    (PPG-EWMA restarts the average every phase). It is also slower: 2.18 ms per update against 0.51 ms here (4.3x) on
-    the IMPALA CNN policy, one CPU thread (``python -m benchmarks.ewma_update_cost``,
-    ``benchmarks/results/ewma_update_cost/cpu.json``).
+    (PPG-EWMA restarts the average every phase). It is also slower per update (``python -m benchmarks.ewma_update_cost``
+    compares the two; the figures are on the documentation's benchmarks page).
 
     :param source: the network being trained
     :param average: a network of the same structure that will hold the average (it is overwritten with ``source``)

@@ -2,8 +2,8 @@
 Overlapped rollouts with the collector in a process of its own (``async_rollouts="process"``).
 
 A collector thread (``async_rollouts=True``) overlaps collection with training only where torch and the environments
-release the GIL; Python-heavy loops (CartPole, small MLPs) then take turns on it and gain nothing (measured: see the
-README's throughput section). Here a forked child process steps the environments with the behavior policy while the
+release the GIL; Python-heavy loops (CartPole, small MLPs) then take turns on it and gain little (throughput figures:
+the documentation's benchmarks page). Here a forked child process steps the environments with the behavior policy while the
 parent trains, on another core:
 
 - at each hand-off the parent copies the policy's parameters into the behavior policy, whose tensors are in shared

@@ -171,8 +171,8 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         :mod:`sb3_ewma.common.gradient_noise`). It approximates the critical batch size, below which the batch
         size-invariance rules hold. Needs at least 2 minibatches per epoch; costs one copy of the gradient and one
         norm per optimizer step.
-    :param distributed: Data-parallel training on ``torch.distributed`` (see README, "Training on several GPUs or
-        machines"): ``None`` (default) joins, or creates from torchrun's environment, the default process group when
+    :param distributed: Data-parallel training on ``torch.distributed`` (documentation: "Data-Parallel
+        Training"): ``None`` (default) joins, or creates from torchrun's environment, the default process group when
         ``WORLD_SIZE > 1``; ``True`` requires it (also with one rank); ``False`` never (each process trains its own
         model). Hyperparameters are per rank (``n_envs``, ``n_steps``, ``batch_size``); gradients are averaged over
         the ranks; ``num_timesteps`` and ``total_timesteps`` count the environment steps of all ranks; rank 0 alone
@@ -186,7 +186,7 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         where torch and the environments release the GIL: larger networks, C++ environments); ``"process"``: a
         forked collector process (CPU policies; for Python-heavy loops such as CartPole with a small MLP), whose
         rollouts are replayed to the callbacks at the hand-off, the next ``learn`` call then starting with
-        ``env.reset()`` (see the README).
+        ``env.reset()`` (documentation: "Overlapped Rollouts").
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 

@@ -112,8 +112,8 @@ class PPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         mean, smoothed with EMAs (see :mod:`sb3_ewma.common.gradient_noise`). It approximates the critical batch size,
         below which the batch size-invariance rules hold. Needs at least 2 minibatches per epoch; costs one copy of the
         gradient and one norm per optimizer step.
-    :param distributed: Data-parallel training on ``torch.distributed`` (see README, "Training on several GPUs or
-        machines"): ``None`` (default) joins, or creates from torchrun's environment, the default process group when
+    :param distributed: Data-parallel training on ``torch.distributed`` (documentation: "Data-Parallel
+        Training"): ``None`` (default) joins, or creates from torchrun's environment, the default process group when
         ``WORLD_SIZE > 1``; ``True`` requires it (also with one rank); ``False`` never (each process trains its own
         model). Hyperparameters are per rank (``n_envs``, ``n_steps``, ``batch_size``); gradients are averaged over
         the ranks; ``num_timesteps`` and ``total_timesteps`` count the environment steps of all ranks; rank 0 alone
@@ -126,8 +126,8 @@ class PPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         ``"thread"``: a collector thread, on which the callbacks' ``on_step`` runs (it overlaps where torch and the
         environments release the GIL: larger networks, C++ environments); ``"process"``: a forked collector process
         (CPU policies; for Python-heavy loops such as CartPole with a small MLP), whose rollouts are replayed to the
-        callbacks at the hand-off, the next ``learn`` call starting with ``env.reset()`` (see the README).
-        Needs ``staleness=0``.
+        callbacks at the hand-off, the next ``learn`` call starting with ``env.reset()`` (documentation: "Overlapped
+        Rollouts"). Needs ``staleness=0``.
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 

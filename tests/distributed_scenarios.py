@@ -335,6 +335,13 @@ def main() -> None:
         # rank 1 alone asks for more steps: both ranks stop with the same error before collecting anything
         model = PPO_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2), n_steps=8, batch_size=16, target_kl=None)
         model.learn(64 if rank() == 0 else 128)
+    elif scenario == "long_learn":
+        # a long training with checkpoints (rank 0 writes them), for a test that kills one rank in the middle
+        (out_dir / f"pid_{rank()}").write_text(str(os.getpid()))
+        model = PPO_EWMA(
+            "MlpPolicy", make_vec_env("CartPole-v1", n_envs=2), n_steps=16, batch_size=32, policy_kwargs=SMALL_NET
+        )
+        model.learn(10_000_000, callback=CheckpointCallback(64, str(out_dir / "checkpoints")))
     elif scenario == "env_crash":
         # rank 1's environment raises in the middle of training, while rank 0 waits in a collective
         wrapper = CrashAfter if rank() == 1 else None

@@ -83,7 +83,7 @@ def ppg_ewma_cartpole(seed: int) -> dict[str, float]:
     return ppg_cartpole(seed, PPG_EWMA)
 
 
-def ppo_ewma_pendulum(seed: int) -> dict[str, float]:
+def ppo_ewma_pendulum(seed: int, **kwargs: Any) -> dict[str, float]:
     """PPO_EWMA with gSDE on Pendulum-v1, 61,440 steps: the mean return of 8 episodes before and after."""
     env = make_vec_env("Pendulum-v1", n_envs=4, seed=seed)
     model = PPO_EWMA(
@@ -99,12 +99,18 @@ def ppo_ewma_pendulum(seed: int) -> dict[str, float]:
         sde_sample_freq=4,
         seed=seed,
         device="cpu",
+        **kwargs,
     )
     eval_env = make_vec_env("Pendulum-v1", n_envs=4, seed=100 + seed)
     before, _ = evaluate_policy(model, eval_env, n_eval_episodes=8)
     model.learn(61_440)
     after, _ = evaluate_policy(model, eval_env, n_eval_episodes=8)
     return {"before": float(before), "after": float(after)}
+
+
+def ppo_ewma_pendulum_epochs_age(seed: int) -> dict[str, float]:
+    """As :func:`ppo_ewma_pendulum` with the EWMA's center of mass at epochs x minibatches (10 x 64 = 640 steps)."""
+    return ppo_ewma_pendulum(seed, ewma_decay=640 / 641)
 
 
 def ppg_ewma_pendulum(seed: int) -> dict[str, float]:
@@ -221,6 +227,7 @@ CASES: dict[str, Callable[[int], dict[str, float]]] = {
     "ppg_cartpole": ppg_cartpole,
     "ppg_ewma_cartpole": ppg_ewma_cartpole,
     "ppo_ewma_pendulum": ppo_ewma_pendulum,
+    "ppo_ewma_pendulum_epochs_age": ppo_ewma_pendulum_epochs_age,
     "ppg_ewma_pendulum": ppg_ewma_pendulum,
     "recurrent_cartpole_without_velocities": recurrent_cartpole_without_velocities,
     "maskable_invalid_actions": maskable_invalid_actions,

@@ -33,7 +33,7 @@ import signal
 import time
 import traceback
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch as th
@@ -261,8 +261,18 @@ class ProcessRolloutCollector(RolloutCollector):
         if self.pid is None:
             self._fork(env)
         assert self._connection is not None
-        self._connection.send(("collect", vec_normalize_statistics(env)))
+        try:
+            self._connection.send(("collect", vec_normalize_statistics(env)))
+        except OSError:  # BrokenPipeError, ConnectionResetError: the child is gone
+            self._raise_child_died()
         self._buffer = rollout_buffer
+
+    def _raise_child_died(self) -> NoReturn:
+        """Raise the error of a child that died (killed, or crashed outside its error reporting)."""
+        wait_for_exit = time.monotonic() + STOP_TIMEOUT_S
+        while not self._child_exited() and time.monotonic() < wait_for_exit:
+            time.sleep(0.05)
+        raise RuntimeError(f"the rollout collector process died (exit status {self._exit_status})") from None
 
     def _receive(self) -> tuple[str, Any]:
         assert self._connection is not None and self.pid is not None
@@ -282,9 +292,8 @@ class ProcessRolloutCollector(RolloutCollector):
                 )
         try:
             return self._connection.recv()
-        except EOFError:
-            self._child_exited()
-            raise RuntimeError(f"the rollout collector process died (exit status {self._exit_status})") from None
+        except (EOFError, OSError):
+            self._raise_child_died()
 
     def hand_off(self) -> bool:
         """

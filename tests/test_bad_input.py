@@ -243,3 +243,10 @@ def test_rank_mismatch_shows_none_as_none_and_absent_as_not_set() -> None:
         GatheringContext([{}]).check_same_settings({"target_kl": 0.01})
     model = make("PPO_EWMA")
     assert model._data_parallel_settings()["target_kl"] is None  # None-valued settings are compared too
+
+
+def test_loading_a_missing_file_names_the_path(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"no saved model at .*nothere nor .*nothere.zip"):
+        PPO_EWMA.load(tmp_path / "nothere")
+    with pytest.raises(FileNotFoundError, match=r"no saved model at .*nothere.zip$"):
+        PPG_EWMA.load(tmp_path / "nothere.zip")

@@ -49,6 +49,14 @@ def saved_policy_module(data: dict[str, Any]) -> str | None:
     return None
 
 
+def check_saved_file_exists(path: Any) -> None:
+    """A ``FileNotFoundError`` naming both paths SB3 would try (``path`` and ``path.zip``) when neither exists."""
+    if isinstance(path, (str, os.PathLike)):
+        path = os.fspath(path)
+        if not os.path.exists(path) and not os.path.exists(f"{path}.zip"):
+            raise FileNotFoundError(f"no saved model at {path}" + ("" if path.endswith(".zip") else f" nor {path}.zip"))
+
+
 def check_saved_algorithm(algorithm_name: str, loadable_policy_modules: tuple[str, ...], path: Any) -> dict[str, Any] | None:
     """
     Raise a ``ValueError`` naming both algorithms when ``path`` was saved by an algorithm whose files
@@ -57,6 +65,7 @@ def check_saved_algorithm(algorithm_name: str, loadable_policy_modules: tuple[st
 
     :return: the file's ``data`` JSON (values serialized), or None when it could not be read
     """
+    check_saved_file_exists(path)
     data = read_saved_data(path)
     if data is None:
         return None

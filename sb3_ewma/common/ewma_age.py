@@ -29,7 +29,7 @@ EWMA_DECAY_AUTO_RULE = "paper"
 """
 What ``ewma_decay="auto"`` means: the paper's setting, center of mass = minibatches per epoch. Kept until a
 measurement on rl-zoo3's many-epoch entries (``benchmarks.zoo_table --experiment ewma_age``) shows another rule
-learning at least as well; see ``benchmarks/README.md`` for the figures measured so far.
+learning at least as well; the figures so far are in ``benchmarks/results/zoo_table/ewma_age/benchmark.md``.
 """
 
 EWMA_DECAY_NAMES: tuple[str, ...] = (EWMA_DECAY_AUTO, *EWMA_AGE_RULES)

@@ -46,6 +46,7 @@ from sb3_ewma.common.ewma import (
     ewma_decay_from_span,
     ewma_span_from_decay,
 )
+from sb3_ewma.common.ewma_age import ewma_age_rule, ewma_center_of_mass_by_rule
 from sb3_ewma.common.policy_kwargs_source import PolicyKwargsSource, dotted_name
 
 ALGOS = tuple(ALGORITHMS)
@@ -431,11 +432,17 @@ def _scale_proximal_ewma(
         )
         return
     if isinstance(old, str):
-        if old != "auto":
-            raise ValueError(f"ewma_decay must be 'auto', None or a number in [0, 1), got {old!r}")
+        rule = ewma_age_rule(old)  # raises for an unknown name
         n_steps = _whole_number("n_steps", scaled.get("n_steps", defaults["n_steps"]))
-        center_of_mass = float(math.ceil(Fraction(n_steps * reference_n_envs, reference_batch_size)))
-        old_text = f"'auto'{default_note} (center of mass {center_of_mass:g} = minibatches per epoch)"
+        minibatches = math.ceil(Fraction(n_steps * reference_n_envs, reference_batch_size))
+        n_epochs = _whole_number("n_epochs", scaled.get("n_epochs", defaults.get("n_epochs", 1)))
+        center_of_mass = ewma_center_of_mass_by_rule(rule, minibatches, n_epochs)
+        formula = {"paper": "M", "max_age": "E x M", "mean_age": "E x M / 2"}[rule]
+        named = f"'{old}' = '{rule}'" if old != rule else f"'{old}'"
+        old_text = (
+            f"{named}{default_note} (center of mass {center_of_mass:g} = {formula}, "
+            f"M = {minibatches} minibatches per epoch, E = {n_epochs} epochs)"
+        )
     else:
         check_decay("ewma_decay", old)
         center_of_mass = center_of_mass_from_ewma_decay(old)
@@ -607,9 +614,10 @@ def scale_hyperparams(
       rl-zoo3 string); any other optimizer needs ``lr_rule``;
     - ``batch_size / c`` (must stay a whole number); ``n_steps`` unchanged, so the iteration batch size
       ``n_steps * n_envs`` is divided by ``c`` and the number of minibatches per epoch is unchanged;
-    - ``ewma_decay``: center of mass ``beta / (1 - beta)`` ``* c``; ``"auto"`` (or absent, when the algorithm's default is
-      ``"auto"``) is resolved to its reference center of mass ``ceil(n_steps * reference_n_envs / batch_size)`` and
-      written as an explicit decay; ``None`` stays ``None`` (with a warning: no EWMA, no invariance);
+    - ``ewma_decay``: center of mass ``beta / (1 - beta)`` ``* c``; a rule's name (``"auto"``, ``"paper"``, ``"max_age"``,
+      ``"mean_age"``; absent means the algorithm's default ``"auto"``) is resolved to its reference center of mass
+      (:mod:`sb3_ewma.common.ewma_age`, with ``M = ceil(n_steps * reference_n_envs / batch_size)`` and ``E = n_epochs``)
+      and written as an explicit decay; ``None`` stays ``None`` (with a warning: no EWMA, no invariance);
     - ``advantage_ewma_decay`` when ``advantage_normalization == "ewma"``: span ``2 / (1 - d) - 1`` iterations ``* c``
       (a span below 1 is clamped to 1, with a warning);
     - PPG: ``n_policy_iterations * c`` (must stay a whole number). The auxiliary phase is left unchanged, as in the

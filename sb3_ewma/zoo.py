@@ -37,15 +37,18 @@ import contextlib
 import importlib
 import runpy
 import sys
+import tempfile
 import types
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import torch as th
+import yaml
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import VecEnv
@@ -61,6 +64,7 @@ from sb3_ewma.common.torch_layers import ImpalaCNN
 from sb3_ewma.envs.procgen import PROCGEN_KWARGS, make_procgen_env, register_procgen_envs
 from sb3_ewma.envs.procgen_games import parse_procgen_env_id
 from sb3_ewma.scale import LR_RULES, scale_hyperparams_with_report
+from sb3_ewma.zoo_derivation import EntryChoice, missing_entry_hint, zoo_entry_for
 
 ZOO_INSTALL_MESSAGE = (
     "The rl-zoo3 integration of sb3-ewma needs rl-zoo3 (and sb3-contrib, optuna): install the extra with "
@@ -282,7 +286,11 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
     """
     rl-zoo3's experiment manager (same arguments), with this package's defaults:
 
-    - without ``config`` (``-conf``), the algorithms of :data:`ZOO_ALGOS` read ``sb3_ewma/hyperparams/<algo>.yml``;
+    - without ``config`` (``-conf``), the algorithms of :data:`ZOO_ALGOS` read ``sb3_ewma/hyperparams/<algo>.yml``
+      where it has an entry for the environment; otherwise their entry is derived from rl-zoo3's tuned entry of the
+      parent algorithm (``ppo.yml``, ``ppo_lstm.yml``) by :mod:`sb3_ewma.zoo_derivation`, with one printed line
+      naming the source entry and the changes (``config.yml`` records the derived entry); an environment that
+      neither file has gets rl-zoo3's error plus a line on ``-conf`` / ``-params``;
     - ``policy_kwargs`` strings are evaluated with :data:`POLICY_KWARGS_NAMESPACE` (``ImpalaCNN``) in scope;
     - a ``gamma`` written in the ``normalize`` setting is kept (rl-zoo3 replaces it by the algorithm's ``gamma``);
     - with ``scale``, the hyperparameter entry (after the ``--hyperparams`` overrides) is rescaled from its ``n_envs``
@@ -297,9 +305,15 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
     def __init__(
         self, args: Any, algo: str, env_id: str, *manager_args: Any, scale: ScaleOptions | None = None, **kwargs: Any
     ) -> None:
-        if kwargs.get("config") is None and default_conf_file(algo) is not None:
-            kwargs["config"] = default_conf_file(algo)
-            if hasattr(args, "conf_file"):
+        # without -conf: this package's entry, or one derived from rl-zoo3's parent entry (sb3_ewma.zoo_derivation)
+        self.entry_choice: EntryChoice | None = None
+        if kwargs.get("config") is None and algo in ZOO_ALGOS:
+            self.entry_choice = zoo_entry_for(algo, env_id, rl_zoo3.exp_manager.ExperimentManager.is_atari(env_id))
+            if self.entry_choice.source == "package":
+                kwargs["config"] = str(self.entry_choice.path)
+            elif self.entry_choice.source == "missing" and default_conf_file(algo) is not None:
+                kwargs["config"] = default_conf_file(algo)
+            if kwargs.get("config") is not None and hasattr(args, "conf_file"):
                 # recorded in args.yml
                 args.conf_file = kwargs["config"]
         super().__init__(args, algo, env_id, *manager_args, **kwargs)
@@ -337,8 +351,34 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
             )
         return hyperparams, saved_hyperparams
 
+    def _read_entry(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """
+        rl-zoo3's reading of the entry (``-params`` overrides, Optuna trial, ``--env-kwargs``), from the derived entry
+        when :func:`~sb3_ewma.zoo_derivation.zoo_entry_for` derived one (after printing the line that says so); an
+        environment without any entry gets rl-zoo3's error plus :func:`~sb3_ewma.zoo_derivation.missing_entry_hint`.
+        """
+        choice = self.entry_choice
+        if choice is not None and choice.source == "derived":
+            assert choice.derivation is not None
+            print(choice.message(self.algo, self.env_name.gym_id))
+            with tempfile.TemporaryDirectory(prefix="sb3_ewma_derived_") as folder:
+                path = Path(folder) / f"{self.algo}.yml"
+                path.write_text(yaml.safe_dump({self.env_name.gym_id: choice.derivation.entry}, sort_keys=True))
+                with _patched(self, "config", str(path)):
+                    return super().read_hyperparameters()
+        if choice is not None and choice.source == "missing":
+            if not Path(self.config).is_file():
+                raise ValueError(
+                    f"Hyperparameters not found for {self.algo}-{self.env_name.gym_id}\n{missing_entry_hint(self.algo)}"
+                )
+            try:
+                return super().read_hyperparameters()
+            except ValueError as error:
+                raise ValueError(f"{error}\n{missing_entry_hint(self.algo)}") from error
+        return super().read_hyperparameters()
+
     def _read_scaled_hyperparameters(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        hyperparams, saved_hyperparams = super().read_hyperparameters()
+        hyperparams, saved_hyperparams = self._read_entry()
         if self.scale is None:
             return hyperparams, saved_hyperparams
         reference_n_envs = None if "n_envs" in hyperparams else 1

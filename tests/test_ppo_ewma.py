@@ -252,7 +252,10 @@ class CountingEnv(gym.Env):
     [
         ({"ewma_decay": 1.0}, r"ewma_decay must be .*\[0, 1\)"),
         ({"ewma_decay": -0.1}, r"ewma_decay must be .*\[0, 1\)"),
-        ({"ewma_decay": "fast"}, r"ewma_decay must be 'auto', None or a number in \[0, 1\)"),
+        (
+            {"ewma_decay": "fast"},
+            r"ewma_decay must be a number in \[0, 1\), None or one of \('auto', 'paper', 'max_age', 'mean_age'\)",
+        ),
         ({"kl_coef": -1.0}, r"kl_coef must be a finite number >= 0"),
         ({"kl_estimator": "mc"}, r"kl_estimator must be one of \('sample', 'exact'\)"),
         ({"imp_samp_max": 0.5}, r"imp_samp_max must be 0 \(no cap\) or a number > 1"),

@@ -146,7 +146,9 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
         snapshot of the policy taken at the start of each iteration (with fresh data, the behavior policy). The EWMA,
         when there is one, is the clipping anchor in every staleness mode (as in the authors' code).
         """
-        self.proximal_decay = resolve_ewma_decay(self.ewma_decay, self.minibatches_per_epoch)
+        self.proximal_decay = resolve_ewma_decay(
+            self.ewma_decay, self.minibatches_per_epoch, self.n_epochs  # type: ignore[attr-defined]
+        )
         self.proximal_ewma = None
         if uses_proximal_network(self.proximal_decay, staleness, staleness_mode, self._needs_distributions):
             self.proximal_ewma = make_proximal_ewma(self.policy, self._build_policy, self.proximal_decay or 0.0, include)

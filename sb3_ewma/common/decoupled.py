@@ -14,10 +14,10 @@ import torch as th
 from stable_baselines3.common.distributions import Distribution
 
 from sb3_ewma.common.distributions import distribution_kl
-from sb3_ewma.common.ewma import EWMAMoments, check_decay, ewma_decay_from_center_of_mass
+from sb3_ewma.common.ewma import EWMAMoments, check_decay
+from sb3_ewma.common.ewma_age import EWMA_DECAY_NAMES, ewma_decay_by_rule
 from sb3_ewma.common.losses import capped_fraction, clip_fraction, decoupled_policy_loss, sampled_kl
 
-EWMA_DECAY_AUTO = "auto"
 KL_ESTIMATORS = ("sample", "exact")
 ADVANTAGE_NORMALIZATIONS = ("minibatch", "ewma")
 STALENESS_MODES = ("decoupled", "behavior", "proximal")
@@ -40,9 +40,9 @@ def check_decoupled_hyperparams(
     staleness_mode: str,
 ) -> None:
     """Raise a ``ValueError`` naming the first hyperparameter outside its allowed range."""
-    if ewma_decay is not None and ewma_decay != EWMA_DECAY_AUTO:
+    if ewma_decay is not None and ewma_decay not in EWMA_DECAY_NAMES:
         if isinstance(ewma_decay, str):
-            raise ValueError(f"ewma_decay must be 'auto', None or a number in [0, 1), got {ewma_decay!r}")
+            raise ValueError(f"ewma_decay must be a number in [0, 1), None or one of {EWMA_DECAY_NAMES}, got {ewma_decay!r}")
         check_decay("ewma_decay", ewma_decay)
     if not isinstance(kl_coef, (int, float)) or not math.isfinite(kl_coef) or kl_coef < 0:
         raise ValueError(f"kl_coef must be a finite number >= 0, got {kl_coef!r}")
@@ -66,15 +66,16 @@ def check_decoupled_hyperparams(
         )
 
 
-def resolve_ewma_decay(ewma_decay: float | str | None, minibatches_per_epoch: int) -> float | None:
+def resolve_ewma_decay(ewma_decay: float | str | None, minibatches_per_epoch: int, n_epochs: int = 1) -> float | None:
     """
-    The decay of the proximal-policy EWMA: ``None`` (no EWMA), the given number, or for ``"auto"`` the paper's
-    default, a center of mass equal to the number of minibatches per epoch.
+    The decay of the proximal-policy EWMA: ``None`` (no EWMA), the given number, or for a name (``"auto"``,
+    ``"paper"``, ``"max_age"``, ``"mean_age"``) the decay of the center of mass that the rule gives for ``M`` =
+    ``minibatches_per_epoch`` and ``E`` = ``n_epochs`` (:mod:`sb3_ewma.common.ewma_age`).
     """
     if ewma_decay is None:
         return None
-    if ewma_decay == EWMA_DECAY_AUTO:
-        return ewma_decay_from_center_of_mass(minibatches_per_epoch)
+    if isinstance(ewma_decay, str):
+        return ewma_decay_by_rule(ewma_decay, minibatches_per_epoch, n_epochs)
     return float(ewma_decay)
 
 

@@ -61,8 +61,10 @@ class MaskablePPO_EWMA(ContribDecoupledMixin, MaskablePPO):
         Setting it to auto, the code will be run on the GPU if possible.
     :param ewma_decay: Decay ``beta_prox`` in [0, 1) of the EWMA of the policy parameters that serves as the proximal
         policy, updated after every optimizer step; its center of mass (age in optimizer steps) is
-        ``beta / (1 - beta)`` (see :func:`sb3_ewma.ewma_decay_from_center_of_mass`). ``"auto"`` (default): the
-        paper's rule, center of mass = number of minibatches per epoch. ``None``: no EWMA, the proximal policy is
+        ``beta / (1 - beta)`` (see :func:`sb3_ewma.ewma_decay_from_center_of_mass`). A name
+        (:mod:`sb3_ewma.common.ewma_age`) sets the center of mass from the minibatches per epoch ``M`` and the
+        epochs ``E``: ``"paper"`` ``M`` (the paper's setting), ``"max_age"`` ``E * M``, ``"mean_age"`` ``E * M / 2``;
+        ``"auto"`` (default) is ``"paper"``. ``None``: no EWMA, the proximal policy is
         the behavior policy (the parent algorithm).
     :param kl_coef: Coefficient ``beta`` of the decoupled KL penalty ``KL[pi_prox, pi]`` (0: no penalty). Use it alone
         with ``clip_range=None`` for the decoupled KL-penalized objective, or together with clipping.

@@ -129,7 +129,9 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
     :param ewma_decay: Decay ``beta_prox`` in [0, 1) of the EWMA of the policy parameters (trunk and policy head)
         that serves as the proximal policy, updated after every optimizer step on the policy loss and reset at the start
         of every policy phase that follows an auxiliary phase; its center of mass is ``beta / (1 - beta)`` optimizer
-        steps. ``"auto"`` (default): the paper's rule, center of mass = number of minibatches per epoch. ``None``: no
+        steps. A name (:mod:`sb3_ewma.common.ewma_age`) sets the center of mass from
+        the minibatches per epoch ``M`` and the policy epochs ``E``: ``"paper"`` ``M`` (the paper's setting),
+        ``"max_age"`` ``E * M``, ``"mean_age"`` ``E * M / 2``; ``"auto"`` (default) is ``"paper"``. ``None``: no
         EWMA, the proximal policy is the behavior policy (plain PPG).
     :param kl_coef: Coefficient ``beta`` of the decoupled KL penalty ``KL[pi_prox, pi]`` (0: no penalty). Use it alone
         with ``clip_range=None`` for the decoupled KL-penalized objective, or together with clipping.

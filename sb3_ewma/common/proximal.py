@@ -10,11 +10,16 @@ from typing import Any
 import torch as th
 from stable_baselines3.common.distributions import CategoricalDistribution, DiagGaussianDistribution, Distribution
 from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.type_aliases import PyTorchObs
 
 from sb3_ewma.common.ewma import ParameterEWMA
-from sb3_ewma.common.saved_files import check_saved_algorithm
+from sb3_ewma.common.saved_files import check_saved_algorithm, read_saved_value
 
+# the attribute (hence ``data`` entry) that holds the proximal policy's state in a saved file
+PROXIMAL_STATE_KEY = "proximal_policy_state"
+# set while ``save`` writes a file: the proximal policy then goes into ``data``, not among the modules' parameters
+_SAVING_TO_FILE: ContextVar[bool] = ContextVar("sb3_ewma_saving_to_file", default=False)
 # set while ``load`` rebuilds a model from a file (see :func:`loading_from_file`)
 _LOADING_FROM_FILE: ContextVar[bool] = ContextVar("sb3_ewma_loading_from_file", default=False)
 
@@ -141,17 +146,38 @@ class ProximalSaveMixin:
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         state_dicts, torch_variables = super()._get_torch_save_params()  # type: ignore[misc]
-        if getattr(self, "proximal_ewma", None) is not None:
+        if getattr(self, "proximal_ewma", None) is not None and not _SAVING_TO_FILE.get():
             state_dicts = [*state_dicts, "proximal_ewma"]
         return state_dicts, torch_variables
 
-    def set_parameters(self, load_path_or_dict, exact_match: bool = True, device: th.device | str = "auto") -> None:  # type: ignore[no-untyped-def]
-        from stable_baselines3.common.save_util import load_from_zip_file
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """
+        SB3's ``save``, with the proximal policy's state in the file's ``data`` (``proximal_policy_state``) rather
+        than among the modules' parameters, where SB3's parent ``load`` (``stable_baselines3.PPO.load``) would refuse
+        an unknown module: SB3 sets unknown ``data`` entries as attributes and ignores them.
+        """
+        if getattr(self, "proximal_ewma", None) is None:
+            super().save(*args, **kwargs)  # type: ignore[misc]
+            return
+        state = {name: value.detach().cpu() for name, value in self.proximal_ewma.state_dict().items()}  # type: ignore[union-attr]
+        self.__dict__[PROXIMAL_STATE_KEY] = state
+        token = _SAVING_TO_FILE.set(True)
+        try:
+            super().save(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            _SAVING_TO_FILE.reset(token)
+            del self.__dict__[PROXIMAL_STATE_KEY]
 
+    def set_parameters(self, load_path_or_dict, exact_match: bool = True, device: th.device | str = "auto") -> None:  # type: ignore[no-untyped-def]
+        # during `load`, the file's data (set as attributes) brings the proximal state; a path given here is read for it
+        saved_state = self.__dict__.pop(PROXIMAL_STATE_KEY, None)
         if isinstance(load_path_or_dict, dict):
             params = load_path_or_dict
         else:
             _, params, _ = load_from_zip_file(load_path_or_dict, device=device, load_data=False)
+            saved_state = read_saved_value(load_path_or_dict, PROXIMAL_STATE_KEY)
+        if "proximal_ewma" not in params and saved_state is not None and self.proximal_ewma is not None:
+            params = {**params, "proximal_ewma": saved_state}
         if self.proximal_ewma is not None and "proximal_ewma" not in params and "policy" in params:
             if exact_match and not is_loading_from_file():
                 raise ValueError(

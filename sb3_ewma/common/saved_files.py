@@ -12,6 +12,8 @@ import os
 import zipfile
 from typing import Any
 
+from stable_baselines3.common.save_util import json_to_data
+
 # the module of a saved policy class -> the algorithms that save such files (how an error message names them)
 POLICY_MODULE_ALGORITHMS = {
     "sb3_ewma.ppo_ewma.policies": "PPO_EWMA",
@@ -39,6 +41,14 @@ def read_saved_data(path: Any) -> dict[str, Any] | None:
             return json.loads(archive.read("data").decode())
     except (OSError, zipfile.BadZipFile, ValueError):
         return None
+
+
+def read_saved_value(path: Any, key: str) -> Any:
+    """One entry of a saved model's ``data``, deserialized as SB3 does (None when absent or unreadable)."""
+    data = read_saved_data(path)
+    if data is None or key not in data:
+        return None
+    return json_to_data(json.dumps({key: data[key]}))[key]
 
 
 def saved_policy_module(data: dict[str, Any]) -> str | None:

@@ -1,0 +1,81 @@
+"""
+Saved files: files written by version 0.1.0 (the proximal policy among the modules' parameters) still load, and files
+written now open with the parent algorithm's own ``load`` (SB3's ``PPO.load``, sb3-contrib's ``RecurrentPPO.load`` and
+``MaskablePPO.load``), which ignore the proximal policy's state kept in the file's data.
+"""
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sb3_contrib import MaskablePPO, RecurrentPPO
+from sb3_contrib.common.envs import InvalidActionEnvDiscrete
+from stable_baselines3 import PPO
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.vec_env import DummyVecEnv
+
+from sb3_ewma import PPG_EWMA, PPO_EWMA, MaskablePPO_EWMA, RecurrentPPO_EWMA
+
+OLD_FILES = Path(__file__).parent / "data" / "saved_by_0.1.0"
+ALGORITHMS = {
+    "ppo_ewma": PPO_EWMA,
+    "ppg_ewma": PPG_EWMA,
+    "ppo_lstm_ewma": RecurrentPPO_EWMA,
+    "ppo_mask_ewma": MaskablePPO_EWMA,
+}
+
+
+def masked_env() -> DummyVecEnv:
+    return DummyVecEnv([lambda: InvalidActionEnvDiscrete(dim=4, ep_length=8, n_invalid_actions=1)])
+
+
+def env_for(name: str):
+    return masked_env() if name == "ppo_mask_ewma" else make_vec_env("CartPole-v1")
+
+
+def averaged_state(model) -> dict[str, np.ndarray]:
+    return {k: v.numpy() for k, v in model.proximal_ewma.state_dict().items() if k.startswith("average.")}
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_files_saved_by_0_1_0_load_with_their_proximal_policy(name: str) -> None:
+    expected = json.loads((OLD_FILES / "proximal_states.json").read_text())[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # no "no proximal policy" warning: it is in the file
+        model = ALGORITHMS[name].load(OLD_FILES / f"{name}.zip", env=env_for(name), device="cpu")
+    state = averaged_state(model)
+    assert state.keys() == expected.keys()
+    for key, value in expected.items():
+        np.testing.assert_array_equal(state[key], np.array(value, dtype=np.float32))
+    start = model.num_timesteps
+    model.learn(32, reset_num_timesteps=False)
+    assert model.num_timesteps > start
+
+
+@pytest.mark.parametrize(
+    "name, parent",
+    [("ppo_ewma", PPO), ("ppo_lstm_ewma", RecurrentPPO), ("ppo_mask_ewma", MaskablePPO)],
+)
+def test_the_parent_algorithm_opens_a_saved_file(name: str, parent, tmp_path: Path) -> None:
+    kwargs: dict = {"policy_kwargs": {"lstm_hidden_size": 4, "net_arch": [8]}} if name == "ppo_lstm_ewma" else {}
+    policy = "MlpLstmPolicy" if name == "ppo_lstm_ewma" else "MlpPolicy"
+    model = ALGORITHMS[name](policy, env_for(name), n_steps=16, batch_size=16, seed=0, device="cpu", **kwargs).learn(32)
+    model.save(tmp_path / "model.zip")
+    opened = parent.load(tmp_path / "model.zip", env=env_for(name), device="cpu")
+    np.testing.assert_array_equal(opened.policy.parameters_to_vector(), model.policy.parameters_to_vector())
+    # and the package's own load still restores the proximal policy from the same file
+    loaded = ALGORITHMS[name].load(tmp_path / "model.zip", device="cpu")
+    for key, value in averaged_state(model).items():
+        np.testing.assert_array_equal(averaged_state(loaded)[key], value)
+
+
+def test_set_parameters_from_a_path_restores_the_proximal_policy(tmp_path: Path) -> None:
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, seed=0, device="cpu").learn(64)
+    model.save(tmp_path / "model.zip")
+    other = PPO_EWMA("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, seed=1, device="cpu")
+    other.set_parameters(str(tmp_path / "model.zip"), exact_match=True, device="cpu")
+    for key, value in averaged_state(model).items():
+        np.testing.assert_array_equal(averaged_state(other)[key], value)
+    assert "proximal_policy_state" not in other.__dict__ and "proximal_policy_state" not in model.__dict__

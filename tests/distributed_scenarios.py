@@ -245,20 +245,24 @@ def check_vec_normalize() -> None:
 
 
 def check_resume(out_dir: Path) -> None:
-    """A model saved by one process continues on 2 ranks (which warn about c), then saves for one process again."""
-    stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout):
-        import warnings
+    """
+    A model saved by one process continues on 2 ranks (rank 0 warns about c when training continues, not on the load),
+    then saves for one process again.
+    """
+    import warnings
 
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            model = PPG_EWMA.load(out_dir / "single.zip", env=make_vec_env("CartPole-v1", n_envs=2))
-    if rank() == 0:
-        assert any("trained on 1 rank(s) and continues on 2" in str(w.message) for w in caught), [
-            str(w.message) for w in caught
-        ]
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = PPG_EWMA.load(out_dir / "single.zip", env=make_vec_env("CartPole-v1", n_envs=2))
+    assert not any("continues on 2" in str(w.message) for w in caught), [str(w.message) for w in caught]
     start = model.num_timesteps
-    model.learn(2 * 16 * 2 * 2, reset_num_timesteps=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.learn(2 * 16 * 2 * 2, reset_num_timesteps=False)
+    warned = [w for w in caught if "trained on 1 rank(s) and continues on 2" in str(w.message)]
+    assert len(warned) == (1 if rank() == 0 else 0), [str(w.message) for w in caught]
+    assert all(w.filename == __file__ for w in warned)  # the user's line
     assert model.num_timesteps == start + 2 * 16 * 2 * 2
     assert_same_on_ranks(model, "after resuming")
     model.save(out_dir / "from_two_ranks")

@@ -53,7 +53,7 @@ BAD_SETTINGS = [
     ({"batch_size": True}, r"batch_size must be an integer >= 2, got True"),
     ({"n_steps": 0}, r"n_steps must be an integer >= 1, got 0"),
     ({"n_steps": 16.5}, r"n_steps must be an integer >= 1, got 16.5"),
-    ({"n_epochs": 0}, r"n_epochs must be an integer >= 1, got 0"),
+    ({"n_epochs": -1}, r"n_epochs must be an integer >= [01], got -1"),  # PPG: >= 0 (value epochs only)
     ({"gamma": 1.5}, r"gamma must be a finite number in \[0, 1\], got 1.5"),
     ({"gae_lambda": -1}, r"gae_lambda must be a finite number in \[0, 1\], got -1"),
     ({"learning_rate": "1e-3"}, r"learning_rate must be a number > 0 or a schedule .*got '1e-3'"),

@@ -362,7 +362,7 @@ def main() -> None:
             batch_size=128,
             n_epochs=4,
             learning_rate=1e-3,
-            seed=0,
+            seed=int(os.environ.get("SCENARIO_SEED", "0")),
         )
         model.learn(30_720)
         assert_same_on_ranks(model, "after learning")

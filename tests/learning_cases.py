@@ -63,9 +63,9 @@ def _cartpole_model(algorithm: type, seed: int, **kwargs: Any):
     )
 
 
-def ppo_ewma_cartpole(seed: int) -> dict[str, float]:
+def ppo_ewma_cartpole(seed: int, **kwargs: Any) -> dict[str, float]:
     """PPO_EWMA with the default center of mass, rl-zoo3's CartPole entry, 100k steps: the mean return of 20 episodes."""
-    model = _cartpole_model(PPO_EWMA, seed, n_epochs=20)
+    model = _cartpole_model(PPO_EWMA, seed, n_epochs=20, **kwargs)
     model.learn(100_000)
     mean_return, _ = evaluate_policy(model, make_vec_env("CartPole-v1", n_envs=4, seed=100 + seed), n_eval_episodes=20)
     return {"mean_return": float(mean_return)}
@@ -108,9 +108,20 @@ def ppo_ewma_pendulum(seed: int, **kwargs: Any) -> dict[str, float]:
     return {"before": float(before), "after": float(after)}
 
 
-def ppo_ewma_pendulum_epochs_age(seed: int) -> dict[str, float]:
-    """As :func:`ppo_ewma_pendulum` with the EWMA's center of mass at epochs x minibatches (10 x 64 = 640 steps)."""
-    return ppo_ewma_pendulum(seed, ewma_decay=640 / 641)
+# the EWMA age rules on the cases above (sb3_ewma.common.ewma_age): "paper" (M, minibatches per epoch), "max_age" (E x M),
+# "mean_age" (E x M / 2); CartPole's entry has E = 20 epochs of M = 1 minibatch, Pendulum's E = 10 of M = 64
+AGE_CASES: dict[str, Callable[[int], dict[str, float]]] = {
+    f"{task}_{age}{'_async' if async_rollouts else ''}": (
+        lambda seed, task=task, age=age, async_rollouts=async_rollouts: (
+            ppo_ewma_cartpole(seed, ewma_decay=age, async_rollouts=async_rollouts)
+            if task == "ppo_ewma_cartpole"
+            else ppo_ewma_pendulum(seed, ewma_decay=age)
+        )
+    )
+    for task, async_options in (("ppo_ewma_cartpole", (False, True)), ("ppo_ewma_pendulum", (False,)))
+    for age in ("paper", "max_age", "mean_age")
+    for async_rollouts in async_options
+}
 
 
 def ppg_ewma_pendulum(seed: int) -> dict[str, float]:
@@ -139,7 +150,7 @@ def ppg_ewma_pendulum(seed: int) -> dict[str, float]:
     return {"before": float(before), "after": float(after)}
 
 
-def recurrent_cartpole_without_velocities(seed: int) -> dict[str, float]:
+def recurrent_cartpole_without_velocities(seed: int, timesteps: int = 15_000) -> dict[str, float]:
     """
     CartPoleNoVel-v1 (rl-zoo3): positions only, the velocities must be remembered; rl-zoo3's ppo_lstm settings
     (n_envs 8, n_steps 32, batch 256, gamma 0.98, lambda 0.8) on a smaller budget: 15k steps, an actor LSTM of 32
@@ -171,7 +182,7 @@ def recurrent_cartpole_without_velocities(seed: int) -> dict[str, float]:
     eval_env = VecNormalize(make_vec_env("CartPoleNoVel-v1", n_envs=1, seed=100 + seed), training=False, norm_reward=False)
     eval_env.obs_rms = env.obs_rms
     before, _ = evaluate_policy(model, eval_env, n_eval_episodes=10)
-    model.learn(15_000)
+    model.learn(timesteps)
     eval_env.obs_rms = env.obs_rms
     after, _ = evaluate_policy(model, eval_env, n_eval_episodes=10)
     return {"before": float(before), "after": float(after)}
@@ -227,10 +238,11 @@ CASES: dict[str, Callable[[int], dict[str, float]]] = {
     "ppg_cartpole": ppg_cartpole,
     "ppg_ewma_cartpole": ppg_ewma_cartpole,
     "ppo_ewma_pendulum": ppo_ewma_pendulum,
-    "ppo_ewma_pendulum_epochs_age": ppo_ewma_pendulum_epochs_age,
     "ppg_ewma_pendulum": ppg_ewma_pendulum,
     "recurrent_cartpole_without_velocities": recurrent_cartpole_without_velocities,
+    "recurrent_cartpole_without_velocities_25k": lambda seed: recurrent_cartpole_without_velocities(seed, 25_000),
     "maskable_invalid_actions": maskable_invalid_actions,
+    **AGE_CASES,
 }
 
 

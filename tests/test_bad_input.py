@@ -68,6 +68,8 @@ BAD_SETTINGS = [
     ({"stats_window_size": 0}, r"stats_window_size must be an integer >= 1, got 0"),
     ({"kl_coef": -1.0}, r"kl_coef must be a finite number >= 0, got -1.0"),
     ({"ewma_decay": 1.0}, r"ewma_decay must be a number in \[0, 1\), got 1.0"),
+    ({"seed": "0"}, r"seed must be an integer >= 0, got '0'"),
+    ({"normalize_advantage": "yes"}, r"normalize_advantage must be True or False, got 'yes'"),
 ]
 
 
@@ -250,3 +252,12 @@ def test_loading_a_missing_file_names_the_path(tmp_path: Path) -> None:
         PPO_EWMA.load(tmp_path / "nothere")
     with pytest.raises(FileNotFoundError, match=r"no saved model at .*nothere.zip$"):
         PPG_EWMA.load(tmp_path / "nothere.zip")
+
+
+@pytest.mark.parametrize("name", ["PPO_EWMA", "PPG_EWMA", "RecurrentPPO_EWMA", "MaskablePPO_EWMA"])
+def test_an_advantage_decay_without_its_normalization_warns(name: str) -> None:
+    with pytest.warns(UserWarning, match=r"advantage_ewma_decay=0.5 has no effect with advantage_normalization='minibatch'"):
+        make(name, advantage_ewma_decay=0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        make(name, advantage_ewma_decay=0.5, advantage_normalization="ewma")

@@ -11,6 +11,7 @@ import sys
 import warnings
 from typing import Any
 
+import numpy as np
 import stable_baselines3
 
 # frames in these folders are the library's, not the user's (for the warnings' stacklevel)
@@ -94,6 +95,7 @@ def check_on_policy_hyperparams(
     target_kl: Any,
     stats_window_size: Any,
     kl_coef: Any,
+    seed: Any = None,
     batch_size_may_be_none: bool = False,
     min_n_epochs: int = 1,
 ) -> None:
@@ -112,6 +114,10 @@ def check_on_policy_hyperparams(
     check_integer("n_epochs", n_epochs, min_n_epochs)
     check_number("gamma", gamma, 0.0, 1.0)
     check_number("gae_lambda", gae_lambda, 0.0, 1.0)
+    if not isinstance(normalize_advantage, (bool, np.bool_)):
+        raise ValueError(f"normalize_advantage must be True or False, got {normalize_advantage!r}")
+    if seed is not None:
+        check_integer("seed", seed, 0)
     if not (clip_range is None or callable(clip_range) or (_is_number(clip_range) and 0 < float(clip_range) < 1)):
         raise ValueError(f"clip_range must be None (no clipping), a schedule or a number in (0, 1), got {clip_range!r}")
     check_schedule("clip_range_vf", clip_range_vf, allow_none=True)

@@ -13,6 +13,7 @@ import numpy as np
 import torch as th
 from stable_baselines3.common.distributions import Distribution
 
+from sb3_ewma.common.checks import warn_at_caller
 from sb3_ewma.common.distributions import distribution_kl
 from sb3_ewma.common.ewma import EWMAMoments, check_decay
 from sb3_ewma.common.ewma_age import EWMA_DECAY_NAMES, ewma_decay_by_rule
@@ -53,6 +54,11 @@ def check_decoupled_hyperparams(
     if advantage_normalization not in ADVANTAGE_NORMALIZATIONS:
         raise ValueError(f"advantage_normalization must be one of {ADVANTAGE_NORMALIZATIONS}, got {advantage_normalization!r}")
     check_decay("advantage_ewma_decay", advantage_ewma_decay)
+    if advantage_normalization == "minibatch" and advantage_ewma_decay != 0:
+        warn_at_caller(
+            f"advantage_ewma_decay={advantage_ewma_decay!r} has no effect with advantage_normalization='minibatch' "
+            "(each minibatch's own statistics): set advantage_normalization='ewma' to use it"
+        )
     if advantage_normalization == "ewma" and not normalize_advantage:
         raise ValueError("advantage_normalization='ewma' needs normalize_advantage=True")
     if isinstance(staleness, bool) or not isinstance(staleness, (int, np.integer)) or staleness < 0:

@@ -144,6 +144,7 @@ class MaskablePPO_EWMA(ContribDecoupledMixin, MaskablePPO):
             target_kl=target_kl,
             stats_window_size=stats_window_size,
             kl_coef=kl_coef,
+            seed=seed,
             batch_size_may_be_none=True,
         )
         check_decoupled_hyperparams(

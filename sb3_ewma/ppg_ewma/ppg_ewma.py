@@ -267,6 +267,7 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
             target_kl=target_kl,
             stats_window_size=stats_window_size,
             kl_coef=kl_coef,
+            seed=seed,
             min_n_epochs=0,
         )
         check_decoupled_hyperparams(

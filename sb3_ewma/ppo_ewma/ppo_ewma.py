@@ -200,6 +200,7 @@ class PPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
             target_kl=target_kl,
             stats_window_size=stats_window_size,
             kl_coef=kl_coef,
+            seed=seed,
         )
         check_minibatch_sampling("minibatch_sampling", minibatch_sampling, "batch_size", batch_size, n_steps)
         check_decoupled_hyperparams(

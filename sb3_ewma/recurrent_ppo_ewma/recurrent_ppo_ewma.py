@@ -156,6 +156,7 @@ class RecurrentPPO_EWMA(ContribDecoupledMixin, RecurrentPPO):
             target_kl=target_kl,
             stats_window_size=stats_window_size,
             kl_coef=kl_coef,
+            seed=seed,
             batch_size_may_be_none=True,
         )
         check_decoupled_hyperparams(

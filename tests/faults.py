@@ -48,10 +48,14 @@ def children(pid: int) -> list[int]:
     return [int(line) for line in result.stdout.split() if is_alive(int(line))]
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str, process: subprocess.Popen) -> None:
+    """Wait until ``predicate()``; a ``RuntimeError`` with the output if ``process`` ends first."""
     deadline = time.monotonic() + timeout
     while not predicate():
+        if process.poll() is not None:
+            raise RuntimeError(f"the job ended before {what}:\n{process.communicate()[0][-3000:]}")
         if time.monotonic() > deadline:
+            process.kill()
             raise TimeoutError(f"{what} did not happen within {timeout:.0f} s")
         time.sleep(0.2)
 
@@ -90,12 +94,8 @@ def kill_one_rank(out_dir: Path) -> FaultOutcome:
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     command += [str(DISTRIBUTED_SCENARIOS), "long_learn", str(out_dir)]
     process = subprocess.Popen(command, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        pid_files = [out_dir / "pid_0", out_dir / "pid_1"]
-        wait_for(lambda: all(path.exists() for path in pid_files) and len(checkpoints(out_dir)) >= 2, 180, "a checkpoint")
-    except TimeoutError:
-        process.kill()
-        raise
+    pid_files = [out_dir / "pid_0", out_dir / "pid_1"]
+    wait_for(lambda: all(path.exists() for path in pid_files) and len(checkpoints(out_dir)) >= 2, 180, "a checkpoint", process)
     ranks = [int(path.read_text()) for path in pid_files]
     return _kill_and_wait(process, ranks[1], ranks, out_dir)
 
@@ -117,11 +117,7 @@ def kill_the_collector(out_dir: Path) -> FaultOutcome:
     """Training with the collector process and checkpoints; the collector is killed once a checkpoint exists."""
     command = [sys.executable, "-c", COLLECTOR_SCRIPT, str(out_dir)]
     process = subprocess.Popen(command, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        wait_for(lambda: len(checkpoints(out_dir)) >= 2 and bool(children(process.pid)), 180, "a checkpoint")
-    except TimeoutError:
-        process.kill()
-        raise
+    wait_for(lambda: len(checkpoints(out_dir)) >= 2 and bool(children(process.pid)), 180, "a checkpoint", process)
     (collector,) = children(process.pid)
     return _kill_and_wait(process, collector, [process.pid, collector], out_dir)
 

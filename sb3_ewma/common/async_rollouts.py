@@ -34,6 +34,7 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.type_aliases import MaybeCallback
 from stable_baselines3.common.vec_env import VecEnv
 
+from sb3_ewma.common.host import HostAlgorithm
 from sb3_ewma.common.rollout import collect_rollout
 
 COLLECTOR_STOP_TIMEOUT_S = 60.0
@@ -115,7 +116,7 @@ class RolloutCollector:
         with th.random.fork_rng(devices=[]):  # its random initialization, overwritten, must not advance the RNG
             self.behavior_policy: ActorCriticPolicy = algorithm._build_policy().to(algorithm.device)
         if hasattr(self.behavior_policy, "optimizer"):
-            self.behavior_policy.optimizer = None  # type: ignore[assignment]  # never optimized
+            self.behavior_policy.optimizer = None  # never optimized
         self.behavior_policy.set_training_mode(False)
         self._behavior_tensors = parameter_tensors(self.behavior_policy)
         self._policy_tensors = parameter_tensors(algorithm.policy)
@@ -194,7 +195,7 @@ class RolloutCollector:
         """At the end of ``learn``: nothing to release for a thread (it ended at its last hand-off)."""
 
 
-class AsyncRolloutMixin:
+class AsyncRolloutMixin(HostAlgorithm):
     """
     Mixed into PPO_EWMA and PPG_EWMA (first in the bases): with ``async_rollouts=True``, ``learn`` overlaps the
     collection of the next rollout with training on the current one (see :mod:`sb3_ewma.common.async_rollouts`).
@@ -211,8 +212,8 @@ class AsyncRolloutMixin:
 
         kind = rollout_collector_kind(async_rollouts)
         if kind == "process":
-            check_process_collector(self.device)  # type: ignore[attr-defined]
-            check_forkable_env(self.env)  # type: ignore[attr-defined]  # checked again by learn() (after set_env)
+            check_process_collector(self.device)
+            check_forkable_env(self.env)  # checked again by learn() (after set_env)
         self.async_rollouts = kind is not None
         self.rollout_collector = kind or "thread"
 
@@ -230,27 +231,27 @@ class AsyncRolloutMixin:
         return lock
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_train_lock"]  # type: ignore[misc]
+        return [*super()._excluded_save_params(), "_train_lock"]
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         with self._training_lock:
-            super().save(*args, **kwargs)  # type: ignore[misc]
+            super().save(*args, **kwargs)
 
     def predict(self, *args: Any, **kwargs: Any) -> Any:
         with self._training_lock:
-            return super().predict(*args, **kwargs)  # type: ignore[misc]
+            return super().predict(*args, **kwargs)
 
     def _make_rollout_buffer(self) -> RolloutBuffer:
         """A new rollout buffer like ``self.rollout_buffer`` (SB3's construction in ``_setup_model``)."""
-        return self.rollout_buffer_class(  # type: ignore[attr-defined]
-            self.n_steps,  # type: ignore[attr-defined]
-            self.observation_space,  # type: ignore[attr-defined]
-            self.action_space,  # type: ignore[attr-defined]
-            device=self.device,  # type: ignore[attr-defined]
-            gamma=self.gamma,  # type: ignore[attr-defined]
-            gae_lambda=self.gae_lambda,  # type: ignore[attr-defined]
-            n_envs=self.n_envs,  # type: ignore[attr-defined]
-            **self.rollout_buffer_kwargs,  # type: ignore[attr-defined]
+        return self.rollout_buffer_class(  # type: ignore[misc]
+            self.n_steps,
+            self.observation_space,
+            self.action_space,
+            device=self.device,
+            gamma=self.gamma,
+            gae_lambda=self.gae_lambda,
+            n_envs=self.n_envs,
+            **self.rollout_buffer_kwargs,
         )
 
     def learn(
@@ -263,9 +264,7 @@ class AsyncRolloutMixin:
         progress_bar: bool = False,
     ) -> Any:
         if not self.async_rollouts:
-            return super().learn(  # type: ignore[misc]
-                total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar
-            )
+            return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
         return self._learn_async(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
 
     def _learn_async(

@@ -39,6 +39,7 @@ from stable_baselines3.common.utils import get_device
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize, unwrap_vec_normalize
 
 from sb3_ewma.common.checks import caller_stacklevel
+from sb3_ewma.common.host import HostAlgorithm
 
 SAME_SETTINGS_ADVICE = "give every rank the same n_envs, n_steps, batch_size and algorithm settings"
 # torchrun's environment variables
@@ -318,7 +319,7 @@ class _NoCallback(BaseCallback):
         return True
 
 
-class DataParallelMixin:
+class DataParallelMixin(HostAlgorithm):
     """
     Mixed into PPO_EWMA and PPG_EWMA (first in the bases): data-parallel training when ``self.distributed`` asks for
     it (see :func:`wants_data_parallel`). Without it, every method does what the algorithm alone does.
@@ -359,7 +360,7 @@ class DataParallelMixin:
 
     def _excluded_save_params(self) -> list[str]:
         excluded = ["_data_parallel", "_pending_episodes", "_vec_normalize_pool", "_world_size_change", "distributed"]
-        return [*super()._excluded_save_params(), *excluded]  # type: ignore[misc]
+        return [*super()._excluded_save_params(), *excluded]
 
     # ------------------------------------------------------------------------------------------------------------------
     # setup: process group, seeds, consistency check, rank 0's state
@@ -370,7 +371,7 @@ class DataParallelMixin:
             self._pending_episodes: list[tuple[list[Any], list[Any]]] = []
             self._vec_normalize_pool = RunningStatisticsPool()
             wanted = wants_data_parallel(getattr(self, "distributed", None))
-            self.__dict__["_data_parallel"] = DataParallelContext(self.device) if wanted else None  # type: ignore[attr-defined]
+            self.__dict__["_data_parallel"] = DataParallelContext(self.device) if wanted else None
         return self._data_parallel_context
 
     def _setup_data_parallel(self) -> None:
@@ -396,15 +397,15 @@ class DataParallelMixin:
         self._join_data_parallel()
         if seed is not None:
             seed = seed + self.rank * self.n_envs
-        super().set_random_seed(seed)  # type: ignore[misc]
+        super().set_random_seed(seed)
 
     def _data_parallel_settings(self) -> dict[str, Any]:
         """The settings every rank must share: the plain-valued hyperparameters, spaces and parameter shapes."""
         settings: dict[str, Any] = {
             "algorithm": type(self).__name__,
-            "observation_space": repr(self.observation_space),  # type: ignore[attr-defined]
-            "action_space": repr(self.action_space),  # type: ignore[attr-defined]
-            "policy parameters": [(name, tuple(p.shape)) for name, p in self.policy.named_parameters()],  # type: ignore[attr-defined]
+            "observation_space": repr(self.observation_space),
+            "action_space": repr(self.action_space),
+            "policy parameters": [(name, tuple(p.shape)) for name, p in self.policy.named_parameters()],
         }
         for key, value in vars(self).items():
             plain = value is None or isinstance(value, (bool, int, float, str))
@@ -417,11 +418,11 @@ class DataParallelMixin:
         context = self._data_parallel_context
         if context is None:
             return
-        names, _ = self._get_torch_save_params()  # type: ignore[attr-defined]
+        names, _ = self._get_torch_save_params()
         context.broadcast_state_dicts({name: recursive_getattr(self, name) for name in names})
 
     def set_parameters(self, load_path_or_dict: Any, exact_match: bool = True, device: th.device | str = "auto") -> None:
-        super().set_parameters(load_path_or_dict, exact_match=exact_match, device=device)  # type: ignore[misc]
+        super().set_parameters(load_path_or_dict, exact_match=exact_match, device=device)
         # whatever each rank loaded, they continue from rank 0's
         self._broadcast_state()
 
@@ -437,14 +438,14 @@ class DataParallelMixin:
         if context is not None:
             # before anything is collected: a rank that would stop early would leave the others waiting
             context.check_same_settings(
-                {"total_timesteps (learn)": total_timesteps, "num_timesteps (start of learn)": self.num_timesteps},  # type: ignore[attr-defined]
+                {"total_timesteps (learn)": total_timesteps, "num_timesteps (start of learn)": self.num_timesteps},
                 advice="call learn() with the same total_timesteps on every rank (and the same model state)",
             )
         if context is not None and context.rank != 0:
             # a logger with no output; SB3 then creates no log folder on this rank
-            self.set_logger(Logger(folder=None, output_formats=[]))  # type: ignore[attr-defined]
-        result = super()._setup_learn(total_timesteps, callback, *args, **kwargs)  # type: ignore[misc]
-        vec_normalize = unwrap_vec_normalize(self.env) if context is not None else None  # type: ignore[attr-defined]
+            self.set_logger(Logger(folder=None, output_formats=[]))
+        result = super()._setup_learn(total_timesteps, callback, *args, **kwargs)
+        vec_normalize = unwrap_vec_normalize(self.env) if context is not None else None  # type: ignore[arg-type]
         if context is not None and vec_normalize is not None:
             self._vec_normalize_pool.start(vec_normalize, context)
         return result
@@ -453,18 +454,18 @@ class DataParallelMixin:
         if self.rank != 0:
             # no checkpoints, evaluations or progress bar here: rank 0's callbacks decide whether training goes on
             callback, progress_bar = _NoCallback(), False
-        return super()._init_callback(callback, progress_bar)  # type: ignore[misc]
+        return super()._init_callback(callback, progress_bar)
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         """Save as SB3 does, on rank 0 only (the ranks hold the same model); a no-op on the other ranks."""
         if self.rank == 0:
-            super().save(*args, **kwargs)  # type: ignore[misc]
+            super().save(*args, **kwargs)
 
     # ------------------------------------------------------------------------------------------------------------------
     # once per iteration, after the rollout
 
     def _update_info_buffer(self, infos: list[dict[str, Any]], dones: np.ndarray | None = None) -> None:
-        super()._update_info_buffer(infos, dones)  # type: ignore[misc]
+        super()._update_info_buffer(infos, dones)
         if self._data_parallel_context is None:
             return
         episodes = [info["episode"] for info in infos if info.get("episode") is not None]
@@ -477,7 +478,7 @@ class DataParallelMixin:
             self._pending_episodes.append((episodes, successes))
 
     def collect_rollouts(self, env: VecEnv, callback: BaseCallback, rollout_buffer: Any, n_rollout_steps: int) -> bool:
-        continue_training = super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)  # type: ignore[misc]
+        continue_training = super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
         return self._synchronize_iteration(continue_training)
 
     def _synchronize_iteration(self, continue_training: bool) -> bool:
@@ -503,7 +504,7 @@ class DataParallelMixin:
                     self.ep_success_buffer.extend(successes)
             # the last train()'s losses and diagnostics, not yet dumped: their mean over the ranks
             self.logger.name_to_value.update(mean_over_ranks([ranks_diagnostics for _, _, ranks_diagnostics in gathered]))
-        vec_normalize = unwrap_vec_normalize(self.env)  # type: ignore[attr-defined]
+        vec_normalize = unwrap_vec_normalize(self.env)  # type: ignore[arg-type]
         if vec_normalize is not None and vec_normalize.training:
             self._vec_normalize_pool.pool(vec_normalize, context)
         self.logger.record("time/communication_s", context.take_communication_time())

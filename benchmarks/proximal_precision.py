@@ -65,8 +65,8 @@ def _loss_and_gradient(model: Any, data: Any, actions: th.Tensor, proximal_log_p
 def measure(network: str, device: str, dtype: th.dtype) -> dict[str, float]:
     """The errors of the low-precision pass against float32 on the last rollout of a short PPO_EWMA run."""
     from sb3_ewma import PPO_EWMA
-    from sb3_ewma.common.losses import sampled_kl
     from sb3_ewma.common.decoupled.proximal import proximal_action_log_prob
+    from sb3_ewma.common.losses import sampled_kl
 
     shape = NETWORKS[network]
     policy, policy_kwargs = policy_for(shape["features"])

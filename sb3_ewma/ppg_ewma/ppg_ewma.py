@@ -27,11 +27,11 @@ from sb3_ewma.common.decoupled.proximal import is_loading_from_file
 from sb3_ewma.common.distributed import DataParallelMixin, rank_local_settings
 from sb3_ewma.common.distributions import distribution_parameters, kl_from_parameters
 from sb3_ewma.common.ewma import ParameterEWMA
-from sb3_ewma.common.export import to_sb3_ppo
 from sb3_ewma.common.format import human_bytes
 from sb3_ewma.common.minibatches import check_minibatch_sampling
 from sb3_ewma.common.rollout import RolloutCollectionMixin
 from sb3_ewma.ppg_ewma.buffers import AuxiliaryBuffer
+from sb3_ewma.ppg_ewma.export import ppg_to_sb3_ppo
 from sb3_ewma.ppg_ewma.policies import (
     CnnPolicy,
     MlpPolicy,
@@ -713,9 +713,9 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         The policy and value networks as a plain SB3 ``PPO`` (same ``predict``; the auxiliary value head, auxiliary
         optimizer, phases and EWMA are left out), whose ``save`` gives a zip that ``stable_baselines3.PPO.load``
         opens. Needs a policy without shared MLP layers (``arch="dual"``, or a dict / empty ``net_arch``), else a
-        ``ValueError``; see :mod:`sb3_ewma.common.export`.
+        ``ValueError``; see :mod:`sb3_ewma.ppg_ewma.export`.
         """
-        return to_sb3_ppo(self)
+        return ppg_to_sb3_ppo(self)
 
 
 SelfPPG = TypeVar("SelfPPG", bound="PPG")

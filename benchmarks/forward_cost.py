@@ -7,7 +7,8 @@ policy (one forward pass, no gradient) on every minibatch, on top of the forward
     python -m benchmarks.forward_cost --network mlp --batch-size 256   # CartPole's MlpPolicy (rl-zoo3's minibatch)
 
 The forward pass is the one PPO_EWMA makes
-(:func:`~sb3_ewma.common.decoupled.proximal.proximal_action_log_prob`: the action head and the log-probabilities of the taken actions, no value head), on a proximal copy of the policy; the
+(:func:`~sb3_ewma.common.decoupled.proximal.proximal_action_log_prob`: the action head and the log-probabilities
+of the taken actions, no value head), on a proximal copy of the policy; the
 forward-backward pass is the loss's (values, log-probabilities, entropy). ``f`` = forward / forward-backward is the
 floor of the EWMA's extra cost in training time.
 """

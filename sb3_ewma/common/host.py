@@ -15,15 +15,17 @@ The mixins extend the host's methods through ``super()``, so each must come befo
 
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.type_aliases import Schedule
 
 
 @runtime_checkable
-class PPOHyperparameters(Protocol):
+class PPOHost(Protocol):
     """
     What the mixins use of their host beyond SB3's ``OnPolicyAlgorithm``: PPO's hyperparameters, which SB3's ``PPO``
-    and sb3-contrib's ``RecurrentPPO`` and ``MaskablePPO`` set in their constructors (and ``PPG_EWMA`` in its own).
+    and sb3-contrib's ``RecurrentPPO`` and ``MaskablePPO`` set in their constructors (and ``PPG_EWMA`` in its own),
+    and a factory of rollout buffers.
     The clip ranges are schedules after ``_setup_model`` (``None``: no clipping); sb3-contrib allows
     ``batch_size=None`` (the whole rollout).
     """
@@ -47,14 +49,18 @@ class PPOHyperparameters(Protocol):
     @property
     def target_kl(self) -> float | None: ...
 
+    def _make_rollout_buffer(self) -> RolloutBuffer:
+        """A new rollout buffer like ``self.rollout_buffer`` (the training core's; the recurrent one builds its own)."""
+        ...
+
 
 if TYPE_CHECKING:
 
-    class HostAlgorithm(OnPolicyAlgorithm, PPOHyperparameters):
+    class HostAlgorithm(OnPolicyAlgorithm, PPOHost):
         """
         The host as type checkers see it: the base class of the mixins, so that their uses of the host's attributes
         and their ``super()`` calls of its methods are checked against SB3's ``OnPolicyAlgorithm`` and
-        :class:`PPOHyperparameters`.
+        :class:`PPOHost`.
         """
 
 else:

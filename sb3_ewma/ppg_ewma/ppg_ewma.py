@@ -18,8 +18,9 @@ from stable_baselines3.common.utils import FloatSchedule, explained_variance, up
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
 
-from sb3_ewma.common.async_rollouts import AsyncRolloutMixin, check_async_rollouts
 from sb3_ewma.common.checks import check_learn_arguments, check_on_policy_hyperparams
+from sb3_ewma.common.collection.overlap import AsyncRolloutMixin, check_async_rollouts
+from sb3_ewma.common.collection.rollout import RolloutCollectionMixin
 from sb3_ewma.common.decoupled.mixin import DecoupledAlgorithmMixin
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective, mean_of
 from sb3_ewma.common.decoupled.options import document_decoupled_options
@@ -29,7 +30,6 @@ from sb3_ewma.common.distributions import distribution_parameters, kl_from_param
 from sb3_ewma.common.ewma import ParameterEWMA
 from sb3_ewma.common.format import human_bytes
 from sb3_ewma.common.minibatches import check_minibatch_sampling
-from sb3_ewma.common.rollout import RolloutCollectionMixin
 from sb3_ewma.ppg_ewma.buffers import AuxiliaryBuffer
 from sb3_ewma.ppg_ewma.export import ppg_to_sb3_ppo
 from sb3_ewma.ppg_ewma.policies import (

@@ -7,15 +7,15 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 
-from sb3_ewma.common.async_rollouts import AsyncRolloutMixin, check_async_rollouts
 from sb3_ewma.common.checks import check_learn_arguments, check_on_policy_hyperparams
+from sb3_ewma.common.collection.overlap import AsyncRolloutMixin, check_async_rollouts
+from sb3_ewma.common.collection.rollout import RolloutCollectionMixin
 from sb3_ewma.common.decoupled.options import document_decoupled_options
 from sb3_ewma.common.decoupled.training import DecoupledTrainingMixin
 from sb3_ewma.common.distributed import DataParallelMixin, rank_local_settings
 from sb3_ewma.common.ewma import ParameterEWMA
 from sb3_ewma.common.export import to_sb3_ppo
 from sb3_ewma.common.minibatches import check_minibatch_sampling
-from sb3_ewma.common.rollout import RolloutCollectionMixin
 from sb3_ewma.ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
 SelfPPO_EWMA = TypeVar("SelfPPO_EWMA", bound="PPO_EWMA")

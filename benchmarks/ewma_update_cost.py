@@ -22,7 +22,7 @@ import torch as th
 from stable_baselines3.common.policies import ActorCriticCnnPolicy
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from sb3_ewma.common.proximal import make_proximal_ewma
+from sb3_ewma.common.decoupled.proximal import make_proximal_ewma
 from sb3_ewma.common.torch_layers import ImpalaCNN
 
 

@@ -6,8 +6,9 @@ policy (one forward pass, no gradient) on every minibatch, on top of the forward
     python -m benchmarks.forward_cost --device cuda --batch-size 2048
     python -m benchmarks.forward_cost --network mlp --batch-size 256   # CartPole's MlpPolicy (rl-zoo3's minibatch)
 
-The forward pass is the one PPO_EWMA makes (:func:`sb3_ewma.common.proximal.proximal_action_log_prob`: the action head
-and the log-probabilities of the taken actions, no value head), on a proximal copy of the policy; the
+The forward pass is the one PPO_EWMA makes
+(:func:`~sb3_ewma.common.decoupled.proximal.proximal_action_log_prob`: the action head and the log-probabilities
+of the taken actions, no value head), on a proximal copy of the policy; the
 forward-backward pass is the loss's (values, log-probabilities, entropy). ``f`` = forward / forward-backward is the
 floor of the EWMA's extra cost in training time.
 """
@@ -22,7 +23,7 @@ import torch as th
 from stable_baselines3.common.policies import ActorCriticCnnPolicy, ActorCriticPolicy
 
 from benchmarks.common import add_malloc_argument, apply_malloc
-from sb3_ewma.common.proximal import make_proximal_ewma, proximal_action_log_prob
+from sb3_ewma.common.decoupled.proximal import make_proximal_ewma, proximal_action_log_prob
 from sb3_ewma.common.torch_layers import ImpalaCNN
 
 

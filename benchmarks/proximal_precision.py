@@ -40,7 +40,7 @@ IMP_SAMP_MAX = 100.0
 
 def _low_precision_log_prob(model: Any, obs: th.Tensor, actions: th.Tensor, dtype: th.dtype) -> th.Tensor:
     """The lean proximal pass under autocast, the action head's output cast back to float32 before the log-softmax."""
-    from sb3_ewma.common.proximal import proximal_action_log_prob
+    from sb3_ewma.common.decoupled.proximal import proximal_action_log_prob
 
     head = model.proximal_ewma.average.action_net
     handle = head.register_forward_hook(lambda module, inputs, output: output.float())
@@ -65,8 +65,8 @@ def _loss_and_gradient(model: Any, data: Any, actions: th.Tensor, proximal_log_p
 def measure(network: str, device: str, dtype: th.dtype) -> dict[str, float]:
     """The errors of the low-precision pass against float32 on the last rollout of a short PPO_EWMA run."""
     from sb3_ewma import PPO_EWMA
+    from sb3_ewma.common.decoupled.proximal import proximal_action_log_prob
     from sb3_ewma.common.losses import sampled_kl
-    from sb3_ewma.common.proximal import proximal_action_log_prob
 
     shape = NETWORKS[network]
     policy, policy_kwargs = policy_for(shape["features"])

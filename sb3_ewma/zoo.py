@@ -81,6 +81,35 @@ except ImportError as error:
     raise ImportError(f"{ZOO_INSTALL_MESSAGE} (missing module: {error.name})") from error
 
 
+def zoo_hyperparams_per_rank(
+    hyperparams: dict[str, Any], saved_hyperparams: dict[str, Any], world_size: int, scaled: bool
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """
+    rl-zoo3 under torchrun: the hyperparameters each rank trains with, and a note on what that means for c.
+
+    :param scaled: whether the entry was rescaled (``--scale-n-envs N``) for ``N`` environments in total, which are
+        then split over the ranks (:func:`sb3_ewma.common.distributed.per_rank_hyperparams`); otherwise the entry is
+        per rank, as written
+    """
+    n_envs = int(hyperparams.get("n_envs", 1))
+    if scaled:
+        hyperparams = distributed.per_rank_hyperparams(hyperparams, world_size)
+        per_rank_saved = distributed.per_rank_hyperparams(dict(saved_hyperparams), world_size)
+        saved_hyperparams = type(saved_hyperparams)(per_rank_saved.items())
+        print(
+            f"Data-parallel training on {world_size} ranks: the entry rescaled for {n_envs} environments in total (c "
+            f"above) runs as n_envs={hyperparams.get('n_envs')} and batch_size={hyperparams.get('batch_size')} per rank"
+        )
+    else:
+        print(
+            f"Data-parallel training on {world_size} ranks: n_envs={n_envs} per rank, {world_size * n_envs} environments in "
+            f"total, with hyperparameters written for {n_envs}: c = {world_size} (batch size-invariance). To train as "
+            f"the entry does with {n_envs} environments in total, add --scale-n-envs {n_envs}; to rescale it for all "
+            f"{world_size * n_envs}, add --scale-n-envs {world_size * n_envs}"
+        )
+    return hyperparams, saved_hyperparams
+
+
 def _import_zoo(name: str) -> types.ModuleType:
     """Import a module of rl-zoo3 (or one it needs), or raise an ``ImportError`` that says which extra to install."""
     try:
@@ -346,7 +375,7 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
     def read_hyperparameters(self) -> tuple[dict[str, Any], dict[str, Any]]:
         hyperparams, saved_hyperparams = self._read_scaled_hyperparameters()
         if self.world_size > 1:
-            hyperparams, saved_hyperparams = distributed.zoo_hyperparams_per_rank(
+            hyperparams, saved_hyperparams = zoo_hyperparams_per_rank(
                 hyperparams, saved_hyperparams, self.world_size, scaled=self.scale is not None
             )
         return hyperparams, saved_hyperparams

@@ -15,7 +15,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 from sb3_ewma import PPO_EWMA
-from sb3_ewma.common.process_collector import CollectorError, check_process_collector
+from sb3_ewma.common.collection.process import CollectorError, check_process_collector
 from sb3_ewma.ppg_ewma import PPG, PPG_EWMA
 
 N_ENVS, N_STEPS = 2, 16
@@ -460,7 +460,7 @@ class BlocksInForkedChild(CrashingEnv):
 
 
 def test_a_stuck_collector_process_is_killed_not_waited_for(monkeypatch):
-    from sb3_ewma.common import process_collector
+    from sb3_ewma.common.collection import process as process_collector
 
     monkeypatch.setattr(process_collector, "STALL_TIMEOUT_S", 2.0)
     env = DummyVecEnv([BlocksInForkedChild for _ in range(N_ENVS)])

@@ -22,7 +22,7 @@ from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 from sb3_ewma import PPG_EWMA, PPO_EWMA
-from sb3_ewma.common.decoupled import AdvantageNormalizer
+from sb3_ewma.common.decoupled.advantages import AdvantageNormalizer
 from sb3_ewma.common.distributed import RunningStatisticsPool, mean_over_ranks, training_diagnostics, wants_data_parallel
 
 REPO = Path(__file__).resolve().parents[1]

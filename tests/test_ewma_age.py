@@ -10,7 +10,7 @@ import pytest
 from stable_baselines3.common.logger import configure
 
 from sb3_ewma import PPO_EWMA, scale_hyperparams
-from sb3_ewma.common.decoupled import resolve_ewma_decay
+from sb3_ewma.common.decoupled.options import resolve_ewma_decay
 from sb3_ewma.common.ewma_age import (
     EWMA_DECAY_AUTO_RULE,
     ewma_age_rule,

@@ -10,7 +10,7 @@ from stable_baselines3.common.distributions import (
     MultiCategoricalDistribution,
 )
 
-from sb3_ewma.common.decoupled import DecoupledPolicyObjective
+from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
 from sb3_ewma.common.distributions import distribution_kl
 from sb3_ewma.common.losses import (
     capped_behavior_log_prob,

@@ -21,7 +21,7 @@ from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 from sb3_ewma import PPO_EWMA, center_of_mass_from_ewma_decay
-from sb3_ewma.common.proximal import is_policy_parameter
+from sb3_ewma.common.decoupled.proximal import is_policy_parameter
 
 SMALL = dict(n_steps=32, batch_size=16, n_epochs=2, seed=0, device="cpu")
 

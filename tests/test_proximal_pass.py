@@ -9,8 +9,8 @@ import torch as th
 from stable_baselines3.common.envs import IdentityEnvMultiDiscrete
 
 from sb3_ewma import PPO_EWMA
-from sb3_ewma.common.decoupled import DecoupledPolicyObjective
-from sb3_ewma.common.proximal import proximal_action_log_prob, proximal_distribution
+from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
+from sb3_ewma.common.decoupled.proximal import proximal_action_log_prob, proximal_distribution
 from sb3_ewma.ppg_ewma import PPG_EWMA
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ import pytest
 import torch as th
 
 from sb3_ewma import PPO_EWMA
-from sb3_ewma.common.decoupled import DecoupledPolicyObjective
+from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
 
 SMALL = dict(n_steps=32, batch_size=16, n_epochs=1, seed=0, device="cpu")
 MODES = ["decoupled", "behavior", "proximal"]

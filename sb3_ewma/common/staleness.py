@@ -42,7 +42,7 @@ def recompute_advantages(policy: ActorCriticPolicy, rollout: StaleRollout) -> No
     collection (the authors' ``vpred``), and so do the rewards (SB3 adds the value of a truncated episode's last state
     to its reward at collection).
     """
-    last_values = policy.predict_values(obs_as_tensor(rollout.last_obs, policy.device))  # type: ignore[arg-type]
+    last_values = policy.predict_values(obs_as_tensor(rollout.last_obs, policy.device))
     rollout.buffer.compute_returns_and_advantage(last_values=last_values, dones=rollout.last_episode_starts)
 
 
@@ -72,7 +72,7 @@ def replace_behavior_log_probs(policy: ActorCriticPolicy, buffer: RolloutBuffer,
         action_batch = th.as_tensor(actions[rows], device=policy.device)
         if isinstance(policy.action_space, spaces.Discrete):
             action_batch = action_batch.long().flatten()
-        distribution = policy.get_distribution(obs_as_tensor(obs_batch, policy.device))  # type: ignore[arg-type]
+        distribution = policy.get_distribution(obs_as_tensor(obs_batch, policy.device))
         log_probs[rows] = distribution.log_prob(action_batch).cpu().numpy()
     policy.set_training_mode(training)
     buffer.log_probs[...] = log_probs.reshape(buffer.buffer_size, buffer.n_envs)

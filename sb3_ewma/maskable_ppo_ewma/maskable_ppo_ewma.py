@@ -8,14 +8,15 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 
 from sb3_ewma.common.checks import check_on_policy_hyperparams
-from sb3_ewma.common.contrib import ContribDecoupledMixin, check_contrib_staleness
-from sb3_ewma.common.decoupled import check_decoupled_hyperparams
+from sb3_ewma.common.decoupled.contrib import ContribDecoupledMixin, check_contrib_staleness
+from sb3_ewma.common.decoupled.options import document_decoupled_options
 from sb3_ewma.common.distributions import policy_latents
 from sb3_ewma.maskable_ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
 SelfMaskablePPO_EWMA = TypeVar("SelfMaskablePPO_EWMA", bound="MaskablePPO_EWMA")
 
 
+@document_decoupled_options
 class MaskablePPO_EWMA(ContribDecoupledMixin, MaskablePPO):
     """
     MaskablePPO-EWMA: sb3-contrib's ``MaskablePPO`` (PPO with invalid-action masking) with an exponentially weighted
@@ -66,16 +67,7 @@ class MaskablePPO_EWMA(ContribDecoupledMixin, MaskablePPO):
         epochs ``E``: ``"paper"`` ``M`` (the paper's setting), ``"max_age"`` ``E * M``, ``"mean_age"`` ``E * M / 2``;
         ``"auto"`` (default) is ``"paper"``. ``None``: no EWMA, the proximal policy is
         the behavior policy (the parent algorithm).
-    :param kl_coef: Coefficient ``beta`` of the decoupled KL penalty ``KL[pi_prox, pi]`` (0: no penalty). Use it alone
-        with ``clip_range=None`` for the decoupled KL-penalized objective, or together with clipping.
-    :param kl_estimator: How the KL penalty is computed: ``"sample"`` (the authors' ``0.5 * mean(log(pi/pi_prox)^2)``
-        over the taken actions) or ``"exact"`` (the KL divergence of the two action distributions).
-    :param imp_samp_max: Cap on the importance weight ``pi / pi_behav`` (paper: 100), 0 for no cap; must be > 1.
-    :param advantage_normalization: ``"minibatch"`` (SB3's, each minibatch by its own statistics; default) or
-        ``"ewma"`` (the paper's: each iteration by the mean and std of EWMA moments over iterations). Only used when
-        ``normalize_advantage=True``.
-    :param advantage_ewma_decay: Decay in [0, 1) per iteration of the advantage moments for
-        ``advantage_normalization="ewma"`` (0: the current iteration only; span ``2 / (1 - decay) - 1`` iterations).
+    :decoupled options:
     :param staleness: Artificial staleness for experiments (paper section 5.1): the data of an iteration is trained on
         ``staleness`` iterations after it was collected (no training during the first ``staleness`` iterations).
     :param staleness_mode: Which policies the loss uses with stale data: ``"decoupled"`` (behavior policy for
@@ -147,16 +139,16 @@ class MaskablePPO_EWMA(ContribDecoupledMixin, MaskablePPO):
             seed=seed,
             batch_size_may_be_none=True,
         )
-        check_decoupled_hyperparams(
-            ewma_decay,
-            kl_coef,
-            kl_estimator,
-            imp_samp_max,
-            normalize_advantage,
-            advantage_normalization,
-            advantage_ewma_decay,
-            staleness,
-            staleness_mode,
+        self._set_decoupled_options(
+            ewma_decay=ewma_decay,
+            kl_coef=kl_coef,
+            kl_estimator=kl_estimator,
+            imp_samp_max=imp_samp_max,
+            normalize_advantage=normalize_advantage,
+            advantage_normalization=advantage_normalization,
+            advantage_ewma_decay=advantage_ewma_decay,
+            staleness=staleness,
+            staleness_mode=staleness_mode,
         )
         check_contrib_staleness(staleness, staleness_mode)
         super().__init__(
@@ -185,17 +177,6 @@ class MaskablePPO_EWMA(ContribDecoupledMixin, MaskablePPO):
             device=device,
             _init_setup_model=False,
         )
-        self._set_decoupled_options(
-            ewma_decay,
-            kl_coef,
-            kl_estimator,
-            imp_samp_max,
-            normalize_advantage,
-            advantage_normalization,
-            advantage_ewma_decay,
-        )
-        self.staleness = int(staleness)
-        self.staleness_mode = staleness_mode
         if _init_setup_model:
             self._setup_model()
 
@@ -220,7 +201,7 @@ class MaskablePPO_EWMA(ContribDecoupledMixin, MaskablePPO):
         return self.policy.value_net(latent_vf), distribution.log_prob(actions), distribution.entropy(), distribution
 
     def _proximal_distribution(self, rollout_data: Any) -> Distribution:
-        return self.proximal_ewma.average.get_distribution(  # type: ignore[union-attr, operator]
+        return self.proximal_ewma.average.get_distribution(  # type: ignore[operator, union-attr]
             rollout_data.observations, action_masks=rollout_data.action_masks
         )
 

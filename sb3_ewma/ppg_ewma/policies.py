@@ -29,9 +29,9 @@ from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from stable_baselines3.common.utils import get_device
 from torch import nn
 
+from sb3_ewma.common.decoupled.proximal import is_policy_parameter
 from sb3_ewma.common.distributions import policy_latents
 from sb3_ewma.common.policies import HeadInitMixin
-from sb3_ewma.common.proximal import is_policy_parameter
 
 ARCHITECTURES = ("dual", "shared", "detach")
 AUX_VALUE_PREFIX = "aux_value_net."

@@ -18,23 +18,20 @@ from stable_baselines3.common.utils import FloatSchedule, explained_variance, up
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
 
-from sb3_ewma.common.algorithm import DecoupledAlgorithmMixin
-from sb3_ewma.common.async_rollouts import AsyncRolloutMixin, check_async_rollouts
 from sb3_ewma.common.checks import check_learn_arguments, check_on_policy_hyperparams
-from sb3_ewma.common.decoupled import (
-    DecoupledPolicyObjective,
-    check_decoupled_hyperparams,
-    mean_of,
-)
+from sb3_ewma.common.collection.overlap import AsyncRolloutMixin, check_async_rollouts
+from sb3_ewma.common.collection.rollout import RolloutCollectionMixin
+from sb3_ewma.common.decoupled.mixin import DecoupledAlgorithmMixin
+from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective, mean_of
+from sb3_ewma.common.decoupled.options import document_decoupled_options
+from sb3_ewma.common.decoupled.proximal import is_loading_from_file
 from sb3_ewma.common.distributed import DataParallelMixin, rank_local_settings
 from sb3_ewma.common.distributions import distribution_parameters, kl_from_parameters
 from sb3_ewma.common.ewma import ParameterEWMA
-from sb3_ewma.common.export import to_sb3_ppo
 from sb3_ewma.common.format import human_bytes
 from sb3_ewma.common.minibatches import check_minibatch_sampling
-from sb3_ewma.common.proximal import is_loading_from_file
-from sb3_ewma.common.rollout import RolloutCollectionMixin
 from sb3_ewma.ppg_ewma.buffers import AuxiliaryBuffer
+from sb3_ewma.ppg_ewma.export import ppg_to_sb3_ppo
 from sb3_ewma.ppg_ewma.policies import (
     CnnPolicy,
     MlpPolicy,
@@ -57,6 +54,7 @@ def _is_positive_number(value: object) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float, np.number)) and bool(0 < value < math.inf)
 
 
+@document_decoupled_options
 class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorithm):
     """
     PPG-EWMA: Phasic Policy Gradient (Cobbe et al. 2020, https://arxiv.org/abs/2009.04416) whose policy phase uses the
@@ -133,16 +131,7 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         the minibatches per epoch ``M`` and the policy epochs ``E``: ``"paper"`` ``M`` (the paper's setting),
         ``"max_age"`` ``E * M``, ``"mean_age"`` ``E * M / 2``; ``"auto"`` (default) is ``"paper"``. ``None``: no
         EWMA, the proximal policy is the behavior policy (plain PPG).
-    :param kl_coef: Coefficient ``beta`` of the decoupled KL penalty ``KL[pi_prox, pi]`` (0: no penalty). Use it alone
-        with ``clip_range=None`` for the decoupled KL-penalized objective, or together with clipping.
-    :param kl_estimator: How the KL penalty is computed: ``"sample"`` (the authors' ``0.5 * mean(log(pi/pi_prox)^2)``
-        over the taken actions) or ``"exact"`` (the KL divergence of the two action distributions).
-    :param imp_samp_max: Cap on the importance weight ``pi / pi_behav`` (paper: 100), 0 for no cap; must be > 1.
-    :param advantage_normalization: ``"minibatch"`` (SB3's, each minibatch by its own statistics; default) or
-        ``"ewma"`` (the paper's: each iteration by the mean and std of EWMA moments over iterations). Only used when
-        ``normalize_advantage=True``.
-    :param advantage_ewma_decay: Decay in [0, 1) per iteration of the advantage moments for
-        ``advantage_normalization="ewma"`` (0: the current iteration only; span ``2 / (1 - decay) - 1`` iterations).
+    :decoupled options:
     :param n_policy_iterations: Iterations (rollouts) per policy phase ``N_pi``; an auxiliary phase follows each
         policy phase. The auxiliary buffer holds ``N_pi * n_steps * n_envs`` steps.
     :param n_aux_epochs: Epochs ``E_aux`` over the auxiliary buffer in each auxiliary phase (0: no auxiliary phase,
@@ -192,6 +181,13 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
+    # PPO's hyperparameters, which this algorithm sets itself (its parent is OnPolicyAlgorithm)
+    batch_size: int
+    n_epochs: int
+    clip_range: float | Schedule | None
+    clip_range_vf: float | Schedule | None
+    normalize_advantage: bool
+    target_kl: float | None
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
         "MlpPolicy": MlpPolicy,
         "CnnPolicy": CnnPolicy,
@@ -270,16 +266,14 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
             seed=seed,
             min_n_epochs=0,
         )
-        check_decoupled_hyperparams(
-            ewma_decay,
-            kl_coef,
-            kl_estimator,
-            imp_samp_max,
-            normalize_advantage,
-            advantage_normalization,
-            advantage_ewma_decay,
-            staleness=0,
-            staleness_mode="decoupled",
+        self._set_decoupled_options(
+            ewma_decay=ewma_decay,
+            kl_coef=kl_coef,
+            kl_estimator=kl_estimator,
+            imp_samp_max=imp_samp_max,
+            normalize_advantage=normalize_advantage,
+            advantage_normalization=advantage_normalization,
+            advantage_ewma_decay=advantage_ewma_decay,
         )
         check_minibatch_sampling("minibatch_sampling", minibatch_sampling, "batch_size", batch_size, n_steps)
         check_minibatch_sampling(
@@ -338,19 +332,10 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         self.batch_size = batch_size
         self.n_epochs = n_epochs
         self.n_value_epochs = n_value_epochs
-        self.clip_range: float | Schedule | None = clip_range
-        self.clip_range_vf: float | Schedule | None = clip_range_vf
+        self.clip_range = clip_range
+        self.clip_range_vf = clip_range_vf
         self.normalize_advantage = normalize_advantage
         self.target_kl = target_kl
-        self._set_decoupled_options(
-            ewma_decay,
-            kl_coef,
-            kl_estimator,
-            imp_samp_max,
-            normalize_advantage,
-            advantage_normalization,
-            advantage_ewma_decay,
-        )
         self.n_policy_iterations = int(n_policy_iterations)
         self.n_aux_epochs = int(n_aux_epochs)
         self.beta_clone = float(beta_clone)
@@ -465,8 +450,8 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
 
         self.aux_lr_schedule = self.lr_schedule if self.aux_learning_rate is None else FloatSchedule(self.aux_learning_rate)
         aux_optimizer_kwargs = self.policy.optimizer_kwargs if self.aux_optimizer_kwargs is None else self.aux_optimizer_kwargs
-        self.aux_optimizer = self.policy.optimizer_class(
-            self.policy.parameters(), lr=self.aux_lr_schedule(1), **aux_optimizer_kwargs  # type: ignore[call-arg]
+        self.aux_optimizer = self.policy.optimizer_class(  # type: ignore[call-arg]
+            self.policy.parameters(), lr=self.aux_lr_schedule(1), **aux_optimizer_kwargs
         )
         self.aux_buffer = None
         if self.n_aux_epochs > 0:
@@ -729,9 +714,9 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         The policy and value networks as a plain SB3 ``PPO`` (same ``predict``; the auxiliary value head, auxiliary
         optimizer, phases and EWMA are left out), whose ``save`` gives a zip that ``stable_baselines3.PPO.load``
         opens. Needs a policy without shared MLP layers (``arch="dual"``, or a dict / empty ``net_arch``), else a
-        ``ValueError``; see :mod:`sb3_ewma.common.export`.
+        ``ValueError``; see :mod:`sb3_ewma.ppg_ewma.export`.
         """
-        return to_sb3_ppo(self)
+        return ppg_to_sb3_ppo(self)
 
 
 SelfPPG = TypeVar("SelfPPG", bound="PPG")

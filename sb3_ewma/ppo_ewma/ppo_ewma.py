@@ -1,4 +1,3 @@
-from collections import deque
 from typing import Any, ClassVar, TypeVar
 
 import torch as th
@@ -7,29 +6,23 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
-from stable_baselines3.common.utils import explained_variance
-from torch.nn import functional as F
 
-from sb3_ewma.common.algorithm import DecoupledAlgorithmMixin
-from sb3_ewma.common.async_rollouts import AsyncRolloutMixin, check_async_rollouts
 from sb3_ewma.common.checks import check_learn_arguments, check_on_policy_hyperparams
-from sb3_ewma.common.decoupled import (
-    DecoupledPolicyObjective,
-    check_decoupled_hyperparams,
-    mean_of,
-)
+from sb3_ewma.common.collection.overlap import AsyncRolloutMixin, check_async_rollouts
+from sb3_ewma.common.collection.rollout import RolloutCollectionMixin
+from sb3_ewma.common.decoupled.options import document_decoupled_options
+from sb3_ewma.common.decoupled.training import DecoupledTrainingMixin
 from sb3_ewma.common.distributed import DataParallelMixin, rank_local_settings
 from sb3_ewma.common.ewma import ParameterEWMA
 from sb3_ewma.common.export import to_sb3_ppo
 from sb3_ewma.common.minibatches import check_minibatch_sampling
-from sb3_ewma.common.rollout import RolloutCollectionMixin
-from sb3_ewma.common.staleness import StaleRollout, recompute_advantages, replace_behavior_log_probs
 from sb3_ewma.ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
 SelfPPO_EWMA = TypeVar("SelfPPO_EWMA", bound="PPO_EWMA")
 
 
-class PPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, DecoupledAlgorithmMixin, PPO):
+@document_decoupled_options
+class PPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, DecoupledTrainingMixin, PPO):
     """
     PPO-EWMA: Proximal Policy Optimization with an exponentially weighted moving average (EWMA) of the policy as
     the proximal policy, and the decoupled objectives (Hilton, Cobbe & Schulman 2021,
@@ -86,16 +79,7 @@ class PPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         epochs ``E``: ``"paper"`` ``M`` (the paper's setting), ``"max_age"`` ``E * M``, ``"mean_age"`` ``E * M / 2``;
         ``"auto"`` (default) is ``"paper"``. ``None``: no EWMA, the proximal policy is
         the behavior policy (SB3's PPO).
-    :param kl_coef: Coefficient ``beta`` of the decoupled KL penalty ``KL[pi_prox, pi]`` (0: no penalty). Use it alone
-        with ``clip_range=None`` for the decoupled KL-penalized objective, or together with clipping.
-    :param kl_estimator: How the KL penalty is computed: ``"sample"`` (the authors' ``0.5 * mean(log(pi/pi_prox)^2)``
-        over the taken actions) or ``"exact"`` (the KL divergence of the two action distributions).
-    :param imp_samp_max: Cap on the importance weight ``pi / pi_behav`` (paper: 100), 0 for no cap; must be > 1.
-    :param advantage_normalization: ``"minibatch"`` (SB3's, each minibatch by its own statistics; default) or
-        ``"ewma"`` (the paper's: each iteration by the mean and std of EWMA moments over iterations). Only used when
-        ``normalize_advantage=True``.
-    :param advantage_ewma_decay: Decay in [0, 1) per iteration of the advantage moments for
-        ``advantage_normalization="ewma"`` (0: the current iteration only; span ``2 / (1 - decay) - 1`` iterations).
+    :decoupled options:
     :param staleness: Artificial staleness for experiments (paper section 5.1): the data of an iteration is trained on
         ``staleness`` iterations after it was collected (no training during the first ``staleness`` iterations). As
         the authors, the advantages of stale data are computed when it is used, bootstrapped from the current value
@@ -203,16 +187,16 @@ class PPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
             seed=seed,
         )
         check_minibatch_sampling("minibatch_sampling", minibatch_sampling, "batch_size", batch_size, n_steps)
-        check_decoupled_hyperparams(
-            ewma_decay,
-            kl_coef,
-            kl_estimator,
-            imp_samp_max,
-            normalize_advantage,
-            advantage_normalization,
-            advantage_ewma_decay,
-            staleness,
-            staleness_mode,
+        self._set_decoupled_options(
+            ewma_decay=ewma_decay,
+            kl_coef=kl_coef,
+            kl_estimator=kl_estimator,
+            imp_samp_max=imp_samp_max,
+            normalize_advantage=normalize_advantage,
+            advantage_normalization=advantage_normalization,
+            advantage_ewma_decay=advantage_ewma_decay,
+            staleness=staleness,
+            staleness_mode=staleness_mode,
         )
         # ranks other than 0 print nothing; under torchrun, CUDA means cuda:LOCAL_RANK
         verbose, device = rank_local_settings(distributed, verbose, device)
@@ -246,17 +230,6 @@ class PPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
             device=device,
             _init_setup_model=False,
         )
-        self._set_decoupled_options(
-            ewma_decay,
-            kl_coef,
-            kl_estimator,
-            imp_samp_max,
-            normalize_advantage,
-            advantage_normalization,
-            advantage_ewma_decay,
-        )
-        self.staleness = int(staleness)
-        self.staleness_mode = staleness_mode
         self.minibatch_sampling = minibatch_sampling
         self.log_gradient_noise_scale = log_gradient_noise_scale
         self._set_async_rollouts(async_rollouts)
@@ -269,132 +242,8 @@ class PPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         self._setup_clip_schedules()
         self._setup_advantage_normalizer()
         self._setup_proximal_policy(self._rollout_staleness, self.staleness_mode)
-        self._stale_buffers: deque[StaleRollout] = deque()
+        self._setup_stale_buffers()
         self._setup_data_parallel()
-
-    def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_stale_buffers"]
-
-    def _take_training_buffer(self) -> RolloutBuffer | None:
-        """
-        The buffer to train on this iteration: the one just collected, or with staleness ``k`` the one collected
-        ``k`` iterations ago (None while fewer have been collected), prepared as the authors do (see
-        :mod:`sb3_ewma.common.staleness`). Buffers are recycled: the one trained on is filled by the next rollout.
-        """
-        if self.staleness == 0:
-            return self.rollout_buffer
-        self._stale_buffers.append(StaleRollout.capture(self.rollout_buffer, self._last_obs, self._last_episode_starts))  # type: ignore[arg-type]
-        if len(self._stale_buffers) <= self.staleness:
-            self.rollout_buffer = self._make_rollout_buffer()
-            return None
-        stale = self._stale_buffers.popleft()
-        recompute_advantages(self.policy, stale)
-        if self.staleness_mode == "proximal":
-            replace_behavior_log_probs(self.policy, stale.buffer, self.batch_size)
-        self.rollout_buffer = stale.buffer
-        return self.rollout_buffer
-
-    def train(self) -> None:
-        """
-        Update policy using the rollout buffer (or, with staleness, the one collected ``staleness`` iterations ago).
-        """
-        buffer = self._take_training_buffer()
-        if buffer is None:
-            self.logger.record("train/stale_iterations_buffered", len(self._stale_buffers))
-            return
-        # Switch to train mode (this affects batch norm / dropout)
-        self.policy.set_training_mode(True)
-        # Update optimizer learning rate
-        self._update_learning_rate(self.policy.optimizer)
-        # Compute current clip range
-        clip_range = None
-        if self.clip_range is not None:
-            clip_range = self.clip_range(self._current_progress_remaining)  # type: ignore[operator]
-        # Optional: clip range for the value function
-        if self.clip_range_vf is not None:
-            clip_range_vf = self.clip_range_vf(self._current_progress_remaining)  # type: ignore[operator]
-
-        buffer.advantages = self.advantage_normalizer.start_iteration(buffer.advantages)
-        self._snapshot_proximal_policy()
-        policy_objective = DecoupledPolicyObjective(clip_range, self.kl_coef, self.kl_estimator, self.imp_samp_max)
-
-        entropy_losses, value_losses = [], []
-        continue_training = True
-        # train for n_epochs epochs
-        for epoch in range(self.n_epochs):
-            approx_kl_divs = []
-            # Do a complete pass on the rollout buffer
-            for rollout_data in self._minibatches(buffer):
-                policy_loss, entropy_loss, values, approx_kl_div = self._policy_terms(rollout_data, policy_objective)
-                entropy_losses.append(entropy_loss.detach())
-                approx_kl_divs.append(approx_kl_div)
-
-                if self.clip_range_vf is None:
-                    # No clipping
-                    values_pred = values
-                else:
-                    # Clip the difference between old and new value
-                    # NOTE: this depends on the reward scaling
-                    values_pred = rollout_data.old_values + th.clamp(
-                        values - rollout_data.old_values, -clip_range_vf, clip_range_vf
-                    )
-                # Value loss using the TD(gae_lambda) target
-                value_loss = F.mse_loss(rollout_data.returns, values_pred)
-                value_losses.append(value_loss.detach())
-
-                loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
-
-                # Early stopping on the KL from the behavior policy (read from the device only when needed)
-                if self._kl_exceeds_target(approx_kl_div):
-                    continue_training = False
-                    if self.verbose >= 1:
-                        print(f"Early stopping at step {epoch} due to reaching max kl: {approx_kl_div:.2f}")
-                    break
-
-                # Optimization step
-                self.policy.optimizer.zero_grad()
-                loss.backward()
-                self._apply_gradients(self.policy.optimizer)
-                self._update_proximal_policy()
-
-            self._n_updates += 1
-            if not continue_training:
-                break
-
-        self._record_train_logs(
-            buffer, policy_objective.mean_stats(), entropy_losses, value_losses, approx_kl_divs, loss, clip_range
-        )
-        if self.clip_range_vf is not None:
-            self.logger.record("train/clip_range_vf", clip_range_vf)
-
-    def _record_train_logs(
-        self,
-        buffer: RolloutBuffer,
-        stats: dict[str, float],
-        entropy_losses: list[th.Tensor],
-        value_losses: list[th.Tensor],
-        approx_kl_divs: list[th.Tensor],
-        loss: th.Tensor,
-        clip_range: float | None,
-    ) -> None:
-        """SB3 PPO's logs, then the decoupled objective's diagnostics."""
-        explained_var = explained_variance(buffer.values.flatten(), buffer.returns.flatten())
-        self.logger.record("train/entropy_loss", mean_of(entropy_losses))
-        self.logger.record("train/policy_gradient_loss", stats["policy_gradient_loss"])
-        self.logger.record("train/value_loss", mean_of(value_losses))
-        self.logger.record("train/approx_kl", mean_of(approx_kl_divs))
-        if clip_range is not None:
-            self.logger.record("train/clip_fraction", stats["clip_fraction"])
-        self.logger.record("train/loss", loss.item())
-        self.logger.record("train/explained_variance", explained_var)
-        if hasattr(self.policy, "log_std"):
-            self.logger.record("train/std", th.exp(self.policy.log_std).mean().item())
-
-        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
-        if clip_range is not None:
-            self.logger.record("train/clip_range", clip_range)
-
-        self._record_decoupled_logs(stats)
 
     def learn(
         self: SelfPPO_EWMA,

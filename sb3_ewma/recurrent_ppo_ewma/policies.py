@@ -15,7 +15,7 @@ from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.type_aliases import PyTorchObs
 
-from sb3_ewma.common.proximal import is_policy_parameter
+from sb3_ewma.common.decoupled.proximal import is_policy_parameter
 
 MlpLstmPolicy = RecurrentActorCriticPolicy
 CnnLstmPolicy = RecurrentActorCriticCnnPolicy

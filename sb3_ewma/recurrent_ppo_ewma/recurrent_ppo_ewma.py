@@ -3,13 +3,14 @@ from typing import Any, ClassVar, TypeVar
 import torch as th
 from gymnasium import spaces
 from sb3_contrib import RecurrentPPO
+from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 
 from sb3_ewma.common.checks import check_on_policy_hyperparams
-from sb3_ewma.common.contrib import ContribDecoupledMixin, check_contrib_staleness
-from sb3_ewma.common.decoupled import check_decoupled_hyperparams
+from sb3_ewma.common.decoupled.contrib import ContribDecoupledMixin, check_contrib_staleness
+from sb3_ewma.common.decoupled.options import document_decoupled_options
 from sb3_ewma.recurrent_ppo_ewma.buffers import ValidStepsRecurrentDictRolloutBuffer, ValidStepsRecurrentRolloutBuffer
 from sb3_ewma.recurrent_ppo_ewma.policies import (
     CnnLstmPolicy,
@@ -23,6 +24,7 @@ from sb3_ewma.recurrent_ppo_ewma.policies import (
 SelfRecurrentPPO_EWMA = TypeVar("SelfRecurrentPPO_EWMA", bound="RecurrentPPO_EWMA")
 
 
+@document_decoupled_options
 class RecurrentPPO_EWMA(ContribDecoupledMixin, RecurrentPPO):
     """
     RecurrentPPO-EWMA: sb3-contrib's ``RecurrentPPO`` (PPO with LSTM policies) with an exponentially weighted moving
@@ -78,16 +80,7 @@ class RecurrentPPO_EWMA(ContribDecoupledMixin, RecurrentPPO):
         epochs ``E``: ``"paper"`` ``M`` (the paper's setting), ``"max_age"`` ``E * M``, ``"mean_age"`` ``E * M / 2``;
         ``"auto"`` (default) is ``"paper"``. ``None``: no EWMA, the proximal policy is
         the behavior policy (the parent algorithm).
-    :param kl_coef: Coefficient ``beta`` of the decoupled KL penalty ``KL[pi_prox, pi]`` (0: no penalty). Use it alone
-        with ``clip_range=None`` for the decoupled KL-penalized objective, or together with clipping.
-    :param kl_estimator: How the KL penalty is computed: ``"sample"`` (the authors' ``0.5 * mean(log(pi/pi_prox)^2)``
-        over the taken actions) or ``"exact"`` (the KL divergence of the two action distributions).
-    :param imp_samp_max: Cap on the importance weight ``pi / pi_behav`` (paper: 100), 0 for no cap; must be > 1.
-    :param advantage_normalization: ``"minibatch"`` (SB3's, each minibatch by its own statistics; default) or
-        ``"ewma"`` (the paper's: each iteration by the mean and std of EWMA moments over iterations). Only used when
-        ``normalize_advantage=True``.
-    :param advantage_ewma_decay: Decay in [0, 1) per iteration of the advantage moments for
-        ``advantage_normalization="ewma"`` (0: the current iteration only; span ``2 / (1 - decay) - 1`` iterations).
+    :decoupled options:
     :param staleness: Artificial staleness for experiments (paper section 5.1): the data of an iteration is trained on
         ``staleness`` iterations after it was collected (no training during the first ``staleness`` iterations).
     :param staleness_mode: Which policies the loss uses with stale data: ``"decoupled"`` (behavior policy for
@@ -98,6 +91,7 @@ class RecurrentPPO_EWMA(ContribDecoupledMixin, RecurrentPPO):
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
+    policy: RecurrentActorCriticPolicy
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
         "MlpLstmPolicy": MlpLstmPolicy,
         "CnnLstmPolicy": CnnLstmPolicy,
@@ -159,16 +153,16 @@ class RecurrentPPO_EWMA(ContribDecoupledMixin, RecurrentPPO):
             seed=seed,
             batch_size_may_be_none=True,
         )
-        check_decoupled_hyperparams(
-            ewma_decay,
-            kl_coef,
-            kl_estimator,
-            imp_samp_max,
-            normalize_advantage,
-            advantage_normalization,
-            advantage_ewma_decay,
-            staleness,
-            staleness_mode,
+        self._set_decoupled_options(
+            ewma_decay=ewma_decay,
+            kl_coef=kl_coef,
+            kl_estimator=kl_estimator,
+            imp_samp_max=imp_samp_max,
+            normalize_advantage=normalize_advantage,
+            advantage_normalization=advantage_normalization,
+            advantage_ewma_decay=advantage_ewma_decay,
+            staleness=staleness,
+            staleness_mode=staleness_mode,
         )
         check_contrib_staleness(staleness, staleness_mode)
         super().__init__(
@@ -197,17 +191,6 @@ class RecurrentPPO_EWMA(ContribDecoupledMixin, RecurrentPPO):
             device=device,
             _init_setup_model=False,
         )
-        self._set_decoupled_options(
-            ewma_decay,
-            kl_coef,
-            kl_estimator,
-            imp_samp_max,
-            normalize_advantage,
-            advantage_normalization,
-            advantage_ewma_decay,
-        )
-        self.staleness = int(staleness)
-        self.staleness_mode = staleness_mode
         if _init_setup_model:
             self._setup_model()
 
@@ -218,7 +201,7 @@ class RecurrentPPO_EWMA(ContribDecoupledMixin, RecurrentPPO):
         # the parent's buffer, sampling the per-step tensors of the valid steps only (see ValidStepsMixin)
         self.rollout_buffer = self._make_rollout_buffer()
 
-    def _make_rollout_buffer(self) -> ValidStepsRecurrentRolloutBuffer:  # type: ignore[override]
+    def _make_rollout_buffer(self) -> ValidStepsRecurrentRolloutBuffer:
         lstm = self.policy.lstm_actor
         buffer_class = (
             ValidStepsRecurrentDictRolloutBuffer
@@ -227,7 +210,7 @@ class RecurrentPPO_EWMA(ContribDecoupledMixin, RecurrentPPO):
         )
         return buffer_class(  # type: ignore[return-value]
             self.n_steps,
-            self.observation_space,  # type: ignore[arg-type]
+            self.observation_space,
             self.action_space,
             (self.n_steps, lstm.num_layers, self.n_envs, lstm.hidden_size),
             self.device,
@@ -254,7 +237,7 @@ class RecurrentPPO_EWMA(ContribDecoupledMixin, RecurrentPPO):
 
     def _proximal_distribution(self, rollout_data: Any) -> Distribution:
         return valid_steps_distribution(
-            self.proximal_ewma.average,  # type: ignore[union-attr, arg-type]
+            self.proximal_ewma.average,  # type: ignore[arg-type, union-attr]
             rollout_data.observations,
             rollout_data.lstm_states,
             rollout_data.episode_starts,

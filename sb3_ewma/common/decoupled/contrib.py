@@ -3,22 +3,21 @@ What the EWMA versions of sb3-contrib's PPO variants (RecurrentPPO_EWMA, Maskabl
 
 ``RecurrentPPO.train`` and ``MaskablePPO.train`` are SB3 PPO's ``train`` with one change each: the policy is
 evaluated on more than the observations (LSTM states and episode starts over padded sequences, or action masks), and
-the recurrent losses are means over the valid (unpadded) steps only. So their EWMA versions run PPO_EWMA's training
-iteration unchanged (the same function, not a copy), with two hooks supplied by each algorithm:
-:meth:`DecoupledAlgorithmMixin._evaluate_policy` and :meth:`DecoupledAlgorithmMixin._proximal_distribution`; the
-recurrent one also samples minibatches whose per-step tensors hold only the valid steps.
+the recurrent losses are means over the valid (unpadded) steps only. So their EWMA versions run the training
+iteration of PPO_EWMA (:class:`~sb3_ewma.common.decoupled.training.DecoupledTrainingMixin`) unchanged, with two hooks
+supplied by each algorithm: :meth:`DecoupledAlgorithmMixin._evaluate_policy` and
+:meth:`DecoupledAlgorithmMixin._proximal_distribution`; the recurrent one also samples minibatches whose per-step
+tensors hold only the valid steps.
 """
 
-from collections import deque
 from typing import Any
 
 import torch as th
 from stable_baselines3.common.buffers import RolloutBuffer
 
-from sb3_ewma.common.algorithm import DecoupledAlgorithmMixin
 from sb3_ewma.common.checks import check_learn_arguments
-from sb3_ewma.common.proximal import is_policy_parameter
-from sb3_ewma.ppo_ewma.ppo_ewma import PPO_EWMA
+from sb3_ewma.common.decoupled.proximal import is_policy_parameter
+from sb3_ewma.common.decoupled.training import DecoupledTrainingMixin
 
 
 def check_contrib_staleness(staleness: int, staleness_mode: str) -> None:
@@ -34,29 +33,17 @@ def check_contrib_staleness(staleness: int, staleness_mode: str) -> None:
         )
 
 
-class ContribDecoupledMixin(DecoupledAlgorithmMixin):
+class ContribDecoupledMixin(DecoupledTrainingMixin):
     """
     Mixed into an sb3-contrib PPO variant (before it in the bases): PPO_EWMA's ``train`` (with its staleness
     buffering and logs), the parent's ``_setup_model`` made to accept ``clip_range=None``, and the proximal policy.
-    The algorithm's constructor sets the decoupled options (as PPO_EWMA's does) and ``staleness``/``staleness_mode``.
+    The algorithm's constructor sets the decoupled options (:meth:`_set_decoupled_options`), as PPO_EWMA's does.
     """
-
-    clip_range: Any
-    clip_range_vf: Any
-    staleness: int
-    staleness_mode: str
-    _stale_buffers: deque[RolloutBuffer]
-
-    # PPO_EWMA's training iteration, used as it is (these functions only use what every PPO variant has, plus the
-    # hooks above); see the module docstring for what the parents' train() change from PPO's
-    train = PPO_EWMA.train
-    _record_train_logs = PPO_EWMA._record_train_logs
-    _make_rollout_buffer = PPO_EWMA._make_rollout_buffer
 
     def learn(self, total_timesteps: int, callback: Any = None, log_interval: int = 1, *args: Any, **kwargs: Any) -> Any:
         """The parent's ``learn`` (same arguments), after checking ``total_timesteps`` and ``log_interval``."""
         check_learn_arguments(total_timesteps, log_interval)
-        return super().learn(total_timesteps, callback, log_interval, *args, **kwargs)  # type: ignore[misc]
+        return super().learn(total_timesteps, callback, log_interval, *args, **kwargs)
 
     def _take_training_buffer(self) -> RolloutBuffer | None:
         """
@@ -64,15 +51,14 @@ class ContribDecoupledMixin(DecoupledAlgorithmMixin):
         collection (PPO_EWMA recomputes them at use from the current value function, which here would need the LSTM
         states of the rollout's end).
         """
-        algorithm: Any = self
         if self.staleness == 0:
-            return algorithm.rollout_buffer
-        self._stale_buffers.append(algorithm.rollout_buffer)
+            return self.rollout_buffer
+        self._stale_buffers.append(self.rollout_buffer)
         if len(self._stale_buffers) <= self.staleness:
-            algorithm.rollout_buffer = algorithm._make_rollout_buffer()
+            self.rollout_buffer = self._make_rollout_buffer()
             return None
-        algorithm.rollout_buffer = self._stale_buffers.popleft()
-        return algorithm.rollout_buffer
+        self.rollout_buffer = self._stale_buffers.popleft()
+        return self.rollout_buffer
 
     @th.no_grad()
     def _proximal_action_log_prob(self, rollout_data: Any, actions: th.Tensor) -> th.Tensor:
@@ -84,24 +70,14 @@ class ContribDecoupledMixin(DecoupledAlgorithmMixin):
         """Which policy parameters the proximal EWMA averages (those the action distribution depends on)."""
         return is_policy_parameter(name)
 
-    @property
-    def minibatches_per_epoch(self) -> int:
-        """Optimizer steps per epoch; ``batch_size=None`` (allowed by sb3-contrib) is the whole rollout."""
-        n_samples = self.n_steps * self.n_envs  # type: ignore[attr-defined]
-        batch_size = self.batch_size or n_samples  # type: ignore[attr-defined]
-        return -(-n_samples // batch_size)
-
     def _setup_model(self) -> None:
         # The parent's _setup_model (same random-number sequence, so ewma_decay=None reproduces the parent) turns
         # clip_range into a schedule and cannot take None: it gets a placeholder, the real schedules are set after.
-        clip_range, clip_range_vf = self.clip_range, self.clip_range_vf
-        self.clip_range, self.clip_range_vf = 0.2, None
-        super()._setup_model()  # type: ignore[misc]
-        self.clip_range, self.clip_range_vf = clip_range, clip_range_vf
+        clip_ranges = {"clip_range": self.clip_range, "clip_range_vf": self.clip_range_vf}
+        self.__dict__.update(clip_range=0.2, clip_range_vf=None)  # SB3's defaults
+        super()._setup_model()
+        self.__dict__.update(clip_ranges)
         self._setup_clip_schedules()
         self._setup_advantage_normalizer()
         self._setup_proximal_policy(self.staleness, self.staleness_mode, self._is_proximal_parameter)
-        self._stale_buffers = deque()
-
-    def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_stale_buffers"]  # type: ignore[misc]
+        self._setup_stale_buffers()

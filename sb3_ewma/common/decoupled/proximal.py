@@ -14,6 +14,7 @@ from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.type_aliases import PyTorchObs
 
 from sb3_ewma.common.ewma import ParameterEWMA
+from sb3_ewma.common.host import HostAlgorithm
 from sb3_ewma.common.saved_files import check_saved_algorithm, read_saved_value
 
 # the attribute (hence ``data`` entry) that holds the proximal policy's state in a saved file
@@ -116,7 +117,7 @@ def warn_missing_proximal(algorithm_name: str) -> None:
     )
 
 
-class ProximalSaveMixin:
+class ProximalSaveMixin(HostAlgorithm):
     """
     Save/load support for algorithms holding ``self.proximal_ewma`` (a :class:`ParameterEWMA` or ``None``):
     its averaged weights and EWMA weight are saved with the other state dicts.
@@ -138,14 +139,14 @@ class ProximalSaveMixin:
         if data is not None:
             cls._check_saved_data(data, path)
         with loading_from_file():
-            return super().load(path, *args, **kwargs)  # type: ignore[misc]
+            return super().load(path, *args, **kwargs)
 
     @classmethod
     def _check_saved_data(cls, data: dict[str, Any], path: Any) -> None:
         """Further checks of a saved file's ``data`` JSON before ``load`` (values serialized); none here."""
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
-        state_dicts, torch_variables = super()._get_torch_save_params()  # type: ignore[misc]
+        state_dicts, torch_variables = super()._get_torch_save_params()
         if getattr(self, "proximal_ewma", None) is not None and not _SAVING_TO_FILE.get():
             state_dicts = [*state_dicts, "proximal_ewma"]
         return state_dicts, torch_variables
@@ -157,18 +158,18 @@ class ProximalSaveMixin:
         an unknown module: SB3 sets unknown ``data`` entries as attributes and ignores them.
         """
         if getattr(self, "proximal_ewma", None) is None:
-            super().save(*args, **kwargs)  # type: ignore[misc]
+            super().save(*args, **kwargs)
             return
         state = {name: value.detach().cpu() for name, value in self.proximal_ewma.state_dict().items()}  # type: ignore[union-attr]
         self.__dict__[PROXIMAL_STATE_KEY] = state
         token = _SAVING_TO_FILE.set(True)
         try:
-            super().save(*args, **kwargs)  # type: ignore[misc]
+            super().save(*args, **kwargs)
         finally:
             _SAVING_TO_FILE.reset(token)
             del self.__dict__[PROXIMAL_STATE_KEY]
 
-    def set_parameters(self, load_path_or_dict, exact_match: bool = True, device: th.device | str = "auto") -> None:  # type: ignore[no-untyped-def]
+    def set_parameters(self, load_path_or_dict, exact_match: bool = True, device: th.device | str = "auto") -> None:
         # during `load`, the file's data (set as attributes) brings the proximal state; a path given here is read for it
         saved_state = self.__dict__.pop(PROXIMAL_STATE_KEY, None)
         if isinstance(load_path_or_dict, dict):
@@ -190,4 +191,4 @@ class ProximalSaveMixin:
             # e.g. a PPO_EWMA file loaded with ewma_decay=None: this model has no proximal network to fill
             warnings.warn(f"{type(self).__name__} has no proximal policy: the saved one is ignored", UserWarning, stacklevel=2)
             params = {name: value for name, value in params.items() if name != "proximal_ewma"}
-        super().set_parameters(params, exact_match=exact_match, device=device)  # type: ignore[misc]
+        super().set_parameters(params, exact_match=exact_match, device=device)

@@ -1,4 +1,4 @@
-"""The parts of PPO_EWMA and PPG_EWMA that deal with the proximal policy and the decoupled objective."""
+"""The part of every algorithm of this package that deals with the proximal policy and the decoupled objective."""
 
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -8,35 +8,37 @@ from gymnasium import spaces
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import RolloutBufferSamples
+from stable_baselines3.common.type_aliases import RolloutBufferSamples, Schedule
 from stable_baselines3.common.utils import FloatSchedule
 
-from sb3_ewma.common.decoupled import AdvantageNormalizer, DecoupledPolicyObjective, resolve_ewma_decay, uses_proximal_network
-from sb3_ewma.common.distributions import evaluate_actions_with_distribution
-from sb3_ewma.common.ewma import ParameterEWMA, center_of_mass_from_ewma_decay
-from sb3_ewma.common.format import without_rounding_noise
-from sb3_ewma.common.gradient_noise import GradientNoiseScale
-from sb3_ewma.common.minibatches import rollout_minibatches
-from sb3_ewma.common.optim import clip_grad_norm, prefer_foreach
-from sb3_ewma.common.proximal import (
+from sb3_ewma.common.decoupled.advantages import AdvantageNormalizer
+from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
+from sb3_ewma.common.decoupled.options import check_decoupled_options, resolve_ewma_decay, uses_proximal_network
+from sb3_ewma.common.decoupled.proximal import (
     ProximalSaveMixin,
     is_policy_parameter,
     make_proximal_ewma,
     proximal_action_log_prob,
     proximal_distribution,
 )
+from sb3_ewma.common.distributions import evaluate_actions_with_distribution
+from sb3_ewma.common.ewma import ParameterEWMA, center_of_mass_from_ewma_decay
+from sb3_ewma.common.format import without_rounding_noise
+from sb3_ewma.common.gradient_noise import GradientNoiseScale
+from sb3_ewma.common.host import HostAlgorithm
+from sb3_ewma.common.minibatches import rollout_minibatches
+from sb3_ewma.common.optim import clip_grad_norm, prefer_foreach
 
 
-class DecoupledAlgorithmMixin(ProximalSaveMixin):
+class DecoupledAlgorithmMixin(ProximalSaveMixin, HostAlgorithm):
     """
-    Mixed into an SB3 ``OnPolicyAlgorithm`` (before it in the bases) that has the attributes set by
-    :func:`sb3_ewma.common.decoupled.check_decoupled_hyperparams`'s parameters: builds the proximal policy, evaluates
-    a minibatch's policy terms with the decoupled objective, and logs its diagnostics. Save/load of the proximal
-    policy comes from :class:`ProximalSaveMixin`.
+    Mixed into an SB3 ``OnPolicyAlgorithm`` with PPO's hyperparameters (before it in the bases; see
+    :mod:`sb3_ewma.common.host`): stores the decoupled options (:meth:`_set_decoupled_options`), builds the proximal
+    policy, evaluates a minibatch's policy terms with the decoupled objective, takes the optimizer steps and logs the
+    diagnostics. Save/load of the proximal policy comes from :class:`ProximalSaveMixin`.
     """
 
-    # set by the algorithm's constructor
-    policy: Any  # an ActorCriticPolicy
+    # set by _set_decoupled_options
     ewma_decay: float | str | None
     kl_coef: float
     kl_estimator: str
@@ -44,13 +46,15 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
     advantage_normalization: str
     advantage_ewma_decay: float
     advantage_normalizer: AdvantageNormalizer
+    staleness: int
+    staleness_mode: str
     # set by _setup_proximal_policy
     proximal_decay: float | None
     proximal_ewma: ParameterEWMA | None
 
     def _excluded_save_params(self) -> list[str]:
         # the gradient noise trackers hold gradients of the epoch in progress: rebuilt when training resumes
-        return [*super()._excluded_save_params(), "_gradient_noise"]  # type: ignore[misc]
+        return [*super()._excluded_save_params(), "_gradient_noise"]
 
     def _maybe_recommend_cpu(self, mlp_class_name: str = "ActorCriticPolicy") -> None:
         """
@@ -59,12 +63,13 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
         """
         aliases = getattr(self, "policy_aliases", {})
         mlp_policy = aliases.get("MlpPolicy", aliases.get("MlpLstmPolicy"))
-        if mlp_policy is not None and self.policy_class is mlp_policy:  # type: ignore[attr-defined]
+        if mlp_policy is not None and self.policy_class is mlp_policy:
             mlp_class_name = mlp_policy.__name__
-        super()._maybe_recommend_cpu(mlp_class_name)  # type: ignore[misc]
+        super()._maybe_recommend_cpu(mlp_class_name)
 
     def _set_decoupled_options(
         self,
+        *,
         ewma_decay: float | str | None,
         kl_coef: float,
         kl_estimator: str,
@@ -72,14 +77,32 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
         normalize_advantage: bool,
         advantage_normalization: str,
         advantage_ewma_decay: float,
+        staleness: int = 0,
+        staleness_mode: str = "decoupled",
     ) -> None:
-        """Store the (already checked) options of the decoupled objective, from the algorithm's constructor."""
+        """
+        Check the options of the decoupled objective (a ``ValueError`` names the first one out of range) and store
+        them. Called by the algorithm's constructor before it builds anything (no environment is created on bad input).
+        """
+        check_decoupled_options(
+            ewma_decay=ewma_decay,
+            kl_coef=kl_coef,
+            kl_estimator=kl_estimator,
+            imp_samp_max=imp_samp_max,
+            normalize_advantage=normalize_advantage,
+            advantage_normalization=advantage_normalization,
+            advantage_ewma_decay=advantage_ewma_decay,
+            staleness=staleness,
+            staleness_mode=staleness_mode,
+        )
         self.ewma_decay = ewma_decay
         self.kl_coef = kl_coef
         self.kl_estimator = kl_estimator
         self.imp_samp_max = imp_samp_max
         self.advantage_normalization = advantage_normalization
         self.advantage_ewma_decay = advantage_ewma_decay
+        self.staleness = int(staleness)
+        self.staleness_mode = staleness_mode
         # created here, not in _setup_model, so that `load` restores the saved moments
         self.advantage_normalizer = AdvantageNormalizer(normalize_advantage, advantage_normalization, advantage_ewma_decay)
 
@@ -93,22 +116,45 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
                 assert value > 0, "`clip_range_vf` must be positive, pass `None` to deactivate vf clipping"
             setattr(self, name, FloatSchedule(value))
 
+    def _current_clip_ranges(self) -> tuple[float | None, float | None]:
+        """The clip ranges of the policy and of the value function at the current progress (``None``: no clipping)."""
+        return self._schedule_value(self.clip_range), self._schedule_value(self.clip_range_vf)
+
+    def _schedule_value(self, schedule: float | Schedule | None) -> float | None:
+        if schedule is None:
+            return None
+        return float(schedule(self._current_progress_remaining)) if callable(schedule) else float(schedule)
+
     def _build_policy(self) -> BasePolicy:
         """A new policy of the same structure as ``self.policy`` (for the proximal policy's copy)."""
-        return self.policy_class(  # type: ignore[attr-defined]
-            self.observation_space,  # type: ignore[attr-defined]
-            self.action_space,  # type: ignore[attr-defined]
-            self.lr_schedule,  # type: ignore[attr-defined]
-            use_sde=self.use_sde,  # type: ignore[attr-defined]
-            **self.policy_kwargs,  # type: ignore[attr-defined]
+        return self.policy_class(
+            self.observation_space,
+            self.action_space,
+            self.lr_schedule,
+            use_sde=self.use_sde,
+            **self.policy_kwargs,
+        )
+
+    def _make_rollout_buffer(self) -> RolloutBuffer:
+        """A new rollout buffer like ``self.rollout_buffer`` (SB3's construction in ``_setup_model``)."""
+        assert self.rollout_buffer_class is not None, "chosen by OnPolicyAlgorithm._setup_model"
+        return self.rollout_buffer_class(
+            self.n_steps,
+            self.observation_space,
+            self.action_space,
+            device=self.device,
+            gamma=self.gamma,
+            gae_lambda=self.gae_lambda,
+            n_envs=self.n_envs,
+            **self.rollout_buffer_kwargs,
         )
 
     def _minibatches(self, buffer: RolloutBuffer) -> Iterator[RolloutBufferSamples]:
         """One epoch over the rollout buffer: SB3's random steps, or whole rollouts of environments (the authors')."""
         if getattr(self, "minibatch_sampling", "steps") == "rollouts":
-            minibatches = rollout_minibatches(buffer, self.batch_size)  # type: ignore[attr-defined]
+            minibatches = rollout_minibatches(buffer, self._minibatch_size)
         else:
-            minibatches = buffer.get(self.batch_size)  # type: ignore[attr-defined]
+            minibatches = buffer.get(self.batch_size)
         if not self.advantage_normalizer.pools_minibatches:
             return minibatches
         # data-parallel: the advantage moments of all the epoch's global minibatches in one collective
@@ -117,9 +163,14 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
         return iter(epoch)
 
     @property
+    def _minibatch_size(self) -> int:
+        """Samples per minibatch: ``batch_size``, or the whole rollout for ``batch_size=None`` (sb3-contrib's)."""
+        return self.batch_size or self.n_steps * self.n_envs
+
+    @property
     def minibatches_per_epoch(self) -> int:
         """Optimizer steps per epoch, ``ceil(n_steps * n_envs / batch_size)``."""
-        return -(-self.n_steps * self.n_envs // self.batch_size)  # type: ignore[attr-defined]
+        return -(-self.n_steps * self.n_envs // self._minibatch_size)
 
     @property
     def _needs_distributions(self) -> bool:
@@ -133,9 +184,9 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
         by SB3's PPO, restored without any normalizer).
         """
         self.advantage_normalizer.configure(
-            self.normalize_advantage,  # type: ignore[attr-defined]
-            self.advantage_normalization,  # type: ignore[attr-defined]
-            self.advantage_ewma_decay,  # type: ignore[attr-defined]
+            self.normalize_advantage,
+            self.advantage_normalization,
+            self.advantage_ewma_decay,
         )
 
     def _setup_proximal_policy(
@@ -146,9 +197,7 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
         snapshot of the policy taken at the start of each iteration (with fresh data, the behavior policy). The EWMA,
         when there is one, is the clipping anchor in every staleness mode (as in the authors' code).
         """
-        self.proximal_decay = resolve_ewma_decay(
-            self.ewma_decay, self.minibatches_per_epoch, self.n_epochs  # type: ignore[attr-defined]
-        )
+        self.proximal_decay = resolve_ewma_decay(self.ewma_decay, self.minibatches_per_epoch, self.n_epochs)
         self.proximal_ewma = None
         if uses_proximal_network(self.proximal_decay, staleness, staleness_mode, self._needs_distributions):
             self.proximal_ewma = make_proximal_ewma(self.policy, self._build_policy, self.proximal_decay or 0.0, include)
@@ -164,8 +213,8 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
 
     def _update_proximal_policy(self) -> None:
         """After each policy optimizer step."""
-        if self._uses_ewma:
-            self.proximal_ewma.update()  # type: ignore[union-attr]
+        if self.proximal_ewma is not None and self.proximal_decay is not None:
+            self.proximal_ewma.update()
 
     def _evaluate_policy(
         self, rollout_data: Any, actions: th.Tensor
@@ -182,7 +231,8 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
 
     def _proximal_distribution(self, rollout_data: Any) -> Distribution:
         """The proximal policy's action distribution on a minibatch (overridden like :meth:`_evaluate_policy`)."""
-        return proximal_distribution(self.proximal_ewma, rollout_data.observations)  # type: ignore[arg-type]
+        assert self.proximal_ewma is not None
+        return proximal_distribution(self.proximal_ewma, rollout_data.observations)
 
     def _proximal_action_log_prob(self, rollout_data: Any, actions: th.Tensor) -> th.Tensor:
         """
@@ -190,7 +240,8 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
         observations (:func:`proximal_action_log_prob`). Algorithms that override :meth:`_proximal_distribution`
         (LSTM states, action masks) override this too.
         """
-        return proximal_action_log_prob(self.proximal_ewma, rollout_data.observations, actions)  # type: ignore[arg-type]
+        assert self.proximal_ewma is not None
+        return proximal_action_log_prob(self.proximal_ewma, rollout_data.observations, actions)
 
     def _proximal_log_prob(
         self, rollout_data: Any, actions: th.Tensor, behavior_log_prob: th.Tensor
@@ -220,7 +271,7 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
             the approximate reverse KL from the behavior policy (SB3's estimator, for ``target_kl``)
         """
         actions = rollout_data.actions
-        if isinstance(self.action_space, spaces.Discrete):  # type: ignore[attr-defined]
+        if isinstance(self.action_space, spaces.Discrete):
             # Convert discrete action from float to long
             actions = rollout_data.actions.long().flatten()
         values, log_prob, entropy, distribution = self._evaluate_policy(rollout_data, actions)
@@ -243,7 +294,7 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
         ``1.5 * target_kl`` (False without ``target_kl``; read from the device only then). Data-parallel training
         averages the KL over the ranks first (:class:`sb3_ewma.common.distributed.DataParallelMixin`).
         """
-        target_kl = self.target_kl  # type: ignore[attr-defined]
+        target_kl = self.target_kl
         return target_kl is not None and self._global_kl(approx_kl_div) > 1.5 * target_kl
 
     def _global_kl(self, approx_kl_div: th.Tensor) -> float:
@@ -257,7 +308,7 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
         """
         self._observe_gradient_noise(optimizer)  # the minibatch gradient, before clipping
         # SB3's clip_grad_norm_ and Adam step, with the same numbers in fewer calls on CPU (sb3_ewma.common.optim)
-        clip_grad_norm(self.policy.parameters(), self.max_grad_norm)  # type: ignore[attr-defined]
+        clip_grad_norm(self.policy.parameters(), self.max_grad_norm)
         prefer_foreach(optimizer)
         optimizer.step()
 
@@ -267,7 +318,7 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
         ``optimizer`` steps, or None to skip it. Here the policy optimizer's (PPG adds its auxiliary phase).
         """
         if optimizer is self.policy.optimizer:
-            return self.batch_size, self.minibatches_per_epoch, "train"  # type: ignore[attr-defined]
+            return self._minibatch_size, self.minibatches_per_epoch, "train"
         return None
 
     def _observe_gradient_noise(self, optimizer: th.optim.Optimizer) -> None:
@@ -291,17 +342,17 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin):
             for param in group["params"]
         ]
         # the number of steps taken identifies the iteration (an epoch cut short by target_kl is dropped)
-        estimate = tracker.observe(gradients, tag=self.num_timesteps)  # type: ignore[attr-defined]
+        estimate = tracker.observe(gradients, tag=self.num_timesteps)
         if estimate is not None and estimate.noise_scale is not None:
-            self.logger.record(f"{prefix}/gradient_noise_scale", estimate.noise_scale)  # type: ignore[attr-defined]
+            self.logger.record(f"{prefix}/gradient_noise_scale", estimate.noise_scale)
 
     def _record_decoupled_logs(self, stats: dict[str, float]) -> None:
         """The decoupled objective's diagnostics, the advantage statistics and the EWMA's center of mass."""
         for key in ("proximal_kl", "imp_samp_capped_fraction", "kl_penalty"):
             if key in stats:
-                self.logger.record(f"train/{key}", stats[key])  # type: ignore[attr-defined]
+                self.logger.record(f"train/{key}", stats[key])
         for key, value in self.advantage_normalizer.stats().items():
-            self.logger.record(f"train/{key}", value)  # type: ignore[attr-defined]
+            self.logger.record(f"train/{key}", value)
         if self._uses_ewma and self.proximal_decay is not None:
             center_of_mass = without_rounding_noise(center_of_mass_from_ewma_decay(self.proximal_decay))
-            self.logger.record("train/ewma_center_of_mass", center_of_mass)  # type: ignore[attr-defined]
+            self.logger.record("train/ewma_center_of_mass", center_of_mass)

@@ -23,22 +23,16 @@ made from ``on_step`` (``CheckpointCallback``, ``EvalCallback``) sees the parame
 """
 
 import threading
-import time
 from typing import Any
 
 import numpy as np
-import torch as th
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.type_aliases import MaybeCallback
-from stable_baselines3.common.vec_env import VecEnv
 
-from sb3_ewma.common.rollout import collect_rollout
-
-COLLECTOR_STOP_TIMEOUT_S = 60.0
-"""How long the main thread waits, after an exception, for the collector to stop at its next environment step."""
-
+from sb3_ewma.common.collection.process import ProcessRolloutCollector, check_forkable_env, check_process_collector
+from sb3_ewma.common.collection.thread import RolloutCollector
+from sb3_ewma.common.host import HostAlgorithm
 
 ASYNC_ROLLOUTS = (False, True, "thread", "process")
 """The values of ``async_rollouts``: off, a collector thread (``True`` or ``"thread"``) or a collector process."""
@@ -65,139 +59,10 @@ def rollout_collector_kind(async_rollouts: object) -> str | None:
     return "process" if async_rollouts == "process" else "thread"
 
 
-def parameter_tensors(module: th.nn.Module) -> list[th.Tensor]:
-    """The parameters and buffers of a module, in a fixed order (the same for two modules of one structure)."""
-    return [*module.parameters(), *module.buffers()]
-
-
-class _CollectorCallback(BaseCallback):
-    """
-    The user's callback as the collector sees it: ``on_step`` returns False once a stop is requested (the rollout
-    ends at the next step), and ``on_rollout_end`` is left to the main thread, at the hand-off.
-    """
-
-    def __init__(self, callback: BaseCallback, stop: threading.Event) -> None:
-        super().__init__()
-        self.callback = callback
-        self.stop = stop
-
-    def update_locals(self, locals_: dict[str, Any]) -> None:
-        self.callback.update_locals(locals_)
-
-    def on_rollout_start(self) -> None:
-        self.callback.on_rollout_start()
-
-    def on_step(self) -> bool:
-        return not self.stop.is_set() and self.callback.on_step()
-
-    def on_rollout_end(self) -> None:
-        """Called by the main thread at the hand-off instead (see :meth:`RolloutCollector.hand_off`)."""
-
-    def _on_step(self) -> bool:
-        return True
-
-
-class RolloutCollector:
-    """
-    Collects rollouts for ``algorithm`` with a snapshot of its policy, on a thread of its own (:meth:`start`) or on
-    the caller's (:meth:`collect`). One rollout at a time; :meth:`hand_off` waits for it and re-raises, on the
-    caller's thread, any exception the collection raised (with its traceback).
-
-    :param algorithm: the algorithm (``PPO_EWMA``, ``PPG_EWMA``) whose environment and state the rollouts advance
-    :param callback: the ``learn`` call's callback
-    """
-
-    def __init__(self, algorithm: Any, callback: BaseCallback) -> None:
-        self.algorithm = algorithm
-        self.callback = callback
-        self.stop_requested = threading.Event()
-        self.collector_callback = _CollectorCallback(callback, self.stop_requested)
-        with th.random.fork_rng(devices=[]):  # its random initialization, overwritten, must not advance the RNG
-            self.behavior_policy: ActorCriticPolicy = algorithm._build_policy().to(algorithm.device)
-        if hasattr(self.behavior_policy, "optimizer"):
-            self.behavior_policy.optimizer = None  # type: ignore[assignment]  # never optimized
-        self.behavior_policy.set_training_mode(False)
-        self._behavior_tensors = parameter_tensors(self.behavior_policy)
-        self._policy_tensors = parameter_tensors(algorithm.policy)
-        self._thread: threading.Thread | None = None
-        self._result: bool = False
-        self._error: BaseException | None = None
-        self.collection_seconds = 0.0  # of the last rollout, on whichever thread collected it
-        self.wait_seconds = 0.0  # the main thread's wait for the last rollout at the hand-off
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None
-
-    def snapshot(self) -> None:
-        """Copy the policy's current parameters into the behavior policy."""
-        with th.no_grad():
-            th._foreach_copy_(self._behavior_tensors, self._policy_tensors)
-
-    def _collect(self, env: VecEnv, rollout_buffer: RolloutBuffer) -> None:
-        start = time.perf_counter()
-        try:
-            self._result = collect_rollout(
-                self.algorithm,
-                self.behavior_policy,
-                env,
-                self.collector_callback,
-                rollout_buffer,
-                self.algorithm.n_steps,
-                self.algorithm._timesteps_per_env_step,
-            )
-        except BaseException as error:  # re-raised on the main thread by hand_off
-            self._error = error
-        self.collection_seconds = time.perf_counter() - start
-
-    def collect(self, env: VecEnv, rollout_buffer: RolloutBuffer) -> bool:
-        """Collect one rollout on the caller's thread with the current parameters; returns :meth:`hand_off`'s result."""
-        self.snapshot()
-        self._collect(env, rollout_buffer)
-        return self.hand_off()
-
-    def start(self, env: VecEnv, rollout_buffer: RolloutBuffer) -> None:
-        """Snapshot the current parameters and start collecting one rollout into ``rollout_buffer`` on a thread."""
-        assert self._thread is None, "one rollout at a time"
-        self.snapshot()
-        self._thread = threading.Thread(
-            target=self._collect, args=(env, rollout_buffer), name="rollout-collector", daemon=True
-        )
-        self._thread.start()
-
-    def hand_off(self) -> bool:
-        """
-        Wait for the rollout being collected (if any), re-raise its exception, then call the callbacks'
-        ``on_rollout_end`` on this thread. Returns False if a callback stopped the rollout early (SB3's meaning: stop
-        training), True otherwise.
-        """
-        start = time.perf_counter()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        self.wait_seconds = time.perf_counter() - start
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
-        if self._result:
-            self.callback.on_rollout_end()
-        return self._result
-
-    def stop(self, timeout: float = COLLECTOR_STOP_TIMEOUT_S) -> None:
-        """After an exception on the main thread: end the rollout at its next step and wait for the thread."""
-        self.stop_requested.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
-
-    def close(self) -> None:
-        """At the end of ``learn``: nothing to release for a thread (it ended at its last hand-off)."""
-
-
-class AsyncRolloutMixin:
+class AsyncRolloutMixin(HostAlgorithm):
     """
     Mixed into PPO_EWMA and PPG_EWMA (first in the bases): with ``async_rollouts=True``, ``learn`` overlaps the
-    collection of the next rollout with training on the current one (see :mod:`sb3_ewma.common.async_rollouts`).
+    collection of the next rollout with training on the current one (see :mod:`sb3_ewma.common.collection.overlap`).
     The algorithm provides ``async_rollouts``, ``_build_policy`` and ``_timesteps_per_env_step``.
     """
 
@@ -207,12 +72,11 @@ class AsyncRolloutMixin:
 
     def _set_async_rollouts(self, async_rollouts: bool | str) -> None:
         """Set ``async_rollouts`` (a bool) and ``rollout_collector`` (``"thread"`` or ``"process"``), checked."""
-        from sb3_ewma.common.process_collector import check_forkable_env, check_process_collector  # they import this
 
         kind = rollout_collector_kind(async_rollouts)
         if kind == "process":
-            check_process_collector(self.device)  # type: ignore[attr-defined]
-            check_forkable_env(self.env)  # type: ignore[attr-defined]  # checked again by learn() (after set_env)
+            check_process_collector(self.device)
+            check_forkable_env(self.env)  # checked again by learn() (after set_env)
         self.async_rollouts = kind is not None
         self.rollout_collector = kind or "thread"
 
@@ -230,28 +94,15 @@ class AsyncRolloutMixin:
         return lock
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_train_lock"]  # type: ignore[misc]
+        return [*super()._excluded_save_params(), "_train_lock"]
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         with self._training_lock:
-            super().save(*args, **kwargs)  # type: ignore[misc]
+            super().save(*args, **kwargs)
 
     def predict(self, *args: Any, **kwargs: Any) -> Any:
         with self._training_lock:
-            return super().predict(*args, **kwargs)  # type: ignore[misc]
-
-    def _make_rollout_buffer(self) -> RolloutBuffer:
-        """A new rollout buffer like ``self.rollout_buffer`` (SB3's construction in ``_setup_model``)."""
-        return self.rollout_buffer_class(  # type: ignore[attr-defined]
-            self.n_steps,  # type: ignore[attr-defined]
-            self.observation_space,  # type: ignore[attr-defined]
-            self.action_space,  # type: ignore[attr-defined]
-            device=self.device,  # type: ignore[attr-defined]
-            gamma=self.gamma,  # type: ignore[attr-defined]
-            gae_lambda=self.gae_lambda,  # type: ignore[attr-defined]
-            n_envs=self.n_envs,  # type: ignore[attr-defined]
-            **self.rollout_buffer_kwargs,  # type: ignore[attr-defined]
-        )
+            return super().predict(*args, **kwargs)
 
     def learn(
         self,
@@ -263,9 +114,7 @@ class AsyncRolloutMixin:
         progress_bar: bool = False,
     ) -> Any:
         if not self.async_rollouts:
-            return super().learn(  # type: ignore[misc]
-                total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar
-            )
+            return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
         return self._learn_async(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
 
     def _learn_async(
@@ -288,8 +137,6 @@ class AsyncRolloutMixin:
         env = algorithm.env
         assert env is not None
         if getattr(self, "rollout_collector", "thread") == "process":
-            from sb3_ewma.common.process_collector import ProcessRolloutCollector  # it imports this module
-
             collector: RolloutCollector = ProcessRolloutCollector(self, learn_callback)
         else:
             collector = RolloutCollector(self, learn_callback)

@@ -20,6 +20,8 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 
+from sb3_ewma.common.host import HostAlgorithm
+
 
 def collect_rollout(
     algorithm: OnPolicyAlgorithm,
@@ -69,7 +71,7 @@ def collect_rollout(
             policy.reset_noise(env.num_envs)
 
         with th.no_grad():
-            obs_tensor = obs_as_tensor(algorithm._last_obs, device)  # type: ignore[arg-type]
+            obs_tensor = obs_as_tensor(algorithm._last_obs, device)
             actions, values, log_probs = policy(obs_tensor)
         actions = actions.cpu().numpy()
 
@@ -103,7 +105,7 @@ def collect_rollout(
             if done and infos[idx].get("terminal_observation") is not None and infos[idx].get("TimeLimit.truncated", False):
                 terminal_obs = policy.obs_to_tensor(infos[idx]["terminal_observation"])[0]
                 with th.no_grad():
-                    terminal_value = policy.predict_values(terminal_obs)[0]  # type: ignore[arg-type]
+                    terminal_value = policy.predict_values(terminal_obs)[0]
                 rewards[idx] += algorithm.gamma * terminal_value
 
         rollout_buffer.add(
@@ -114,12 +116,12 @@ def collect_rollout(
             values,
             log_probs,
         )
-        algorithm._last_obs = new_obs  # type: ignore[assignment]
+        algorithm._last_obs = new_obs
         algorithm._last_episode_starts = dones
 
     with th.no_grad():
         # Compute value for the last timestep
-        values = policy.predict_values(obs_as_tensor(new_obs, device))  # type: ignore[arg-type]
+        values = policy.predict_values(obs_as_tensor(new_obs, device))
 
     rollout_buffer.compute_returns_and_advantage(last_values=values, dones=dones)
 
@@ -130,7 +132,7 @@ def collect_rollout(
     return True
 
 
-class RolloutCollectionMixin:
+class RolloutCollectionMixin(HostAlgorithm):
     """
     Mixed into an SB3 ``OnPolicyAlgorithm`` (before it in the bases) whose rollouts are SB3's: routes
     ``collect_rollouts`` through :func:`collect_rollout` with ``self.policy`` acting and
@@ -142,7 +144,7 @@ class RolloutCollectionMixin:
     @property
     def _timesteps_per_env_step(self) -> int:
         """Environment steps that one vectorized step of this process counts for in ``num_timesteps``."""
-        return self.n_envs  # type: ignore[attr-defined]
+        return self.n_envs
 
     def _synchronize_iteration(self, continue_training: bool) -> bool:
         """
@@ -155,6 +157,4 @@ class RolloutCollectionMixin:
     def collect_rollouts(
         self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
     ) -> bool:
-        return collect_rollout(
-            self, self.policy, env, callback, rollout_buffer, n_rollout_steps, self._timesteps_per_env_step  # type: ignore[arg-type]
-        )
+        return collect_rollout(self, self.policy, env, callback, rollout_buffer, n_rollout_steps, self._timesteps_per_env_step)

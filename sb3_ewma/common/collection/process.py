@@ -41,8 +41,8 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize, unwrap_vec_normalize
 
-from sb3_ewma.common.async_rollouts import RolloutCollector
-from sb3_ewma.common.rollout import collect_rollout
+from sb3_ewma.common.collection.rollout import collect_rollout
+from sb3_ewma.common.collection.thread import RolloutCollector
 
 POLL_INTERVAL_S = 1.0
 """How often the parent, waiting for a rollout, checks that the child is alive."""
@@ -209,7 +209,7 @@ def _collector_main(collector: "ProcessRolloutCollector", env: VecEnv, buffer: R
 class ProcessRolloutCollector(RolloutCollector):
     """
     :class:`RolloutCollector` with :meth:`start` / :meth:`hand_off` in a forked child process (see
-    :mod:`sb3_ewma.common.process_collector`). :meth:`collect` (the first, fresh rollout of a ``learn`` call) runs
+    :mod:`sb3_ewma.common.collection.process`). :meth:`collect` (the first, fresh rollout of a ``learn`` call) runs
     in this process with the real callbacks; the child is forked at the first :meth:`start` and ends in :meth:`close`.
     """
 

@@ -1,0 +1,73 @@
+"""The decoupled policy objective applied to a minibatch, with its diagnostics."""
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch as th
+from stable_baselines3.common.distributions import Distribution
+
+from sb3_ewma.common.distributions import distribution_kl
+from sb3_ewma.common.losses import capped_fraction, clip_fraction, decoupled_policy_loss, sampled_kl
+
+
+def mean_of(values: "list[float] | list[th.Tensor] | list[float | th.Tensor]") -> float:
+    """Mean of numbers or 0-dim tensors (read once, after the optimization loop, so the device syncs once)."""
+    return float(np.mean([float(value) for value in values]))
+
+
+@dataclass
+class DecoupledPolicyObjective:
+    """
+    The policy term of the loss for one minibatch: the decoupled clipped surrogate (or, with ``clip_range=None``, the
+    importance-sampled policy gradient) plus ``kl_coef * KL[pi_prox, pi]``.
+
+    :param clip_range: ``eps`` of the clipped surrogate, ``None`` for no clipping
+    :param kl_coef: coefficient of the KL penalty (0: no penalty)
+    :param kl_estimator: ``"sample"`` (``0.5 * mean(log-ratio^2)``) or ``"exact"`` (KL of the distributions)
+    :param imp_samp_max: cap on ``pi / pi_behav`` (0: none)
+    """
+
+    clip_range: float | None
+    kl_coef: float = 0.0
+    kl_estimator: str = "sample"
+    imp_samp_max: float = 0.0
+    stats: dict[str, list[th.Tensor]] = field(default_factory=lambda: defaultdict(list))
+
+    def __call__(
+        self,
+        advantages: th.Tensor,
+        log_prob: th.Tensor,
+        proximal_log_prob: th.Tensor,
+        behavior_log_prob: th.Tensor,
+        distribution: Distribution | None = None,
+        proximal_distribution: Distribution | None = None,
+    ) -> th.Tensor:
+        """Return the loss to minimize; diagnostics are appended to ``self.stats`` (as tensors: no device sync)."""
+        policy_loss = decoupled_policy_loss(
+            advantages, log_prob, proximal_log_prob, behavior_log_prob, self.clip_range, self.imp_samp_max
+        )
+        with th.no_grad():
+            proximal_kl = sampled_kl(log_prob, proximal_log_prob)
+        loss = policy_loss
+        if self.kl_coef > 0:
+            if self.kl_estimator == "exact":
+                assert distribution is not None and proximal_distribution is not None, "exact KL needs both distributions"
+                kl_penalty = distribution_kl(proximal_distribution, distribution).mean()
+            else:
+                kl_penalty = sampled_kl(log_prob, proximal_log_prob)
+            loss = loss + self.kl_coef * kl_penalty
+            self.stats["kl_penalty"].append(kl_penalty.detach())
+        self.stats["policy_gradient_loss"].append(policy_loss.detach())
+        self.stats["proximal_kl"].append(proximal_kl)
+        if self.clip_range is not None:
+            self.stats["clip_fraction"].append(clip_fraction(log_prob, proximal_log_prob, self.clip_range))
+        self.stats["imp_samp_capped_fraction"].append(capped_fraction(log_prob, behavior_log_prob, self.imp_samp_max))
+        return loss
+
+    def reset_stats(self) -> None:
+        self.stats.clear()
+
+    def mean_stats(self) -> dict[str, float]:
+        """Mean of each diagnostic over the minibatches since the last ``reset_stats``."""
+        return {key: mean_of(values) for key, values in self.stats.items() if values}

@@ -1,0 +1,121 @@
+"""
+The options of the decoupled objective that every algorithm of this package takes: their allowed values, their check,
+their shared documentation, and what they resolve to (the EWMA decay, whether the proximal policy needs a network).
+"""
+
+import math
+from typing import TypeVar
+
+import numpy as np
+
+from sb3_ewma.common.checks import warn_at_caller
+from sb3_ewma.common.ewma import check_decay
+from sb3_ewma.common.ewma_age import EWMA_DECAY_NAMES, ewma_decay_by_rule
+
+KL_ESTIMATORS = ("sample", "exact")
+ADVANTAGE_NORMALIZATIONS = ("minibatch", "ewma")
+STALENESS_MODES = ("decoupled", "behavior", "proximal")
+
+DECOUPLED_OPTIONS_DOC = """\
+    :param kl_coef: Coefficient ``beta`` of the decoupled KL penalty ``KL[pi_prox, pi]`` (0: no penalty). Use it alone
+        with ``clip_range=None`` for the decoupled KL-penalized objective, or together with clipping.
+    :param kl_estimator: How the KL penalty is computed: ``"sample"`` (the authors' ``0.5 * mean(log(pi/pi_prox)^2)``
+        over the taken actions) or ``"exact"`` (the KL divergence of the two action distributions).
+    :param imp_samp_max: Cap on the importance weight ``pi / pi_behav`` (paper: 100), 0 for no cap; must be > 1.
+    :param advantage_normalization: ``"minibatch"`` (SB3's, each minibatch by its own statistics; default) or
+        ``"ewma"`` (the paper's: each iteration by the mean and std of EWMA moments over iterations). Only used when
+        ``normalize_advantage=True``.
+    :param advantage_ewma_decay: Decay in [0, 1) per iteration of the advantage moments for
+        ``advantage_normalization="ewma"`` (0: the current iteration only; span ``2 / (1 - decay) - 1`` iterations).
+"""
+"""The ``:param`` text of the decoupled options that all the algorithms share, written once (see
+:func:`document_decoupled_options`)."""
+
+DECOUPLED_OPTIONS_MARKER = "    :decoupled options:\n"
+"""The line of an algorithm's docstring that :func:`document_decoupled_options` replaces."""
+
+AlgorithmClass = TypeVar("AlgorithmClass", bound=type)
+
+
+def document_decoupled_options(cls: AlgorithmClass) -> AlgorithmClass:
+    """
+    Class decorator: the class docstring with its ``:decoupled options:`` line replaced by
+    :data:`DECOUPLED_OPTIONS_DOC` (what ``help()`` and the API documentation show).
+    """
+    doc = cls.__doc__ or ""
+    if DECOUPLED_OPTIONS_MARKER not in doc:
+        raise ValueError(f"the docstring of {cls.__name__} has no {DECOUPLED_OPTIONS_MARKER.strip()!r} line")
+    cls.__doc__ = doc.replace(DECOUPLED_OPTIONS_MARKER, DECOUPLED_OPTIONS_DOC)
+    return cls
+
+
+def check_decoupled_options(
+    *,
+    ewma_decay: float | str | None,
+    kl_coef: float,
+    kl_estimator: str,
+    imp_samp_max: float,
+    normalize_advantage: bool,
+    advantage_normalization: str,
+    advantage_ewma_decay: float,
+    staleness: int,
+    staleness_mode: str,
+) -> None:
+    """
+    Raise a ``ValueError`` naming the first decoupled option outside its allowed range (the options are documented in
+    :data:`DECOUPLED_OPTIONS_DOC`; ``normalize_advantage`` is the parent's).
+    """
+    if ewma_decay is not None and ewma_decay not in EWMA_DECAY_NAMES:
+        if isinstance(ewma_decay, str):
+            raise ValueError(f"ewma_decay must be a number in [0, 1), None or one of {EWMA_DECAY_NAMES}, got {ewma_decay!r}")
+        check_decay("ewma_decay", ewma_decay)
+    if not isinstance(kl_coef, (int, float)) or not math.isfinite(kl_coef) or kl_coef < 0:
+        raise ValueError(f"kl_coef must be a finite number >= 0, got {kl_coef!r}")
+    if kl_estimator not in KL_ESTIMATORS:
+        raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {kl_estimator!r}")
+    if not isinstance(imp_samp_max, (int, float)) or not (imp_samp_max == 0 or imp_samp_max > 1):
+        raise ValueError(f"imp_samp_max must be 0 (no cap) or a number > 1, got {imp_samp_max!r}")
+    if advantage_normalization not in ADVANTAGE_NORMALIZATIONS:
+        raise ValueError(f"advantage_normalization must be one of {ADVANTAGE_NORMALIZATIONS}, got {advantage_normalization!r}")
+    check_decay("advantage_ewma_decay", advantage_ewma_decay)
+    if advantage_normalization == "minibatch" and advantage_ewma_decay != 0:
+        warn_at_caller(
+            f"advantage_ewma_decay={advantage_ewma_decay!r} has no effect with advantage_normalization='minibatch' "
+            "(each minibatch's own statistics): set advantage_normalization='ewma' to use it"
+        )
+    if advantage_normalization == "ewma" and not normalize_advantage:
+        raise ValueError("advantage_normalization='ewma' needs normalize_advantage=True")
+    if isinstance(staleness, bool) or not isinstance(staleness, (int, np.integer)) or staleness < 0:
+        raise ValueError(f"staleness must be an integer >= 0 (iterations), got {staleness!r}")
+    if staleness_mode not in STALENESS_MODES:
+        raise ValueError(f"staleness_mode must be one of {STALENESS_MODES}, got {staleness_mode!r}")
+    if ewma_decay is None and staleness > 0 and staleness_mode == "behavior" and kl_coef > 0 and kl_estimator == "exact":
+        raise ValueError(
+            "kl_estimator='exact' needs the proximal policy's distribution, which staleness_mode='behavior' with "
+            "staleness > 0 and ewma_decay=None does not keep: use kl_estimator='sample'"
+        )
+
+
+def resolve_ewma_decay(ewma_decay: float | str | None, minibatches_per_epoch: int, n_epochs: int = 1) -> float | None:
+    """
+    The decay of the proximal-policy EWMA: ``None`` (no EWMA), the given number, or for a name (``"auto"``,
+    ``"paper"``, ``"max_age"``, ``"mean_age"``) the decay of the center of mass that the rule gives for ``M`` =
+    ``minibatches_per_epoch`` and ``E`` = ``n_epochs`` (:mod:`sb3_ewma.common.ewma_age`).
+    """
+    if ewma_decay is None:
+        return None
+    if isinstance(ewma_decay, str):
+        return ewma_decay_by_rule(ewma_decay, minibatches_per_epoch, n_epochs)
+    return float(ewma_decay)
+
+
+def uses_proximal_network(ewma_decay: float | None, staleness: int, staleness_mode: str, exact_kl: bool = False) -> bool:
+    """
+    Whether the proximal policy needs a network of its own: an EWMA, or (EWMA off) a snapshot of the policy at the
+    start of each iteration when the exact KL penalty needs its action distribution or when stale data is anchored at
+    the recent policy (``"decoupled"``). Otherwise the proximal policy's log-probabilities are the rollout buffer's:
+    the behavior policy's, or the recent policy's that replaced them (``"proximal"`` with stale data).
+    """
+    if ewma_decay is not None or exact_kl:
+        return True
+    return staleness > 0 and staleness_mode == "decoupled"

@@ -1,0 +1,170 @@
+"""The process group of data-parallel training: joining it (from torchrun's environment), ranks and devices."""
+
+import atexit
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stdout
+from typing import Any
+
+import torch as th
+import torch.distributed as dist
+from stable_baselines3.common.utils import get_device
+
+SAME_SETTINGS_ADVICE = "give every rank the same n_envs, n_steps, batch_size and algorithm settings"
+# torchrun's environment variables
+_WORLD_SIZE, _RANK, _LOCAL_RANK = "WORLD_SIZE", "RANK", "LOCAL_RANK"
+# settings that may (or must) differ between ranks, left out of the consistency check
+RANK_LOCAL_SETTINGS = frozenset({"seed", "verbose", "tensorboard_log", "num_timesteps", "start_time", "trained_world_size"})
+
+
+def check_distributed_argument(distributed: object) -> None:
+    """``distributed`` must be ``None`` (automatic), ``True`` or ``False``."""
+    if distributed is not None and not isinstance(distributed, bool):
+        raise ValueError(f"distributed must be None (join when torchrun's WORLD_SIZE > 1), True or False, got {distributed!r}")
+
+
+def _torchrun_world_size() -> int:
+    return int(os.environ.get(_WORLD_SIZE, "1"))
+
+
+def wants_data_parallel(distributed: bool | None) -> bool:
+    """
+    Whether an algorithm created with ``distributed`` trains data-parallel: ``False`` never; ``None`` (default) when a
+    process group of more than one rank exists or torchrun's environment says ``WORLD_SIZE > 1``; ``True`` always
+    (also with one rank), which needs torchrun's environment or an initialized process group.
+    """
+    check_distributed_argument(distributed)
+    if distributed is False:
+        return False
+    initialized = dist.is_available() and dist.is_initialized()
+    if distributed is None:
+        return (initialized and dist.get_world_size() > 1) or _torchrun_world_size() > 1
+    if not (initialized or (_RANK in os.environ and _WORLD_SIZE in os.environ)):
+        raise ValueError(
+            "distributed=True needs torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or an "
+            "initialized torch.distributed process group: start the script with torchrun"
+        )
+    return True
+
+
+def current_rank(distributed: bool | None = None) -> int:
+    """This process's rank (0 when not data-parallel)."""
+    if not wants_data_parallel(distributed):
+        return 0
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return int(os.environ.get(_RANK, "0"))
+
+
+def is_main_process(distributed: bool | None = None) -> bool:
+    """True on rank 0 (and in a single process): the process that logs and writes files."""
+    return current_rank(distributed) == 0
+
+
+def data_parallel_device(device: th.device | str, distributed: bool | None) -> th.device | str:
+    """The device of this rank: ``cuda:LOCAL_RANK`` when ``device`` resolves to CUDA without an index."""
+    if not wants_data_parallel(distributed):
+        return device
+    resolved = get_device(device)
+    if resolved.type == "cuda" and resolved.index is None:
+        resolved = th.device("cuda", int(os.environ.get(_LOCAL_RANK, "0")))
+    return resolved
+
+
+def rank_local_settings(distributed: bool | None, verbose: int, device: th.device | str) -> tuple[int, th.device | str]:
+    """
+    For an algorithm's constructor: the verbosity (0 on ranks other than 0, which print nothing) and the device
+    (``cuda:LOCAL_RANK`` for CUDA) of this rank. Unchanged when not data-parallel.
+    """
+    check_distributed_argument(distributed)
+    if not wants_data_parallel(distributed):
+        return verbose, device
+    return (verbose if current_rank(distributed) == 0 else 0), data_parallel_device(device, distributed)
+
+
+def init_process_group(device: th.device) -> None:
+    """Join (or create, from torchrun's environment) the default process group: nccl for CUDA, gloo otherwise."""
+    if dist.is_initialized():
+        return
+    if not dist.is_available():
+        raise RuntimeError("data-parallel training needs torch.distributed, which this build of PyTorch lacks")
+    # torch._dynamo, first imported by the first optimizer, keeps a reference to a default process group that exists
+    # at its import: destroy_process_group() then leaves the group's gloo threads running into the interpreter's
+    # shutdown, where a thread that frees a collective's tensors aborts the process ("terminate called without an
+    # active exception", about one exit in 15 on two ranks here). Imported first, it holds no reference.
+    import torch._dynamo  # noqa: F401
+
+    if device.type == "cuda":
+        th.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        dist.init_process_group("gloo")
+    # the group is ours, so is its cleanup: a script that never calls destroy_process_group() would otherwise exit
+    # with the group alive (PyTorch warns about leaked resources then, and gloo's threads may abort the process)
+    atexit.register(_destroy_process_group)
+
+
+def _destroy_process_group() -> None:
+    """At exit: destroy the default process group that :func:`init_process_group` created, if it still exists."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def join_torchrun(device: th.device | str = "auto") -> tuple[int, int]:
+    """
+    Under torchrun (``WORLD_SIZE > 1``), join (or create) the default process group now, with the backend of
+    ``device`` (nccl for CUDA, gloo otherwise), so that a script can agree on things before building its model.
+
+    :return: this process's rank and the world size ((0, 1) without torchrun)
+    """
+    if not wants_data_parallel(None):
+        return 0, 1
+    init_process_group(th.device(data_parallel_device(device, None)))
+    return dist.get_rank(), dist.get_world_size()
+
+
+def broadcast_from_rank0(value: Any) -> Any:
+    """Rank 0's ``value`` (picklable) on every rank; ``value`` itself without a process group of several ranks."""
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return value
+    holder = [value]
+    dist.broadcast_object_list(holder, src=0)
+    return holder[0]
+
+
+# per-rank hyperparameters that count samples (the global value is world_size times the per-rank one)
+PER_RANK_SAMPLE_COUNTS = ("n_envs", "batch_size", "aux_batch_size")
+
+
+def per_rank_hyperparams(hyperparams: dict[str, Any], world_size: int) -> dict[str, Any]:
+    """
+    Split a hyperparameter entry written for one process of ``n_envs`` environments into the entry of each of
+    ``world_size`` ranks that together behave like it: ``n_envs``, ``batch_size`` and ``aux_batch_size`` divided by
+    ``world_size`` (the number of minibatches per epoch, hence every other hyperparameter, is unchanged).
+
+    :raise ValueError: when one of them is not divisible by ``world_size``
+    """
+    split = dict(hyperparams)
+    for key in PER_RANK_SAMPLE_COUNTS:
+        if key not in split or split[key] is None:
+            continue
+        value = int(split[key])
+        if value % world_size != 0:
+            raise ValueError(
+                f"{key}={value} (for all ranks together) must be divisible by the world size {world_size}: choose a total "
+                f"number of environments (--scale-n-envs) that makes {', '.join(PER_RANK_SAMPLE_COUNTS)} divisible"
+            )
+        split[key] = value // world_size
+    if split.get("aux_micro_batch_size") is not None and "aux_batch_size" in split:
+        split["aux_micro_batch_size"] = min(int(split["aux_micro_batch_size"]), int(split["aux_batch_size"]))
+    return split
+
+
+@contextmanager
+def quiet_unless_rank0() -> Iterator[None]:
+    """Under torchrun, send the standard output of ranks other than 0 to nowhere for the duration of the block."""
+    if current_rank() == 0:
+        yield
+        return
+    with open(os.devnull, "w") as devnull, redirect_stdout(devnull):
+        yield

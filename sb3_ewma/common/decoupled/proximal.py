@@ -177,7 +177,8 @@ class ProximalSaveMixin(HostAlgorithm):
         else:
             _, params, _ = load_from_zip_file(load_path_or_dict, device=device, load_data=False)
             saved_state = read_saved_value(load_path_or_dict, PROXIMAL_STATE_KEY)
-        if "proximal_ewma" not in params and saved_state is not None and self.proximal_ewma is not None:
+        if "proximal_ewma" not in params and saved_state is not None:
+            # the saved proximal policy goes with the modules' parameters, as in files of version 0.1.0
             params = {**params, "proximal_ewma": saved_state}
         if self.proximal_ewma is not None and "proximal_ewma" not in params and "policy" in params:
             if exact_match and not is_loading_from_file():

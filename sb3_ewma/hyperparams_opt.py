@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import optuna
 
 EWMA_CENTER_OF_MASS_CHOICES: tuple[str | int, ...] = ("auto", 1, 2, 4, 8, 16, 32)
-"""Center of mass of the proximal EWMA, in optimizer steps; "auto": the number of minibatches per epoch."""
+"""Center of mass of the proximal EWMA, in optimizer steps; "auto": sb3_ewma.common.ewma_age's default rule."""
 KL_COEF_CHOICES: tuple[float, ...] = (0.0, 0.01, 0.1, 1.0)
 IMP_SAMP_MAX_CHOICES: tuple[float, ...] = (0.0, 10.0, 100.0)
 """Cap on ``pi / pi_behav`` (0: no cap)."""

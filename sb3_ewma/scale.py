@@ -432,10 +432,10 @@ def _scale_proximal_ewma(
         )
         return
     if isinstance(old, str):
-        rule = ewma_age_rule(old)  # raises for an unknown name
         n_steps = _whole_number("n_steps", scaled.get("n_steps", defaults["n_steps"]))
         minibatches = math.ceil(Fraction(n_steps * reference_n_envs, reference_batch_size))
         n_epochs = _whole_number("n_epochs", scaled.get("n_epochs", defaults.get("n_epochs", 1)))
+        rule = ewma_age_rule(old, n_epochs)  # raises for an unknown name
         center_of_mass = ewma_center_of_mass_by_rule(rule, minibatches, n_epochs)
         formula = {"paper": "M", "max_age": "E x M", "mean_age": "E x M / 2"}[rule]
         named = f"'{old}' = '{rule}'" if old != rule else f"'{old}'"

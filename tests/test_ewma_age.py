@@ -12,7 +12,7 @@ from stable_baselines3.common.logger import configure
 from sb3_ewma import PPO_EWMA, scale_hyperparams
 from sb3_ewma.common.decoupled.options import resolve_ewma_decay
 from sb3_ewma.common.ewma_age import (
-    EWMA_DECAY_AUTO_RULE,
+    EWMA_DECAY_AUTO_SEVERAL_EPOCHS,
     ewma_age_rule,
     ewma_center_of_mass_by_rule,
     ewma_decay_by_rule,
@@ -41,24 +41,30 @@ def test_center_of_mass_by_rule(name: str, minibatches: int, epochs: int, center
     assert ewma_decay_by_rule(name, minibatches, epochs) == pytest.approx(center_of_mass / (center_of_mass + 1))
 
 
-def test_auto_is_the_paper_rule() -> None:
-    assert EWMA_DECAY_AUTO_RULE == "paper" and ewma_age_rule("auto") == "paper"
-    assert ewma_center_of_mass_by_rule("auto", 64, 10) == 64.0
-    assert resolve_ewma_decay("auto", 8, 3) == pytest.approx(8 / 9)
+def test_auto_is_the_mean_age_with_several_epochs_and_the_paper_rule_with_one() -> None:
+    assert EWMA_DECAY_AUTO_SEVERAL_EPOCHS == "mean_age"
+    assert ewma_age_rule("auto", 10) == "mean_age" and ewma_age_rule("auto", 2) == "mean_age"
+    assert ewma_age_rule("auto", 1) == "paper" and ewma_age_rule("auto", 0) == "paper"
+    assert ewma_center_of_mass_by_rule("auto", 64, 10) == 320.0  # rl-zoo3's Pendulum-v1: 10 epochs of 64 minibatches
+    assert ewma_center_of_mass_by_rule("auto", 1, 20) == 10.0  # rl-zoo3's CartPole-v1: 20 epochs of 1
+    assert ewma_center_of_mass_by_rule("auto", 8, 1) == 8.0  # the paper's PPG-EWMA: 1 epoch of 8
+    assert ewma_center_of_mass_by_rule("auto", 8, 2) == 8.0  # max(M, E x M / 2): both 8
+    assert resolve_ewma_decay("auto", 8, 3) == pytest.approx(12 / 13)
+    assert resolve_ewma_decay("paper", 8, 3) == pytest.approx(8 / 9)
     assert resolve_ewma_decay("max_age", 8, 3) == pytest.approx(24 / 25)
     assert resolve_ewma_decay(0.5, 8, 3) == 0.5 and resolve_ewma_decay(None, 8, 3) is None
 
 
 def test_unknown_rule() -> None:
     with pytest.raises(ValueError, match="'paper', 'max_age', 'mean_age'"):
-        ewma_age_rule("oldest")
+        ewma_age_rule("oldest", 1)
     with pytest.raises(ValueError, match="one of"):
         PPO_EWMA("MlpPolicy", "CartPole-v1", ewma_decay="oldest")
     with pytest.raises(ValueError, match="minibatches_per_epoch"):
         ewma_center_of_mass_by_rule("paper", 0, 1)
 
 
-@pytest.mark.parametrize("name, center_of_mass", [("auto", 4.0), ("paper", 4.0), ("max_age", 12.0), ("mean_age", 6.0)])
+@pytest.mark.parametrize("name, center_of_mass", [("auto", 6.0), ("paper", 4.0), ("max_age", 12.0), ("mean_age", 6.0)])
 def test_algorithms_and_log_follow_the_rule(name: str, center_of_mass: float, tmp_path) -> None:
     # 1 env x 64 steps, batch 16: M = 4 minibatches per epoch, E = 3 epochs
     model = PPO_EWMA("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=16, n_epochs=3, ewma_decay=name, seed=0)
@@ -75,7 +81,7 @@ def test_algorithms_and_log_follow_the_rule(name: str, center_of_mass: float, tm
 @pytest.mark.parametrize(
     "name, reference_center_of_mass, report",
     [
-        ("auto", 8, "'auto' = 'paper' (center of mass 8 = M, M = 8 minibatches per epoch, E = 3 epochs)"),
+        ("auto", 12, "'auto' = 'mean_age' (center of mass 12 = E x M / 2, M = 8 minibatches per epoch, E = 3 epochs)"),
         ("paper", 8, "'paper' (center of mass 8 = M, M = 8 minibatches per epoch, E = 3 epochs)"),
         ("max_age", 24, "'max_age' (center of mass 24 = E x M, M = 8 minibatches per epoch, E = 3 epochs)"),
         ("mean_age", 12, "'mean_age' (center of mass 12 = E x M / 2, M = 8 minibatches per epoch, E = 3 epochs)"),

@@ -75,10 +75,14 @@ def test_proximal_policy_gets_no_gradients_and_is_not_optimized():
     assert all(p.grad is None for p in proximal_params)
 
 
-@pytest.mark.parametrize("n_steps, batch_size, n_envs, expected_com", [(64, 16, 1, 4), (64, 16, 2, 8), (50, 16, 1, 4)])
-def test_auto_decay_center_of_mass_is_minibatches_per_epoch(n_steps, batch_size, n_envs, expected_com):
+@pytest.mark.parametrize(
+    "n_steps, batch_size, n_envs, n_epochs, expected_com",
+    # "auto": max(M, E x M / 2) with M = ceil(n_steps * n_envs / batch_size) minibatches per epoch, E epochs
+    [(64, 16, 1, 10, 20), (64, 16, 2, 10, 40), (50, 16, 1, 10, 20), (64, 16, 1, 1, 4), (64, 16, 1, 3, 6)],
+)
+def test_auto_decay_center_of_mass(n_steps, batch_size, n_envs, n_epochs, expected_com):
     env = make_vec_env("CartPole-v1", n_envs=n_envs)
-    model = PPO_EWMA("MlpPolicy", env, n_steps=n_steps, batch_size=batch_size, device="cpu")
+    model = PPO_EWMA("MlpPolicy", env, n_steps=n_steps, batch_size=batch_size, n_epochs=n_epochs, device="cpu")
     assert center_of_mass_from_ewma_decay(model.proximal_decay) == pytest.approx(expected_com)
     assert model.proximal_ewma.decay == pytest.approx(expected_com / (expected_com + 1))
 

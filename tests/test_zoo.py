@@ -291,7 +291,8 @@ def test_yaml_entries(algo: str) -> None:
     }
     assert easy["minibatch_sampling"] == "rollouts"
     if algo == "ppo_ewma":
-        assert easy["ewma_decay"] == "auto" and not PPG_KEYS & set(easy)
+        # the paper's PPO-EWMA age, named: "auto" would give E x M / 2 = 12 with these 3 epochs of 8 minibatches
+        assert easy["ewma_decay"] == "paper" and not PPG_KEYS & set(easy)
     else:
         ppg = {"n_policy_iterations": 32, "n_value_epochs": 1, "n_aux_epochs": 6, "beta_clone": 1.0, "aux_batch_size": 1024}
         assert {key: easy[key] for key in ppg} == ppg
@@ -403,7 +404,8 @@ def test_optimize_ppo_ewma(tmp_path: Path) -> None:
 
 
 def test_scale_n_envs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    # the ppg_ewma CartPole-v1 entry: 8 envs, batch_size 64, lr lin_0.001, ewma "auto" (4 minibatches), N_pi 8
+    # the ppg_ewma CartPole-v1 entry: 8 envs, batch_size 64, lr lin_0.001, N_pi 8, ewma "auto" with 4 epochs of 4
+    # minibatches (center of mass E x M / 2 = 8)
     train_in_process(
         *("--algo", "ppg_ewma", "--env", "CartPole-v1", "-n", "300", "-f", str(tmp_path)),
         *("--scale-n-envs", "2"),
@@ -415,7 +417,7 @@ def test_scale_n_envs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     run_dir = saved_run(tmp_path, "ppg_ewma", "CartPole-v1")
     model = zoo.zoo_algorithms()["ppg_ewma"].load(run_dir / "CartPole-v1.zip", device="cpu")
     assert (model.n_envs, model.batch_size, model.n_policy_iterations, model.n_steps) == (2, 16, 32, 32)
-    assert model.ewma_decay == pytest.approx(16 / 17)  # center of mass 4 * c = 16
+    assert model.ewma_decay == pytest.approx(32 / 33)  # center of mass 8 * c = 32
     config = yaml.load((run_dir / "CartPole-v1" / "config.yml").read_text(), Loader=yaml.UnsafeLoader)
     assert (config["n_envs"], config["learning_rate"]) == (2, "lin_0.0005")
 

@@ -12,9 +12,27 @@ iteration's shape: ``M`` minibatches per epoch (``ceil(n_steps * n_envs / batch_
   behavior policy, is ``E * M`` steps old at the last minibatch). Equal to ``"paper"`` with one epoch.
 - ``"mean_age"``: ``COM = E * M / 2``. The same mean age as PPO's proximal policy over an iteration (which ages from 0
   to ``E * M`` steps).
-- ``"auto"``: the default, one of the above (:data:`EWMA_DECAY_AUTO_RULE`).
+- ``"auto"``: the default: ``"mean_age"`` with several epochs, ``"paper"`` with one (that is,
+  ``COM = max(M, E * M / 2)``).
 
 The decay is then ``beta = COM / (COM + 1)``.
+
+Why ``"auto"`` is what it is, measured (``python tests/learning_cases.py``, the learning tests' trainings, 10 seeds,
+one torch thread, 2 shared cores; and ``python -m benchmarks.zoo_table --experiment ewma_age``, 2-3 seeds, rl-zoo3's
+training and evaluation; the figures are on the documentation's benchmarks page):
+
+- rl-zoo3's Pendulum-v1 entry (E = 10 epochs of M = 64 minibatches) for 61,440 steps, final return over 8 episodes:
+  ``"paper"`` (64) mean -532, two seeds of ten barely learning (-1,259 and -1,056); ``"max_age"`` (640) mean -174,
+  worst -276; ``"mean_age"`` (320) mean -169, worst -229. At rl-zoo3's budget (100k) SB3's PPO reached -156
+  (2 seeds), ``"paper"`` -238, ``"max_age"`` -172, ``"mean_age"`` -171.
+- rl-zoo3's CartPole-v1 entry (E = 20, M = 1), 100k steps: every rule solves it synchronously in the learning cases
+  (500 on every seed), but ``"max_age"`` fell to 259 on one of two seeds of rl-zoo3's run; with overlapped rollouts
+  (``async_rollouts=True``, 5 seeds) ``"paper"`` averaged 330 (two seeds failed), ``"max_age"`` and ``"mean_age"``
+  500 on every seed.
+
+With one epoch the rules ``"paper"`` and ``"max_age"`` agree on ``M``, the value the paper measured for PPG-EWMA;
+``"mean_age"`` would halve it, untested, so ``"auto"`` keeps ``M`` there. The Procgen entries of this package name
+``"paper"`` explicitly (the paper's PPO-EWMA setting, 8 with 3 epochs of 8 minibatches).
 """
 
 from sb3_ewma.common.ewma import ewma_decay_from_center_of_mass
@@ -25,24 +43,22 @@ EWMA_DECAY_AUTO = "auto"
 EWMA_AGE_RULES: tuple[str, ...] = ("paper", "max_age", "mean_age")
 """The named rules for the proximal EWMA's center of mass (see the module's docstring)."""
 
-EWMA_DECAY_AUTO_RULE = "paper"
-"""
-What ``ewma_decay="auto"`` means: the paper's setting, center of mass = minibatches per epoch. Kept until a
-measurement on rl-zoo3's many-epoch entries (``benchmarks.zoo_table --experiment ewma_age``) shows another rule
-learning at least as well; the figures so far are in ``benchmarks/results/zoo_table/ewma_age/benchmark.md``.
-"""
+EWMA_DECAY_AUTO_SEVERAL_EPOCHS = "mean_age"
+"""The rule ``"auto"`` selects with several epochs (with one: ``"paper"``); see the module's docstring."""
 
 EWMA_DECAY_NAMES: tuple[str, ...] = (EWMA_DECAY_AUTO, *EWMA_AGE_RULES)
 """Every name ``ewma_decay`` accepts besides a number and ``None``."""
 
 
-def ewma_age_rule(name: str) -> str:
+def ewma_age_rule(name: str, n_epochs: int) -> str:
     """
     :param name: one of :data:`EWMA_DECAY_NAMES`
-    :return: the rule it selects (``"auto"`` resolved to :data:`EWMA_DECAY_AUTO_RULE`)
+    :param n_epochs: ``E``, the policy epochs per iteration (``"auto"`` depends on it)
+    :return: the rule it selects: ``"auto"`` is :data:`EWMA_DECAY_AUTO_SEVERAL_EPOCHS` with ``E >= 2`` and
+        ``"paper"`` with one epoch (or none)
     """
     if name == EWMA_DECAY_AUTO:
-        return EWMA_DECAY_AUTO_RULE
+        return EWMA_DECAY_AUTO_SEVERAL_EPOCHS if n_epochs >= 2 else "paper"
     if name not in EWMA_AGE_RULES:
         raise ValueError(f"ewma_decay must be a number in [0, 1), None or one of {EWMA_DECAY_NAMES}, got {name!r}")
     return name
@@ -55,12 +71,13 @@ def ewma_center_of_mass_by_rule(name: str, minibatches_per_epoch: int, n_epochs:
     :param name: one of :data:`EWMA_DECAY_NAMES`
     :param minibatches_per_epoch: ``M``, the policy optimizer steps per epoch (``>= 1``)
     :param n_epochs: ``E``, the policy epochs per iteration (``>= 1``; 0 is read as 1: no epoch, no age to match)
-    :return: ``M`` (``"paper"``), ``E * M`` (``"max_age"``) or ``E * M / 2`` (``"mean_age"``)
+    :return: ``M`` (``"paper"``), ``E * M`` (``"max_age"``), ``E * M / 2`` (``"mean_age"``) or
+        ``max(M, E * M / 2)`` (``"auto"``)
     """
     if minibatches_per_epoch < 1:
         raise ValueError(f"minibatches_per_epoch must be >= 1, got {minibatches_per_epoch}")
-    rule = ewma_age_rule(name)
     epochs = max(int(n_epochs), 1)
+    rule = ewma_age_rule(name, epochs)
     if rule == "paper":
         return float(minibatches_per_epoch)
     if rule == "max_age":

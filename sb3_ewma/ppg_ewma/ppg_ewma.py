@@ -129,7 +129,8 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         of every policy phase that follows an auxiliary phase; its center of mass is ``beta / (1 - beta)`` optimizer
         steps. A name (:mod:`sb3_ewma.common.ewma_age`) sets the center of mass from
         the minibatches per epoch ``M`` and the policy epochs ``E``: ``"paper"`` ``M`` (the paper's setting),
-        ``"max_age"`` ``E * M``, ``"mean_age"`` ``E * M / 2``; ``"auto"`` (default) is ``"paper"``. ``None``: no
+        ``"max_age"`` ``E * M``, ``"mean_age"`` ``E * M / 2``; ``"auto"`` (default) is ``"mean_age"`` with
+        several epochs, ``"paper"`` with one. ``None``: no
         EWMA, the proximal policy is the behavior policy (plain PPG).
     :decoupled options:
     :param n_policy_iterations: Iterations (rollouts) per policy phase ``N_pi``; an auxiliary phase follows each

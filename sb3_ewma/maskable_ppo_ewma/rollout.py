@@ -53,6 +53,8 @@ def collect_maskable_rollout(
 
     callback.on_rollout_start()
 
+    new_obs: Any = None  # the observations after the last step (the loop runs at least once)
+
     while n_steps < n_rollout_steps:
         with th.no_grad():
             # Convert to pytorch tensor or to TensorDict
@@ -84,7 +86,7 @@ def collect_maskable_rollout(
         # Handle timeout by bootstraping with value function (SB3 issue #633)
         for idx, done in enumerate(dones):
             if done and infos[idx].get("terminal_observation") is not None and infos[idx].get("TimeLimit.truncated", False):
-                terminal_obs = policy.obs_to_tensor(infos[idx]["terminal_observation"])[0]
+                terminal_obs: Any = policy.obs_to_tensor(infos[idx]["terminal_observation"])[0]
                 with th.no_grad():
                     terminal_value = policy.predict_values(terminal_obs)[0]
                 rewards[idx] += algorithm.gamma * terminal_value

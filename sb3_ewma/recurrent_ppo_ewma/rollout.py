@@ -55,6 +55,8 @@ def collect_recurrent_rollout(
 
     callback.on_rollout_start()
 
+    new_obs: Any = None  # the observations after the last step (the loop runs at least once)
+
     lstm_states = deepcopy(algorithm._last_lstm_states)
 
     while n_steps < n_rollout_steps:
@@ -95,7 +97,7 @@ def collect_recurrent_rollout(
         # Handle timeout by bootstraping with value function (SB3 issue #633)
         for idx, done_ in enumerate(dones):
             if done_ and infos[idx].get("terminal_observation") is not None and infos[idx].get("TimeLimit.truncated", False):
-                terminal_obs = policy.obs_to_tensor(infos[idx]["terminal_observation"])[0]
+                terminal_obs: Any = policy.obs_to_tensor(infos[idx]["terminal_observation"])[0]
                 with th.no_grad():
                     terminal_lstm_state = (
                         lstm_states.vf[0][:, idx : idx + 1, :].contiguous(),
@@ -122,7 +124,8 @@ def collect_recurrent_rollout(
     with th.no_grad():
         # Compute value for the last timestep
         episode_starts = th.tensor(dones, dtype=th.float32, device=device)
-        values = policy.predict_values(obs_as_tensor(new_obs, device), lstm_states.vf, episode_starts)
+        last_obs: Any = obs_as_tensor(new_obs, device)  # a dict of tensors for Dict observations
+        values = policy.predict_values(last_obs, lstm_states.vf, episode_starts)
 
     rollout_buffer.compute_returns_and_advantage(last_values=values, dones=dones)
 

@@ -26,7 +26,6 @@ import threading
 from typing import Any
 
 import numpy as np
-from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.type_aliases import MaybeCallback
 
@@ -69,7 +68,6 @@ class AsyncRolloutMixin(HostAlgorithm):
 
     async_rollouts: bool
     rollout_collector: str
-    rollout_buffer: RolloutBuffer
 
     def _set_async_rollouts(self, async_rollouts: bool | str) -> None:
         """Set ``async_rollouts`` (a bool) and ``rollout_collector`` (``"thread"`` or ``"process"``), checked."""
@@ -113,22 +111,19 @@ class AsyncRolloutMixin(HostAlgorithm):
         tb_log_name: str = "OnPolicyAlgorithm",
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
-        **kwargs: Any,
     ) -> Any:
         """
-        The parent's ``learn``, or with ``async_rollouts`` its loop with overlapped rollouts. Further keyword arguments
-        of the parent's ``learn`` (``MaskablePPO``'s ``use_masking``) go to it; the overlapped loop collects through
-        the algorithm's rollout loop, which reads what it needs of them from the algorithm.
+        The parent's ``learn`` (its arguments passed by name: ``MaskablePPO``'s has one more, ``use_masking``, which
+        the algorithm hands to its rollout loop itself), or with ``async_rollouts`` its loop with overlapped rollouts.
         """
         if not self.async_rollouts:
-            return super().learn(  # type: ignore[call-arg]
+            return super().learn(
                 total_timesteps=total_timesteps,
                 callback=callback,
                 log_interval=log_interval,
                 tb_log_name=tb_log_name,
                 reset_num_timesteps=reset_num_timesteps,
                 progress_bar=progress_bar,
-                **kwargs,
             )
         return self._learn_async(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
 

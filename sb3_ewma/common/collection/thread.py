@@ -14,7 +14,6 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.vec_env import VecEnv
 
-
 COLLECTOR_STOP_TIMEOUT_S = 60.0
 """How long the main thread waits, after an exception, for the collector to stop at its next environment step."""
 

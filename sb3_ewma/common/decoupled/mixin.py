@@ -163,7 +163,7 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin, HostAlgorithm):
         return iter(epoch)
 
     def _rollout_minibatches(self, buffer: RolloutBuffer) -> Iterator[RolloutBufferSamples]:
-        """An epoch in minibatches of whole rollouts (``minibatch_sampling="rollouts"``, :mod:`~sb3_ewma.common.minibatches`)."""
+        """An epoch in minibatches of whole rollouts (``minibatch_sampling="rollouts"``)."""
         return rollout_minibatches(buffer, self._minibatch_size)
 
     @property

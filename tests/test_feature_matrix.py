@@ -11,11 +11,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch as th
 from gymnasium import spaces
 from sb3_contrib.common.envs import InvalidActionEnvDiscrete
+from sb3_contrib.common.wrappers import ActionMasker
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import Logger, configure
@@ -48,9 +50,15 @@ def masked_env() -> InvalidActionEnvDiscrete:
     return InvalidActionEnvDiscrete(dim=4, ep_length=10, n_invalid_actions=1)
 
 
-def make_model(algorithm: type, n_envs: int = N_ENVS, **kwargs: Any) -> Any:
+def masked_cartpole() -> gym.Env:
+    """CartPole whose action 1 is invalid while the pole leans left: masks that draw nothing from numpy's global RNG."""
+    return ActionMasker(gym.make("CartPole-v1"), lambda env: np.array([True, env.unwrapped.state[2] > 0]))
+
+
+def make_model(algorithm: type, n_envs: int = N_ENVS, env_id: Any = None, **kwargs: Any) -> Any:
     """A small model of ``algorithm`` on CartPole (MaskablePPO_EWMA: an environment with invalid actions), on the CPU."""
-    env_id: Any = masked_env if algorithm is MaskablePPO_EWMA else "CartPole-v1"
+    if env_id is None:
+        env_id = masked_env if algorithm is MaskablePPO_EWMA else "CartPole-v1"
     policy = "MlpLstmPolicy" if algorithm is RecurrentPPO_EWMA else "MlpPolicy"
     net: dict[str, Any] = {"net_arch": [16]}
     if algorithm is RecurrentPPO_EWMA:
@@ -286,8 +294,11 @@ def test_overlapped_rollouts_of_the_contrib_algorithms_are_one_iteration_stale(a
 @pytest.mark.parametrize("algorithm", [RecurrentPPO_EWMA, MaskablePPO_EWMA], ids=lambda algorithm: algorithm.__name__)
 def test_first_overlapped_update_is_the_synchronous_one(algorithm):
     results = []
+    # InvalidActionEnvDiscrete draws its masks from numpy's global RNG, which train() draws from too (the minibatch
+    # permutation): a collector thread stepping it during train() would change the permutation
+    env_id = masked_cartpole if algorithm is MaskablePPO_EWMA else None
     for async_rollouts in (False, True, "process"):
-        model = make_model(algorithm, n_envs=2, async_rollouts=async_rollouts)
+        model = make_model(algorithm, n_envs=2, env_id=env_id, async_rollouts=async_rollouts)
         recorder = TrainRecorder(model)
         model.learn(2 * 2 * N_STEPS)
         results.append((recorder.buffers[0], recorder.after[0]))

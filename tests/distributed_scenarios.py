@@ -21,18 +21,42 @@ import gymnasium as gym
 import numpy as np
 import torch as th
 import torch.distributed as dist
+from sb3_contrib.common.envs import InvalidActionEnvDiscrete
 from stable_baselines3.common.callbacks import CheckpointCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.vec_env import VecNormalize
 
-from sb3_ewma import PPG_EWMA, PPO_EWMA
+from sb3_ewma import PPG_EWMA, PPO_EWMA, MaskablePPO_EWMA, RecurrentPPO_EWMA
 
 th.set_num_threads(1)
 N_STEPS = 8
 SMALL_NET = {"net_arch": [16]}
 PPG_NET = {"net_arch": [16]}
 BUFFER_FIELDS = ("observations", "actions", "rewards", "returns", "episode_starts", "values", "log_probs", "advantages")
+LSTM_NET = {"net_arch": [16], "lstm_hidden_size": 8}
+# the recurrent buffer's LSTM states, of shape (n_steps, n_layers, n_envs, hidden_size): environments on axis 2
+LSTM_STATE_FIELDS = ("hidden_states_pi", "cell_states_pi", "hidden_states_vf", "cell_states_vf")
+
+
+def masked_env() -> gym.Env:
+    return InvalidActionEnvDiscrete(dim=4, ep_length=10, n_invalid_actions=1)
+
+
+def setup_of(algo: type) -> tuple[str, Any, dict[str, Any], tuple[str, ...]]:
+    """The policy, environment, network and buffer fields (those of a rollout's data) of an algorithm's scenarios."""
+    if algo is RecurrentPPO_EWMA:
+        return "MlpLstmPolicy", "CartPole-v1", LSTM_NET, BUFFER_FIELDS + LSTM_STATE_FIELDS
+    if algo is MaskablePPO_EWMA:
+        return "MlpPolicy", masked_env, SMALL_NET, (*BUFFER_FIELDS, "action_masks")
+    return "MlpPolicy", "CartPole-v1", SMALL_NET, BUFFER_FIELDS
+
+
+def envs_of(field: str, values: np.ndarray, first: int, count: int) -> np.ndarray:
+    """Environments ``first ... first + count - 1`` of a buffer field."""
+    if field in LSTM_STATE_FIELDS:
+        return values[:, :, first : first + count]
+    return values[:, first : first + count]
 
 
 def rank() -> int:
@@ -88,15 +112,13 @@ def one_update(algo: type, n_envs: int, seed: int, data: dict[str, np.ndarray] |
     size = N_STEPS * n_envs
     if algo is PPG_EWMA:
         kwargs = {"n_policy_iterations": 1, "n_aux_epochs": 2, "aux_batch_size": size, "policy_kwargs": PPG_NET, **kwargs}
+    policy, env_id, net, fields = setup_of(algo)
     model = algo(
-        "MlpPolicy",
-        make_vec_env("CartPole-v1", n_envs=n_envs, seed=seed),
+        policy,
+        make_vec_env(env_id, n_envs=n_envs, seed=seed),
         n_steps=N_STEPS,
         batch_size=size,
-        n_epochs=3,
-        learning_rate=1e-3,
-        seed=seed,
-        **{"policy_kwargs": SMALL_NET, **kwargs},
+        **{"n_epochs": 3, "learning_rate": 1e-3, "seed": seed, "policy_kwargs": net, **kwargs},
     )
     model.set_logger(Logger(folder=None, output_formats=[]))
     if data is None:
@@ -104,11 +126,11 @@ def one_update(algo: type, n_envs: int, seed: int, data: dict[str, np.ndarray] |
         model.collect_rollouts(model.env, callback, model.rollout_buffer, N_STEPS)
     else:
         buffer = model.rollout_buffer
-        for field in BUFFER_FIELDS:
+        for field in fields:
             setattr(buffer, field, data[field].copy())
         buffer.pos, buffer.full, buffer.generator_ready = buffer.buffer_size, True, False
     model.initial_state = state_of(model)
-    model.data = {field: getattr(model.rollout_buffer, field).copy() for field in BUFFER_FIELDS}
+    model.data = {field: getattr(model.rollout_buffer, field).copy() for field in fields}
     model.train()
     return model
 
@@ -116,8 +138,7 @@ def one_update(algo: type, n_envs: int, seed: int, data: dict[str, np.ndarray] |
 def check_equivalence(algo: type, **kwargs: Any) -> None:
     # one process, 4 envs (every rank computes it, identically)
     reference = one_update(algo, 4, 0, None, distributed=False, **kwargs)
-    half = 2 * rank()
-    data = {field: values[:, half : half + 2] for field, values in reference.data.items()}
+    data = {field: envs_of(field, values, 2 * rank(), 2) for field, values in reference.data.items()}
     # rank 1 seeds its model differently: it must start from rank 0's parameters anyway
     model = one_update(algo, 2, 0 if rank() == 0 else 123, data, **kwargs)
     assert model.world_size == 2
@@ -171,6 +192,37 @@ def check_iterations_identical(out_dir: Path) -> None:
         if rank() == 0:
             assert local_losses[0] != local_losses[1]
             assert abs(model.logger.name_to_value["train/value_loss"] - np.mean(local_losses)) < 1e-12
+
+
+def check_contrib_iterations_identical() -> None:
+    """The ranks of RecurrentPPO_EWMA and MaskablePPO_EWMA stay identical over iterations, also with overlapped rollouts."""
+    for algo, kwargs in (
+        (RecurrentPPO_EWMA, {}),
+        (RecurrentPPO_EWMA, {"minibatch_sampling": "rollouts", "ewma_decay": None}),
+        (RecurrentPPO_EWMA, {"async_rollouts": True}),
+        (RecurrentPPO_EWMA, {"async_rollouts": "process"}),
+        (MaskablePPO_EWMA, {}),
+        (MaskablePPO_EWMA, {"async_rollouts": "process"}),
+    ):
+        policy, env_id, net, _ = setup_of(algo)
+        model = algo(
+            policy,
+            make_vec_env(env_id, n_envs=2),
+            n_steps=16,
+            batch_size=8,
+            n_epochs=2,
+            seed=1,
+            stats_window_size=10_000,
+            **{"policy_kwargs": net, **kwargs},
+        )
+        model.learn(5 * 16 * 2 * 2)
+        assert model.num_timesteps == 5 * 16 * 2 * 2, model.num_timesteps  # global steps: 5 iterations
+        assert_same_on_ranks(model, f"{algo.__name__} {kwargs} after 5 iterations")
+        first_obs = gather(model.rollout_buffer.observations[0].tolist())
+        assert first_obs[0] != first_obs[1], "the ranks' environments got the same seeds"
+        counts = gather(local_episodes(model))
+        if rank() == 0 and kwargs.get("async_rollouts") != "process":
+            assert len(model.ep_info_buffer) == sum(counts) > counts[0], (len(model.ep_info_buffer), counts)
 
 
 def check_target_kl() -> None:
@@ -331,6 +383,20 @@ def main() -> None:
         recorder.passed_check("vec_normalize")
         check_resume(out_dir)
         recorder.passed_check("resume")
+    elif scenario == "contrib":
+        for algo, kwargs in (
+            # whole rollouts: the LSTM runs (and backpropagates) on the same sequences in both runs. sb3-contrib's
+            # "steps" sampling cuts the steps at a random split point, which differs between the two runs, and a cut
+            # stops the gradient through the LSTM states: equal in distribution only, as PPO_EWMA's random minibatches.
+            (RecurrentPPO_EWMA, {"minibatch_sampling": "rollouts"}),
+            (RecurrentPPO_EWMA, {"minibatch_sampling": "rollouts", "ewma_decay": None, "advantage_normalization": "ewma"}),
+            (MaskablePPO_EWMA, {}),
+            (MaskablePPO_EWMA, {"minibatch_sampling": "rollouts", "ewma_decay": None}),
+        ):
+            check_equivalence(algo, **kwargs)
+        recorder.passed_check("contrib_equivalence")
+        check_contrib_iterations_identical()
+        recorder.passed_check("contrib_iterations")
     elif scenario == "bad_input":
         # rank 1 alone gets a bad hyperparameter
         PPO_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2), n_steps=8, kl_coef=0.0 if rank() == 0 else -1.0)

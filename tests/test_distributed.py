@@ -124,6 +124,25 @@ def test_save_on_two_ranks_continue_in_one(core_run: tuple[Path, int, str]) -> N
     assert model.num_timesteps == start + 16 * 2
 
 
+@pytest.fixture(scope="module")
+def contrib_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
+    """One launch for the checks of RecurrentPPO_EWMA and MaskablePPO_EWMA (the "contrib" scenario)."""
+    out_dir = tmp_path_factory.mktemp("distributed_contrib")
+    returncode, output, _ = torchrun("contrib", out_dir)
+    return out_dir, returncode, output
+
+
+def test_contrib_one_update_equals_one_process(contrib_run: tuple[Path, int, str]) -> None:
+    # RecurrentPPO_EWMA (minibatches of whole rollouts, over 3 epochs) and MaskablePPO_EWMA: 2 ranks x 2 envs give the
+    # parameters and EWMA of 1 process x 4 envs
+    _assert_passed(contrib_run, "contrib_equivalence")
+
+
+def test_contrib_ranks_stay_identical(contrib_run: tuple[Path, int, str]) -> None:
+    # also with overlapped rollouts (a collector thread, a collector process carrying the LSTM states)
+    _assert_passed(contrib_run, "contrib_iterations")
+
+
 def test_bad_input_on_one_rank_ends_the_job(tmp_path: Path) -> None:
     returncode, output, duration = torchrun("bad_input", tmp_path, timeout=120)
     assert returncode != 0

@@ -95,8 +95,8 @@ PPO_LIKE_BASES = (DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin)
         (PPO_EWMA, (*PPO_LIKE_BASES, DecoupledTrainingMixin, *DECOUPLED_BASES), PPO),
         (PPG_EWMA, (*PPO_LIKE_BASES, *DECOUPLED_BASES), OnPolicyAlgorithm),
         (PPG, (PPG_EWMA, *PPO_LIKE_BASES, *DECOUPLED_BASES), OnPolicyAlgorithm),
-        (RecurrentPPO_EWMA, (ContribDecoupledMixin, DecoupledTrainingMixin, *DECOUPLED_BASES), RecurrentPPO),
-        (MaskablePPO_EWMA, (ContribDecoupledMixin, DecoupledTrainingMixin, *DECOUPLED_BASES), MaskablePPO),
+        (RecurrentPPO_EWMA, (*PPO_LIKE_BASES, ContribDecoupledMixin, DecoupledTrainingMixin, *DECOUPLED_BASES), RecurrentPPO),
+        (MaskablePPO_EWMA, (*PPO_LIKE_BASES, ContribDecoupledMixin, DecoupledTrainingMixin, *DECOUPLED_BASES), MaskablePPO),
     ],
 )
 def test_base_class_order(algorithm, bases, host):

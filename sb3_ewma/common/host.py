@@ -7,7 +7,9 @@ overlapped rollouts), in the order that ``tests/test_layout.py`` checks:
 
 - ``PPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, DecoupledTrainingMixin, PPO)``;
 - ``PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorithm)``;
-- ``RecurrentPPO_EWMA(ContribDecoupledMixin, RecurrentPPO)`` and ``MaskablePPO_EWMA(ContribDecoupledMixin, MaskablePPO)``.
+- ``RecurrentPPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, ContribDecoupledMixin, RecurrentPPO)``
+  and the same for ``MaskablePPO_EWMA`` with ``MaskablePPO`` (their rollout loops are their parents', with an explicit
+  policy: ``_collect_rollout_with``).
 
 The mixins extend the host's methods through ``super()``, so each must come before the host, and the outer ones
 (data-parallel training, then overlapped rollouts) see the calls first.

@@ -5,7 +5,8 @@ groups, each minibatch the complete ``n_steps``-step rollouts of ``batch_size / 
 environments than minibatches, contiguous pieces of one environment's rollout).
 """
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 from stable_baselines3.common.buffers import RolloutBuffer
@@ -63,11 +64,17 @@ def _flatten(buffer: RolloutBuffer) -> None:
     np.random.set_state(state)
 
 
-def rollout_minibatches(buffer: RolloutBuffer, batch_size: int) -> Iterator[RolloutBufferSamples]:
+def rollout_minibatches(
+    buffer: RolloutBuffer, batch_size: int, sample: Callable[[np.ndarray], Any] | None = None
+) -> Iterator[RolloutBufferSamples]:
     """
     One epoch over a full rollout buffer in minibatches of whole rollouts of environments (the authors' split):
     after SB3's flattening, environment ``e``'s rollout is the rows ``e * n_steps ... (e + 1) * n_steps - 1``.
+
+    :param sample: the minibatch of the given rows (default: the buffer's ``_get_samples``; sb3-contrib's recurrent
+        buffer needs more, see :func:`sb3_ewma.recurrent_ppo_ewma.buffers.ValidStepsMixin.rollout_samples`)
     """
     _flatten(buffer)
+    get_samples = buffer._get_samples if sample is None else sample
     for indices in shuffled_rollout_indices(buffer.n_envs, buffer.buffer_size, batch_size):
-        yield buffer._get_samples(indices)  # type: ignore[misc]
+        yield get_samples(indices)  # type: ignore[operator]

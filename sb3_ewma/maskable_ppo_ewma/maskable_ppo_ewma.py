@@ -3,21 +3,28 @@ from typing import Any, ClassVar, TypeVar
 import torch as th
 from sb3_contrib import MaskablePPO
 from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
+from stable_baselines3.common.vec_env import VecEnv
 
-from sb3_ewma.common.checks import check_on_policy_hyperparams
+from sb3_ewma.common.checks import check_learn_arguments, check_on_policy_hyperparams
+from sb3_ewma.common.collection.overlap import AsyncRolloutMixin, check_async_rollouts
+from sb3_ewma.common.collection.rollout import RolloutCollectionMixin
 from sb3_ewma.common.decoupled.contrib import ContribDecoupledMixin, check_contrib_staleness
 from sb3_ewma.common.decoupled.options import document_decoupled_options
+from sb3_ewma.common.distributed import DataParallelMixin, rank_local_settings
 from sb3_ewma.common.distributions import policy_latents
+from sb3_ewma.common.minibatches import check_minibatch_sampling
 from sb3_ewma.maskable_ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
+from sb3_ewma.maskable_ppo_ewma.rollout import collect_maskable_rollout
 
 SelfMaskablePPO_EWMA = TypeVar("SelfMaskablePPO_EWMA", bound="MaskablePPO_EWMA")
 
 
 @document_decoupled_options
-class MaskablePPO_EWMA(ContribDecoupledMixin, MaskablePPO):
+class MaskablePPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, ContribDecoupledMixin, MaskablePPO):
     """
     MaskablePPO-EWMA: sb3-contrib's ``MaskablePPO`` (PPO with invalid-action masking) with an exponentially weighted
     moving average (EWMA) of the policy as the proximal policy and the decoupled objectives of Hilton, Cobbe &
@@ -76,8 +83,24 @@ class MaskablePPO_EWMA(ContribDecoupledMixin, MaskablePPO):
         policy at the start of the iteration), ``"behavior"`` (PPO with the behavior policy as the old policy) or
         ``"proximal"`` (PPO with the proximal policy as the old policy, also for importance sampling; PPO_EWMA only: not
         with ``staleness > 0`` here). Unlike PPO_EWMA, the advantages of stale data are those computed at collection.
+    :param minibatch_sampling: How each epoch is split into minibatches: ``"steps"`` (default, SB3's: random steps)
+        or ``"rollouts"`` (the authors': whole ``n_steps``-step rollouts of ``batch_size / n_steps`` environments per
+        minibatch, environments in random order; ``batch_size`` must be a multiple of ``n_steps``, or divide it: then
+        each minibatch is a contiguous piece of one environment's rollout). The action masks go with their steps.
+    :param log_gradient_noise_scale: Log the gradient noise scale ``B_simple`` (McCandlish et al. 2018) as
+        ``train/gradient_noise_scale``, as :class:`sb3_ewma.PPO_EWMA` does. Needs at least 2 minibatches per epoch.
+    :param distributed: Data-parallel training on ``torch.distributed``, as :class:`sb3_ewma.PPO_EWMA` (documentation:
+        "Data-Parallel Training"): each rank steps its own ``n_envs`` environments and asks them for their action
+        masks; gradients are averaged over the ranks. Not saved with the model.
+    :param async_rollouts: Overlap rollouts with training, as :class:`sb3_ewma.PPO_EWMA` (``True`` or ``"thread"``: a
+        collector thread; ``"process"``: a forked collector process, CPU policies only): the collector asks the
+        environments for the action masks at every step (``learn(use_masking=False)`` turns them off, as in
+        ``MaskablePPO``). Needs ``staleness=0``.
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
+
+    # learn()'s use_masking during a learn call (True otherwise), read by the rollout loop, also when a collector runs it
+    _use_masking: bool = True
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
         "MlpPolicy": MlpPolicy,
@@ -118,6 +141,10 @@ class MaskablePPO_EWMA(ContribDecoupledMixin, MaskablePPO):
         advantage_ewma_decay: float = 0.0,
         staleness: int = 0,
         staleness_mode: str = "decoupled",
+        minibatch_sampling: str = "steps",
+        log_gradient_noise_scale: bool = True,
+        distributed: bool | None = None,
+        async_rollouts: bool | str = False,
         _init_setup_model: bool = True,
     ):
         # checked before anything else is built (no environment is created or stepped on bad input)
@@ -152,6 +179,11 @@ class MaskablePPO_EWMA(ContribDecoupledMixin, MaskablePPO):
             staleness_mode=staleness_mode,
         )
         check_contrib_staleness(staleness, staleness_mode)
+        check_minibatch_sampling("minibatch_sampling", minibatch_sampling, "batch_size", batch_size, n_steps)
+        # ranks other than 0 print nothing; under torchrun, CUDA means cuda:LOCAL_RANK
+        verbose, device = rank_local_settings(distributed, verbose, device)
+        self.distributed = distributed
+        check_async_rollouts(async_rollouts, staleness)
         super().__init__(
             policy,
             env,
@@ -178,8 +210,45 @@ class MaskablePPO_EWMA(ContribDecoupledMixin, MaskablePPO):
             device=device,
             _init_setup_model=False,
         )
+        self.minibatch_sampling = minibatch_sampling
+        self.log_gradient_noise_scale = log_gradient_noise_scale
+        self._set_async_rollouts(async_rollouts)
         if _init_setup_model:
             self._setup_model()
+
+    def _setup_model(self) -> None:
+        super()._setup_model()
+        self._setup_data_parallel()
+
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "_use_masking"]
+
+    def collect_rollouts(  # type: ignore[override]
+        self,
+        env: VecEnv,
+        callback: BaseCallback,
+        rollout_buffer: RolloutBuffer,
+        n_rollout_steps: int,
+        use_masking: bool = True,
+    ) -> bool:
+        """
+        ``MaskablePPO.collect_rollouts`` (same arguments), through the rollout loop of the mixins; inside ``learn``
+        the masks are used when both this ``use_masking`` and ``learn``'s ask for them.
+        """
+        masking_of_learn = self._use_masking
+        self._use_masking = use_masking and masking_of_learn
+        try:
+            return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
+        finally:
+            self._use_masking = masking_of_learn
+
+    def _collect_rollout_with(
+        self, policy: Any, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
+    ) -> bool:
+        """``MaskablePPO.collect_rollouts`` acting with ``policy`` (see :mod:`sb3_ewma.maskable_ppo_ewma.rollout`)."""
+        return collect_maskable_rollout(
+            self, policy, env, callback, rollout_buffer, n_rollout_steps, self._timesteps_per_env_step, self._use_masking
+        )
 
     def _build_policy(self) -> BasePolicy:
         # maskable policies take no use_sde
@@ -216,12 +285,17 @@ class MaskablePPO_EWMA(ContribDecoupledMixin, MaskablePPO):
         use_masking: bool = True,
         progress_bar: bool = False,
     ) -> SelfMaskablePPO_EWMA:
-        return super().learn(
-            total_timesteps=total_timesteps,
-            callback=callback,
-            log_interval=log_interval,
-            tb_log_name=tb_log_name,
-            reset_num_timesteps=reset_num_timesteps,
-            use_masking=use_masking,
-            progress_bar=progress_bar,
-        )
+        check_learn_arguments(total_timesteps, log_interval)
+        # for the rollout loop, also when a collector (async_rollouts) runs it
+        self._use_masking = use_masking
+        try:
+            return super().learn(
+                total_timesteps=total_timesteps,
+                callback=callback,
+                log_interval=log_interval,
+                tb_log_name=tb_log_name,
+                reset_num_timesteps=reset_num_timesteps,
+                progress_bar=progress_bar,
+            )
+        finally:
+            del self._use_masking  # back to the class's True

@@ -22,6 +22,18 @@ class ValidStepsMixin:
         valid = samples.mask > 1e-8
         return samples._replace(**{name: getattr(samples, name)[valid] for name in PER_STEP_FIELDS})
 
+    def rollout_samples(self, batch_inds: np.ndarray) -> Any:
+        """
+        The minibatch of the given rows of the flattened buffer (``minibatch_sampling="rollouts"``: whole rollouts of
+        environments, or contiguous pieces of one): a sequence starts at each environment's first step, at each
+        episode start and at the first row, each from the LSTM states stored at its first step, as in
+        :meth:`get`'s minibatches.
+        """
+        # as sb3-contrib's get(): the first step of each environment's rollout, flattened as the buffer is
+        env_change = np.zeros((self.buffer_size, self.n_envs))  # type: ignore[attr-defined]
+        env_change[0, :] = 1.0
+        return self._get_samples(batch_inds, self.swap_and_flatten(env_change))  # type: ignore[attr-defined]
+
 
 class ValidStepsRecurrentRolloutBuffer(ValidStepsMixin, RecurrentRolloutBuffer):  # type: ignore[misc]
     """sb3-contrib's ``RecurrentRolloutBuffer`` with valid-step minibatches (see :class:`ValidStepsMixin`)."""

@@ -1,16 +1,24 @@
+from collections.abc import Iterator
 from typing import Any, ClassVar, TypeVar
 
 import torch as th
 from gymnasium import spaces
 from sb3_contrib import RecurrentPPO
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
+from stable_baselines3.common.vec_env import VecEnv
 
-from sb3_ewma.common.checks import check_on_policy_hyperparams
+from sb3_ewma.common.checks import check_learn_arguments, check_on_policy_hyperparams
+from sb3_ewma.common.collection.overlap import AsyncRolloutMixin, check_async_rollouts
+from sb3_ewma.common.collection.rollout import RolloutCollectionMixin
 from sb3_ewma.common.decoupled.contrib import ContribDecoupledMixin, check_contrib_staleness
 from sb3_ewma.common.decoupled.options import document_decoupled_options
+from sb3_ewma.common.distributed import DataParallelMixin, rank_local_settings
+from sb3_ewma.common.minibatches import check_minibatch_sampling, rollout_minibatches
 from sb3_ewma.recurrent_ppo_ewma.buffers import ValidStepsRecurrentDictRolloutBuffer, ValidStepsRecurrentRolloutBuffer
 from sb3_ewma.recurrent_ppo_ewma.policies import (
     CnnLstmPolicy,
@@ -20,12 +28,13 @@ from sb3_ewma.recurrent_ppo_ewma.policies import (
     is_recurrent_policy_parameter,
     valid_steps_distribution,
 )
+from sb3_ewma.recurrent_ppo_ewma.rollout import collect_recurrent_rollout
 
 SelfRecurrentPPO_EWMA = TypeVar("SelfRecurrentPPO_EWMA", bound="RecurrentPPO_EWMA")
 
 
 @document_decoupled_options
-class RecurrentPPO_EWMA(ContribDecoupledMixin, RecurrentPPO):
+class RecurrentPPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, ContribDecoupledMixin, RecurrentPPO):
     """
     RecurrentPPO-EWMA: sb3-contrib's ``RecurrentPPO`` (PPO with LSTM policies) with an exponentially weighted moving
     average (EWMA) of the policy as the proximal policy and the decoupled objectives of Hilton, Cobbe & Schulman
@@ -89,10 +98,30 @@ class RecurrentPPO_EWMA(ContribDecoupledMixin, RecurrentPPO):
         policy at the start of the iteration), ``"behavior"`` (PPO with the behavior policy as the old policy) or
         ``"proximal"`` (PPO with the proximal policy as the old policy, also for importance sampling; PPO_EWMA only: not
         with ``staleness > 0`` here). Unlike PPO_EWMA, the advantages of stale data are those computed at collection.
+    :param minibatch_sampling: How each epoch is split into minibatches: ``"steps"`` (default, sb3-contrib's: the
+        rollout's steps in time order from a random split point, cut into ``batch_size`` steps) or ``"rollouts"`` (the
+        authors': whole ``n_steps``-step rollouts of ``batch_size / n_steps`` environments per minibatch, environments
+        in random order; ``batch_size`` must be a multiple of ``n_steps``, or divide it: then each minibatch is a
+        contiguous piece of one environment's rollout). The LSTM runs on sequences that start at an environment's
+        first step, at an episode start or at the minibatch's first step, from the LSTM states stored there; with
+        ``"rollouts"`` every epoch cuts the same sequences.
+    :param log_gradient_noise_scale: Log the gradient noise scale ``B_simple`` (McCandlish et al. 2018) as
+        ``train/gradient_noise_scale``, as :class:`sb3_ewma.PPO_EWMA` does (a minibatch's samples are its valid
+        steps: ``batch_size``). Needs at least 2 minibatches per epoch.
+    :param distributed: Data-parallel training on ``torch.distributed``, as :class:`sb3_ewma.PPO_EWMA` (documentation:
+        "Data-Parallel Training"): each rank steps its own ``n_envs`` environments and carries their LSTM states; the
+        losses are means over each rank's valid steps, and gradients are averaged over the ranks. Not saved with the
+        model.
+    :param async_rollouts: Overlap rollouts with training, as :class:`sb3_ewma.PPO_EWMA` (``True`` or ``"thread"``: a
+        collector thread; ``"process"``: a forked collector process, CPU policies only): the collector carries the
+        LSTM states from one rollout to the next (a collector process sends them back with each rollout). Needs
+        ``staleness=0``.
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
     policy: RecurrentActorCriticPolicy
+    # the collector process sends the LSTM states back with each rollout
+    _collection_state_names = (*RolloutCollectionMixin._collection_state_names, "_last_lstm_states")
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
         "MlpLstmPolicy": MlpLstmPolicy,
         "CnnLstmPolicy": CnnLstmPolicy,
@@ -132,6 +161,10 @@ class RecurrentPPO_EWMA(ContribDecoupledMixin, RecurrentPPO):
         advantage_ewma_decay: float = 0.0,
         staleness: int = 0,
         staleness_mode: str = "decoupled",
+        minibatch_sampling: str = "steps",
+        log_gradient_noise_scale: bool = True,
+        distributed: bool | None = None,
+        async_rollouts: bool | str = False,
         _init_setup_model: bool = True,
     ):
         # checked before anything else is built (no environment is created or stepped on bad input)
@@ -166,6 +199,11 @@ class RecurrentPPO_EWMA(ContribDecoupledMixin, RecurrentPPO):
             staleness_mode=staleness_mode,
         )
         check_contrib_staleness(staleness, staleness_mode)
+        check_minibatch_sampling("minibatch_sampling", minibatch_sampling, "batch_size", batch_size, n_steps)
+        # ranks other than 0 print nothing; under torchrun, CUDA means cuda:LOCAL_RANK
+        verbose, device = rank_local_settings(distributed, verbose, device)
+        self.distributed = distributed
+        check_async_rollouts(async_rollouts, staleness)
         super().__init__(
             policy,
             env,
@@ -192,6 +230,9 @@ class RecurrentPPO_EWMA(ContribDecoupledMixin, RecurrentPPO):
             device=device,
             _init_setup_model=False,
         )
+        self.minibatch_sampling = minibatch_sampling
+        self.log_gradient_noise_scale = log_gradient_noise_scale
+        self._set_async_rollouts(async_rollouts)
         if _init_setup_model:
             self._setup_model()
 
@@ -201,6 +242,19 @@ class RecurrentPPO_EWMA(ContribDecoupledMixin, RecurrentPPO):
         super()._setup_model()
         # the parent's buffer, sampling the per-step tensors of the valid steps only (see ValidStepsMixin)
         self.rollout_buffer = self._make_rollout_buffer()
+        self._setup_data_parallel()
+
+    def _collect_rollout_with(
+        self, policy: Any, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
+    ) -> bool:
+        """``RecurrentPPO.collect_rollouts`` acting with ``policy`` (see :mod:`sb3_ewma.recurrent_ppo_ewma.rollout`)."""
+        return collect_recurrent_rollout(
+            self, policy, env, callback, rollout_buffer, n_rollout_steps, self._timesteps_per_env_step
+        )
+
+    def _rollout_minibatches(self, buffer: RolloutBuffer) -> Iterator[Any]:
+        # whole rollouts, cut into sequences at environment changes and episode starts (ValidStepsMixin.rollout_samples)
+        return rollout_minibatches(buffer, self._minibatch_size, buffer.rollout_samples)  # type: ignore[attr-defined]
 
     def _make_rollout_buffer(self) -> ValidStepsRecurrentRolloutBuffer:
         lstm = self.policy.lstm_actor
@@ -254,6 +308,7 @@ class RecurrentPPO_EWMA(ContribDecoupledMixin, RecurrentPPO):
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
     ) -> SelfRecurrentPPO_EWMA:
+        check_learn_arguments(total_timesteps, log_interval)
         return super().learn(
             total_timesteps=total_timesteps,
             callback=callback,

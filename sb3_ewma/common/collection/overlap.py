@@ -26,7 +26,6 @@ import threading
 from typing import Any
 
 import numpy as np
-from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.type_aliases import MaybeCallback
 
@@ -61,14 +60,14 @@ def rollout_collector_kind(async_rollouts: object) -> str | None:
 
 class AsyncRolloutMixin(HostAlgorithm):
     """
-    Mixed into PPO_EWMA and PPG_EWMA (first in the bases): with ``async_rollouts=True``, ``learn`` overlaps the
-    collection of the next rollout with training on the current one (see :mod:`sb3_ewma.common.collection.overlap`).
-    The algorithm provides ``async_rollouts``, ``_build_policy`` and ``_timesteps_per_env_step``.
+    Mixed into every algorithm (after data-parallel training in the bases): with ``async_rollouts=True``, ``learn``
+    overlaps the collection of the next rollout with training on the current one (see
+    :mod:`sb3_ewma.common.collection.overlap`). The algorithm provides ``async_rollouts``, ``_build_policy`` and the
+    rollout loop (:class:`~sb3_ewma.common.collection.rollout.RolloutCollectionMixin`).
     """
 
     async_rollouts: bool
     rollout_collector: str
-    rollout_buffer: RolloutBuffer
 
     def _set_async_rollouts(self, async_rollouts: bool | str) -> None:
         """Set ``async_rollouts`` (a bool) and ``rollout_collector`` (``"thread"`` or ``"process"``), checked."""
@@ -113,8 +112,19 @@ class AsyncRolloutMixin(HostAlgorithm):
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
     ) -> Any:
+        """
+        The parent's ``learn`` (its arguments passed by name: ``MaskablePPO``'s has one more, ``use_masking``, which
+        the algorithm hands to its rollout loop itself), or with ``async_rollouts`` its loop with overlapped rollouts.
+        """
         if not self.async_rollouts:
-            return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
+            return super().learn(
+                total_timesteps=total_timesteps,
+                callback=callback,
+                log_interval=log_interval,
+                tb_log_name=tb_log_name,
+                reset_num_timesteps=reset_num_timesteps,
+                progress_bar=progress_bar,
+            )
         return self._learn_async(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
 
     def _learn_async(

@@ -41,7 +41,6 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize, unwrap_vec_normalize
 
-from sb3_ewma.common.collection.rollout import collect_rollout
 from sb3_ewma.common.collection.thread import RolloutCollector
 
 POLL_INTERVAL_S = 1.0
@@ -141,7 +140,7 @@ class CollectorError(Exception):
 
 class _StepRecorder:
     """
-    Stands in for the callbacks in the child (``collect_rollout`` calls it as a ``BaseCallback``): records each
+    Stands in for the callbacks in the child (the rollout loop calls it as a ``BaseCallback``): records each
     step's ``infos``, ``dones`` and ``rewards`` for the parent to replay.
     """
 
@@ -179,20 +178,13 @@ def _collector_main(collector: "ProcessRolloutCollector", env: VecEnv, buffer: R
         start = time.perf_counter()
         try:
             set_vec_normalize_statistics(env, statistics)
-            collect_rollout(
-                algorithm,
-                collector.behavior_policy,
-                env,
-                recorder,  # type: ignore[arg-type]  # a BaseCallback by duck typing
-                buffer,
-                algorithm.n_steps,
-                algorithm._timesteps_per_env_step,
-            )
+            # the recorder is a BaseCallback by duck typing
+            algorithm._collect_rollout_with(collector.behavior_policy, env, recorder, buffer, algorithm.n_steps)
             result = {
                 "buffer": buffer_arrays(buffer),
                 "steps": recorder.steps,
-                "last_obs": algorithm._last_obs,
-                "last_episode_starts": algorithm._last_episode_starts,
+                # _last_obs, _last_episode_starts (and a recurrent policy's _last_lstm_states)
+                "collection_state": {name: getattr(algorithm, name) for name in algorithm._collection_state_names},
                 "vec_normalize": vec_normalize_statistics(env),
                 "seconds": time.perf_counter() - start,
             }
@@ -313,15 +305,15 @@ class ProcessRolloutCollector(RolloutCollector):
         algorithm = self.algorithm
         vars(buffer).update(payload["buffer"])
         buffer.generator_ready = False
-        algorithm._last_obs = payload["last_obs"]
-        algorithm._last_episode_starts = payload["last_episode_starts"]
+        for name, value in payload["collection_state"].items():
+            setattr(algorithm, name, value)
         assert self._env is not None
         set_vec_normalize_statistics(self._env, payload["vec_normalize"])
         self.collection_seconds = payload["seconds"]
         return self._replay(payload["steps"])
 
     def _replay(self, steps: list[tuple[list[dict[str, Any]], np.ndarray, np.ndarray]]) -> bool:
-        """What ``collect_rollout`` does with the callbacks and the counters, for a rollout collected elsewhere."""
+        """What the rollout loop does with the callbacks and the counters, for a rollout collected elsewhere."""
         algorithm, callback = self.algorithm, self.callback
         callback.on_rollout_start()
         for n_steps, (infos, dones, rewards) in enumerate(steps):

@@ -8,7 +8,7 @@ collect while ``self.policy`` trains, for overlapped rollouts) and the number of
 step counts for (``n_envs * world_size`` under data-parallel training, where ``num_timesteps`` is global).
 """
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch as th
@@ -134,12 +134,18 @@ def collect_rollout(
 
 class RolloutCollectionMixin(HostAlgorithm):
     """
-    Mixed into an SB3 ``OnPolicyAlgorithm`` (before it in the bases) whose rollouts are SB3's: routes
-    ``collect_rollouts`` through :func:`collect_rollout` with ``self.policy`` acting and
-    ``_timesteps_per_env_step`` environment steps counted per vectorized step.
+    Mixed into an SB3 ``OnPolicyAlgorithm`` (before it in the bases): routes ``collect_rollouts`` through
+    :meth:`_collect_rollout_with` with ``self.policy`` acting and ``_timesteps_per_env_step`` environment steps counted
+    per vectorized step. The rollout loop is SB3's (:func:`collect_rollout`); an algorithm whose loop is its parent's
+    own (sb3-contrib's LSTM states, action masks) overrides :meth:`_collect_rollout_with` with that loop, and names the
+    state it advances in :attr:`_collection_state_names`. The collectors of overlapped rollouts
+    (:mod:`sb3_ewma.common.collection.overlap`) collect through the same method with a snapshot of the policy.
     """
 
     policy: Any  # an ActorCriticPolicy
+    _collection_state_names: ClassVar[tuple[str, ...]] = ("_last_obs", "_last_episode_starts")
+    """The attributes a rollout advances besides ``num_timesteps`` and the episode statistics (a collector process sends
+    them back with its rollout)."""
 
     @property
     def _timesteps_per_env_step(self) -> int:
@@ -154,7 +160,17 @@ class RolloutCollectionMixin(HostAlgorithm):
         """
         return continue_training
 
+    def _collect_rollout_with(
+        self, policy: Any, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
+    ) -> bool:
+        """
+        Fill ``rollout_buffer`` with ``n_rollout_steps`` steps of every environment, acting with ``policy``
+        (``self.policy`` or a snapshot of it, of the same structure), as the parent's ``collect_rollouts`` does with
+        ``self.policy``. Returns False if a callback stopped the rollout early.
+        """
+        return collect_rollout(self, policy, env, callback, rollout_buffer, n_rollout_steps, self._timesteps_per_env_step)
+
     def collect_rollouts(
         self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
     ) -> bool:
-        return collect_rollout(self, self.policy, env, callback, rollout_buffer, n_rollout_steps, self._timesteps_per_env_step)
+        return self._collect_rollout_with(self.policy, env, callback, rollout_buffer, n_rollout_steps)

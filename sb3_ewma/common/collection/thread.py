@@ -14,8 +14,6 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.vec_env import VecEnv
 
-from sb3_ewma.common.collection.rollout import collect_rollout
-
 COLLECTOR_STOP_TIMEOUT_S = 60.0
 """How long the main thread waits, after an exception, for the collector to stop at its next environment step."""
 
@@ -58,7 +56,8 @@ class RolloutCollector:
     the caller's (:meth:`collect`). One rollout at a time; :meth:`hand_off` waits for it and re-raises, on the
     caller's thread, any exception the collection raised (with its traceback).
 
-    :param algorithm: the algorithm (``PPO_EWMA``, ``PPG_EWMA``) whose environment and state the rollouts advance
+    :param algorithm: the algorithm (a :class:`~sb3_ewma.common.collection.rollout.RolloutCollectionMixin`) whose
+        environment and state the rollouts advance
     :param callback: the ``learn`` call's callback
     """
 
@@ -92,14 +91,8 @@ class RolloutCollector:
     def _collect(self, env: VecEnv, rollout_buffer: RolloutBuffer) -> None:
         start = time.perf_counter()
         try:
-            self._result = collect_rollout(
-                self.algorithm,
-                self.behavior_policy,
-                env,
-                self.collector_callback,
-                rollout_buffer,
-                self.algorithm.n_steps,
-                self.algorithm._timesteps_per_env_step,
+            self._result = self.algorithm._collect_rollout_with(
+                self.behavior_policy, env, self.collector_callback, rollout_buffer, self.algorithm.n_steps
             )
         except BaseException as error:  # re-raised on the main thread by hand_off
             self._error = error

@@ -15,7 +15,6 @@ from typing import Any
 import torch as th
 from stable_baselines3.common.buffers import RolloutBuffer
 
-from sb3_ewma.common.checks import check_learn_arguments
 from sb3_ewma.common.decoupled.proximal import is_policy_parameter
 from sb3_ewma.common.decoupled.training import DecoupledTrainingMixin
 
@@ -35,15 +34,12 @@ def check_contrib_staleness(staleness: int, staleness_mode: str) -> None:
 
 class ContribDecoupledMixin(DecoupledTrainingMixin):
     """
-    Mixed into an sb3-contrib PPO variant (before it in the bases): PPO_EWMA's ``train`` (with its staleness
-    buffering and logs), the parent's ``_setup_model`` made to accept ``clip_range=None``, and the proximal policy.
-    The algorithm's constructor sets the decoupled options (:meth:`_set_decoupled_options`), as PPO_EWMA's does.
+    Mixed into an sb3-contrib PPO variant (before it in the bases, after the mixins of data-parallel training and
+    rollout collection): PPO_EWMA's ``train`` (with its staleness buffering and logs), the parent's ``_setup_model``
+    made to accept ``clip_range=None``, and the proximal policy. The algorithm's constructor sets the decoupled options
+    (:meth:`_set_decoupled_options`), as PPO_EWMA's does, and supplies the parent's rollout loop with an explicit
+    policy (:meth:`~sb3_ewma.common.collection.rollout.RolloutCollectionMixin._collect_rollout_with`).
     """
-
-    def learn(self, total_timesteps: int, callback: Any = None, log_interval: int = 1, *args: Any, **kwargs: Any) -> Any:
-        """The parent's ``learn`` (same arguments), after checking ``total_timesteps`` and ``log_interval``."""
-        check_learn_arguments(total_timesteps, log_interval)
-        return super().learn(total_timesteps, callback, log_interval, *args, **kwargs)
 
     def _take_training_buffer(self) -> RolloutBuffer | None:
         """
@@ -79,5 +75,5 @@ class ContribDecoupledMixin(DecoupledTrainingMixin):
         self.__dict__.update(clip_ranges)
         self._setup_clip_schedules()
         self._setup_advantage_normalizer()
-        self._setup_proximal_policy(self.staleness, self.staleness_mode, self._is_proximal_parameter)
+        self._setup_proximal_policy(self._rollout_staleness, self.staleness_mode, self._is_proximal_parameter)
         self._setup_stale_buffers()

@@ -152,7 +152,7 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin, HostAlgorithm):
     def _minibatches(self, buffer: RolloutBuffer) -> Iterator[RolloutBufferSamples]:
         """One epoch over the rollout buffer: SB3's random steps, or whole rollouts of environments (the authors')."""
         if getattr(self, "minibatch_sampling", "steps") == "rollouts":
-            minibatches = rollout_minibatches(buffer, self._minibatch_size)
+            minibatches = self._rollout_minibatches(buffer)
         else:
             minibatches = buffer.get(self.batch_size)
         if not self.advantage_normalizer.pools_minibatches:
@@ -161,6 +161,10 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin, HostAlgorithm):
         epoch = list(minibatches)
         self.advantage_normalizer.pool_epoch([minibatch.advantages for minibatch in epoch])
         return iter(epoch)
+
+    def _rollout_minibatches(self, buffer: RolloutBuffer) -> Iterator[RolloutBufferSamples]:
+        """An epoch in minibatches of whole rollouts (``minibatch_sampling="rollouts"``)."""
+        return rollout_minibatches(buffer, self._minibatch_size)
 
     @property
     def _minibatch_size(self) -> int:
@@ -201,6 +205,14 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin, HostAlgorithm):
         self.proximal_ewma = None
         if uses_proximal_network(self.proximal_decay, staleness, staleness_mode, self._needs_distributions):
             self.proximal_ewma = make_proximal_ewma(self.policy, self._build_policy, self.proximal_decay or 0.0, include)
+
+    @property
+    def _rollout_staleness(self) -> int:
+        """
+        Iterations between the parameters that collected the data trained on and those being trained: ``staleness``
+        (overlapped rollouts add one: :class:`~sb3_ewma.common.collection.overlap.AsyncRolloutMixin`).
+        """
+        return self.staleness
 
     @property
     def _uses_ewma(self) -> bool:

@@ -41,7 +41,7 @@ import tempfile
 import types
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,7 +118,7 @@ def _import_zoo(name: str) -> types.ModuleType:
         raise ImportError(f"{ZOO_INSTALL_MESSAGE} (missing module: {error.name})") from error
 
 
-ZOO_ALGORITHMS: dict[str, type[BaseAlgorithm]] = ALGORITHMS
+ZOO_ALGORITHMS: Mapping[str, type[BaseAlgorithm]] = ALGORITHMS
 """This package's algorithms by rl-zoo3 name (``--algo``), added to ``rl_zoo3.ALGOS`` by :func:`register_zoo`: the
 registry :data:`sb3_ewma.algorithms.ALGORITHMS`."""
 

@@ -6,7 +6,7 @@ rl-zoo3's PPO tasks with this package's algorithms, read like rl-zoo3's ``benchm
 
 Each run is the command a user types: SB3's PPO through ``python -m rl_zoo3.train --algo ppo`` itself (the reference),
 ``python -m sb3_ewma.train --algo ppo_ewma | ppg_ewma | ppg`` for the others (their entries: the package's own, else
-derived from rl-zoo3's PPO entry, :mod:`sb3_ewma.zoo_derivation`), with the same ``--seed`` and budget ``-n`` (the
+derived from rl-zoo3's PPO entry, :mod:`sb3_ewma.zoo.derivation`), with the same ``--seed`` and budget ``-n`` (the
 tuned ``n_timesteps``, capped per task on these CPUs: :mod:`benchmarks.zoo_tasks`), one torch thread
 (``--num-threads 1``, ``OMP_NUM_THREADS=1``), an evaluation of 5 episodes every tenth of the budget (rl-zoo3's
 ``EvalCallback``: the learning curves) and, after training, a final evaluation of the saved model as rl-zoo3's
@@ -92,7 +92,7 @@ def conf_file(job: Job, out_dir: Path) -> Path | None:
     """For tasks rl-zoo3 has no PPO entry for: the task's entry, written as ``-conf`` file (derived for PPG)."""
     if job.task.conf is None:
         return None
-    from sb3_ewma.zoo_derivation import derive_entry
+    from sb3_ewma.zoo.derivation import derive_entry
 
     entry = dict(job.task.conf)
     if not job.variant.is_reference:

@@ -238,7 +238,7 @@ class EntryChoice:
         assert self.derivation is not None and self.path is not None
         return (
             f"sb3-ewma: no {algo} entry for {env_id} in this package; derived from rl-zoo3's "
-            f"{self.path.name} entry '{self.key}' (sb3_ewma.zoo_derivation): {self.derivation.summary()}"
+            f"{self.path.name} entry '{self.key}' (sb3_ewma.zoo.derivation): {self.derivation.summary()}"
         )
 
 

@@ -1,9 +1,9 @@
 """
 The command line of the learning experiments: run (or resume) an experiment's runs in worker processes, then write its
-report. Each experiment module (``benchmarks.ewma_comparison``, ...) calls :func:`main` with its :class:`Experiment`.
+report. Each experiment module (``benchmarks.learning.ewma_comparison``, ...) calls :func:`main` with its :class:`Experiment`.
 
-Dependencies go one way: this module uses :mod:`benchmarks.common` (run specifications, manifest, CSV files),
-:mod:`benchmarks.runner` (one run) and :mod:`benchmarks.report` (plots and tables); none of them imports it.
+Dependencies go one way: this module uses :mod:`benchmarks.harness.common` (run specifications, manifest, CSV files),
+:mod:`benchmarks.harness.runner` (one run) and :mod:`benchmarks.harness.report` (plots and tables); none of them imports it.
 """
 
 import argparse
@@ -15,9 +15,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import runner
-from benchmarks.common import Experiment, Manifest, RunSpec, base_parser, clock, select_chunk
-from benchmarks.report import write_report
+from benchmarks.harness import runner
+from benchmarks.harness.common import Experiment, Manifest, RunSpec, base_parser, clock, select_chunk
+from benchmarks.harness.report import write_report
 
 
 def run_specs(
@@ -139,5 +139,5 @@ def main(experiment: Experiment, argv: Sequence[str] | None = None) -> Path:
 
 
 def experiment_module(experiment: Experiment) -> str:
-    """The module that runs ``experiment``, e.g. ``benchmarks.ewma_comparison``."""
+    """The module that runs ``experiment``, e.g. ``benchmarks.learning.ewma_comparison``."""
     return f"benchmarks.{experiment.name}"

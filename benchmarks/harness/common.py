@@ -1,7 +1,7 @@
 """
 Shared machinery of the learning benchmarks: run specifications, the CSV files and manifest, the parallel scheduler
-and the command line. One run is trained by :mod:`benchmarks.runner`, plots and tables are made by
-:mod:`benchmarks.report`.
+and the command line. One run is trained by :mod:`benchmarks.harness.runner`, plots and tables are made by
+:mod:`benchmarks.harness.report`.
 
 Layout of an experiment's results, ``<out>/<experiment>/<preset>/``:
 
@@ -29,7 +29,7 @@ from typing import Any
 
 PRESETS = ("smoke", "cpu", "gpu", "paper")
 ALGORITHMS = ("ppo", "ppo_ewma", "ppg", "ppg_ewma")
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"
 FINAL_FRACTION = 0.25
 """The final return of a run is the mean of its evaluations in the last quarter of training."""
 MANIFEST_FIELDS = (
@@ -86,14 +86,14 @@ class RunSpec:
     :param experiment: the experiment's name (first column of the CSVs)
     :param variant: the curve this run belongs to (e.g. ``"ppo_ewma"``, ``"no_lr"``, ``"decoupled"``)
     :param algo: one of :data:`ALGORITHMS`
-    :param env: environment id (see :mod:`benchmarks.envs`)
+    :param env: environment id (see :mod:`benchmarks.harness.envs`)
     :param n_envs: number of parallel environments
     :param seed: random seed
     :param total_timesteps: environment steps, a multiple of ``n_steps * n_envs``
     :param eval_every: environment steps between evaluations, a multiple of ``n_steps * n_envs``
     :param hyperparams: constructor keyword arguments (``n_steps`` required); ``policy_kwargs`` are merged over the
         network's
-    :param network: network name (see :func:`benchmarks.envs.policy_for`)
+    :param network: network name (see :func:`benchmarks.harness.envs.policy_for`)
     :param labels: extra columns of the CSVs that identify the run (e.g. ``{"staleness": 4}``)
     :param aliases: other variants this run also stands for (e.g. the reference batch size of every ablation)
     :param device: torch device
@@ -135,7 +135,7 @@ class RunSpec:
     @property
     def run_id(self) -> str:
         """A readable, file-name safe identifier, unique within an experiment."""
-        from benchmarks.envs import short_name
+        from benchmarks.harness.envs import short_name
 
         parts = [short_name(self.env), self.variant, *(f"{key}={value}" for key, value in self.labels.items())]
         parts += [f"n_envs={self.n_envs}", f"seed={self.seed}"]
@@ -247,7 +247,8 @@ def select_chunk(specs: Sequence[RunSpec], chunk: str | None) -> list[RunSpec]:
 @dataclass
 class Experiment:
     """
-    A learning experiment: its runs at each preset, and its report.
+    A learning experiment: its runs at each preset, and its report. Its command line is
+    :func:`benchmarks.harness.cli.main`.
 
     :param name: directory name under the results, e.g. ``"ewma_comparison"``
     :param title: heading of ``results.md``

@@ -177,3 +177,21 @@ def short_name(env_id: str) -> str:
         game, mode = procgen_game_and_mode(env_id)
         return f"{game}-{mode}"
     return env_id.split("/")[-1].split("-v")[0].lower()
+
+
+def default_env_id(env: str | None, mode: str) -> str:
+    """The environment id: ``procgen-<game>-<mode>`` for a Procgen ``<game>-<mode>``; by default starpilot if procgen
+    is installed, else ``fake-image``."""
+    if env is None:
+        try:
+            import procgen  # noqa: F401
+
+            return f"procgen-starpilot-{mode}"
+        except ImportError:
+            return "fake-image"
+    game, _, game_mode = env.partition("-")
+    from sb3_ewma.envs import PROCGEN_GAMES
+
+    if game in PROCGEN_GAMES and game_mode in ("", "easy", "hard"):
+        return f"procgen-{game}-{game_mode or mode}"
+    return env

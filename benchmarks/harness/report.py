@@ -3,7 +3,7 @@ Reports of the learning experiments: the evaluations of the finished runs as a t
 returns (mean and standard deviation over seeds), written as PNG figures (matplotlib, Agg backend) and markdown.
 
 The *final return* of a run is the mean of its evaluations in the last quarter of training
-(:data:`benchmarks.common.FINAL_FRACTION`); tables give its mean and standard deviation over seeds.
+(:data:`benchmarks.harness.common.FINAL_FRACTION`); tables give its mean and standard deviation over seeds.
 With several Procgen games, an extra panel averages the paper's normalized return over the games.
 """
 
@@ -22,8 +22,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from benchmarks.common import FINAL_FRACTION, Experiment, Manifest, RunSpec
-from benchmarks.envs import is_procgen, score, short_name
+from benchmarks.harness.common import FINAL_FRACTION, Experiment, Manifest, RunSpec
+from benchmarks.harness.envs import is_procgen, score, short_name
 
 ALGORITHM_LABELS = {
     "ppo": "PPO (SB3)",
@@ -40,7 +40,7 @@ def load_evaluations(specs: Sequence[RunSpec], out_dir: Path) -> pd.DataFrame:
     """
     The evaluation rows of the finished runs (in the manifest with their current settings), one copy per variant the
     run stands for (its own and its ``aliases``, column ``shared`` True for the copies), with a ``score`` column
-    (:func:`benchmarks.envs.score`) and the run's ``total_timesteps``. ``mean_return`` is NaN for an evaluation window
+    (:func:`benchmarks.harness.envs.score`) and the run's ``total_timesteps``. ``mean_return`` is NaN for an evaluation window
     in which no episode ended.
     """
     manifest = Manifest(out_dir / "manifest.csv")

@@ -1,6 +1,6 @@
 """
 One run of a learning benchmark, in the current process: build (or resume) the model, learn in segments between
-evaluations, append a CSV row per evaluation, and pause at a deadline with a checkpoint (see :mod:`benchmarks.common`
+evaluations, append a CSV row per evaluation, and pause at a deadline with a checkpoint (see :mod:`benchmarks.harness.common`
 for the files and the scheduling).
 """
 
@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
-from benchmarks import common
-from benchmarks.common import FINAL_FRACTION, RunSpec, algorithm_class, append_csv, read_csv, round_up
+from benchmarks.harness import common
+from benchmarks.harness.common import FINAL_FRACTION, RunSpec, algorithm_class, append_csv, read_csv, round_up
 
 
 def gradient_noise_scale(model: Any) -> float:
@@ -111,7 +111,7 @@ class Checkpoint:
 
 def build_model(spec: RunSpec, env: Any) -> Any:
     """A new model of ``spec`` on ``env``."""
-    from benchmarks.envs import policy_for
+    from benchmarks.harness.envs import policy_for
 
     policy, network_kwargs = policy_for(spec.network)
     hyperparams = dict(spec.hyperparams)
@@ -134,7 +134,7 @@ class _Run:
     def __init__(self, spec: RunSpec, out_dir: Path) -> None:
         import torch as th
 
-        from benchmarks.envs import make_env
+        from benchmarks.harness.envs import make_env
 
         th.set_num_threads(spec.threads)
         self.spec = spec

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from benchmarks.common import RunSpec
+from benchmarks.harness.common import RunSpec
 
 NO_GRAD_CLIP = math.inf
 """``max_grad_norm`` that turns SB3's gradient clipping off (the paper clips nothing)."""
@@ -54,7 +54,7 @@ class Setting:
     Environments, network and hyperparameters of one preset.
 
     :param envs: environment ids
-    :param network: network name (:func:`benchmarks.envs.policy_for`)
+    :param network: network name (:func:`benchmarks.harness.envs.policy_for`)
     :param n_envs: number of parallel environments
     :param n_minibatches: minibatches per epoch (``batch_size = n_steps * n_envs / n_minibatches``)
     :param common: hyperparameters of every algorithm (``n_steps`` included)

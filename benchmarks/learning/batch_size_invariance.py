@@ -7,8 +7,8 @@ the Adam step size, the EWMA, the advantage normalization, and plain PPG (no EWM
 The reference normalizes advantages with EWMA moments (span 1 iteration) so that there is a span to rescale.
 Reported: learning curves per variant and the spread (max - min) of the final return across batch sizes.
 
-    python -m benchmarks.batch_size_invariance --preset cpu                  # MinAtar Breakout, 64/16/4/1 envs, 2 seeds
-    python -m benchmarks.batch_size_invariance --preset gpu --max-minutes 8  # Procgen starpilot; repeat until done
+    python -m benchmarks.learning.batch_size_invariance --preset cpu                # MinAtar Breakout, 64/16/4/1 envs, 2 seeds
+    python -m benchmarks.learning.batch_size_invariance --preset gpu --max-minutes 8  # Procgen starpilot; repeat until done
 """
 
 import copy
@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmarks.common import Experiment, RunSpec
-from benchmarks.report import markdown_table, mean_std, new_figure, panels, plot_curves, save_figure, summarize
-from benchmarks.settings import Scale, Setting, preset_setting, run_spec
+from benchmarks.harness import cli
+from benchmarks.harness.common import Experiment, RunSpec
+from benchmarks.harness.report import markdown_table, mean_std, new_figure, panels, plot_curves, save_figure, summarize
+from benchmarks.harness.settings import Scale, Setting, preset_setting, run_spec
 from sb3_ewma import center_of_mass_from_ewma_decay, ewma_span_from_decay, scale_hyperparams
 
 NAME = "batch_size_invariance"
@@ -175,7 +176,11 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
 EXPERIMENT = Experiment(
     NAME, "Batch size-invariance of PPG-EWMA, with ablations (paper figures 2 and 3)", __doc__ or "", build_specs, report
 )
-main = EXPERIMENT.main
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    """Run the experiment from the command line (see ``--help``); returns its results directory."""
+    return cli.main(EXPERIMENT, argv)
 
 
 if __name__ == "__main__":

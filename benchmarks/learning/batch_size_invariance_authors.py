@@ -2,12 +2,12 @@
 Batch size-invariance of PPG-EWMA with the authors' remaining choices (issue 10, items 1-4): minibatches of whole
 rollouts in both phases, the normed head initialization with scale 0.1, and Adam's epsilon at the authors' 1e-8
 (``"authors"``) or at SB3's 1e-5 (``"authors_eps_1e-5"``, the hypothesis that a high epsilon is behind the slower
-64-environment reference of :mod:`benchmarks.batch_size_invariance`). Both rescaled from the 64-environment reference by
-``scale_hyperparams`` as there (all adjustments). Reported next to the final returns: the gradient noise scale
+64-environment reference of :mod:`benchmarks.learning.batch_size_invariance`). Both rescaled from the 64-environment
+reference by ``scale_hyperparams`` as there (all adjustments). Reported next to the final returns: the gradient noise scale
 ``B_simple`` (McCandlish et al. 2018) of the policy phase at the end of training, per batch size, against the
 policy-phase minibatch size.
 
-    python -m benchmarks.batch_size_invariance_authors --preset cpu --timesteps 131072 --seeds 2 --max-minutes 20
+    python -m benchmarks.learning.batch_size_invariance_authors --preset cpu --timesteps 131072 --seeds 2 --max-minutes 20
 """
 
 from collections.abc import Sequence
@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmarks import batch_size_invariance
-from benchmarks.common import Experiment, RunSpec
-from benchmarks.report import markdown_table, mean_std, new_figure, panels, plot_curves, save_figure, summarize
-from benchmarks.settings import preset_setting, run_spec
+from benchmarks.harness import cli
+from benchmarks.harness.common import Experiment, RunSpec
+from benchmarks.harness.report import markdown_table, mean_std, new_figure, panels, plot_curves, save_figure, summarize
+from benchmarks.harness.settings import preset_setting, run_spec
+from benchmarks.learning import batch_size_invariance
 
 NAME = "batch_size_invariance_authors"
 VARIANTS = {
@@ -153,7 +154,11 @@ EXPERIMENT = Experiment(
     build_specs,
     report,
 )
-main = EXPERIMENT.main
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    """Run the experiment from the command line (see ``--help``); returns its results directory."""
+    return cli.main(EXPERIMENT, argv)
 
 
 if __name__ == "__main__":

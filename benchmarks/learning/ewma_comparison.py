@@ -3,8 +3,8 @@ EWMA comparison (paper section 5.3, figure 4): SB3's PPO against PPO-EWMA, and P
 settings (the EWMA variants use the paper's center of mass, the number of minibatches per epoch), over several
 seeds. Learning curves (mean and standard deviation over seeds) and final returns.
 
-    python -m benchmarks.ewma_comparison --preset cpu              # MinAtar Breakout, 3 seeds, 2^20 steps per run
-    python -m benchmarks.ewma_comparison --preset gpu --max-minutes 9   # Procgen easy; repeat until done
+    python -m benchmarks.learning.ewma_comparison --preset cpu              # MinAtar Breakout, 3 seeds, 2^20 steps per run
+    python -m benchmarks.learning.ewma_comparison --preset gpu --max-minutes 9   # Procgen easy; repeat until done
 """
 
 from collections.abc import Sequence
@@ -13,8 +13,9 @@ from typing import Any
 
 import pandas as pd
 
-from benchmarks.common import ALGORITHMS, Experiment, RunSpec
-from benchmarks.report import (
+from benchmarks.harness import cli
+from benchmarks.harness.common import ALGORITHMS, Experiment, RunSpec
+from benchmarks.harness.report import (
     ALGORITHM_LABELS,
     final_values,
     markdown_table,
@@ -25,7 +26,7 @@ from benchmarks.report import (
     save_figure,
     summarize,
 )
-from benchmarks.settings import Scale, preset_setting, run_spec
+from benchmarks.harness.settings import Scale, preset_setting, run_spec
 
 NAME = "ewma_comparison"
 PAIRS = (("ppo", "ppo_ewma"), ("ppg", "ppg_ewma"))
@@ -85,7 +86,11 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
 EXPERIMENT = Experiment(
     NAME, "EWMA comparison: PPO vs PPO-EWMA, PPG vs PPG-EWMA (paper figure 4)", __doc__ or "", build_specs, report
 )
-main = EXPERIMENT.main
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    """Run the experiment from the command line (see ``--help``); returns its results directory."""
+    return cli.main(EXPERIMENT, argv)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,12 @@
 """
 Registers MinAtar's ids ``MinAtar/<Game>-v1`` (minimal action sets) in gymnasium on import, with episodes capped at
-:data:`benchmarks.envs.MINATAR_MAX_EPISODE_STEPS` steps: the module rl-zoo3 imports for MinAtar tasks
-(``--gym-packages benchmarks.minatar_envs``).
+:data:`benchmarks.harness.envs.MINATAR_MAX_EPISODE_STEPS` steps: the module rl-zoo3 imports for MinAtar tasks
+(``--gym-packages benchmarks.learning.minatar_envs``).
 """
 
 import gymnasium as gym
 
-from benchmarks.envs import MINATAR_MAX_EPISODE_STEPS
+from benchmarks.harness.envs import MINATAR_MAX_EPISODE_STEPS
 
 MINATAR_GAMES = ("asterix", "breakout", "freeway", "seaquest", "space_invaders")
 

@@ -14,8 +14,8 @@ MinAtar Breakout (the learning benchmarks' ``cpu`` task: 64 environments x 128 s
 [64, 64], 2^20 steps per run) runs the synchronous PPO_EWMA and both collectors at the default EWMA age (8 steps,
 the paper's rule, a third of an iteration of 24 steps).
 
-    python -m benchmarks.async_rollouts --preset cpu        # CartPole-v1 (2^16 steps) and MinAtar Breakout, 3 seeds
-    python -m benchmarks.async_rollouts --preset cpu --envs CartPole-v1   # CartPole-v1 only
+    python -m benchmarks.learning.overlapped_rollouts --preset cpu     # CartPole-v1 (2^16 steps) and MinAtar Breakout, 3 seeds
+    python -m benchmarks.learning.overlapped_rollouts --preset cpu --envs CartPole-v1   # CartPole-v1 only
 """
 
 from collections.abc import Sequence
@@ -26,9 +26,19 @@ from typing import Any
 import pandas as pd
 from stable_baselines3.common.utils import LinearSchedule
 
-from benchmarks.common import Experiment, Manifest, RunSpec
-from benchmarks.report import final_values, markdown_table, mean_std, new_figure, panels, plot_curves, save_figure, summarize
-from benchmarks.settings import SETTINGS, Scale
+from benchmarks.harness import cli
+from benchmarks.harness.common import Experiment, Manifest, RunSpec
+from benchmarks.harness.report import (
+    final_values,
+    markdown_table,
+    mean_std,
+    new_figure,
+    panels,
+    plot_curves,
+    save_figure,
+    summarize,
+)
+from benchmarks.harness.settings import SETTINGS, Scale
 
 NAME = "async_rollouts"
 AGE_10 = 10 / 11
@@ -144,7 +154,11 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
 
 
 EXPERIMENT = Experiment(NAME, "Overlapped rollouts: PPO_EWMA async vs sync (learning)", __doc__ or "", build_specs, report)
-main = EXPERIMENT.main
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    """Run the experiment from the command line (see ``--help``); returns its results directory."""
+    return cli.main(EXPERIMENT, argv)
 
 
 if __name__ == "__main__":

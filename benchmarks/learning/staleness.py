@@ -6,8 +6,8 @@ iteration, for clipping), ``behavior`` (the behavior policy for both) and ``prox
 As in the paper's figure 1 the proximal policy is the recent policy (no EWMA) and ``pi / pi_behav`` is capped at 100.
 At staleness 0 the three are the same algorithm (PPO) and share one run. Reported: final return against staleness.
 
-    python -m benchmarks.staleness --preset cpu                     # MinAtar Breakout, 16 envs, staleness 0-8, 3 seeds
-    python -m benchmarks.staleness --preset gpu --max-minutes 8     # Procgen starpilot; repeat until all finished
+    python -m benchmarks.learning.staleness --preset cpu                    # MinAtar Breakout, 16 envs, staleness 0-8, 3 seeds
+    python -m benchmarks.learning.staleness --preset gpu --max-minutes 8     # Procgen starpilot; repeat until all finished
 """
 
 from collections.abc import Sequence
@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmarks.common import Experiment, RunSpec
-from benchmarks.report import markdown_table, mean_std, new_figure, panels, plot_curves, save_figure, summarize
-from benchmarks.settings import Scale, preset_setting, run_spec
+from benchmarks.harness import cli
+from benchmarks.harness.common import Experiment, RunSpec
+from benchmarks.harness.report import markdown_table, mean_std, new_figure, panels, plot_curves, save_figure, summarize
+from benchmarks.harness.settings import Scale, preset_setting, run_spec
 
 NAME = "staleness"
 MODES = {
@@ -103,7 +104,11 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
 EXPERIMENT = Experiment(
     NAME, "PPO with artificial staleness: decoupled vs coupled objectives (paper figure 1)", __doc__ or "", build_specs, report
 )
-main = EXPERIMENT.main
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    """Run the experiment from the command line (see ``--help``); returns its results directory."""
+    return cli.main(EXPERIMENT, argv)
 
 
 if __name__ == "__main__":

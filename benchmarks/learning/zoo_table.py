@@ -1,13 +1,13 @@
 """
 rl-zoo3's PPO tasks with this package's algorithms, read like rl-zoo3's ``benchmark.md``::
 
-    python -m benchmarks.zoo_table --groups classic,box2d --seeds 3 --workers 1
-    python -m benchmarks.zoo_table --experiment ewma_age --seeds 3 --workers 1
+    python -m benchmarks.learning.zoo_table --groups classic,box2d --seeds 3 --workers 1
+    python -m benchmarks.learning.zoo_table --experiment ewma_age --seeds 3 --workers 1
 
 Each run is the command a user types: SB3's PPO through ``python -m rl_zoo3.train --algo ppo`` itself (the reference),
 ``python -m sb3_ewma.train --algo ppo_ewma | ppg_ewma | ppg`` for the others (their entries: the package's own, else
 derived from rl-zoo3's PPO entry, :mod:`sb3_ewma.zoo.derivation`), with the same ``--seed`` and budget ``-n`` (the
-tuned ``n_timesteps``, capped per task on these CPUs: :mod:`benchmarks.zoo_tasks`), one torch thread
+tuned ``n_timesteps``, capped per task on these CPUs: :mod:`benchmarks.learning.zoo_tasks`), one torch thread
 (``--num-threads 1``, ``OMP_NUM_THREADS=1``), an evaluation of 5 episodes every tenth of the budget (rl-zoo3's
 ``EvalCallback``: the learning curves) and, after training, a final evaluation of the saved model as rl-zoo3's
 ``enjoy`` would load it (``config.yml``, ``vecnormalize.pkl``; deterministic actions except on Atari and MiniGrid, as
@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from benchmarks.report import markdown_table, new_figure, save_figure
-from benchmarks.zoo_tasks import (
+from benchmarks.harness.report import markdown_table, new_figure, save_figure
+from benchmarks.learning.zoo_tasks import (
     EXPERIMENTS,
     GROUPS,
     TASKS,
@@ -55,8 +55,8 @@ from benchmarks.zoo_tasks import (
     tuned_budget,
 )
 
-RESULTS_ROOT = Path(__file__).resolve().parent / "results" / "zoo_table"
-REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULTS_ROOT = Path(__file__).resolve().parents[1] / "results" / "zoo_table"
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CURVE_POINTS = 10
 """Evaluations during training (every ``budget / CURVE_POINTS`` steps), of :data:`CURVE_EPISODES` episodes each."""
 CURVE_EPISODES = 5
@@ -469,14 +469,15 @@ def write_report(out_dir: Path, jobs: Sequence[Job], command_line: str | None = 
     lines = [
         f"# rl-zoo3 tasks: {experiment}",
         "",
-        "Written by `benchmarks.zoo_table`"
+        "Written by `benchmarks.learning.zoo_table`"
         + (f" (`{command_line}`)" if command_line else "")
         + f". {len(results)} of {len(jobs)} runs finished.",
         "",
         "mean_reward: mean over seeds of each seed's final evaluation (the saved model loaded as rl-zoo3's `enjoy` does; "
         "deterministic actions except on Atari and MiniGrid); std_reward: standard deviation over seeds (rl-zoo3's "
         "column is over episodes of one run); eval_timesteps and eval_episodes: summed over seeds. "
-        "n_timesteps marked (reduced): trained for less than the tuned budget (the CPU cap of `benchmarks/zoo_tasks.py`). "
+        "n_timesteps marked (reduced): trained for less than the tuned budget "
+        "(the CPU cap of `benchmarks/learning/zoo_tasks.py`). "
         "rl-zoo3 PPO (published): its benchmark.md (one run, older environment versions, mean +- std over episodes).",
         "",
         markdown_table(header, table_rows(summary, variants)),
@@ -510,7 +511,7 @@ def write_report(out_dir: Path, jobs: Sequence[Job], command_line: str | None = 
 
 
 def parser() -> argparse.ArgumentParser:
-    result = argparse.ArgumentParser(prog="python -m benchmarks.zoo_table", description=__doc__.split("\n\n")[0])
+    result = argparse.ArgumentParser(prog="python -m benchmarks.learning.zoo_table", description=__doc__.split("\n\n")[0])
     result.add_argument("--experiment", choices=tuple(EXPERIMENTS), default="table")
     result.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1 (default 3)")
     result.add_argument("--groups", default=None, help=f"comma-separated task groups among {GROUPS}")
@@ -537,7 +538,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
             print(f"{status}  {job.run_id}  {job.budget} steps{' (reduced)' if job.reduced else ''}")
         print(f"{len(jobs)} runs, {sum(job.budget for job in jobs)} environment steps in all")
         return out_dir
-    command_line = " ".join(["python -m benchmarks.zoo_table", *(sys.argv[1:] if argv is None else argv)])
+    command_line = " ".join(["python -m benchmarks.learning.zoo_table", *(sys.argv[1:] if argv is None else argv)])
     if not args.report_only:
         counts = run_jobs(jobs, out_dir, args.workers)
         if counts["failed"]:

@@ -1,5 +1,5 @@
 """
-The tasks, variants and published reference figures of :mod:`benchmarks.zoo_table`.
+The tasks, variants and published reference figures of :mod:`benchmarks.learning.zoo_table`.
 
 A task is an environment id that rl-zoo3 tunes PPO for (its ``hyperparams/ppo.yml``), or MinAtar (which rl-zoo3 does
 not tune: :data:`MINATAR_PPO_ENTRY` is this benchmark's PPO entry, given with ``-conf``). Its budget is the tuned
@@ -65,7 +65,7 @@ class Variant:
 
 
 MINATAR_PPO_ENTRY: dict[str, Any] = {
-    "env_wrapper": "benchmarks.envs.MinAtarObservation",
+    "env_wrapper": "benchmarks.harness.envs.MinAtarObservation",
     "n_envs": 64,
     "n_timesteps": 1_000_000,
     "policy": "MlpPolicy",
@@ -80,7 +80,7 @@ MINATAR_PPO_ENTRY: dict[str, Any] = {
     "policy_kwargs": "dict(net_arch=[64, 64])",
 }
 """
-MinAtar has no rl-zoo3 entry: the learning benchmarks' ``cpu`` settings (``benchmarks/settings.py``: the paper's
+MinAtar has no rl-zoo3 entry: the learning benchmarks' ``cpu`` settings (``benchmarks/harness/settings.py``: the paper's
 shape, 8 minibatches per epoch and 3 epochs, at 64 environments x 128 steps, MLP [64, 64]) as a PPO entry, with
 MinAtar's frames as float channels-first arrays.
 """
@@ -107,7 +107,7 @@ TASKS: tuple[Task, ...] = (
         "minatar",
         cap=500_000,
         requires="minatar",
-        gym_packages=("benchmarks.minatar_envs",),
+        gym_packages=("benchmarks.learning.minatar_envs",),
         conf=MINATAR_PPO_ENTRY,
     ),
 )

@@ -11,8 +11,8 @@ the ratio of the two times measured in the same repeat). Each model first learns
 MLP [64, 64] (the recurrent policies: an LSTM of 64 units for the actor and one for the critic, then [64] heads), on
 CartPole-v1 (CartPoleNoVel-v1 for the recurrent ones) and sb3-contrib's InvalidActionEnvDiscrete (masked ones)::
 
-    python -m benchmarks.contrib_throughput                   # cpu: 3 timed iterations, 5 repeats
-    python -m benchmarks.contrib_throughput --preset smoke    # seconds
+    python -m benchmarks.timing.contrib_throughput                   # cpu: 3 timed iterations, 5 repeats
+    python -m benchmarks.timing.contrib_throughput --preset smoke    # seconds
 """
 
 import argparse
@@ -27,8 +27,8 @@ import torch as th
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
-from benchmarks.common import RESULTS_DIR, append_csv
-from benchmarks.throughput import TrainTimer
+from benchmarks.harness.common import RESULTS_DIR, append_csv
+from benchmarks.timing.throughput import TrainTimer
 
 NAME = "contrib_throughput"
 PRESETS: dict[str, dict[str, Any]] = {
@@ -177,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
     summary = summarize(run(config, csv_path))
     table = report(summary)
     print(table)
-    command = " ".join(["python -m benchmarks.contrib_throughput", *(sys.argv[1:] if argv is None else argv)])
+    command = " ".join(["python -m benchmarks.timing.contrib_throughput", *(sys.argv[1:] if argv is None else argv)])
     settings = ", ".join(f"{key}={value}" for key, value in config.items())
     text = [
         "# Throughput: the EWMA versions of RecurrentPPO and MaskablePPO against their parents",

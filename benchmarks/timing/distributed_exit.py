@@ -4,8 +4,8 @@ the other is still busy (rank 0 sleeps 0.5 s after ``learn``, as when it saves),
 library creates and destroys at exit, and with a plain ``init_process_group`` that leaves the group alive at exit
 (``--plain-init``, the library before it destroyed its group)::
 
-    python -m benchmarks.distributed_exit --runs 60
-    python -m benchmarks.distributed_exit --runs 60 --plain-init
+    python -m benchmarks.timing.distributed_exit --runs 60
+    python -m benchmarks.timing.distributed_exit --runs 60 --plain-init
 
 A failed exit shows as "terminate called without an active exception" and a non-zero exit status of the job.
 """
@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def worker(plain_init: bool) -> None:
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> dict[str, int]:
         worker(args.plain_init)
         return {}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    command += ["-m", "benchmarks.distributed_exit", "--worker", *(["--plain-init"] if args.plain_init else [])]
+    command += ["-m", "benchmarks.timing.distributed_exit", "--worker", *(["--plain-init"] if args.plain_init else [])]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     counts = {"runs": 0, "failed": 0, "aborted": 0}
     for _ in range(args.runs):

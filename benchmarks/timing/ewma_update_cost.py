@@ -1,10 +1,11 @@
 """
 Cost of one proximal-policy EWMA update (after every optimizer step): this package's ``ParameterEWMA`` next to
 ``torch.optim.swa_utils.AveragedModel`` with ``get_ema_multi_avg_fn``, on the paper's IMPALA CNN policy (64x64x3 frames,
-15 actions). The two alternate in one process; the medians of ``--rounds`` rounds are compared::
+15 actions). The two alternate in one process; the medians of ``--rounds`` rounds are compared and printed as JSON
+(the CPU record: ``benchmarks/results/ewma_update_cost/cpu/results.json``)::
 
-    python -m benchmarks.ewma_update_cost                  # CPU, one thread
-    python -m benchmarks.ewma_update_cost --device cuda
+    python -m benchmarks.timing.ewma_update_cost                  # CPU, one thread
+    python -m benchmarks.timing.ewma_update_cost --device cuda
 
 What each averages: ``ParameterEWMA`` the parameters the action distribution depends on (here all but the value head),
 with the paper's bias correction; ``AveragedModel`` every parameter and, with ``use_buffers``, the buffers, without bias

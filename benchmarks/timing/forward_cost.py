@@ -2,9 +2,9 @@
 What a forward pass costs next to a training step, for the EWMA's extra work: PPO_EWMA evaluates the proximal
 policy (one forward pass, no gradient) on every minibatch, on top of the forward-backward pass of the loss::
 
-    python -m benchmarks.forward_cost                 # IMPALA CNN, 64x64x3 frames, minibatch 64, CPU
-    python -m benchmarks.forward_cost --device cuda --batch-size 2048
-    python -m benchmarks.forward_cost --network mlp --batch-size 256   # CartPole's MlpPolicy (rl-zoo3's minibatch)
+    python -m benchmarks.timing.forward_cost                 # IMPALA CNN, 64x64x3 frames, minibatch 64, CPU
+    python -m benchmarks.timing.forward_cost --device cuda --batch-size 2048
+    python -m benchmarks.timing.forward_cost --network mlp --batch-size 256   # CartPole's MlpPolicy (rl-zoo3's minibatch)
 
 The forward pass is the one PPO_EWMA makes
 (:func:`~sb3_ewma.common.decoupled.proximal.proximal_action_log_prob`: the action head and the log-probabilities
@@ -22,7 +22,7 @@ import numpy as np
 import torch as th
 from stable_baselines3.common.policies import ActorCriticCnnPolicy, ActorCriticPolicy
 
-from benchmarks.common import add_malloc_argument, apply_malloc
+from benchmarks.harness.common import add_malloc_argument, apply_malloc
 from sb3_ewma.common.decoupled.proximal import make_proximal_ewma, proximal_action_log_prob
 from sb3_ewma.common.torch_layers import ImpalaCNN
 

@@ -4,8 +4,8 @@ CNN on 64x64x3 frames: the time of ``train()`` on the same rollout with it on an
 (less noisy on a shared machine) the time of its bookkeeping for one minibatch gradient next to the forward-backward
 pass that produced it, alternating; medians over repeats::
 
-    python -m benchmarks.gradient_noise_overhead                 # CPU, results under benchmarks/results/gradient_noise
-    python -m benchmarks.gradient_noise_overhead --device cuda
+    python -m benchmarks.timing.gradient_noise_overhead     # CPU, results under benchmarks/results/gradient_noise_overhead/cpu
+    python -m benchmarks.timing.gradient_noise_overhead --device cuda
 """
 
 import argparse
@@ -19,6 +19,7 @@ import torch as th
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.envs import FakeImageEnv
 
+from benchmarks.harness.common import RESULTS_DIR
 from sb3_ewma import PPO_EWMA
 from sb3_ewma.common.gradient_noise import GradientNoiseScale
 from sb3_ewma.common.torch_layers import ImpalaCNN
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", default="benchmarks/results/gradient_noise")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "gradient_noise_overhead")
     args = parser.parse_args(argv)
     th.set_num_threads(args.threads)
     device = th.device(args.device)

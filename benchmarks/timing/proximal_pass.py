@@ -6,8 +6,8 @@ log-probabilities of the taken actions from the action head) and PPO_EWMA with t
 32 steps, batch 256, 20 epochs) and the IMPALA CNN on Procgen starpilot with the cpu preset's (8 envs x 32 steps,
 8 minibatches, 3 epochs).
 
-    python -m benchmarks.proximal_pass                 # both networks, 5 repeats
-    python -m benchmarks.proximal_pass --malloc default  # glibc's allocator as it comes
+    python -m benchmarks.timing.proximal_pass                 # both networks, 5 repeats
+    python -m benchmarks.timing.proximal_pass --malloc default  # glibc's allocator as it comes
 
 The minor page faults of each ``train()`` (``getrusage``) are reported too: with glibc's default thresholds the
 activations freed by the proximal pass go back to the system and fault in again at the next minibatch (see
@@ -25,9 +25,8 @@ from typing import Any
 
 import torch as th
 
-from benchmarks.common import RESULTS_DIR, add_malloc_argument, apply_malloc
-from benchmarks.envs import make_env, policy_for
-from benchmarks.throughput import _env_id
+from benchmarks.harness.common import RESULTS_DIR, add_malloc_argument, apply_malloc
+from benchmarks.harness.envs import default_env_id, make_env, policy_for
 
 NAME = "proximal_pass"
 NETWORKS: dict[str, dict[str, Any]] = {
@@ -37,7 +36,7 @@ NETWORKS: dict[str, dict[str, Any]] = {
 VARIANTS = ("ppo", "ppo_ewma_lean", "ppo_ewma_distribution")
 
 
-def _distribution_pass(model: Any) -> None:
+def distribution_pass(model: Any) -> None:
     """Replace the model's lean proximal pass by the one through a distribution object."""
     from sb3_ewma.common.decoupled.proximal import proximal_distribution
 
@@ -59,7 +58,7 @@ def measure(network: str, repeats: int) -> dict[str, float]:
 
     shape = NETWORKS[network]
     policy, policy_kwargs = policy_for(shape["features"])
-    env_id = shape["env"] or _env_id(None, "easy")
+    env_id = shape["env"] or default_env_id(None, "easy")
     settings = {key: shape[key] for key in ("n_steps", "batch_size", "n_epochs")}
     models = {}
     for variant in VARIANTS:
@@ -68,7 +67,7 @@ def measure(network: str, repeats: int) -> dict[str, float]:
         model = algorithm(policy, env, policy_kwargs=policy_kwargs, seed=0, device="cpu", **settings)
         model.learn(shape["n_envs"] * shape["n_steps"])  # a filled buffer (and one warm-up update)
         if variant == "ppo_ewma_distribution":
-            _distribution_pass(model)
+            distribution_pass(model)
         models[variant] = model
     seconds: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
     faults: dict[str, list[int]] = {variant: [] for variant in VARIANTS}
@@ -110,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
     print(table)
     out_dir = args.out / NAME / args.malloc
     out_dir.mkdir(parents=True, exist_ok=True)
-    command = " ".join(["python -m benchmarks.proximal_pass", *(sys.argv[1:] if argv is None else argv)])
+    command = " ".join(["python -m benchmarks.timing.proximal_pass", *(sys.argv[1:] if argv is None else argv)])
     text = f"# Proximal pass: lean vs through a distribution\n\n{(__doc__ or '').strip()}\n\n- command: `{command}`\n"
     text += f"- written {time.strftime('%Y-%m-%d %H:%M')}; medians of {args.repeats} train() calls, one torch thread, "
     text += f"malloc {args.malloc}\n\n"

@@ -10,8 +10,8 @@ GPU (bf16 on this project's AVX2 CPU is emulated and slower than float32).
 Each network is trained a few iterations with PPO_EWMA first (so that the EWMA differs from the policy), then the
 last rollout is evaluated as one batch::
 
-    python -m benchmarks.proximal_precision                   # MLP (CartPole) and IMPALA CNN (Procgen starpilot), CPU
-    python -m benchmarks.proximal_precision --device cuda --dtype float16
+    python -m benchmarks.timing.proximal_precision                   # MLP (CartPole) and IMPALA CNN (Procgen starpilot), CPU
+    python -m benchmarks.timing.proximal_precision --device cuda --dtype float16
 """
 
 import argparse
@@ -24,9 +24,8 @@ from typing import Any
 
 import torch as th
 
-from benchmarks.common import RESULTS_DIR
-from benchmarks.envs import make_env, policy_for
-from benchmarks.throughput import _env_id
+from benchmarks.harness.common import RESULTS_DIR
+from benchmarks.harness.envs import default_env_id, make_env, policy_for
 
 NAME = "proximal_precision"
 NETWORKS: dict[str, dict[str, Any]] = {
@@ -70,7 +69,7 @@ def measure(network: str, device: str, dtype: th.dtype) -> dict[str, float]:
 
     shape = NETWORKS[network]
     policy, policy_kwargs = policy_for(shape["features"])
-    env = make_env(shape["env"] or _env_id(None, "easy"), shape["n_envs"], seed=0)
+    env = make_env(shape["env"] or default_env_id(None, "easy"), shape["n_envs"], seed=0)
     settings = {key: shape[key] for key in ("n_steps", "batch_size", "n_epochs")}
     model = PPO_EWMA(policy, env, policy_kwargs=policy_kwargs, seed=0, device=device, clip_range=CLIP_RANGE, **settings)
     model.learn(shape["iterations"] * shape["n_envs"] * shape["n_steps"])
@@ -132,12 +131,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
     results = {network: measure(network, args.device, dtype) for network in args.networks.split(",")}
     table = report(results, args.dtype)
     print(table)
-    out_dir = args.out / NAME
+    out_dir = args.out / NAME / args.device
     out_dir.mkdir(parents=True, exist_ok=True)
-    command = " ".join(["python -m benchmarks.proximal_precision", *(sys.argv[1:] if argv is None else argv)])
+    command = " ".join(["python -m benchmarks.timing.proximal_precision", *(sys.argv[1:] if argv is None else argv)])
     text = f"# Proximal pass in low precision: accuracy\n\n{(__doc__ or '').strip()}\n\n- command: `{command}`\n"
     text += f"- written {time.strftime('%Y-%m-%d %H:%M')}; device {args.device}, {args.dtype}\n\n"
-    (out_dir / f"results_{args.device}_{args.dtype}.md").write_text(text + table + "\n")
+    (out_dir / f"results_{args.dtype}.md").write_text(text + table + "\n")
     return results
 
 

@@ -14,9 +14,9 @@ Scaling efficiency = SPS(W) / (W x SPS(1)), SPS(1) that of ``1x{N}``; the time s
 all-reduce, advantage moments, per-iteration synchronization) per iteration is reported separately. Environment
 steps are global (all ranks). Results: ``benchmarks/results/scaling/<preset>/runs.jsonl`` and ``summary.md``::
 
-    python -m benchmarks.scaling --preset smoke    # seconds
-    python -m benchmarks.scaling --preset cpu      # CartPole, PPO_EWMA, 8 envs, 3 repeats: about 3 minutes on 2 idle cores
-    python -m benchmarks.scaling --preset cnn      # Procgen starpilot + IMPALA CNN: compute-bound, about 5 minutes
+    python -m benchmarks.timing.scaling --preset smoke    # seconds
+    python -m benchmarks.timing.scaling --preset cpu   # CartPole, PPO_EWMA, 8 envs, 3 repeats: about 3 minutes on 2 idle cores
+    python -m benchmarks.timing.scaling --preset cnn      # Procgen starpilot + IMPALA CNN: compute-bound, about 5 minutes
 """
 
 import argparse
@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RESULTS_DIR = REPO / "benchmarks" / "results" / "scaling"
 PRESETS: dict[str, dict[str, Any]] = {
     "smoke": dict(env="CartPole-v1", n_envs=4, n_steps=16, n_minibatches=2, n_epochs=2, timesteps=512, repeats=1),
@@ -97,7 +97,7 @@ def worker(settings: dict[str, Any], out_file: Path) -> None:
     if network == "mlp":
         policy, policy_kwargs, env = "MlpPolicy", {}, make_vec_env(settings["env"], n_envs=n_envs)
     else:
-        from benchmarks.envs import make_env, policy_for
+        from benchmarks.harness.envs import make_env, policy_for
 
         policy, policy_kwargs = policy_for(network)
         env = make_env(settings["env"], n_envs, seed=settings["seed"] * 1000 + int(os.environ.get("RANK", "0")) * n_envs)
@@ -163,7 +163,7 @@ def run_job(name: str, world_size: int, settings: dict[str, Any], tmp_file: Path
     if name.endswith(INDEPENDENT):
         return run_independent(name, world_size, settings, tmp_file, env)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world_size)]
-    command += ["-m", "benchmarks.scaling", "--worker", json.dumps(settings), str(tmp_file)]
+    command += ["-m", "benchmarks.timing.scaling", "--worker", json.dumps(settings), str(tmp_file)]
     subprocess.run(command, env=env, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
     record = json.loads(tmp_file.read_text())
     record["config"] = name
@@ -181,7 +181,7 @@ def run_independent(name: str, count: int, settings: dict[str, Any], tmp_file: P
             [
                 sys.executable,
                 "-m",
-                "benchmarks.scaling",
+                "benchmarks.timing.scaling",
                 "--worker",
                 json.dumps({**settings, "seed": settings["seed"] * count + index}),
                 str(file),
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> None:
                 file.write(json.dumps(record) + "\n")
             print(f"{name} repeat {repeat}: {record['sps']:.0f} steps/s", flush=True)
     (out_dir / "last_run.json").unlink(missing_ok=True)
-    command = "python -m benchmarks.scaling " + " ".join(argv)
+    command = "python -m benchmarks.timing.scaling " + " ".join(argv)
     (out_dir / "summary.md").write_text(summarize(records, args.preset, command.strip()))
     print((out_dir / "summary.md").read_text())
 

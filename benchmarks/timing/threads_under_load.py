@@ -4,7 +4,7 @@ with torch's default thread pool (``--num-threads -1``) and with the entry point
 policy), each on an idle machine and with two competing trainings that use torch's default threads, as when several
 seeds run at once. The four runs alternate in one invocation, ``--repeats`` times; the table gives the median::
 
-    python -m benchmarks.threads_under_load --timesteps 20000 --repeats 2
+    python -m benchmarks.timing.threads_under_load --timesteps 20000 --repeats 2
 
 Steps per second are the training's own (SB3's ``time/fps`` of the last log line), so process start-up is left out.
 Results: ``benchmarks/results/threads_under_load/cpu/results.json`` and ``results.md``.
@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "benchmarks" / "results" / "threads_under_load" / "cpu"
 CONFIGURATIONS = {"torch default threads (--num-threads -1)": ["--num-threads", "-1"], "entry point default": []}
 FPS = re.compile(r"\|\s+fps\s+\|\s+(\d+)")
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
                 print(f"repeat {repeat}: {name}, {load}: {outcome['steps_per_second']:.0f} steps/s", flush=True)
     medians = {key: statistics.median(run["steps_per_second"] for run in values) for key, values in runs.items()}
     report = {
-        "command": "python -m benchmarks.threads_under_load " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.timing.threads_under_load " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
         "cpu_model": _cpu_model(),
         "timesteps": args.timesteps,

@@ -12,12 +12,12 @@ Measurements are appended to ``measurements.csv`` as they are made; rerunning th
 with the same settings (resume). Default shapes are the paper's Procgen ones (IMPALA CNN, 8 minibatches, 3 PPO
 epochs, 1 policy epoch for PPG), scaled to the machine::
 
-    python -m benchmarks.throughput --preset smoke        # seconds: 4 envs x 32 steps, NatureCNN
-    python -m benchmarks.throughput                       # cpu: Procgen starpilot (easy), 8 envs x 32 steps, IMPALA
-    python -m benchmarks.throughput --preset gpu          # 64 envs x 256 steps, the paper's iteration, on CUDA
-    python -m benchmarks.throughput --env fake-image      # random 64x64x3 frames (no procgen needed)
-    python -m benchmarks.throughput --preset cartpole     # CartPole-v1, rl-zoo3's tuned PPO shapes, MLP
-    python -m benchmarks.throughput --preset minatar      # MinAtar Breakout, the learning benchmarks' cpu shapes, MLP
+    python -m benchmarks.timing.throughput --preset smoke        # seconds: 4 envs x 32 steps, NatureCNN
+    python -m benchmarks.timing.throughput                       # cpu: Procgen starpilot (easy), 8 envs x 32 steps, IMPALA
+    python -m benchmarks.timing.throughput --preset gpu          # 64 envs x 256 steps, the paper's iteration, on CUDA
+    python -m benchmarks.timing.throughput --env fake-image      # random 64x64x3 frames (no procgen needed)
+    python -m benchmarks.timing.throughput --preset cartpole     # CartPole-v1, rl-zoo3's tuned PPO shapes, MLP
+    python -m benchmarks.timing.throughput --preset minatar      # MinAtar Breakout, the learning benchmarks' cpu shapes, MLP
 
 An algorithm name ending in ``_async`` (``ppo_ewma_async``, ``ppg_async``, ``ppg_ewma_async``) runs with
 ``async_rollouts=True`` (a collector thread), one ending in ``_process`` with ``async_rollouts="process"`` (a collector
@@ -41,8 +41,16 @@ from typing import Any
 
 import torch as th
 
-from benchmarks.common import ALGORITHMS, add_malloc_argument, algorithm_class, append_csv, apply_malloc, base_parser, read_csv
-from benchmarks.envs import NETWORKS, make_env, policy_for
+from benchmarks.harness.common import (
+    ALGORITHMS,
+    add_malloc_argument,
+    algorithm_class,
+    append_csv,
+    apply_malloc,
+    base_parser,
+    read_csv,
+)
+from benchmarks.harness.envs import NETWORKS, default_env_id, make_env, policy_for
 
 NAME = "throughput"
 PRESETS: dict[str, dict[str, Any]] = {
@@ -300,7 +308,7 @@ def report(medians: dict[str, dict[str, float]], baseline: str = "ppo") -> str:
 
 def plot(medians: dict[str, dict[str, float]], path: Path) -> str:
     """Bars of the median steps per second (learn and train only); returns the markdown image."""
-    from benchmarks.report import ALGORITHM_LABELS, new_figure, save_figure
+    from benchmarks.harness.report import ALGORITHM_LABELS, new_figure, save_figure
 
     figure, axes = new_figure(1, 2, width=4.8)
     names = list(medians)
@@ -368,29 +376,11 @@ def parse_args(argv: Sequence[str] | None = None) -> dict[str, Any]:
     algos = ALL_ALGORITHMS if args.algos == "all" else args.algos.split(",")
     config["algos"] = [name.strip() for name in algos if name.strip()]
     config["device"] = args.device or ("cuda" if args.preset in ("gpu", "paper") else "cpu")
-    config["env"] = _env_id(args.env or config.get("env"), config.pop("mode", "easy"))
+    config["env"] = default_env_id(args.env or config.get("env"), config.pop("mode", "easy"))
     config["json"] = args.json
     config["malloc"] = args.malloc
     config["out_dir"] = Path(args.out) / NAME / args.preset
     return config
-
-
-def _env_id(env: str | None, mode: str) -> str:
-    """The environment id: ``procgen-<game>-<mode>`` for a Procgen ``<game>-<mode>``; by default starpilot if procgen
-    is installed, else ``fake-image``."""
-    if env is None:
-        try:
-            import procgen  # noqa: F401
-
-            return f"procgen-starpilot-{mode}"
-        except ImportError:
-            return "fake-image"
-    game, _, game_mode = env.partition("-")
-    from sb3_ewma.envs import PROCGEN_GAMES
-
-    if game in PROCGEN_GAMES and game_mode in ("", "easy", "hard"):
-        return f"procgen-{game}-{game_mode or mode}"
-    return env
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
@@ -402,7 +392,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
     medians = run(config, out_dir / "measurements.csv")
     print(report(medians))
     arguments = list(sys.argv[1:] if argv is None else argv)
-    write_results(config, medians, out_dir, " ".join(["python -m benchmarks.throughput", *arguments]))
+    write_results(config, medians, out_dir, " ".join(["python -m benchmarks.timing.throughput", *arguments]))
     if config["json"]:
         with open(config["json"], "w") as file:
             json.dump({"config": config, "medians": medians}, file, indent=2)

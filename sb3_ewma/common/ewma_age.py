@@ -28,7 +28,7 @@ EWMA_AGE_RULES: tuple[str, ...] = ("paper", "max_age", "mean_age")
 EWMA_DECAY_AUTO_RULE = "paper"
 """
 What ``ewma_decay="auto"`` means: the paper's setting, center of mass = minibatches per epoch. Kept until a
-measurement on rl-zoo3's many-epoch entries (``benchmarks.zoo_table --experiment ewma_age``) shows another rule
+measurement on rl-zoo3's many-epoch entries (``benchmarks.learning.zoo_table --experiment ewma_age``) shows another rule
 learning at least as well; the figures so far are in ``benchmarks/results/zoo_table/ewma_age/benchmark.md``.
 """
 

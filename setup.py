@@ -41,7 +41,7 @@ EXTRAS = {
 # what a user runs: every optional part but the documentation tools
 EXTRAS["all"] = sorted({req for name, reqs in EXTRAS.items() if name != "docs" for req in reqs})
 # the environments of rl-zoo3's PPO entries beyond classic control and Box2D (MuJoCo -v4 ids, MiniGrid), and MinAtar:
-# python -m benchmarks.zoo_table trains on them, tests/test_zoo_derivation.py builds their derived entries
+# python -m benchmarks.learning.zoo_table trains on them, tests/test_zoo_derivation.py builds their derived entries
 EXTRAS["tasks"] = ["gymnasium[mujoco]>=1.0,<2", "minigrid>=3", "minatar>=1.0.15"]
 # the test suite exercises every optional part, plus the test and style tools (and MinAtar for the benchmarks' tests)
 EXTRAS["tests"] = [

@@ -29,7 +29,8 @@ def _malloc_untouched(monkeypatch: pytest.MonkeyPatch):
         return True
 
     monkeypatch.setattr(sb3_ewma, "keep_freed_memory", keep_freed_memory)
-    zoo = sys.modules.get("sb3_ewma.zoo")
-    if zoo is not None:
-        monkeypatch.setattr(zoo, "keep_freed_memory", keep_freed_memory)
+    # where the experiment manager calls it
+    experiment = sys.modules.get("sb3_ewma.zoo.experiment")
+    if experiment is not None:
+        monkeypatch.setattr(experiment, "keep_freed_memory", keep_freed_memory)
     yield

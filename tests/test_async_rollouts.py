@@ -339,7 +339,8 @@ def test_callback_errors_and_interrupts_surface_on_the_caller_thread(failure, mo
 
 
 def test_benchmarks_run_the_async_variants(tmp_path):
-    from benchmarks import async_rollouts, throughput
+    from benchmarks.learning import overlapped_rollouts as async_rollouts
+    from benchmarks.timing import throughput
 
     assert throughput.base_algorithm("ppo_ewma_async") == ("ppo_ewma", True)
     assert throughput.base_algorithm("ppo") == ("ppo", False)

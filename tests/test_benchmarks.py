@@ -14,8 +14,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `benchmarks` is a directory of the repository, not an installed package
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import batch_size_invariance, common, ewma_comparison, runner, staleness, throughput  # noqa: E402
-from benchmarks.settings import SETTINGS, Scale, run_spec  # noqa: E402
+from benchmarks.harness import common, runner  # noqa: E402
+from benchmarks.harness.settings import SETTINGS, Scale, run_spec  # noqa: E402
+from benchmarks.learning import batch_size_invariance, ewma_comparison, staleness  # noqa: E402
+from benchmarks.timing import throughput  # noqa: E402
 
 EXPERIMENTS = {module.NAME: module for module in (ewma_comparison, batch_size_invariance, staleness)}
 
@@ -166,7 +168,7 @@ def test_presets_build_consistent_runs(preset):
         assert len({spec.eval_every for spec in specs}) == 1
         for spec in specs:
             assert spec.total_timesteps % spec.eval_every == 0 or spec.total_timesteps % spec.iteration_size == 0
-            importlib.import_module("benchmarks.envs").policy_for(spec.network)
+            importlib.import_module("benchmarks.harness.envs").policy_for(spec.network)
     assert len(ewma_comparison.build_specs(preset, {})) >= 4 * (2 if preset == "smoke" else 3)
 
 
@@ -210,7 +212,7 @@ def test_staleness_runs():
 @pytest.mark.parametrize("name", sorted(EXPERIMENTS))
 def test_report_of_several_procgen_games(name, tmp_path):
     """The gpu preset's report (not run here): made-up finished runs on two games give a normalized-return panel."""
-    from benchmarks.report import ALL_GAMES, write_report
+    from benchmarks.harness.report import ALL_GAMES, write_report
 
     module = EXPERIMENTS[name]
     overrides = {"timesteps": 2**19, "envs": ("procgen-starpilot-easy", "procgen-bigfish-easy")}
@@ -228,7 +230,7 @@ def test_report_of_several_procgen_games(name, tmp_path):
 
 
 def test_batch_size_invariance_authors_runs():
-    from benchmarks import batch_size_invariance_authors as authors
+    from benchmarks.learning import batch_size_invariance_authors as authors
 
     specs = authors.build_specs("cpu", {})
     assert {spec.n_envs for spec in specs} == {64, 16, 4, 1} and {spec.variant for spec in specs} == set(authors.VARIANTS)
@@ -263,7 +265,7 @@ def test_evaluation_rows_hold_the_gradient_noise_scale():
 
 
 def test_scaling_summary_efficiency_and_curves():
-    from benchmarks import scaling
+    from benchmarks.timing import scaling
 
     def record(config, world_size, n_envs, sps, curve):
         return dict(
@@ -278,20 +280,20 @@ def test_scaling_summary_efficiency_and_curves():
 
     curve = [[512, 10.0], [1024, 20.0]]
     records = [record("1x8", 1, 8, 1000.0, curve), record("2x4", 2, 4, 1500.0, curve), record("2x8", 2, 8, 1800.0, curve)]
-    text = scaling.summarize(records, "cpu", "python -m benchmarks.scaling")
+    text = scaling.summarize(records, "cpu", "python -m benchmarks.timing.scaling")
     # efficiency = SPS(W) / (W x SPS(1))
     assert "| 2x4 | 2 | 4 | 1500 | 0.75 |" in text and "| 2x8 | 2 | 8 | 1800 | 0.90 |" in text
     assert "| 1024 | 20.0 | 20.0 | 20.0 |" in text
     # the all-reduce latency column: milliseconds where measured, "-" in records without it
     with_latency = [dict(r, all_reduce_s=0.0025 if r["world_size"] == 2 else 0.0) for r in records]
     assert "| 0.1000 | 2.50 |" in scaling.summarize(with_latency, "cpu", "c") and "| 0.1000 | - |" in text
-    short = scaling.summarize([dict(r, curve=[]) for r in records], "cnn", "python -m benchmarks.scaling --preset cnn")
+    short = scaling.summarize([dict(r, curve=[]) for r in records], "cnn", "python -m benchmarks.timing.scaling --preset cnn")
     assert "throughput only" in short and "| 2x8 | 2 | 8 | 1800 | 0.90 |" in short
     assert [name for name, _, _ in scaling.configurations(8)] == ["1x8", "2x4", "2x8", "2x8 independent"]
 
 
 def test_scaling_control_runs_independent_processes_together(tmp_path):
-    from benchmarks import scaling
+    from benchmarks.timing import scaling
 
     settings = dict(scaling.PRESETS["smoke"], n_envs=2, seed=1, network="mlp")
     del settings["repeats"]
@@ -304,7 +306,7 @@ def test_scaling_control_runs_independent_processes_together(tmp_path):
 
 @pytest.mark.parametrize("network", ["mlp", "impala"])
 def test_forward_cost_runs_the_lean_proximal_pass(network, capsys):
-    from benchmarks import forward_cost
+    from benchmarks.timing import forward_cost
 
     seconds = forward_cost.main(["--network", network, "--batch-size", "4", "--repeats", "2", "--malloc", "default"])
     assert set(seconds) == {"forward_backward_s", "forward_s"} and min(seconds.values()) > 0
@@ -312,7 +314,7 @@ def test_forward_cost_runs_the_lean_proximal_pass(network, capsys):
 
 
 def test_proximal_precision_measures_bf16_against_float32(tmp_path):
-    from benchmarks import proximal_precision
+    from benchmarks.timing import proximal_precision
 
     results = proximal_precision.main(["--networks", "mlp", "--out", str(tmp_path)])["mlp"]
     assert results["samples"] == 256
@@ -322,12 +324,12 @@ def test_proximal_precision_measures_bf16_against_float32(tmp_path):
     assert results["clip_status_changed"] * 256 == pytest.approx(round(results["clip_status_changed"] * 256))
     assert results["clip_status_changed"] < 0.1
     assert 1 - results["gradient_cosine"] < 1e-2
-    assert (tmp_path / "proximal_precision" / "results_cpu_bfloat16.md").exists()
+    assert (tmp_path / "proximal_precision" / "cpu" / "results_bfloat16.md").exists()
 
 
 def test_malloc_keep_freed_refuses_to_run_without_glibc(monkeypatch):
     import sb3_ewma
-    from benchmarks.common import apply_malloc
+    from benchmarks.harness.common import apply_malloc
 
     made = []
     monkeypatch.setattr(sb3_ewma, "keep_freed_memory", lambda: made.append("keep") or False)
@@ -352,7 +354,7 @@ def test_throughput_sb3_ppo_with_foreach_adam_differs_only_by_the_adam_step(feat
 
 
 def test_distributed_exit_counts_clean_two_rank_jobs():
-    from benchmarks import distributed_exit
+    from benchmarks.timing import distributed_exit
 
     counts = distributed_exit.main(["--runs", "1"])
     assert counts == {"runs": 1, "failed": 0, "aborted": 0}

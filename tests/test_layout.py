@@ -23,7 +23,7 @@ from sb3_ewma.common.host import PPOHost
 
 PACKAGE_DIR = Path(sb3_ewma.__file__).parent
 # what sb3_ewma.common must never import: the algorithms and the entry points built on them
-ABOVE_COMMON = ("ppo_ewma", "ppg_ewma", "recurrent_ppo_ewma", "maskable_ppo_ewma", "zoo", "zoo_derivation", "scale", "train")
+ABOVE_COMMON = ("ppo_ewma", "ppg_ewma", "recurrent_ppo_ewma", "maskable_ppo_ewma", "zoo", "scale", "train")
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -59,15 +59,24 @@ def test_common_imports_nothing_above_it(path):
     assert not above, f"{module_name(path)} imports {sorted(above)}"
 
 
-def test_no_import_cycles():
-    """The package's import graph (function-level imports included) has no cycle."""
-    modules = {module_name(path): path for path in SOURCES}
+BENCHMARKS_DIR = PACKAGE_DIR.parent / "benchmarks"
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Which modules under ``root`` each module under ``root`` imports (function-level imports included)."""
+    modules = {module_name(path): path for path in sorted(root.rglob("*.py"))}
     graph = {
         name: {imported for imported in imported_modules(path) if imported in modules and imported != name}
         for name, path in modules.items()
     }
     # a package's __init__ may re-export its submodules: an edge from a package to its own submodule is no cycle
-    graph = {name: {m for m in edges if not m.startswith(name + ".")} for name, edges in graph.items()}
+    return {name: {m for m in edges if not m.startswith(name + ".")} for name, edges in graph.items()}
+
+
+@pytest.mark.parametrize("root", [PACKAGE_DIR, BENCHMARKS_DIR], ids=lambda root: root.name)
+def test_no_import_cycles(root):
+    """The import graph of the package and of the benchmarks (function-level imports included) has no cycle."""
+    graph = import_graph(root)
     visiting: list[str] = []
     done: set[str] = set()
 
@@ -83,6 +92,19 @@ def test_no_import_cycles():
 
     for name in sorted(graph):
         visit(name)
+
+
+@pytest.mark.parametrize("path", sorted(BENCHMARKS_DIR.rglob("*.py")), ids=module_name)
+def test_benchmarks_import_no_private_names(path):
+    """A benchmark module uses another's public names only (``from benchmarks.x import _name`` is a hidden contract)."""
+    private = [
+        f"{node.module}.{alias.name}"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module is not None and node.module.startswith("benchmarks")
+        for alias in node.names
+        if alias.name.startswith("_")
+    ]
+    assert not private, f"{module_name(path)} imports private names {private}"
 
 
 DECOUPLED_BASES = (DecoupledAlgorithmMixin, ProximalSaveMixin)

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `benchmarks` is a directory of the repository, not an installed package
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.proximal_pass import _distribution_pass  # noqa: E402
+from benchmarks.timing.proximal_pass import distribution_pass  # noqa: E402
 
 
 @pytest.mark.parametrize("algorithm", [PPO_EWMA, PPG_EWMA])
@@ -47,8 +47,8 @@ def test_policy_loss_unchanged_by_the_lean_pass():
     model.learn(64)  # a filled buffer, and the EWMA away from the policy
     rollout_data = next(model.rollout_buffer.get(64))
     lean = model._policy_terms(rollout_data, DecoupledPolicyObjective(0.2))
-    # the distribution path, as the exact KL takes it (and benchmarks.proximal_pass times it)
-    _distribution_pass(model)
+    # the distribution path, as the exact KL takes it (and benchmarks.timing.proximal_pass times it)
+    distribution_pass(model)
     reference = model._policy_terms(rollout_data, DecoupledPolicyObjective(0.2))
     for first, second in zip(lean, reference, strict=True):
         assert th.equal(first, second)

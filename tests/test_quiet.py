@@ -34,7 +34,7 @@ def test_importing_sb3_first_prints_the_banner() -> None:
 
 
 @requires_gym
-@pytest.mark.parametrize("module", ["benchmarks.threads_under_load", "benchmarks.distributed_exit"])
+@pytest.mark.parametrize("module", ["benchmarks.timing.threads_under_load", "benchmarks.timing.distributed_exit"])
 def test_benchmark_entry_points_are_quiet(module: str) -> None:
     result = run_python("-m", module, "-h")
     assert BANNER not in result.stderr

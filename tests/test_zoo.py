@@ -440,7 +440,7 @@ def test_train_keeps_freed_memory_unless_told_not_to(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: tuple[str, ...], calls: int
 ) -> None:
     made: list[tuple] = []
-    monkeypatch.setattr(zoo, "keep_freed_memory", lambda *args: made.append(args) or True)
+    monkeypatch.setattr(zoo.experiment, "keep_freed_memory", lambda *args: made.append(args) or True)
     train_in_process(*("--algo", "ppo_ewma", "--env", "CartPole-v1", "-n", "64", "-f", str(tmp_path)), *flag)
     assert len(made) == calls
     assert (saved_run(tmp_path, "ppo_ewma", "CartPole-v1") / "CartPole-v1.zip").exists()

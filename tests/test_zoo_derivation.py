@@ -1,5 +1,5 @@
 """
-Entries derived from rl-zoo3's tuned PPO entries (sb3_ewma.zoo_derivation): the rules by hand-computed values, every
+Entries derived from rl-zoo3's tuned PPO entries (sb3_ewma.zoo.derivation): the rules by hand-computed values, every
 entry of rl-zoo3's ppo.yml and ppo_lstm.yml by every algorithm (constructed, one action taken, where the environment
 can be made here), the entry choice, the printed line, the error for an unknown environment and the config.yml round
 trip through enjoy.
@@ -24,7 +24,7 @@ from sb3_contrib.common.maskable.utils import get_action_masks
 from sb3_ewma import zoo
 from sb3_ewma.algorithms import ALGORITHMS
 from sb3_ewma.envs.action_masks import ActionMaskOrAllValid, all_valid_action_mask
-from sb3_ewma.zoo_derivation import (
+from sb3_ewma.zoo.derivation import (
     ACTION_MASK_WRAPPER,
     PARENT_ALGOS,
     derive,
@@ -172,7 +172,7 @@ def test_derived_entry_prints_one_line_and_trains(tmp_path: Path, capsys: pytest
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("sb3-ewma: ")]
     assert lines == [
         "sb3-ewma: no ppg_ewma entry for MountainCarContinuous-v0 in this package; derived from rl-zoo3's ppo.yml entry "
-        "'MountainCarContinuous-v0' (sb3_ewma.zoo_derivation): added n_value_epochs: 3, n_policy_iterations: 32, "
+        "'MountainCarContinuous-v0' (sb3_ewma.zoo.derivation): added n_value_epochs: 3, n_policy_iterations: 32, "
         "n_aux_epochs: 6, beta_clone: 1.0, aux_batch_size: 32, ewma_decay: 'auto', imp_samp_max: 100.0; "
         "changed n_epochs: 10 -> 3, batch_size: 256 -> 8"
     ]

@@ -6,7 +6,7 @@ PyTorch allocates CPU tensors with ``malloc``. glibc serves large blocks (above 
 second threshold is free at its top. A training loop allocates the same large activations every minibatch, so on CPU
 each of them comes back as fresh pages that the kernel must fault in and zero. PPO_EWMA's proximal pass suffers most:
 a forward pass without gradients frees each activation as soon as the next layer has used it.
-``python -m benchmarks.proximal_pass`` counts the page faults per ``train()`` with glibc's defaults
+``python -m benchmarks.timing.proximal_pass`` counts the page faults per ``train()`` with glibc's defaults
 (``--malloc default``) and with :func:`keep_freed_memory` (``--malloc keep-freed``); the figures are on the
 documentation's benchmarks page.
 

@@ -69,7 +69,7 @@ class ParameterEWMA(nn.Module):
     Why not ``torch.optim.swa_utils.AveragedModel`` with ``get_ema_multi_avg_fn``: its EMA has no bias correction, it
     averages every parameter (PPG needs only the policy's), it deep-copies the module (SB3's gSDE policies hold
     non-leaf tensors that cannot be deep-copied, and the copy would carry the policy's optimizer) and it has no reset
-    (PPG-EWMA restarts the average every phase). It is also slower per update (``python -m benchmarks.ewma_update_cost``
+    (PPG-EWMA restarts the average every phase). It is also slower per update (``python -m benchmarks.timing.ewma_update_cost``
     compares the two; the figures are on the documentation's benchmarks page).
 
     :param source: the network being trained

@@ -18,7 +18,7 @@ iteration's shape: ``M`` minibatches per epoch (``ceil(n_steps * n_envs / batch_
 The decay is then ``beta = COM / (COM + 1)``.
 
 Why ``"auto"`` is what it is, measured (``python tests/learning_cases.py``, the learning tests' trainings, 10 seeds,
-one torch thread, 2 shared cores; and ``python -m benchmarks.zoo_table --experiment ewma_age``, 2-3 seeds, rl-zoo3's
+one torch thread, 2 shared cores; and ``python -m benchmarks.learning.zoo_table --experiment ewma_age``, 2-3 seeds, rl-zoo3's
 training and evaluation; the figures are on the documentation's benchmarks page):
 
 - rl-zoo3's Pendulum-v1 entry (E = 10 epochs of M = 64 minibatches) for 61,440 steps, final return over 8 episodes:

@@ -1,6 +1,6 @@
 """
 The action masks that ``MaskablePPO_EWMA`` (``--algo ppo_mask_ewma``) needs, for environments that have none: the
-last ``env_wrapper`` of the entries :mod:`sb3_ewma.zoo_derivation` derives from rl-zoo3's PPO entries.
+last ``env_wrapper`` of the entries :mod:`sb3_ewma.zoo.derivation` derives from rl-zoo3's PPO entries.
 """
 
 import gymnasium as gym

@@ -1,11 +1,9 @@
 import inspect
-import math
 import os
 import time
 import warnings
 from typing import Any, ClassVar, TypeVar
 
-import numpy as np
 import torch as th
 from gymnasium import spaces
 from stable_baselines3 import PPO
@@ -29,29 +27,18 @@ from sb3_ewma.common.distributed import DataParallelMixin, rank_local_settings
 from sb3_ewma.common.distributions import distribution_parameters, kl_from_parameters
 from sb3_ewma.common.ewma import ParameterEWMA
 from sb3_ewma.common.format import human_bytes
-from sb3_ewma.common.minibatches import check_minibatch_sampling
 from sb3_ewma.ppg_ewma.buffers import AuxiliaryBuffer
+from sb3_ewma.ppg_ewma.checks import check_ppg_hyperparams
 from sb3_ewma.ppg_ewma.export import ppg_to_sb3_ppo
 from sb3_ewma.ppg_ewma.policies import (
     CnnPolicy,
     MlpPolicy,
     MultiInputPolicy,
     PPGPolicy,
-    check_arch,
     is_ppg_policy_parameter,
 )
 
 SelfPPG_EWMA = TypeVar("SelfPPG_EWMA", bound="PPG_EWMA")
-
-
-def _check_count(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-
-
-def _is_positive_number(value: object) -> bool:
-    """A finite real number > 0 (not a bool)."""
-    return not isinstance(value, bool) and isinstance(value, (int, float, np.number)) and bool(0 < value < math.inf)
 
 
 @document_decoupled_options
@@ -276,30 +263,23 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
             advantage_normalization=advantage_normalization,
             advantage_ewma_decay=advantage_ewma_decay,
         )
-        check_minibatch_sampling("minibatch_sampling", minibatch_sampling, "batch_size", batch_size, n_steps)
-        check_minibatch_sampling(
-            "aux_minibatch_sampling",
-            aux_minibatch_sampling,
-            "aux_batch_size (default: batch_size)",
-            batch_size if aux_batch_size is None else aux_batch_size,
-            n_steps,
-        )
-        if aux_optimizer_kwargs is not None and not isinstance(aux_optimizer_kwargs, dict):
-            raise ValueError(f"aux_optimizer_kwargs must be None or a dict, got {aux_optimizer_kwargs!r}")
-        self._check_ppg_hyperparams(
-            n_steps,
-            batch_size,
-            n_epochs,
-            n_value_epochs,
-            normalize_advantage,
-            n_policy_iterations,
-            n_aux_epochs,
-            beta_clone,
-            arch,
-            aux_learning_rate,
-            aux_batch_size,
-            aux_micro_batch_size,
-            policy_kwargs,
+        check_ppg_hyperparams(
+            n_steps=n_steps,
+            batch_size=batch_size,
+            n_epochs=n_epochs,
+            n_value_epochs=n_value_epochs,
+            normalize_advantage=normalize_advantage,
+            n_policy_iterations=n_policy_iterations,
+            n_aux_epochs=n_aux_epochs,
+            beta_clone=beta_clone,
+            arch=arch,
+            aux_learning_rate=aux_learning_rate,
+            aux_batch_size=aux_batch_size,
+            aux_micro_batch_size=aux_micro_batch_size,
+            aux_optimizer_kwargs=aux_optimizer_kwargs,
+            minibatch_sampling=minibatch_sampling,
+            aux_minibatch_sampling=aux_minibatch_sampling,
+            policy_kwargs=policy_kwargs,
         )
         # ranks other than 0 print nothing; under torchrun, CUDA means cuda:LOCAL_RANK
         verbose, device = rank_local_settings(distributed, verbose, device)
@@ -356,47 +336,6 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         self._policy_phase_time = 0.0  # seconds of rollouts and updates in the current policy phase
         if _init_setup_model:
             self._setup_model()
-
-    @staticmethod
-    def _check_ppg_hyperparams(
-        n_steps: int,
-        batch_size: int,
-        n_epochs: int,
-        n_value_epochs: int,
-        normalize_advantage: bool,
-        n_policy_iterations: int,
-        n_aux_epochs: int,
-        beta_clone: float,
-        arch: str,
-        aux_learning_rate: float | Schedule | None,
-        aux_batch_size: int | None,
-        aux_micro_batch_size: int | None,
-        policy_kwargs: dict[str, Any] | None,
-    ) -> None:
-        """Raise a ``ValueError`` naming the first PPG hyperparameter outside its allowed range."""
-        _check_count("n_steps", n_steps, 1)
-        _check_count("batch_size", batch_size, 2 if normalize_advantage else 1)
-        _check_count("n_epochs", n_epochs, 0)
-        _check_count("n_value_epochs", n_value_epochs, 0)
-        _check_count("n_policy_iterations", n_policy_iterations, 1)
-        _check_count("n_aux_epochs", n_aux_epochs, 0)
-        if not (_is_positive_number(beta_clone) or beta_clone == 0):
-            raise ValueError(f"beta_clone must be a finite number >= 0, got {beta_clone!r}")
-        check_arch(arch)
-        if policy_kwargs is not None and policy_kwargs.get("arch", arch) != arch:
-            raise ValueError(f"policy_kwargs['arch']={policy_kwargs['arch']!r} contradicts arch={arch!r}: use `arch`")
-        if not (aux_learning_rate is None or callable(aux_learning_rate) or _is_positive_number(aux_learning_rate)):
-            raise ValueError(f"aux_learning_rate must be None, a schedule or a number > 0, got {aux_learning_rate!r}")
-        if aux_batch_size is not None:
-            _check_count("aux_batch_size", aux_batch_size, 1)
-        if aux_micro_batch_size is not None:
-            _check_count("aux_micro_batch_size", aux_micro_batch_size, 1)
-            minibatch = batch_size if aux_batch_size is None else aux_batch_size
-            if aux_micro_batch_size > minibatch:
-                raise ValueError(
-                    f"aux_micro_batch_size must not exceed aux_batch_size (default: batch_size) = {minibatch}, "
-                    f"got {aux_micro_batch_size}"
-                )
 
     def _check_buffer_sizes(self) -> None:
         """Checks that need the number of environments, before anything is built (the environment is not stepped)."""

@@ -1,0 +1,213 @@
+"""
+Reports of the learning experiments: the evaluations of the finished runs as a table, learning curves and final
+returns (mean and standard deviation over seeds), written as PNG figures (matplotlib, Agg backend) and markdown.
+
+The *final return* of a run is the mean of its evaluations in the last quarter of training
+(:data:`benchmarks.harness.common.FINAL_FRACTION`); tables give its mean and standard deviation over seeds.
+With several Procgen games, an extra panel averages the paper's normalized return over the games.
+"""
+
+import os
+import platform
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from benchmarks.harness.common import FINAL_FRACTION, Experiment, Manifest, RunSpec
+from benchmarks.harness.envs import is_procgen, score, short_name
+
+ALGORITHM_LABELS = {
+    "ppo": "PPO (SB3)",
+    "ppo_foreach": "PPO (SB3), foreach Adam",
+    "ppo_ewma": "PPO-EWMA",
+    "ppg": "PPG",
+    "ppg_ewma": "PPG-EWMA",
+}
+ALL_GAMES = "all games (normalized)"
+"""Title of the panel that averages Procgen's normalized return over the games."""
+
+
+def load_evaluations(specs: Sequence[RunSpec], out_dir: Path) -> pd.DataFrame:
+    """
+    The evaluation rows of the finished runs (in the manifest with their current settings), one copy per variant the
+    run stands for (its own and its ``aliases``, column ``shared`` True for the copies), with a ``score`` column
+    (:func:`benchmarks.harness.envs.score`) and the run's ``total_timesteps``. ``mean_return`` is NaN for an evaluation window
+    in which no episode ended.
+    """
+    manifest = Manifest(out_dir / "manifest.csv")
+    frames = []
+    for spec in specs:
+        path = out_dir / "runs" / f"{spec.run_id}.csv"
+        if not manifest.is_done(spec.run_id, spec.spec_hash) or not path.exists():
+            continue
+        frame = pd.read_csv(path)
+        frame["score"] = score(spec.env, frame["mean_return"].to_numpy())
+        frame["total_timesteps"] = spec.total_timesteps
+        frames += [frame.assign(variant=variant, shared=variant != spec.variant) for variant in (spec.variant, *spec.aliases)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def panels(evaluations: pd.DataFrame, keys: Sequence[str]) -> list[tuple[str, pd.DataFrame]]:
+    """
+    The panels of a figure: one per environment (value column ``value`` = raw mean return) and, with several Procgen
+    games, one more with the normalized return averaged over the games (per ``keys`` + seed + timesteps). Evaluations
+    without a finished episode take the run's previous value.
+    """
+    evaluations = evaluations.assign(
+        mean_return=evaluations.groupby(["run_id", "variant"])["mean_return"].ffill(),
+        score=evaluations.groupby(["run_id", "variant"])["score"].ffill(),
+    )
+    result = []
+    for env, frame in evaluations.groupby("env", sort=False):
+        result.append((short_name(str(env)), frame.assign(value=frame["mean_return"])))
+    envs = evaluations["env"].unique()
+    if len(envs) > 1 and all(is_procgen(str(env)) for env in envs):
+        group = [*keys, "seed", "timesteps"]
+        mean = evaluations.groupby(group, as_index=False).agg(
+            score=("score", "mean"), total_timesteps=("total_timesteps", "max")
+        )
+        result.append((ALL_GAMES, mean.assign(value=mean["score"], env=ALL_GAMES)))
+    return result
+
+
+def final_values(frame: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """The final return (column ``value``) of each run: one row per ``keys`` + seed."""
+    last = frame[frame["timesteps"] > (1 - FINAL_FRACTION) * frame["total_timesteps"]]
+    return last.groupby([*keys, "seed"], as_index=False)["value"].mean()
+
+
+def summarize(frame: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """Mean, standard deviation (ddof 0) and number of seeds of the final returns, per ``keys``."""
+    finals = final_values(frame, keys)
+    return finals.groupby(list(keys), as_index=False).agg(
+        mean=("value", "mean"), std=("value", lambda values: float(np.std(values))), seeds=("value", "size")
+    )
+
+
+def plot_curves(
+    ax: Any, frame: pd.DataFrame, hue: str, order: Sequence[Any], label: Callable[[Any], str] = str, title: str = ""
+) -> None:
+    """
+    Learning curves of ``frame`` (``value`` against ``timesteps``), one per value of ``hue`` in ``order``: mean and
+    standard deviation over seeds. The y label says whether ``value`` is a raw or a normalized return.
+    """
+    for position, key in enumerate(order):
+        runs = frame[frame[hue] == key]
+        if runs.empty:
+            continue
+        stats = runs.groupby("timesteps")["value"].agg(["mean", lambda values: float(np.std(values))])
+        stats.columns = ["mean", "std"]
+        color = f"C{position}"
+        ax.plot(stats.index, stats["mean"], color=color, label=label(key))
+        ax.fill_between(stats.index, stats["mean"] - stats["std"], stats["mean"] + stats["std"], color=color, alpha=0.2)
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("mean normalized return" if ALL_GAMES in title else "mean episode return")
+    ax.grid(alpha=0.3)
+    if ax.get_lines():
+        ax.legend(fontsize=7)
+
+
+def new_figure(rows: int, columns: int, width: float = 4.2, height: float = 3.2) -> tuple[Any, np.ndarray]:
+    """A figure of ``rows x columns`` panels (a 2-d array of axes)."""
+    figure, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows), squeeze=False)
+    return figure, axes
+
+
+def save_figure(figure: Any, path: Path) -> str:
+    """Save a figure as a PNG and close it; returns the markdown that shows it."""
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return f"![{path.stem}]({path.name})"
+
+
+def mean_std(mean: float, std: float) -> str:
+    """``"12.3 +- 4.5"`` (``"-"`` when missing)."""
+    if mean is None or np.isnan(mean):
+        return "-"
+    return f"{mean:.3g} +- {std:.2g}"
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A GitHub markdown table."""
+    lines = ["| " + " | ".join(str(cell) for cell in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _settings_table(specs: Sequence[RunSpec]) -> str:
+    """
+    The hyperparameters of each algorithm on each environment in its runs with the most environments; those that
+    differ between these runs are listed as varied. Environments with the same settings share a row.
+    """
+    rows: dict[tuple[str, int, str, str], list[str]] = {}
+    for algo, env in dict.fromkeys((spec.algo, spec.env) for spec in specs):
+        runs = [spec for spec in specs if (spec.algo, spec.env) == (algo, env)]
+        runs = [spec for spec in runs if spec.n_envs == max(run.n_envs for run in runs)]
+        first = runs[0].hyperparams
+        keys = dict.fromkeys(key for run in runs for key in run.hyperparams)
+        varied = [key for key in keys if any(repr(run.hyperparams.get(key)) != repr(first.get(key)) for run in runs)]
+        settings = ", ".join(f"{key}={value}" for key, value in first.items() if key not in varied)
+        if varied:
+            settings += f"; varied: {', '.join(varied)}"
+        rows.setdefault((ALGORITHM_LABELS.get(algo, algo), runs[0].n_envs, runs[0].network, settings), []).append(env)
+    table = markdown_table(
+        ["algorithm", "environments", "n_envs", "network", "hyperparameters"],
+        [[label, ", ".join(envs), n_envs, network, settings] for (label, n_envs, network, settings), envs in rows.items()],
+    )
+    note = (
+        "Arguments not listed take the classes' defaults; PPO-EWMA and PPG-EWMA: `ewma_decay='auto'` (EWMA center of "
+        "mass = minibatches per epoch), PPG: no EWMA. `max_grad_norm=inf`: no gradient clipping, as in the paper."
+    )
+    return f"{table}\n\n{note}"
+
+
+def write_report(experiment: Experiment, specs: Sequence[RunSpec], out_dir: Path, command: str) -> Path:
+    """
+    Write ``evaluations.csv``, the experiment's figures and ``results.md`` from the finished runs.
+
+    :return: the path of ``results.md``
+    """
+    evaluations = load_evaluations(specs, out_dir)
+    manifest = Manifest(out_dir / "manifest.csv")
+    finished = [spec for spec in specs if manifest.is_done(spec.run_id, spec.spec_hash)]
+    run_seconds = sum(float(manifest.rows[spec.run_id]["wall_time"]) for spec in finished)
+    envs = ", ".join(dict.fromkeys(spec.env for spec in specs))
+    steps = sorted({spec.total_timesteps for spec in specs})
+    seeds = len({spec.seed for spec in specs})
+    lines = [
+        f"# {experiment.title}",
+        "",
+        experiment.description.strip().split("\n\n")[0],
+        "",
+        f"- preset: `{out_dir.name}`; environments: {envs}; {', '.join(map(str, steps))} environment steps per run; "
+        f"{seeds} seed(s)",
+        f"- command: `{command}`",
+        f"- runs finished: {len(finished)} of {len(specs)}; sum of their wall-clock times: {run_seconds / 60:.1f} min "
+        f"(machine: {platform.machine()}, {os.cpu_count()} cores; report written {time.strftime('%Y-%m-%d %H:%M')})",
+        f"- final return: mean of the evaluations in the last {FINAL_FRACTION:.0%} of training; +- is the standard "
+        "deviation over seeds",
+        "",
+    ]
+    if evaluations.empty:
+        lines.append("No run has finished yet.")
+    else:
+        evaluations[~evaluations["shared"]].drop(columns=["shared", "score", "total_timesteps"]).to_csv(
+            out_dir / "evaluations.csv", index=False
+        )
+        lines.append(experiment.report(evaluations, list(specs), out_dir))
+    lines += ["", "## Settings", "", _settings_table(specs), ""]
+    path = out_dir / "results.md"
+    path.write_text("\n".join(lines))
+    print(f"report: {path}")
+    return path

@@ -1,0 +1,282 @@
+"""
+One run of a learning benchmark, in the current process: build (or resume) the model, learn in segments between
+evaluations, append a CSV row per evaluation, and pause at a deadline with a checkpoint (see :mod:`benchmarks.harness.common`
+for the files and the scheduling).
+"""
+
+import json
+import math
+import pickle
+import shutil
+import time
+import warnings
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from stable_baselines3.common.callbacks import BaseCallback
+
+from benchmarks.harness import common
+from benchmarks.harness.common import FINAL_FRACTION, RunSpec, algorithm_class, append_csv, read_csv, round_up
+
+
+def gradient_noise_scale(model: Any) -> float:
+    """The latest smoothed B_simple of the policy(-phase) optimizer, NaN before the first full epoch."""
+    tracker = getattr(model, "_gradient_noise", {}).get("train")
+    estimate = None if tracker is None or tracker.latest is None else tracker.latest.noise_scale
+    return math.nan if estimate is None else round(float(estimate), 4)
+
+
+class EpisodeReturns(BaseCallback):
+    """Collects the (raw) returns of the training episodes that end, from ``info["episode"]``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.returns: list[float] = []
+
+    def _on_step(self) -> bool:
+        for info in self.locals.get("infos", ()):
+            episode = info.get("episode")
+            if episode is not None:
+                self.returns.append(float(episode["r"]))
+        return True
+
+
+def _safe_interval(model: Any, spec: RunSpec) -> int:
+    """Environment steps between points where the run can be checkpointed: PPG only between its phases."""
+    n_policy_iterations = getattr(model, "n_policy_iterations", None)
+    if n_policy_iterations is None or getattr(model, "n_aux_epochs", 0) == 0:
+        return spec.eval_every
+    return math.lcm(spec.eval_every, int(n_policy_iterations) * spec.iteration_size)
+
+
+def _is_safe(model: Any) -> bool:
+    """Whether the model's state is all saved by a checkpoint (PPG's auxiliary buffer is not: wait for the phase end)."""
+    return getattr(model, "phase_iteration", 0) == 0
+
+
+class Checkpoint:
+    """
+    The state of a paused run: the SB3 model (with its EWMA), the reward normalization statistics, the stale rollouts of
+    artificial staleness and the run's own progress (``meta.json``).
+
+    :param directory: ``checkpoints/<run_id>``
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.meta_path = directory / "meta.json"
+
+    def meta(self, spec_hash: str) -> dict[str, Any] | None:
+        """The saved progress, or None without a checkpoint of these settings."""
+        if not self.meta_path.exists():
+            return None
+        meta = json.loads(self.meta_path.read_text())
+        return meta if meta.get("spec_hash") == spec_hash else None
+
+    def save(self, model: Any, env: Any, meta: dict[str, Any]) -> None:
+        """Save the model, ``env``'s normalization statistics, the stale rollouts and ``meta``."""
+        from stable_baselines3.common.vec_env import VecNormalize
+
+        self.directory.mkdir(parents=True, exist_ok=True)
+        # checkpoints are scratch files: keep them out of version control
+        (self.directory.parent / ".gitignore").write_text("*\n")
+        model.save(self.directory / "model.zip")
+        if isinstance(env, VecNormalize):
+            env.save(str(self.directory / "vecnormalize.pkl"))
+        stale = getattr(model, "_stale_buffers", None)
+        with open(self.directory / "stale_buffers.pkl", "wb") as file:
+            pickle.dump(list(stale) if stale else [], file)
+        self.meta_path.write_text(json.dumps(meta))
+
+    def load(self, spec: RunSpec, env: Any) -> tuple[Any, Any]:
+        """The saved model bound to ``env`` (whose normalization statistics are restored), and that env."""
+        from stable_baselines3.common.vec_env import VecNormalize
+
+        if isinstance(env, VecNormalize) and (self.directory / "vecnormalize.pkl").exists():
+            env = VecNormalize.load(str(self.directory / "vecnormalize.pkl"), env.venv)
+        model = algorithm_class(spec.algo).load(self.directory / "model.zip", env=env, device=spec.device)
+        with open(self.directory / "stale_buffers.pkl", "rb") as file:
+            stale = pickle.load(file)
+        if stale:
+            model._stale_buffers = deque(stale)
+        return model, env
+
+    def remove(self) -> None:
+        """Delete the checkpoint (the run finished)."""
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def build_model(spec: RunSpec, env: Any) -> Any:
+    """A new model of ``spec`` on ``env``."""
+    from benchmarks.harness.envs import policy_for
+
+    policy, network_kwargs = policy_for(spec.network)
+    hyperparams = dict(spec.hyperparams)
+    policy_kwargs = {**network_kwargs, **hyperparams.pop("policy_kwargs", {})}
+    return algorithm_class(spec.algo)(
+        policy, env, policy_kwargs=policy_kwargs, seed=spec.seed, device=spec.device, verbose=0, **hyperparams
+    )
+
+
+def final_return(rows: Sequence[dict[str, Any]], total_timesteps: int, fraction: float = FINAL_FRACTION) -> float:
+    """Mean of the evaluations in the last ``fraction`` of training (NaN evaluations ignored)."""
+    values = [float(row["mean_return"]) for row in rows if float(row["timesteps"]) > (1 - fraction) * total_timesteps]
+    values = [value for value in values if not math.isnan(value)]
+    return float(np.mean(values)) if values else math.nan
+
+
+class _Run:
+    """A run in progress in this process: its environment, model, evaluations and checkpoint."""
+
+    def __init__(self, spec: RunSpec, out_dir: Path) -> None:
+        import torch as th
+
+        from benchmarks.harness.envs import make_env
+
+        th.set_num_threads(spec.threads)
+        self.spec = spec
+        self.csv_path = out_dir / "runs" / f"{spec.run_id}.csv"
+        self.checkpoint = Checkpoint(out_dir / "checkpoints" / spec.run_id)
+        meta = self.checkpoint.meta(spec.spec_hash) or {"wall_time": 0.0, "chunk": 0}
+        self.previous_wall_time = float(meta["wall_time"])
+        self.chunk = int(meta["chunk"])
+        # a resumed run plays new episodes (levels): its environments get a new seed
+        seed = spec.seed + 1_000_003 * self.chunk
+        self.env = make_env(spec.env, spec.n_envs, seed=seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if self.chunk:
+                self.model, self.env = self.checkpoint.load(spec, self.env)
+                self.model.set_random_seed(seed)
+                self._truncate_csv(self.model.num_timesteps)
+            else:
+                self.csv_path.unlink(missing_ok=True)
+                self.model = build_model(spec, self.env)
+        self.eval_env = None
+        if spec.eval_episodes:
+            self.eval_env = make_env(spec.env, min(spec.eval_episodes, 8), seed=10_000 + spec.seed, training=False)
+        self.tracker = EpisodeReturns()
+        self.start = time.perf_counter()
+
+    def _truncate_csv(self, timesteps: int) -> None:
+        """Drop the evaluations after the checkpoint (made by an invocation killed after it resumed)."""
+        rows = [row for row in read_csv(self.csv_path) if int(row["timesteps"]) <= timesteps]
+        self.csv_path.unlink(missing_ok=True)
+        for row in rows:
+            append_csv(self.csv_path, row)
+
+    def wall_time(self) -> float:
+        """Seconds of this run so far, over all the invocations that ran it."""
+        return self.previous_wall_time + time.perf_counter() - self.start
+
+    def evaluate(self) -> dict[str, Any]:
+        """Append the evaluation row of the current step to the run's CSV, and return it."""
+        if self.eval_env is not None:
+            from stable_baselines3.common.evaluation import evaluate_policy
+
+            returns, _ = evaluate_policy(
+                self.model,
+                self.eval_env,
+                n_eval_episodes=self.spec.eval_episodes,
+                deterministic=False,
+                return_episode_rewards=True,
+                warn=False,
+            )
+        else:
+            returns, self.tracker.returns = self.tracker.returns, []
+        mean = float(np.mean(returns)) if len(returns) else math.nan
+        row = {
+            **self.spec.columns(),
+            "timesteps": self.model.num_timesteps,
+            "mean_return": round(mean, 4),
+            "episodes": len(returns),
+            "wall_time": round(self.wall_time(), 3),
+        }
+        if hasattr(self.model, "n_aux_phases"):
+            row["aux_phases"] = self.model.n_aux_phases  # PPG: auxiliary phases done so far
+        if getattr(self.model, "log_gradient_noise_scale", False):
+            row["gradient_noise_scale"] = gradient_noise_scale(self.model)
+        append_csv(self.csv_path, row)
+        return row
+
+    def pause(self) -> None:
+        """Save a checkpoint that the next invocation resumes from."""
+        meta = {"spec_hash": self.spec.spec_hash, "wall_time": self.wall_time(), "chunk": self.chunk + 1}
+        self.checkpoint.save(self.model, self.env, meta)
+        self.close()
+
+    def close(self) -> None:
+        """Close the environments."""
+        self.env.close()
+        if self.eval_env is not None:
+            self.eval_env.close()
+
+    def manifest_row(self) -> dict[str, Any]:
+        """The row of the finished run in ``manifest.csv``."""
+        spec, wall_time = self.spec, self.wall_time()
+        return {
+            "run_id": spec.run_id,
+            "spec_hash": spec.spec_hash,
+            "variant": spec.variant,
+            "algo": spec.algo,
+            "env": spec.env,
+            "n_envs": spec.n_envs,
+            "seed": spec.seed,
+            "timesteps": self.model.num_timesteps,
+            "wall_time": round(wall_time, 2),
+            "steps_per_second": round(self.model.num_timesteps / max(wall_time, 1e-9), 1),
+            "final_return": round(final_return(read_csv(self.csv_path), spec.total_timesteps), 4),
+            "finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
+
+
+def execute(spec: RunSpec, out_dir: Path, deadline: float | None = None, verbose: bool = False) -> dict[str, Any]:
+    """
+    Train (or resume) one run, appending a row to ``runs/<run_id>.csv`` at every evaluation.
+
+    With a ``deadline`` (a ``time.time()`` value), the run pauses at the last checkpointable point expected to come
+    before the deadline (always after some progress), saves a checkpoint and returns ``status="paused"``; a run not
+    started before the deadline is ``"skipped"``.
+
+    :return: ``{"status": "finished" | "paused" | "skipped", "spec": spec, "timesteps": ...}``, with the manifest row
+        under ``"manifest"`` when finished
+    """
+    if deadline is not None and common.clock() >= deadline:
+        return {"status": "skipped", "spec": spec, "timesteps": 0}
+    run = _Run(spec, out_dir)
+    model = run.model
+    interval = _safe_interval(model, spec)
+    last_safe = (time.perf_counter(), model.num_timesteps)
+    while model.num_timesteps < spec.total_timesteps:
+        target = min(round_up(model.num_timesteps + 1, spec.eval_every), spec.total_timesteps)
+        model.learn(target - model.num_timesteps, callback=run.tracker, reset_num_timesteps=False)
+        row = run.evaluate()
+        if verbose:
+            print(f"  {spec.run_id}: {row['timesteps']}/{spec.total_timesteps} steps, return {row['mean_return']}", flush=True)
+        if deadline is None or model.num_timesteps >= spec.total_timesteps or not _is_safe(model):
+            continue
+        now = time.perf_counter()
+        seconds_per_step = (now - last_safe[0]) / max(1, model.num_timesteps - last_safe[1])
+        last_safe = (now, model.num_timesteps)
+        if common.clock() + interval * seconds_per_step > deadline:
+            run.pause()
+            return {"status": "paused", "spec": spec, "timesteps": model.num_timesteps}
+    run.close()
+    run.checkpoint.remove()
+    return {"status": "finished", "spec": spec, "timesteps": model.num_timesteps, "manifest": run.manifest_row()}
+
+
+def execute_safely(spec: RunSpec, out_dir: Path, deadline: float | None = None, verbose: bool = False) -> dict[str, Any]:
+    """:func:`execute`, with an exception turned into ``status="failed"`` (and its message), so that the others go on."""
+    try:
+        return execute(spec, out_dir, deadline, verbose)
+    except Exception as error:  # reported, and the run is not marked finished
+        return {"status": "failed", "spec": spec, "timesteps": 0, "error": f"{type(error).__name__}: {error}"}
+
+
+def execute_star(args: tuple[RunSpec, Path, float | None, bool]) -> dict[str, Any]:
+    """:func:`execute_safely` of a tuple of arguments (for ``Pool.imap_unordered``)."""
+    return execute_safely(*args)

@@ -1,0 +1,242 @@
+"""
+The settings shared by the learning experiments at each preset: environments, network, number of environments and
+the hyperparameters of PPO and PPG (the paper's appendix B, scaled down for the CPU presets).
+
+- ``smoke``: MinAtar Breakout, a tiny MLP, 4 environments x 16 steps; seconds, for the tests.
+- ``cpu``: MinAtar Breakout (see ``benchmarks/README.md`` for why), an MLP [64, 64], 64 environments x 128 steps,
+  8 minibatches, Adam 5e-4, gamma 0.99, GAE 0.95, entropy 0.01, no gradient clipping; PPO 3 epochs; PPG
+  ``N_pi = 4``, ``E_pi = E_V = 1``, ``E_aux = 6``, auxiliary minibatch 4 rollouts of one environment (512 steps).
+- ``gpu``: Procgen easy (starpilot, bigfish, bossfight), the IMPALA CNN, reward normalization, the paper's
+  hyperparameters at one worker: 64 environments x 256 steps, 8 minibatches, Adam 5e-4, gamma 0.999, GAE 0.95,
+  entropy 0.01, no gradient clipping; PPO 3 epochs; PPG ``N_pi = 32``, ``E_aux = 6``, auxiliary minibatch 4 x 256.
+- ``paper``: the paper's setting: the 16 Procgen games in hard mode, 256 environments (4 workers x 64) x 256 steps,
+  so 8 minibatches of 8192; auxiliary minibatch 4 x 256 per worker, i.e. 4096.
+"""
+
+import copy
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from benchmarks.harness.common import RunSpec
+
+NO_GRAD_CLIP = math.inf
+"""``max_grad_norm`` that turns SB3's gradient clipping off (the paper clips nothing)."""
+
+PROCGEN_GAMES_EASY = ("procgen-starpilot-easy", "procgen-bigfish-easy", "procgen-bossfight-easy")
+PROCGEN_GAMES_HARD = tuple(
+    f"procgen-{game}-hard"
+    for game in (
+        "coinrun",
+        "starpilot",
+        "caveflyer",
+        "dodgeball",
+        "fruitbot",
+        "chaser",
+        "miner",
+        "jumper",
+        "leaper",
+        "maze",
+        "bigfish",
+        "heist",
+        "climber",
+        "plunder",
+        "ninja",
+        "bossfight",
+    )
+)
+"""The 16 games in the order of the paper's figures."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """
+    Environments, network and hyperparameters of one preset.
+
+    :param envs: environment ids
+    :param network: network name (:func:`benchmarks.harness.envs.policy_for`)
+    :param n_envs: number of parallel environments
+    :param n_minibatches: minibatches per epoch (``batch_size = n_steps * n_envs / n_minibatches``)
+    :param common: hyperparameters of every algorithm (``n_steps`` included)
+    :param ppo: PPO's and PPO-EWMA's own
+    :param ppg: PPG's and PPG-EWMA's own
+    :param device: torch device
+    :param threads: torch threads per run
+    """
+
+    envs: tuple[str, ...]
+    network: str
+    n_envs: int
+    n_minibatches: int
+    common: dict[str, Any]
+    ppo: dict[str, Any] = field(default_factory=dict)
+    ppg: dict[str, Any] = field(default_factory=dict)
+    device: str = "cpu"
+    threads: int = 1
+
+    @property
+    def iteration_size(self) -> int:
+        """Environment steps per iteration at ``n_envs``."""
+        return int(self.common["n_steps"]) * self.n_envs
+
+    def hyperparams(self, algo: str, n_envs: int | None = None) -> dict[str, Any]:
+        """
+        Constructor keyword arguments of ``algo`` (``"ppo"``, ``"ppo_ewma"``, ``"ppg"``, ``"ppg_ewma"``), with the
+        ``batch_size`` of ``n_envs`` environments (default: the setting's). The EWMA variants use the classes'
+        default ``ewma_decay="auto"`` (center of mass = minibatches per epoch), the others none.
+        """
+        n_envs = self.n_envs if n_envs is None else n_envs
+        hyperparams = copy.deepcopy(self.common)
+        hyperparams["batch_size"] = int(self.common["n_steps"]) * n_envs // self.n_minibatches
+        hyperparams.update(copy.deepcopy(self.ppo if algo.startswith("ppo") else self.ppg))
+        return hyperparams
+
+    def with_overrides(self, overrides: dict[str, Any]) -> "Setting":
+        """This setting with the command line's ``envs`` and ``device`` when given."""
+        changes = {key: overrides[key] for key in ("envs", "device") if overrides.get(key) is not None}
+        return replace(self, **changes)
+
+
+_MINATAR_COMMON = dict(
+    learning_rate=5e-4,
+    gamma=0.99,
+    gae_lambda=0.95,
+    ent_coef=0.01,
+    vf_coef=0.5,
+    clip_range=0.2,
+    max_grad_norm=NO_GRAD_CLIP,
+)
+_PROCGEN_COMMON = dict(_MINATAR_COMMON, n_steps=256, gamma=0.999)
+_PPG = dict(n_epochs=1, n_value_epochs=1, n_aux_epochs=6, beta_clone=1.0)
+
+SETTINGS: dict[str, Setting] = {
+    "smoke": Setting(
+        envs=("MinAtar/Breakout-v1",),
+        network="mlp",
+        n_envs=4,
+        n_minibatches=4,
+        common=dict(_MINATAR_COMMON, n_steps=16, policy_kwargs=dict(net_arch=[16])),
+        ppo=dict(n_epochs=2),
+        ppg=dict(_PPG, n_policy_iterations=2, n_aux_epochs=1, aux_batch_size=32),
+    ),
+    "cpu": Setting(
+        envs=("MinAtar/Breakout-v1",),
+        network="mlp",
+        n_envs=64,
+        n_minibatches=8,
+        common=dict(_MINATAR_COMMON, n_steps=128, policy_kwargs=dict(net_arch=[64, 64])),
+        ppo=dict(n_epochs=3),
+        ppg=dict(_PPG, n_policy_iterations=4, aux_batch_size=4 * 128),
+    ),
+    "gpu": Setting(
+        envs=PROCGEN_GAMES_EASY,
+        network="impala",
+        n_envs=64,
+        n_minibatches=8,
+        common=_PROCGEN_COMMON,
+        ppo=dict(n_epochs=3),
+        ppg=dict(_PPG, n_policy_iterations=32, aux_batch_size=4 * 256),
+        device="cuda",
+        threads=4,
+    ),
+    "paper": Setting(
+        envs=PROCGEN_GAMES_HARD,
+        network="impala",
+        n_envs=256,
+        n_minibatches=8,
+        common=_PROCGEN_COMMON,
+        ppo=dict(n_epochs=3),
+        ppg=dict(_PPG, n_policy_iterations=32, aux_batch_size=4 * 4 * 256),
+        device="cuda",
+        threads=4,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Scale:
+    """
+    How long and how often: the length of the runs of one experiment at one preset.
+
+    :param timesteps: environment steps per run
+    :param eval_every: environment steps between evaluations
+    :param seeds: number of seeds
+    """
+
+    timesteps: int
+    eval_every: int
+    seeds: int
+
+    def with_overrides(self, overrides: dict[str, Any], multiple: int) -> "Scale":
+        """This scale with the command line's ``timesteps`` (rounded up to ``multiple``) and ``seeds`` when given."""
+        scale = self
+        if overrides.get("seeds") is not None:
+            scale = replace(scale, seeds=int(overrides["seeds"]))
+        if overrides.get("timesteps") is not None:
+            timesteps = -(-int(overrides["timesteps"]) // multiple) * multiple
+            scale = replace(scale, timesteps=timesteps, eval_every=min(scale.eval_every, timesteps))
+        return scale
+
+
+def run_spec(
+    experiment: str,
+    setting: Setting,
+    scale: Scale,
+    env: str,
+    algo: str,
+    seed: int,
+    *,
+    variant: str | None = None,
+    n_envs: int | None = None,
+    hyperparams: dict[str, Any] | None = None,
+    labels: dict[str, Any] | None = None,
+    aliases: tuple[str, ...] = (),
+    eval_episodes: int | None = None,
+) -> RunSpec:
+    """
+    A run of ``algo`` at a preset's setting and scale.
+
+    :param variant: the curve it belongs to (default: ``algo``)
+    :param n_envs: number of environments (default: the setting's)
+    :param hyperparams: constructor arguments (default: ``setting.hyperparams(algo, n_envs)``)
+    :param labels: extra identifying columns
+    :param aliases: other variants the run stands for
+    :param eval_episodes: episodes of a separate evaluation (default 0: the training episodes)
+    """
+    n_envs = setting.n_envs if n_envs is None else n_envs
+    return RunSpec(
+        experiment=experiment,
+        variant=algo if variant is None else variant,
+        algo=algo,
+        env=env,
+        n_envs=n_envs,
+        seed=seed,
+        total_timesteps=scale.timesteps,
+        eval_every=scale.eval_every,
+        hyperparams=setting.hyperparams(algo, n_envs) if hyperparams is None else hyperparams,
+        network=setting.network,
+        labels=dict(labels or {}),
+        aliases=aliases,
+        device=setting.device,
+        threads=setting.threads,
+        eval_episodes=int(eval_episodes or 0),
+    )
+
+
+def preset_setting(
+    preset: str,
+    overrides: dict[str, Any],
+    envs: dict[str, tuple[str, ...]] | None = None,
+    n_envs: dict[str, int] | None = None,
+) -> Setting:
+    """
+    The setting of ``preset`` for one experiment: the experiment's own choice of environments and number of
+    environments at this preset (``envs``, ``n_envs``, by preset) if any, then the command line's ``envs`` and
+    ``device`` when given.
+    """
+    setting = SETTINGS[preset]
+    if envs and preset in envs:
+        setting = replace(setting, envs=envs[preset])
+    if n_envs and preset in n_envs:
+        setting = replace(setting, n_envs=n_envs[preset])
+    return setting.with_overrides(overrides)

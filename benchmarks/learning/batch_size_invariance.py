@@ -1,0 +1,187 @@
+"""
+Batch size-invariance (paper section 5.2, figures 2 and 3): PPG-EWMA with fewer and fewer parallel environments
+(64, 16, 4, 1 at the cpu and gpu presets), its hyperparameters rescaled from the 64-environment reference by
+``sb3_ewma.scale_hyperparams`` (Adam step size / sqrt(c), EWMA center of mass * c, advantage-normalization span * c,
+N_pi * c, minibatch size / c; the auxiliary phase unchanged), against ablations that each leave one adjustment out:
+the Adam step size, the EWMA, the advantage normalization, and plain PPG (no EWMA, the other adjustments made).
+The reference normalizes advantages with EWMA moments (span 1 iteration) so that there is a span to rescale.
+Reported: learning curves per variant and the spread (max - min) of the final return across batch sizes.
+
+    python -m benchmarks.learning.batch_size_invariance --preset cpu                # MinAtar Breakout, 64/16/4/1 envs, 2 seeds
+    python -m benchmarks.learning.batch_size_invariance --preset gpu --max-minutes 8  # Procgen starpilot; repeat until done
+"""
+
+import copy
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from benchmarks.harness import cli
+from benchmarks.harness.common import Experiment, RunSpec
+from benchmarks.harness.report import markdown_table, mean_std, new_figure, panels, plot_curves, save_figure, summarize
+from benchmarks.harness.settings import Scale, Setting, preset_setting, run_spec
+from sb3_ewma import center_of_mass_from_ewma_decay, ewma_span_from_decay, scale_hyperparams
+
+NAME = "batch_size_invariance"
+VARIANTS = {
+    "ppg_ewma": "PPG-EWMA, all adjustments",
+    "no_lr": "no Adam step size adjustment",
+    "no_ewma": "no EWMA adjustment",
+    "no_adv": "no advantage normalization adjustment",
+    "ppg": "PPG (no EWMA), other adjustments",
+}
+UNDONE = {"no_lr": "learning_rate", "no_ewma": "ewma_decay", "no_adv": "advantage_ewma_decay"}
+"""The hyperparameter each ablation keeps at its reference value."""
+ENVS = {"gpu": ("procgen-starpilot-easy",)}
+"""One game at the gpu preset (its runs at 1 environment are long); ``--envs`` adds others."""
+N_ENVS = {"smoke": (4, 1), "cpu": (64, 16, 4, 1), "gpu": (64, 16, 4, 1), "paper": (256, 64, 16, 4, 1)}
+SCALES = {
+    "smoke": Scale(timesteps=256, eval_every=128, seeds=1),
+    "cpu": Scale(timesteps=10 * 2**15, eval_every=2**14, seeds=2),
+    "gpu": Scale(timesteps=8 * 2**20, eval_every=2**18, seeds=2),
+    "paper": Scale(timesteps=100 * 2**20, eval_every=2**20, seeds=3),
+}
+
+
+def reference_hyperparams(setting: Setting) -> dict[str, Any]:
+    """PPG-EWMA at the setting's number of environments, advantages normalized by EWMA moments over 1 iteration."""
+    hyperparams = setting.hyperparams("ppg_ewma")
+    hyperparams.update(advantage_normalization="ewma", advantage_ewma_decay=0.0, n_envs=setting.n_envs)
+    return hyperparams
+
+
+def variant_hyperparams(reference: dict[str, Any], variant: str, n_envs: int) -> tuple[str, dict[str, Any]]:
+    """
+    The algorithm and constructor arguments of ``variant`` at ``n_envs``: ``scale_hyperparams`` of the reference,
+    then the ablated hyperparameter put back to its reference value (absent: the class default).
+    """
+    algo = "ppg" if variant == "ppg" else "ppg_ewma"
+    base = dict(reference, ewma_decay=None) if variant == "ppg" else reference
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the ablations are not invariant, and say so
+        scaled = scale_hyperparams(base, n_envs, algo=algo)
+    key = UNDONE.get(variant)
+    if key is not None:
+        if key in base:
+            scaled[key] = copy.deepcopy(base[key])
+        else:
+            scaled.pop(key, None)
+    scaled.pop("n_envs")
+    return algo, scaled
+
+
+def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
+    """Every variant at every number of environments; at the reference the four PPG-EWMA variants are one run."""
+    setting = preset_setting(preset, overrides, ENVS)
+    scale = SCALES[preset].with_overrides(overrides, setting.iteration_size)
+    reference = reference_hyperparams(setting)
+    specs = []
+    for env in setting.envs:
+        for seed in range(scale.seeds):
+            for n_envs in N_ENVS[preset]:
+                for variant in VARIANTS:
+                    if n_envs == setting.n_envs and variant in UNDONE:
+                        continue  # identical to the reference run
+                    algo, hyperparams = variant_hyperparams(reference, variant, n_envs)
+                    aliases = tuple(UNDONE) if n_envs == setting.n_envs and variant == "ppg_ewma" else ()
+                    specs.append(
+                        run_spec(
+                            NAME,
+                            setting,
+                            scale,
+                            env,
+                            algo,
+                            seed,
+                            variant=variant,
+                            n_envs=n_envs,
+                            hyperparams=hyperparams,
+                            aliases=aliases,
+                            eval_episodes=overrides.get("eval_episodes"),
+                        )
+                    )
+    return specs
+
+
+def _envs_label(n_envs: int) -> str:
+    return f"{n_envs} env" if n_envs == 1 else f"{n_envs} envs"
+
+
+def _scaled_table(specs: Sequence[RunSpec], evaluations: pd.DataFrame) -> str:
+    """
+    The rescaled hyperparameters of each variant and number of environments (first environment and seed), with the
+    number of auxiliary phases planned and done (the fewest over the finished runs).
+    """
+    done = pd.Series(dtype=float)
+    if "aux_phases" in evaluations:
+        last = evaluations.sort_values("timesteps").groupby(["variant", "n_envs", "run_id"])["aux_phases"].last()
+        done = last.groupby(["variant", "n_envs"]).min()
+    rows = []
+    first = [spec for spec in specs if spec.env == specs[0].env and spec.seed == specs[0].seed]
+    for spec in sorted(first, key=lambda spec: (list(VARIANTS).index(spec.variant), -spec.n_envs)):
+        hp = spec.hyperparams
+        decay = hp.get("ewma_decay", "auto")
+        if decay is None:
+            center = "off"
+        elif decay == "auto":
+            center = "auto (minibatches per epoch)"
+        else:
+            center = f"{center_of_mass_from_ewma_decay(decay):.4g}"
+        span = ewma_span_from_decay(hp["advantage_ewma_decay"])
+        planned = spec.total_timesteps // (hp["n_policy_iterations"] * spec.iteration_size)
+        measured = done.get((spec.variant, spec.n_envs), float("nan"))
+        phases = f"{planned} / {'-' if pd.isna(measured) else int(measured)}"
+        lr = f"{hp['learning_rate']:.4g}"
+        rows.append(
+            [spec.variant, spec.n_envs, lr, hp["batch_size"], center, f"{span:.4g}", hp["n_policy_iterations"], phases]
+        )
+    header = ["variant", "n_envs", "learning_rate", "batch_size", "EWMA center of mass", "adv. span (iterations)", "N_pi"]
+    return markdown_table([*header, "aux phases (planned / done)"], rows)
+
+
+def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -> str:
+    """Curves per variant (one per batch size), the spread of final returns across batch sizes (figure and tables)."""
+    n_envs = sorted({spec.n_envs for spec in specs}, reverse=True)
+    all_panels = panels(evaluations, ["variant", "n_envs"])
+    # two rows of three panels per environment: the five variants' curves, then the spreads
+    figure, axes = new_figure(2 * len(all_panels), 3)
+    tables = []
+    for index, (title, frame) in enumerate(all_panels):
+        panel_axes = axes[2 * index : 2 * index + 2].ravel()
+        summary = summarize(frame, ["variant", "n_envs"]).set_index(["variant", "n_envs"])
+        spreads = {}
+        rows = []
+        for column, (variant, label) in enumerate(VARIANTS.items()):
+            plot_curves(
+                panel_axes[column], frame[frame["variant"] == variant], "n_envs", n_envs, _envs_label, f"{title}: {label}"
+            )
+            means = [summary["mean"].get((variant, n), float("nan")) for n in n_envs]
+            cells = [mean_std(summary["mean"].get((variant, n)), summary["std"].get((variant, n))) for n in n_envs]
+            finite = [mean for mean in means if not np.isnan(mean)]
+            spreads[variant] = max(finite) - min(finite) if len(finite) > 1 else float("nan")
+            rows.append([label, *cells, "-" if np.isnan(spreads[variant]) else f"{spreads[variant]:.3g}"])
+        panel_axes[-1].bar(range(len(spreads)), list(spreads.values()), color=[f"C{i}" for i in range(len(spreads))])
+        panel_axes[-1].set_xticks(range(len(spreads)), list(spreads), fontsize=8)
+        panel_axes[-1].set_title(f"{title}: spread (max - min) of final return", fontsize=9)
+        panel_axes[-1].grid(alpha=0.3, axis="y")
+        header = ["variant", *(_envs_label(n) for n in n_envs), "spread (max - min)"]
+        tables.append(f"### {title}: final return\n\n{markdown_table(header, rows)}")
+    image = save_figure(figure, out_dir / f"{NAME}.png")
+    return "\n\n".join(["## Results", image, *tables, "## Rescaled hyperparameters", _scaled_table(specs, evaluations)])
+
+
+EXPERIMENT = Experiment(
+    NAME, "Batch size-invariance of PPG-EWMA, with ablations (paper figures 2 and 3)", __doc__ or "", build_specs, report
+)
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    """Run the experiment from the command line (see ``--help``); returns its results directory."""
+    return cli.main(EXPERIMENT, argv)
+
+
+if __name__ == "__main__":
+    main()

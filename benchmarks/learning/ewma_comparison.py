@@ -1,0 +1,97 @@
+"""
+EWMA comparison (paper section 5.3, figure 4): SB3's PPO against PPO-EWMA, and PPG against PPG-EWMA, on identical
+settings (the EWMA variants use the paper's center of mass, the number of minibatches per epoch), over several
+seeds. Learning curves (mean and standard deviation over seeds) and final returns.
+
+    python -m benchmarks.learning.ewma_comparison --preset cpu              # MinAtar Breakout, 3 seeds, 2^20 steps per run
+    python -m benchmarks.learning.ewma_comparison --preset gpu --max-minutes 9   # Procgen easy; repeat until done
+"""
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from benchmarks.harness import cli
+from benchmarks.harness.common import ALGORITHMS, Experiment, RunSpec
+from benchmarks.harness.report import (
+    ALGORITHM_LABELS,
+    final_values,
+    markdown_table,
+    mean_std,
+    new_figure,
+    panels,
+    plot_curves,
+    save_figure,
+    summarize,
+)
+from benchmarks.harness.settings import Scale, preset_setting, run_spec
+
+NAME = "ewma_comparison"
+PAIRS = (("ppo", "ppo_ewma"), ("ppg", "ppg_ewma"))
+SCALES = {
+    "smoke": Scale(timesteps=256, eval_every=128, seeds=2),
+    "cpu": Scale(timesteps=2**20, eval_every=2**15, seeds=3),
+    "gpu": Scale(timesteps=25 * 2**20, eval_every=2**18, seeds=3),
+    "paper": Scale(timesteps=100 * 2**20, eval_every=2**20, seeds=4),
+}
+
+
+def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
+    """The four algorithms on every environment of the preset, for every seed."""
+    setting = preset_setting(preset, overrides)
+    scale = SCALES[preset].with_overrides(overrides, setting.iteration_size)
+    return [
+        run_spec(NAME, setting, scale, env, algo, seed, eval_episodes=overrides.get("eval_episodes"))
+        for env in setting.envs
+        for seed in range(scale.seeds)
+        for algo in ALGORITHMS
+    ]
+
+
+def _table(frame: pd.DataFrame, summary: pd.DataFrame) -> str:
+    """Final return of each algorithm (mean +- std over seeds, and per seed), and the EWMA's difference."""
+    finals = final_values(frame, ["variant"])
+    rows = []
+    for baseline, ewma in PAIRS:
+        for algo in (baseline, ewma):
+            seeds = ", ".join(f"{value:.3g}" for value in finals[finals["variant"] == algo]["value"])
+            delta = f"{summary.loc[ewma, 'mean'] - summary.loc[baseline, 'mean']:+.3g}" if algo == ewma else ""
+            final = mean_std(summary.loc[algo, "mean"], summary.loc[algo, "std"])
+            rows.append([ALGORITHM_LABELS[algo], final, delta, seeds])
+    return markdown_table(["algorithm", "final return", "EWMA - baseline", "per seed"], rows)
+
+
+def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -> str:
+    """Curves of each pair and the final returns (figure), final returns per algorithm and seed (table)."""
+    all_panels = panels(evaluations, ["variant"])
+    figure, axes = new_figure(len(all_panels), 3)
+    tables = []
+    for row, (title, frame) in enumerate(all_panels):
+        for column, pair in enumerate(PAIRS):
+            name = f"{title}: {ALGORITHM_LABELS[pair[0]]} vs {ALGORITHM_LABELS[pair[1]]}"
+            plot_curves(axes[row, column], frame, "variant", pair, ALGORITHM_LABELS.get, name)
+        summary = summarize(frame, ["variant"]).set_index("variant").reindex(list(ALGORITHMS))
+        labels = [ALGORITHM_LABELS[algo] for algo in ALGORITHMS]
+        axes[row, 2].bar(labels, summary["mean"], yerr=summary["std"], color=["C0", "C1"] * 2, capsize=3)
+        axes[row, 2].set_title(f"{title}: final return (mean +- std over seeds)", fontsize=9)
+        axes[row, 2].tick_params(axis="x", labelsize=7)
+        axes[row, 2].grid(alpha=0.3, axis="y")
+        tables.append(f"### {title}\n\n{_table(frame, summary)}")
+    image = save_figure(figure, out_dir / f"{NAME}.png")
+    return "\n\n".join(["## Results", image, *tables])
+
+
+EXPERIMENT = Experiment(
+    NAME, "EWMA comparison: PPO vs PPO-EWMA, PPG vs PPG-EWMA (paper figure 4)", __doc__ or "", build_specs, report
+)
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    """Run the experiment from the command line (see ``--help``); returns its results directory."""
+    return cli.main(EXPERIMENT, argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,243 @@
+"""
+Hyperparameter values as rl-zoo3 entries write them, for :mod:`sb3_ewma.scale`: learning rates given as numbers,
+``"lin_<value>"`` strings or schedules (:class:`ScaledSchedule`), ``policy_kwargs`` given as dicts or as strings that
+rl-zoo3 evaluates (the optimizer and its ``betas``), the keys of an entry that are not constructor arguments, and the
+YAML text of an entry.
+"""
+
+import ast
+import inspect
+import math
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+import yaml
+
+from sb3_ewma.common import batch_size_rules
+from sb3_ewma.common.ewma import check_decay
+from sb3_ewma.common.policy_kwargs_source import PolicyKwargsSource, dotted_name
+
+# optimizers (and their subclasses) whose step is normalized by a running RMS of the gradient: square-root rule
+SQRT_RULE_OPTIMIZERS = ("Adam", "AdamW", "NAdam", "RAdam", "Adamax")
+# plain stochastic gradient descent: linear rule
+LINEAR_RULE_OPTIMIZERS = ("SGD",)
+DEFAULT_OPTIMIZER = "Adam"  # SB3's ActorCriticPolicy default
+DEFAULT_ADAM_BETAS = (0.9, 0.999)  # torch.optim.Adam default
+
+
+# keys of an rl-zoo3 entry that are not constructor arguments (rl_zoo3.exp_manager reads and removes them)
+ZOO_ENTRY_KEYS = (
+    "n_envs",
+    "n_timesteps",
+    "policy",
+    "normalize",
+    "normalize_kwargs",
+    "env_wrapper",
+    "vec_env_wrapper",
+    "frame_stack",
+    "callback",
+    "env_kwargs",
+    "monitor_kwargs",
+)
+
+
+class ScaledSchedule:
+    """
+    A schedule (``progress_remaining -> value``, as SB3 takes for ``learning_rate``) multiplied by a constant.
+    Picklable whenever the wrapped schedule is; scaling a ``ScaledSchedule`` again multiplies the factors.
+
+    :param schedule: the original schedule
+    :param factor: the multiplier
+    """
+
+    def __init__(self, schedule: Callable[[float], float], factor: float) -> None:
+        self.schedule: Callable[[float], float] = schedule
+        self.factor = float(factor)
+        if isinstance(schedule, ScaledSchedule):
+            self.schedule = schedule.schedule
+            self.factor = self.factor * schedule.factor
+
+    def __call__(self, progress_remaining: float) -> float:
+        return self.factor * float(self.schedule(progress_remaining))
+
+    def __repr__(self) -> str:
+        return f"ScaledSchedule({self.schedule!r}, factor={self.factor!r})"
+
+
+def scale_schedule(schedule: Callable[[float], float], factor: float) -> Callable[[float], float]:
+    """
+    Multiply a schedule by ``factor``: a ``ScaledSchedule``, or the original schedule itself when the factors
+    combine to 1 (within float rounding).
+
+    :param schedule: a callable ``progress_remaining -> value``
+    :param factor: the multiplier
+    :return: the scaled schedule
+    """
+    scaled = ScaledSchedule(schedule, factor)
+    if math.isclose(scaled.factor, 1.0, rel_tol=1e-12, abs_tol=0.0):
+        return scaled.schedule
+    return scaled
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# policy_kwargs given as a string that rl-zoo3 evaluates, e.g. "dict(optimizer_class=th.optim.SGD, net_arch=[64, 64])"
+
+
+def optimizer_names(policy_kwargs: Any) -> tuple[list[str], str]:
+    """
+    Names to match against the known optimizers (the class and its base classes, most specific first), and a
+    description of the optimizer for messages.
+    """
+    if policy_kwargs is None:
+        return [DEFAULT_OPTIMIZER], f"{DEFAULT_OPTIMIZER} (default)"
+    if isinstance(policy_kwargs, str):
+        parsed = PolicyKwargsSource(policy_kwargs)
+        items = PolicyKwargsSource.items(parsed.tree)
+        if items is None:
+            if "optimizer_class" in policy_kwargs:
+                return [], f"unparsed policy_kwargs {policy_kwargs!r}"
+            return [DEFAULT_OPTIMIZER], f"{DEFAULT_OPTIMIZER} (default)"
+        if "optimizer_class" not in items:
+            return [DEFAULT_OPTIMIZER], f"{DEFAULT_OPTIMIZER} (default)"
+        name = dotted_name(items["optimizer_class"])
+        return ([name] if name else []), (name or ast.unparse(items["optimizer_class"]))
+    if isinstance(policy_kwargs, dict):
+        optimizer_class = policy_kwargs.get("optimizer_class")
+        if optimizer_class is None:
+            return [DEFAULT_OPTIMIZER], f"{DEFAULT_OPTIMIZER} (default)"
+        if isinstance(optimizer_class, str):
+            name = optimizer_class.rsplit(".", 1)[-1]
+            return [name], name
+        if isinstance(optimizer_class, type):
+            return [cls.__name__ for cls in optimizer_class.__mro__], optimizer_class.__name__
+        return [], repr(optimizer_class)
+    raise ValueError(f"policy_kwargs must be a dict, a string rl-zoo3 can eval or None, got {type(policy_kwargs).__name__}")
+
+
+def learning_rate_rule(policy_kwargs: Any, lr_rule: str | None) -> tuple[str, str, bool]:
+    """``(rule, optimizer description, whether the optimizer is Adam-like, i.e. has betas)``."""
+    names, description = optimizer_names(policy_kwargs)
+    detected = None
+    for name in names:
+        if name in SQRT_RULE_OPTIMIZERS:
+            detected = "sqrt"
+            break
+        if name in LINEAR_RULE_OPTIMIZERS:
+            detected = "linear"
+            break
+    if lr_rule is not None:
+        return lr_rule, description, detected == "sqrt"
+    if detected is None:
+        raise ValueError(
+            f"Unknown optimizer {description} in policy_kwargs: pass lr_rule='sqrt' (step normalized by a running RMS "
+            "of the gradient, like Adam; the paper's rule) or lr_rule='linear' (plain SGD)"
+        )
+    return detected, description, detected == "sqrt"
+
+
+def scale_rate(name: str, value: Any, factor: float) -> Any:
+    """Multiply a learning rate given as a number, an rl-zoo3 ``"lin_<value>"`` string or a schedule."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a number, an rl-zoo3 'lin_<value>' string or a schedule, got {value!r}")
+    if isinstance(value, numbers.Real):
+        return float(value) * factor
+    if isinstance(value, str):
+        # rl-zoo3 reads "<prefix>_<initial value>" as a linear schedule from the initial value to 0
+        parts = value.split("_")
+        try:
+            if len(parts) != 2:
+                raise ValueError
+            initial_value = float(parts[1])
+        except ValueError:
+            raise ValueError(
+                f"{name}: cannot read {value!r}; rl-zoo3 takes a number or a schedule string like 'lin_2.5e-4'"
+            ) from None
+        return f"{parts[0]}_{initial_value * factor!r}"
+    if callable(value):
+        return scale_schedule(value, factor)
+    raise ValueError(f"{name} must be a number, an rl-zoo3 'lin_<value>' string or a schedule, got {value!r}")
+
+
+def scaled_betas(betas: Any, c: float) -> tuple[float, float] | list[float]:
+    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+        raise ValueError(f"policy_kwargs optimizer_kwargs betas must be a pair of numbers, got {betas!r}")
+    for beta in betas:
+        check_decay("Adam beta", beta)
+    scaled = batch_size_rules.adam_betas((float(betas[0]), float(betas[1])), c)
+    return list(scaled) if isinstance(betas, list) else scaled
+
+
+def default_betas(policy_kwargs: Any) -> tuple[float, float]:
+    optimizer_class = policy_kwargs.get("optimizer_class") if isinstance(policy_kwargs, dict) else None
+    if isinstance(optimizer_class, type):
+        try:
+            parameter = inspect.signature(optimizer_class).parameters.get("betas")
+        except (TypeError, ValueError):
+            parameter = None
+        if parameter is not None and isinstance(parameter.default, (tuple, list)):
+            return (float(parameter.default[0]), float(parameter.default[1]))
+    return DEFAULT_ADAM_BETAS
+
+
+def scale_betas_in_string(source: str, c: float) -> tuple[str, Any, Any]:
+    parsed = PolicyKwargsSource(source)
+    items = PolicyKwargsSource.items(parsed.tree)
+    if items is None or parsed.tree is None:
+        raise ValueError(f"scale_adam_betas: cannot edit policy_kwargs {source!r} (expected 'dict(...)' or '{{...}}')")
+    if "optimizer_kwargs" not in items:
+        old = DEFAULT_ADAM_BETAS
+        new = scaled_betas(old, c)
+        value_text = f"dict(betas={new!r})" if isinstance(parsed.tree, ast.Call) else f"{{'betas': {new!r}}}"
+        return parsed.add_item(parsed.tree, "optimizer_kwargs", value_text), old, new
+    optimizer_kwargs = items["optimizer_kwargs"]
+    optimizer_items = PolicyKwargsSource.items(optimizer_kwargs)
+    if optimizer_items is None:
+        raise ValueError(f"scale_adam_betas: cannot edit optimizer_kwargs in policy_kwargs {source!r}")
+    if "betas" not in optimizer_items:
+        old = DEFAULT_ADAM_BETAS
+        new = scaled_betas(old, c)
+        return parsed.add_item(optimizer_kwargs, "betas", repr(new)), old, new
+    try:
+        old = ast.literal_eval(optimizer_items["betas"])
+    except ValueError:
+        raise ValueError(f"scale_adam_betas: betas in policy_kwargs {source!r} must be literal numbers") from None
+    new = scaled_betas(old, c)
+    return parsed.replace(optimizer_items["betas"], repr(new)), old, new
+
+
+def has_explicit_betas(policy_kwargs: Any) -> bool:
+    if isinstance(policy_kwargs, dict):
+        optimizer_kwargs = policy_kwargs.get("optimizer_kwargs")
+        return isinstance(optimizer_kwargs, dict) and "betas" in optimizer_kwargs
+    if isinstance(policy_kwargs, str):
+        items = PolicyKwargsSource.items(PolicyKwargsSource(policy_kwargs).tree)
+        optimizer_items = PolicyKwargsSource.items(items.get("optimizer_kwargs")) if items else None
+        return optimizer_items is not None and "betas" in optimizer_items
+    return False
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# YAML
+
+
+class _Dumper(yaml.SafeDumper):
+    """Keeps the keys in their order."""
+
+
+def _represent_dict(dumper: yaml.SafeDumper, data: dict) -> yaml.Node:
+    return dumper.represent_mapping("tag:yaml.org,2002:map", data.items())
+
+
+_Dumper.add_multi_representer(dict, _represent_dict)
+
+
+def dump_entry(entry: str, hyperparams: dict[str, Any]) -> str:
+    """
+    The YAML text of ``{entry: hyperparams}`` in the layout of rl-zoo3 files, keys in their order.
+
+    :param entry: the entry name
+    :param hyperparams: its settings (YAML-representable values)
+    :return: the YAML document
+    """
+    return yaml.dump({entry: dict(hyperparams)}, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=4096)

@@ -1,0 +1,119 @@
+"""
+The command line of ``python -m sb3_ewma.train``: rl-zoo3's parser with this package's flags
+(:class:`TrainArgumentParser`: ``--scale-*``, ``--keep-freed-memory``, and the ``--num-threads`` default of
+:mod:`sb3_ewma.common.threads`), and the rescaling options they give (:class:`ScaleOptions`).
+"""
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sb3_ewma.common import threads
+from sb3_ewma.scale import LR_RULES
+
+
+@dataclass(frozen=True)
+class ScaleOptions:
+    """
+    Rescale the hyperparameter entry for another number of environments (batch size-invariance), with
+    :func:`sb3_ewma.scale_hyperparams`.
+
+    :param n_envs: the target number of environments
+    :param lr_rule: override the step size rule detected from the optimizer ("sqrt" or "linear")
+    :param scale_adam_betas: also raise Adam's betas to the power ``1 / c``
+    :param scale_aux_learning_rate: PPG: also rescale ``aux_learning_rate``
+    """
+
+    n_envs: int
+    lr_rule: str | None = None
+    scale_adam_betas: bool = False
+    scale_aux_learning_rate: bool = False
+
+
+def add_scale_arguments(parser: argparse.ArgumentParser) -> None:
+    """
+    Add the flags of ``python -m sb3_ewma.train`` that rl-zoo3 has not to ``parser``: ``--scale-n-envs`` and its
+    options as one argument group, ``--keep-freed-memory`` (on by default) as another.
+    """
+    group = parser.add_argument_group(
+        "sb3-ewma (batch size-invariance)",
+        "Rescale the hyperparameter entry (after --hyperparams overrides) from its n_envs to another number of "
+        "environments with sb3_ewma.scale_hyperparams before training; the report is printed and config.yml holds "
+        "the rescaled values. For ppo_ewma, ppg_ewma and ppg.",
+    )
+    group.add_argument("--scale-n-envs", type=int, default=None, metavar="N", help="target number of environments")
+    group.add_argument(
+        "--scale-lr-rule", choices=LR_RULES, default=None, help="step size rule (default: detected from the optimizer)"
+    )
+    group.add_argument("--scale-adam-betas", action="store_true", help="also raise Adam's betas to the power 1/c")
+    group.add_argument("--scale-aux-learning-rate", action="store_true", help="PPG: also rescale aux_learning_rate")
+    memory = parser.add_argument_group("sb3-ewma (CPU memory)")
+    memory.add_argument(
+        "--keep-freed-memory",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="glibc: keep freed memory for the next minibatch instead of returning it to the system "
+        "(sb3_ewma.keep_freed_memory; fewer page faults, faster CPU training, the peak memory stays held)",
+    )
+
+
+def scale_options_from_args(args: argparse.Namespace) -> ScaleOptions | None:
+    """
+    The rescaling options of parsed arguments (see :func:`add_scale_arguments`).
+
+    :return: the options, or None without ``--scale-n-envs`` (or for arguments parsed without these flags)
+    :raises ValueError: ``--scale-n-envs`` below 1, or a ``--scale-*`` option without ``--scale-n-envs``
+    """
+    n_envs = getattr(args, "scale_n_envs", None)
+    lr_rule = getattr(args, "scale_lr_rule", None)
+    scale_adam_betas = bool(getattr(args, "scale_adam_betas", False))
+    scale_aux_learning_rate = bool(getattr(args, "scale_aux_learning_rate", False))
+    if n_envs is None:
+        if lr_rule is not None or scale_adam_betas or scale_aux_learning_rate:
+            raise ValueError("--scale-lr-rule, --scale-adam-betas and --scale-aux-learning-rate need --scale-n-envs")
+        return None
+    if n_envs < 1:
+        raise ValueError(f"--scale-n-envs must be >= 1, got {n_envs}")
+    return ScaleOptions(n_envs, lr_rule, scale_adam_betas, scale_aux_learning_rate)
+
+
+class TrainArgumentParser(argparse.ArgumentParser):
+    """
+    The parser of ``rl_zoo3.train`` with :func:`add_scale_arguments`'s flags: ``-h`` prints one usage block with
+    rl-zoo3's options and this package's, and parsing checks the ``--scale-*`` flags (an argparse error, before any
+    environment is made).
+    """
+
+    _scale_arguments_added = False
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        # added last, so that -h lists them after rl-zoo3's options
+        if not self._scale_arguments_added:
+            add_scale_arguments(self)
+            self._scale_arguments_added = True
+            _set_num_threads_default(self)
+        parsed = super().parse_args(args, namespace)
+        try:
+            scale_options_from_args(parsed)
+        except ValueError as error:
+            self.error(str(error))
+        return parsed
+
+
+NUM_THREADS_HELP = (
+    "Number of threads for PyTorch: 0 (default) one thread, unless the model reads images on the CPU or "
+    "OMP_NUM_THREADS is set; -1 torch's default (one per core); N > 0 that many"
+)
+
+
+def _set_num_threads_default(parser: argparse.ArgumentParser) -> None:
+    """rl-zoo3's ``--num-threads`` with this package's default (:data:`sb3_ewma.common.threads.AUTO`)."""
+    for action in parser._actions:
+        if "--num-threads" in action.option_strings:
+            action.default, action.help = threads.AUTO, NUM_THREADS_HELP
+
+
+def chooses_num_threads(argv: Sequence[str]) -> bool:
+    """Whether the command line sets ``--num-threads`` (or the environment sets torch's threads)."""
+    return threads.threads_set_by_environment() or any(arg.startswith("--num-threads") for arg in argv)

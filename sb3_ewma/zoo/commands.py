@@ -1,0 +1,87 @@
+"""
+The entry points ``python -m sb3_ewma.train`` / ``enjoy`` / ``record_video``: rl-zoo3's, run with :func:`register_zoo`
+done and this package's names in place of rl-zoo3's for the duration of the call.
+"""
+
+import argparse
+import runpy
+import types
+from collections.abc import Sequence
+
+import rl_zoo3.train
+import rl_zoo3.utils
+import torch as th
+
+from sb3_ewma._quiet import import_without_pkg_resources_warning
+from sb3_ewma.common import distributed, threads
+from sb3_ewma.zoo.arguments import TrainArgumentParser, chooses_num_threads
+from sb3_ewma.zoo.experiment import ExperimentManager
+from sb3_ewma.zoo.install import ZOO_INSTALL_MESSAGE, import_zoo
+from sb3_ewma.zoo.patching import patched, patched_argv
+from sb3_ewma.zoo.procgen import create_test_env
+from sb3_ewma.zoo.registry import register_zoo
+
+# rl_zoo3.train.train() builds its parser with `argparse.ArgumentParser()`: this module namespace gives it ours
+_ARGPARSE_FOR_TRAIN = types.SimpleNamespace(**{**vars(argparse), "ArgumentParser": TrainArgumentParser})
+
+
+def train(argv: Sequence[str], prog: str = "python -m sb3_ewma.train") -> None:
+    """
+    Run ``rl_zoo3.train.train()`` with :func:`register_zoo` done, this package's :class:`ExperimentManager` and its
+    flags (:class:`TrainArgumentParser`).
+
+    rl-zoo3 has no hook for either: ``train()`` looks both up in its module when it runs (``ExperimentManager`` and
+    ``argparse.ArgumentParser``), so they are replaced there for the duration of the call, and restored.
+
+    :param argv: the command line arguments (without the program name): rl-zoo3's and ``--scale-*``
+    :param prog: the program name shown in messages
+    """
+    register_zoo()
+    # under torchrun, ranks other than 0 print nothing (errors still reach stderr)
+    with (
+        patched(rl_zoo3.train, "ExperimentManager", ExperimentManager),
+        patched(rl_zoo3.train, "argparse", _ARGPARSE_FOR_TRAIN),
+        patched_argv(prog, argv),
+        distributed.quiet_unless_rank0(),
+        threads.restored_num_threads(),
+    ):
+        rl_zoo3.train.train()
+
+
+def enjoy(argv: Sequence[str], prog: str = "python -m sb3_ewma.enjoy") -> None:
+    """
+    Run ``rl_zoo3.enjoy.enjoy()`` with :func:`register_zoo` done and Procgen ids built natively.
+
+    :param argv: rl-zoo3's command line arguments (without the program name)
+    :param prog: the program name shown in messages
+    """
+    register_zoo()
+    # imported here: rl-zoo3's enjoy needs `requests`, which its training does not
+    zoo_enjoy = import_zoo("rl_zoo3.enjoy")
+    with patched(zoo_enjoy, "create_test_env", create_test_env), patched_argv(prog, argv), threads.restored_num_threads():
+        if not chooses_num_threads(argv):
+            th.set_num_threads(1)  # one observation at a time: one thread (see sb3_ewma.common.threads)
+        zoo_enjoy.enjoy()
+
+
+def record_video(argv: Sequence[str], prog: str = "python -m sb3_ewma.record_video") -> None:
+    """
+    Run rl-zoo3's ``record_video`` script with :func:`register_zoo` done and Procgen ids built natively.
+
+    rl-zoo3's ``record_video`` is a script (all of it under ``if __name__ == "__main__"``), so it runs with ``runpy``,
+    as ``python -m rl_zoo3.record_video`` would; it is not imported before (that makes runpy warn). It reads
+    ``create_test_env`` from ``rl_zoo3.utils`` when it runs, which is replaced there for the duration of the call.
+    The video writer's ``imageio_ffmpeg`` is imported first without its ``pkg_resources`` deprecation warning.
+
+    :param argv: rl-zoo3's command line arguments (without the program name)
+    :param prog: the program name shown in messages
+    """
+    register_zoo()
+    import_without_pkg_resources_warning("imageio_ffmpeg")
+    with patched(rl_zoo3.utils, "create_test_env", create_test_env), patched_argv(prog, argv), threads.restored_num_threads():
+        if not chooses_num_threads(argv):
+            th.set_num_threads(1)  # one observation at a time: one thread (see sb3_ewma.common.threads)
+        try:
+            runpy.run_module("rl_zoo3.record_video", run_name="__main__", alter_sys=False)
+        except ModuleNotFoundError as error:
+            raise ImportError(f"{ZOO_INSTALL_MESSAGE} (missing module: {error.name})") from error

@@ -1,0 +1,281 @@
+"""
+Hyperparameter entries for rl-zoo3 tasks that this package's own files do not list, derived from rl-zoo3's tuned entry
+of the parent algorithm, read from the installed ``rl_zoo3`` package when training starts:
+
+============== =================== ====================================================================================
+algorithm      parent entry        derivation
+============== =================== ====================================================================================
+ppo_ewma       ``ppo.yml``         the entry + the decoupled settings
+ppo_mask_ewma  ``ppo.yml``         the entry + the decoupled settings, without gSDE (maskable policies have none), with
+                                   :class:`~sb3_ewma.envs.action_masks.ActionMaskOrAllValid` as the last ``env_wrapper``
+ppo_lstm_ewma  ``ppo_lstm.yml``    the entry + the decoupled settings
+ppg_ewma       ``ppo.yml``         the entry + the PPG phase settings + the decoupled settings
+ppg            ``ppo.yml``         the entry + the PPG phase settings (no EWMA: PPG's default ``ewma_decay=None``)
+============== =================== ====================================================================================
+
+**The decoupled settings** (one rule for every algorithm with an EWMA): ``ewma_decay: 'auto'`` (the proximal EWMA,
+its center of mass by :mod:`sb3_ewma.common.ewma_age`) and ``imp_samp_max: 100.0`` (the paper's cap on
+``pi / pi_behav``). Every other setting of the entry is kept, and the rest of the objective keeps the algorithm's
+defaults: the clipped decoupled objective without KL penalty, advantages normalized per minibatch as SB3's PPO does.
+
+**The PPG phase settings**, from the PPO entry's ``E`` = ``n_epochs``, ``n_steps``, ``n_envs``, ``batch_size`` and
+``T`` = ``n_timesteps`` (the missing ones at SB3 PPO's defaults), with ``B = n_steps * n_envs`` steps per iteration:
+
+- ``n_epochs`` (``E_pi``) ``= n_value_epochs`` (``E_V``) ``= max(1, round(sqrt(E)))``: PPG reuses the data in its
+  auxiliary phase, so it needs fewer policy epochs than PPO (the paper: PPO's 3 -> 1); the square root keeps some of
+  the reuse that rl-zoo3 tuned (20 -> 4, 10 -> 3, 4 -> 2, 1 -> 1);
+- ``batch_size = min(batch_size, B)``, written explicitly: the minibatch PPO trains with (SB3 truncates a larger
+  one to the iteration), so the tuned step size still fits;
+- ``n_policy_iterations`` (``N_pi``) ``= min(32, max(1, T // (8 * B)))``: at most the paper's 32 iterations per
+  phase, fewer where the budget would otherwise allow fewer than 8 auxiliary phases;
+- ``n_aux_epochs = 6`` (``E_aux``) and ``beta_clone = 1.0``: the paper's;
+- ``aux_batch_size = min(4 * n_steps, N_pi * B)``: the paper's auxiliary minibatch of 4 whole rollouts of one
+  environment, at most the phase's buffer.
+
+:func:`zoo_entry_for` chooses the entry: the package's own file first (the environment's entry, or ``atari`` for an
+Atari id), then rl-zoo3's parent entry derived (the environment's, or ``atari``), then the package's ``default``; else
+none (rl-zoo3's error, :func:`missing_entry_hint`).
+"""
+
+import copy
+import importlib.resources
+import inspect
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sb3_ewma.algorithms import ALGORITHMS, packaged_hyperparams_file
+
+PARENT_ALGOS: dict[str, str] = {
+    "ppo_ewma": "ppo",
+    "ppo_mask_ewma": "ppo",
+    "ppg_ewma": "ppo",
+    "ppg": "ppo",
+    "ppo_lstm_ewma": "ppo_lstm",
+}
+"""The rl-zoo3 algorithm whose tuned entries each algorithm of this package derives its missing entries from."""
+
+DECOUPLED_SETTINGS: dict[str, Any] = {"ewma_decay": "auto", "imp_samp_max": 100.0}
+"""What the decoupled-objective rule adds to an entry of an algorithm with an EWMA."""
+
+PPG_N_AUX_EPOCHS = 6
+PPG_BETA_CLONE = 1.0
+PPG_MAX_POLICY_ITERATIONS = 32
+"""The paper's ``N_pi``: the most policy iterations per phase a derived entry gets."""
+PPG_MIN_AUX_PHASES = 8
+"""A derived PPG entry has fewer than ``N_pi = 32`` iterations per phase where the budget would give fewer aux phases."""
+PPG_AUX_ROLLOUTS = 4
+"""The paper's auxiliary minibatch: 4 whole rollouts of one environment (``4 * n_steps`` steps)."""
+
+ACTION_MASK_WRAPPER = "sb3_ewma.envs.action_masks.ActionMaskOrAllValid"
+"""The env wrapper a derived ``ppo_mask_ewma`` entry ends with (the environment's masks, else every action valid)."""
+SDE_KEYS = ("use_sde", "sde_sample_freq")
+
+
+def _parent_class(parent: str) -> Any:
+    if parent == "ppo_lstm":
+        from sb3_contrib import RecurrentPPO
+
+        return RecurrentPPO
+    from stable_baselines3 import PPO
+
+    return PPO
+
+
+def parent_defaults(parent: str) -> dict[str, Any]:
+    """The constructor defaults of rl-zoo3's ``parent`` algorithm (SB3's ``PPO`` or sb3-contrib's ``RecurrentPPO``)."""
+    signature = inspect.signature(_parent_class(parent).__init__)
+    return {name: param.default for name, param in signature.parameters.items() if param.default is not param.empty}
+
+
+def zoo_hyperparams_file(parent: str) -> Path:
+    """The path of rl-zoo3's ``hyperparams/<parent>.yml`` in the installed ``rl_zoo3`` package."""
+    return Path(str(importlib.resources.files("rl_zoo3") / "hyperparams" / f"{parent}.yml"))
+
+
+def _load(path: Path) -> dict[str, Any]:
+    with open(path) as file:
+        return yaml.safe_load(file) or {}
+
+
+def zoo_entries(parent: str) -> dict[str, Any]:
+    """Every entry of rl-zoo3's ``hyperparams/<parent>.yml``."""
+    return _load(zoo_hyperparams_file(parent))
+
+
+@dataclass
+class Derivation:
+    """
+    A derived entry and what the derivation did.
+
+    :param entry: the derived entry (an rl-zoo3 hyperparameter dict)
+    :param added: the keys added, ``key: value``
+    :param changed: the keys changed, ``key: old -> new``
+    :param removed: the keys removed
+    """
+
+    entry: dict[str, Any]
+    added: list[str]
+    changed: list[str]
+    removed: list[str]
+
+    def summary(self) -> str:
+        """``added ...; changed ...; removed ...`` (the parts that are not empty)."""
+        parts = [
+            f"{label} {', '.join(items)}"
+            for label, items in (("added", self.added), ("changed", self.changed), ("removed", self.removed))
+            if items
+        ]
+        return "; ".join(parts) or "nothing changed"
+
+
+def ppg_phase_settings(entry: dict[str, Any], parent: str = "ppo") -> dict[str, Any]:
+    """
+    The PPG phase settings of a PPO entry (the rule of this module's docstring).
+
+    :param entry: an rl-zoo3 PPO entry
+    :param parent: the algorithm whose defaults fill missing keys
+    :return: ``n_epochs``, ``n_value_epochs``, ``batch_size``, ``n_policy_iterations``, ``n_aux_epochs``,
+        ``beta_clone``, ``aux_batch_size``
+    """
+    defaults = parent_defaults(parent)
+    n_epochs = int(entry.get("n_epochs", defaults["n_epochs"]))
+    n_steps = int(entry.get("n_steps", defaults["n_steps"]))
+    n_envs = int(entry.get("n_envs", 1))
+    batch_size = int(entry.get("batch_size", defaults["batch_size"]))
+    n_timesteps = int(float(entry.get("n_timesteps", 0)))
+    iteration = n_steps * n_envs
+    policy_epochs = max(1, round(math.sqrt(n_epochs)))
+    n_policy_iterations = min(PPG_MAX_POLICY_ITERATIONS, max(1, n_timesteps // (PPG_MIN_AUX_PHASES * iteration)))
+    return {
+        "n_epochs": policy_epochs,
+        "n_value_epochs": policy_epochs,
+        "batch_size": min(batch_size, iteration),
+        "n_policy_iterations": n_policy_iterations,
+        "n_aux_epochs": PPG_N_AUX_EPOCHS,
+        "beta_clone": PPG_BETA_CLONE,
+        "aux_batch_size": min(PPG_AUX_ROLLOUTS * n_steps, n_policy_iterations * iteration),
+    }
+
+
+def _with_mask_wrapper(env_wrapper: Any) -> list[Any]:
+    """rl-zoo3's ``env_wrapper`` setting (absent, a name, a list) with the action-mask wrapper last."""
+    if env_wrapper is None:
+        wrappers: list[Any] = []
+    elif isinstance(env_wrapper, list):
+        wrappers = list(env_wrapper)
+    else:
+        wrappers = [env_wrapper]
+    return [*wrappers, ACTION_MASK_WRAPPER]
+
+
+def derive(algo: str, entry: dict[str, Any]) -> Derivation:
+    """
+    Derive ``algo``'s entry from an rl-zoo3 entry of its parent algorithm (:data:`PARENT_ALGOS`), by the rules of
+    this module's docstring.
+
+    :param algo: one of :data:`PARENT_ALGOS`
+    :param entry: the parent's entry (not modified)
+    :return: the derived entry and what changed
+    """
+    if algo not in PARENT_ALGOS:
+        raise ValueError(f"algo must be one of {tuple(PARENT_ALGOS)}, got {algo!r}")
+    derived = copy.deepcopy(dict(entry))
+    added: list[str] = []
+    changed: list[str] = []
+    removed: list[str] = []
+
+    def put(key: str, value: Any) -> None:
+        if key not in derived:
+            added.append(f"{key}: {value!r}")
+        elif derived[key] != value:
+            changed.append(f"{key}: {derived[key]!r} -> {value!r}")
+        derived[key] = value
+
+    if algo in ("ppg", "ppg_ewma"):
+        for key, value in ppg_phase_settings(entry, PARENT_ALGOS[algo]).items():
+            put(key, value)
+    if algo != "ppg":
+        for key, value in DECOUPLED_SETTINGS.items():
+            put(key, value)
+    if algo == "ppo_mask_ewma":
+        for key in SDE_KEYS:
+            if key in derived:
+                removed.append(key)
+                del derived[key]
+        put("env_wrapper", _with_mask_wrapper(derived.get("env_wrapper")))
+    return Derivation(derived, added, changed, removed)
+
+
+def derive_entry(algo: str, entry: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """:func:`derive`, as ``(entry, summary)``."""
+    derivation = derive(algo, entry)
+    return derivation.entry, derivation.summary()
+
+
+@dataclass
+class EntryChoice:
+    """
+    Where an algorithm's entry for an environment comes from.
+
+    :param source: ``"package"`` (this package's file, ``path``), ``"derived"`` (from rl-zoo3's ``path``) or
+        ``"missing"``
+    :param path: the file the entry is read (or derived) from
+    :param key: the entry's key in that file (the env id, ``atari`` or ``default``)
+    :param derivation: the derived entry, for ``"derived"``
+    """
+
+    source: str
+    path: Path | None = None
+    key: str | None = None
+    derivation: Derivation | None = None
+
+    def message(self, algo: str, env_id: str) -> str:
+        """The one line printed for a derived entry."""
+        assert self.derivation is not None and self.path is not None
+        return (
+            f"sb3-ewma: no {algo} entry for {env_id} in this package; derived from rl-zoo3's "
+            f"{self.path.name} entry '{self.key}' (sb3_ewma.zoo.derivation): {self.derivation.summary()}"
+        )
+
+
+def zoo_entry_for(algo: str, env_id: str, is_atari: bool = False) -> EntryChoice:
+    """
+    Choose ``algo``'s entry for ``env_id``: the package's entry for the environment (or ``atari``), else rl-zoo3's
+    parent entry for it (or ``atari``) derived, else the package's ``default``, else ``"missing"``.
+
+    :param algo: one of this package's algorithms
+    :param env_id: the gymnasium id
+    :param is_atari: whether ``env_id`` is an Atari id (rl-zoo3's ``atari`` entries apply)
+    """
+    if algo not in ALGORITHMS:
+        raise ValueError(f"algo must be one of {tuple(ALGORITHMS)}, got {algo!r}")
+    keys = [env_id, "atari"] if is_atari else [env_id]
+    package_file = packaged_hyperparams_file(algo)
+    package = _load(package_file) if package_file.is_file() else {}
+    for key in keys:
+        if key in package:
+            return EntryChoice("package", package_file, key)
+    parent = PARENT_ALGOS.get(algo)
+    if parent is not None:
+        parent_file = zoo_hyperparams_file(parent)
+        entries = _load(parent_file)
+        for key in keys:
+            if key in entries:
+                return EntryChoice("derived", parent_file, key, derive(algo, entries[key]))
+    if "default" in package:
+        return EntryChoice("package", package_file, "default")
+    return EntryChoice("missing")
+
+
+def missing_entry_hint(algo: str) -> str:
+    """The line added to rl-zoo3's "Hyperparameters not found" error."""
+    parent = PARENT_ALGOS.get(algo, "ppo")
+    return (
+        f"Neither this package's {algo}.yml nor rl-zoo3's {parent}.yml has an entry for this environment: pass a "
+        f"hyperparameter file with -conf FILE.yml (an entry named after the env id) or add settings with "
+        f"-params key:value (e.g. -params n_timesteps:1e6 policy:\"'MlpPolicy'\" to a copy of a similar entry)."
+    )

@@ -1,0 +1,228 @@
+"""
+This package's rl-zoo3 ``ExperimentManager``: its hyperparameter files or entries derived from rl-zoo3's
+(:mod:`sb3_ewma.zoo.derivation`), ``--scale-n-envs``, Procgen's native ``VecEnv``, data-parallel training under
+torchrun.
+"""
+
+import tempfile
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import rl_zoo3.exp_manager
+import torch as th
+import yaml
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.vec_env import VecEnv
+from torch import nn
+
+from sb3_ewma.common import distributed, threads
+from sb3_ewma.common.allocator import keep_freed_memory
+from sb3_ewma.common.torch_layers import ImpalaCNN
+from sb3_ewma.scale import scale_hyperparams_with_report
+from sb3_ewma.zoo.arguments import ScaleOptions, scale_options_from_args
+from sb3_ewma.zoo.derivation import EntryChoice, missing_entry_hint, zoo_entry_for
+from sb3_ewma.zoo.patching import patched
+from sb3_ewma.zoo.procgen import is_procgen_env_id, make_procgen_vec_env
+from sb3_ewma.zoo.registry import ZOO_ALGOS, default_conf_file
+
+POLICY_KWARGS_NAMESPACE: dict[str, Any] = {"ImpalaCNN": ImpalaCNN, "nn": nn, "th": th}
+"""Names available to ``policy_kwargs`` strings, besides those rl-zoo3 provides."""
+
+
+def zoo_hyperparams_per_rank(
+    hyperparams: dict[str, Any], saved_hyperparams: dict[str, Any], world_size: int, scaled: bool
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """
+    rl-zoo3 under torchrun: the hyperparameters each rank trains with, and a note on what that means for c.
+
+    :param scaled: whether the entry was rescaled (``--scale-n-envs N``) for ``N`` environments in total, which are
+        then split over the ranks (:func:`sb3_ewma.common.distributed.per_rank_hyperparams`); otherwise the entry is
+        per rank, as written
+    """
+    n_envs = int(hyperparams.get("n_envs", 1))
+    if scaled:
+        hyperparams = distributed.per_rank_hyperparams(hyperparams, world_size)
+        per_rank_saved = distributed.per_rank_hyperparams(dict(saved_hyperparams), world_size)
+        saved_hyperparams = type(saved_hyperparams)(per_rank_saved.items())
+        print(
+            f"Data-parallel training on {world_size} ranks: the entry rescaled for {n_envs} environments in total (c "
+            f"above) runs as n_envs={hyperparams.get('n_envs')} and batch_size={hyperparams.get('batch_size')} per rank"
+        )
+    else:
+        print(
+            f"Data-parallel training on {world_size} ranks: n_envs={n_envs} per rank, {world_size * n_envs} environments in "
+            f"total, with hyperparameters written for {n_envs}: c = {world_size} (batch size-invariance). To train as "
+            f"the entry does with {n_envs} environments in total, add --scale-n-envs {n_envs}; to rescale it for all "
+            f"{world_size * n_envs}, add --scale-n-envs {world_size * n_envs}"
+        )
+    return hyperparams, saved_hyperparams
+
+
+def _normalize_settings(normalize: Any) -> dict[str, Any]:
+    """The keyword arguments written in an rl-zoo3 ``normalize`` setting (a dict or a string to evaluate)."""
+    if isinstance(normalize, str):
+        value = eval(normalize, vars(rl_zoo3.exp_manager).copy())
+        return dict(value) if isinstance(value, dict) else {}
+    if isinstance(normalize, dict):
+        return dict(normalize)
+    return {}
+
+
+class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
+    """
+    rl-zoo3's experiment manager (same arguments), with this package's defaults:
+
+    - without ``config`` (``-conf``), the algorithms of :data:`ZOO_ALGOS` read ``sb3_ewma/hyperparams/<algo>.yml``
+      where it has an entry for the environment; otherwise their entry is derived from rl-zoo3's tuned entry of the
+      parent algorithm (``ppo.yml``, ``ppo_lstm.yml``) by :mod:`sb3_ewma.zoo.derivation`, with one printed line
+      naming the source entry and the changes (``config.yml`` records the derived entry); an environment that
+      neither file has gets rl-zoo3's error plus a line on ``-conf`` / ``-params``;
+    - ``policy_kwargs`` strings are evaluated with :data:`POLICY_KWARGS_NAMESPACE` (``ImpalaCNN``) in scope;
+    - a ``gamma`` written in the ``normalize`` setting is kept (rl-zoo3 replaces it by the algorithm's ``gamma``);
+    - with ``scale``, the hyperparameter entry (after the ``--hyperparams`` overrides) is rescaled from its ``n_envs``
+      (1 when absent, as rl-zoo3 reads it) to ``scale.n_envs`` before anything else uses it, and the report printed;
+    - for Procgen ids the environments are one native :class:`~sb3_ewma.envs.ProcgenVecEnv`
+      (:func:`make_procgen_vec_env`, whatever ``--vec-env`` says) and evaluations use stochastic actions, as the
+      agent acts during training (a deterministic Procgen policy easily gets stuck).
+
+    :param scale: rescaling options, or None: those of the ``--scale-*`` flags in ``args`` (:class:`TrainArgumentParser`)
+    """
+
+    def __init__(
+        self, args: Any, algo: str, env_id: str, *manager_args: Any, scale: ScaleOptions | None = None, **kwargs: Any
+    ) -> None:
+        # without -conf: this package's entry, or one derived from rl-zoo3's parent entry (sb3_ewma.zoo.derivation)
+        self.entry_choice: EntryChoice | None = None
+        if kwargs.get("config") is None and algo in ZOO_ALGOS:
+            self.entry_choice = zoo_entry_for(algo, env_id, rl_zoo3.exp_manager.ExperimentManager.is_atari(env_id))
+            if self.entry_choice.source == "package":
+                kwargs["config"] = str(self.entry_choice.path)
+            elif self.entry_choice.source == "missing" and default_conf_file(algo) is not None:
+                kwargs["config"] = default_conf_file(algo)
+            if kwargs.get("config") is not None and hasattr(args, "conf_file"):
+                # recorded in args.yml
+                args.conf_file = kwargs["config"]
+        super().__init__(args, algo, env_id, *manager_args, **kwargs)
+        # under torchrun: rank 0 chooses the run folder (the next free <env>_<n>) and the seed, once for all ranks
+        self.rank, self.world_size = distributed.join_torchrun(self.device)
+        if getattr(args, "keep_freed_memory", False):
+            keep_freed_memory()
+        self.seed, self.save_path = distributed.broadcast_from_rank0((self.seed, self.save_path))
+        self.params_path = f"{self.save_path}/{self.env_name}"
+        if scale is None:
+            scale = scale_options_from_args(args)
+        if scale is not None and algo not in ZOO_ALGOS:
+            raise ValueError(f"--scale-n-envs rescales the hyperparameters of {ZOO_ALGOS}, not of {algo!r}")
+        self.scale = scale
+        self.is_procgen = is_procgen_env_id(env_id)
+        if self.is_procgen:
+            self.vec_env_class = make_procgen_vec_env  # type: ignore[assignment]
+            self.vec_env_kwargs = {}
+            self.deterministic_eval = False
+
+    def setup_experiment(self) -> tuple[BaseAlgorithm, dict[str, Any]] | None:
+        """rl-zoo3's, then torch's thread count for the model built (``--num-threads``, :mod:`sb3_ewma.common.threads`)."""
+        result = super().setup_experiment()
+        if result is not None:
+            count = threads.apply_num_threads(getattr(self.args, "num_threads", threads.TORCH_DEFAULT), result[0])
+            if count is not None and self.verbose > 0:
+                print(f"Using {count} torch thread (--num-threads N to choose, -1 for torch's default)")
+        return result
+
+    def read_hyperparameters(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        hyperparams, saved_hyperparams = self._read_scaled_hyperparameters()
+        if self.world_size > 1:
+            hyperparams, saved_hyperparams = zoo_hyperparams_per_rank(
+                hyperparams, saved_hyperparams, self.world_size, scaled=self.scale is not None
+            )
+        return hyperparams, saved_hyperparams
+
+    def _read_entry(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """
+        rl-zoo3's reading of the entry (``-params`` overrides, Optuna trial, ``--env-kwargs``), from the derived entry
+        when :func:`~sb3_ewma.zoo.derivation.zoo_entry_for` derived one (after printing the line that says so); an
+        environment without any entry gets rl-zoo3's error plus :func:`~sb3_ewma.zoo.derivation.missing_entry_hint`.
+        """
+        choice = self.entry_choice
+        if choice is not None and choice.source == "derived":
+            assert choice.derivation is not None
+            print(choice.message(self.algo, self.env_name.gym_id))
+            with tempfile.TemporaryDirectory(prefix="sb3_ewma_derived_") as folder:
+                path = Path(folder) / f"{self.algo}.yml"
+                path.write_text(yaml.safe_dump({self.env_name.gym_id: choice.derivation.entry}, sort_keys=True))
+                with patched(self, "config", str(path)):
+                    return super().read_hyperparameters()
+        if choice is not None and choice.source == "missing":
+            if not Path(self.config).is_file():
+                raise ValueError(
+                    f"Hyperparameters not found for {self.algo}-{self.env_name.gym_id}\n{missing_entry_hint(self.algo)}"
+                )
+            try:
+                return super().read_hyperparameters()
+            except ValueError as error:
+                raise ValueError(f"{error}\n{missing_entry_hint(self.algo)}") from error
+        return super().read_hyperparameters()
+
+    def _read_scaled_hyperparameters(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        hyperparams, saved_hyperparams = self._read_entry()
+        if self.scale is None:
+            return hyperparams, saved_hyperparams
+        reference_n_envs = None if "n_envs" in hyperparams else 1
+        with warnings.catch_warnings(record=True) as caveats:
+            warnings.simplefilter("always")
+            scaled, report = scale_hyperparams_with_report(
+                hyperparams,
+                self.scale.n_envs,
+                reference_n_envs=reference_n_envs,
+                algo=self.algo,
+                lr_rule=self.scale.lr_rule,
+                scale_adam_betas=self.scale.scale_adam_betas,
+                scale_aux_learning_rate=self.scale.scale_aux_learning_rate,
+            )
+        print(f"Rescaling the hyperparameters for n_envs={self.scale.n_envs} (batch size-invariance, sb3_ewma.scale):")
+        for line in report:
+            print(f"  {line}")
+        for caveat in caveats:
+            print(f"  warning: {caveat.message}")
+        saved_hyperparams = OrderedDict([(key, scaled[key]) for key in sorted(scaled.keys())])
+        return scaled, saved_hyperparams
+
+    # under torchrun, rank 0 alone writes the run folder (config, monitor files, checkpoints, evaluations, model)
+    def create_log_folder(self) -> None:
+        if self.rank == 0:
+            super().create_log_folder()
+
+    def create_callbacks(self) -> None:
+        if self.rank == 0:
+            # save_freq and eval_freq count global steps: each step of rank 0 is world_size * n_envs of them
+            with patched(self, "n_envs", self.n_envs * self.world_size):
+                super().create_callbacks()
+
+    def create_envs(self, n_envs: int, eval_env: bool = False, no_log: bool = False) -> VecEnv:
+        return super().create_envs(n_envs, eval_env=eval_env, no_log=no_log or self.rank != 0)
+
+    def _save_config(self, saved_hyperparams: dict[str, Any]) -> None:
+        if self.rank == 0:
+            super()._save_config(saved_hyperparams)
+
+    def save_trained_model(self, model: BaseAlgorithm) -> None:
+        if self.rank == 0:
+            super().save_trained_model(model)
+
+    def _preprocess_normalization(self, hyperparams: dict[str, Any]) -> dict[str, Any]:
+        explicit = _normalize_settings(hyperparams.get("normalize"))
+        hyperparams = super()._preprocess_normalization(hyperparams)
+        if "gamma" in explicit:
+            self.normalize_kwargs["gamma"] = explicit["gamma"]
+        return hyperparams
+
+    def _preprocess_hyperparams(
+        self, hyperparams: dict[str, Any]
+    ) -> tuple[dict[str, Any], Callable | None, list[Any], Callable | None]:
+        if isinstance(hyperparams.get("policy_kwargs"), str):
+            namespace = {**vars(rl_zoo3.exp_manager), **POLICY_KWARGS_NAMESPACE}
+            hyperparams["policy_kwargs"] = eval(hyperparams["policy_kwargs"], namespace)
+        return super()._preprocess_hyperparams(hyperparams)

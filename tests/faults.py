@@ -127,11 +127,13 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--faults", nargs="+", choices=("rank", "collector"), default=["rank", "collector"])
     args = parser.parse_args(argv)
-    for name, fault in (
-        ("kill -9 rank 1 of 2 (torchrun, gloo)", kill_one_rank),
-        ("kill -9 the collector", kill_the_collector),
-    ):
+    faults = {
+        "rank": ("kill -9 rank 1 of 2 (torchrun, gloo)", kill_one_rank),
+        "collector": ("kill -9 the collector", kill_the_collector),
+    }
+    for name, fault in (faults[key] for key in args.faults):
         seconds, orphans, clean = [], 0, 0
         for _ in range(args.runs):
             with tempfile.TemporaryDirectory() as folder:

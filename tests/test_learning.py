@@ -32,8 +32,8 @@ def test_ppg_solves_cartpole(algorithm):
 def test_ppo_ewma_improves_on_pendulum():
     outcome = ppo_ewma_pendulum(seed=0)
     assert outcome["before"] < -1000  # a random policy (10 seeds: -1370 to -1156)
-    # 10 seeds, rl-zoo3's Pendulum entry for 61,440 steps with the default EWMA age: after -276 to -116, improvement
-    # 1,020 to 1,242 (seeds 0-7 so far)
+    # 10 seeds, rl-zoo3's Pendulum entry for 61,440 steps with the default EWMA age (center of mass 10 x 64 / 2 = 320):
+    # after -229 to -117, improvement 995 to 1,221
     assert outcome["after"] > -700 and outcome["after"] - outcome["before"] > 500
 
 
@@ -41,5 +41,5 @@ def test_ppo_ewma_improves_on_pendulum():
 def test_ppg_ewma_improves_on_pendulum():
     outcome = ppg_ewma_pendulum(seed=0)
     assert outcome["before"] < -1000  # a random policy (10 seeds: -1411 to -1075)
-    # 10 seeds: after -842 to -233, improvement 509 to 997
-    assert outcome["after"] > -1000 and outcome["after"] - outcome["before"] > 250
+    # 10 seeds: after -501 to -138, improvement 605 to 1,205
+    assert outcome["after"] > -800 and outcome["after"] - outcome["before"] > 300

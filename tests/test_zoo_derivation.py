@@ -178,8 +178,8 @@ def test_derived_entry_prints_one_line_and_trains(tmp_path: Path, capsys: pytest
     ]
     model = ALGORITHMS["ppg_ewma"].load(tmp_path / "ppg_ewma" / "MountainCarContinuous-v0_1" / "MountainCarContinuous-v0.zip")
     assert (model.n_epochs, model.n_policy_iterations, model.aux_batch_size, model.batch_size) == (3, 32, 32, 8)
-    # "auto" = "paper": 1 minibatch of 8 per epoch -> center of mass 1
-    assert model.proximal_decay == pytest.approx(0.5)
+    # "auto" = "mean_age": 3 epochs of 1 minibatch of 8 -> center of mass 3 x 1 / 2 = 1.5, decay 1.5 / 2.5
+    assert model.proximal_decay == pytest.approx(0.6)
 
 
 QUIET = ["--num-threads", "1", "--eval-freq", "-1", "--verbose", "0", "--seed", "0"]
@@ -216,10 +216,10 @@ def test_scale_n_envs_on_a_derived_entry(tmp_path: Path, capsys: pytest.CaptureF
     assert "derived from rl-zoo3's ppo_lstm.yml entry 'Acrobot-v1'" in output
     assert "n_envs: 16 -> 4 (c = reference / target = 4)" in output
     assert "batch_size: 128 (default) -> 32" in output
-    # 'auto' = 'paper': M = 256 * 16 / 128 = 32 minibatches, center of mass 32 * c = 128
-    assert "'auto' = 'paper' (center of mass 32 = M, M = 32 minibatches per epoch, E = 4 epochs)" in output
+    # 'auto' = 'mean_age': M = 256 * 16 / 128 = 32 minibatches, E = 4, center of mass 4 * 32 / 2 = 64, times c = 256
+    assert "'auto' = 'mean_age' (center of mass 64 = E x M / 2, M = 32 minibatches per epoch, E = 4 epochs)" in output
     model = ALGORITHMS["ppo_lstm_ewma"].load(tmp_path / "ppo_lstm_ewma" / "Acrobot-v1_1" / "Acrobot-v1.zip")
-    assert model.ewma_decay == pytest.approx(128 / 129)
+    assert model.ewma_decay == pytest.approx(256 / 257)
 
 
 def test_unknown_env_keeps_rl_zoo3_error_plus_hint(tmp_path: Path) -> None:

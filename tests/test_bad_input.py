@@ -261,3 +261,12 @@ def test_an_advantage_decay_without_its_normalization_warns(name: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         make(name, advantage_ewma_decay=0.5, advantage_normalization="ewma")
+
+
+@pytest.mark.parametrize("kwargs", [{"clip_range_vf": -0.2}, {"n_steps": 0}, {"batch_size": 1}])
+def test_settings_sb3_asserts_still_raise_an_assertion_error(kwargs: dict) -> None:
+    # SB3's own tests (and users' code) expect AssertionError for these: the clear error is both
+    with pytest.raises(AssertionError, match="must be"):
+        make("PPO_EWMA", **kwargs)
+    with pytest.raises(ValueError, match="must be"):
+        make("PPO_EWMA", **kwargs)

@@ -45,6 +45,13 @@ def warn_at_caller(message: str, category: type[Warning] = UserWarning) -> None:
     warnings.warn(message, category, stacklevel=caller_stacklevel())
 
 
+class HyperparameterError(ValueError, AssertionError):
+    """
+    A setting outside its allowed range. A ``ValueError``, and an ``AssertionError`` too: SB3 asserts some of these
+    settings itself (``batch_size``, ``n_steps``, ``clip_range_vf``), so code written for SB3's errors keeps working.
+    """
+
+
 def _is_integer(value: object) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
@@ -56,17 +63,21 @@ def _is_number(value: object) -> bool:
 def check_integer(name: str, value: object, minimum: int) -> None:
     """Raise a ``ValueError`` unless ``value`` is an integer ``>= minimum`` (``bool`` and strings are refused)."""
     if not _is_integer(value) or value < minimum:  # type: ignore[operator]
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        raise HyperparameterError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
 def check_number(name: str, value: object, low: float, high: float = math.inf, *, low_open: bool = False) -> None:
     """Raise a ``ValueError`` unless ``value`` is a finite number in ``[low, high]`` (``(low, high]`` if ``low_open``)."""
     interval = f"{'(' if low_open else '['}{low:g}, {high:g}]" if high != math.inf else f"{'>' if low_open else '>='} {low:g}"
     if not _is_number(value):
-        raise ValueError(f"{name} must be a finite number {'in ' if high != math.inf else ''}{interval}, got {value!r}")
+        raise HyperparameterError(
+            f"{name} must be a finite number {'in ' if high != math.inf else ''}{interval}, got {value!r}"
+        )
     number = float(value)  # type: ignore[arg-type]
     if number < low or number > high or (low_open and number == low):
-        raise ValueError(f"{name} must be a finite number {'in ' if high != math.inf else ''}{interval}, got {value!r}")
+        raise HyperparameterError(
+            f"{name} must be a finite number {'in ' if high != math.inf else ''}{interval}, got {value!r}"
+        )
 
 
 def check_schedule(name: str, value: object, *, allow_none: bool = False, positive: bool = True) -> None:
@@ -75,7 +86,7 @@ def check_schedule(name: str, value: object, *, allow_none: bool = False, positi
         return
     if not _is_number(value) or (float(value) <= 0 if positive else float(value) < 0):  # type: ignore[arg-type]
         allowed = ("None, " if allow_none else "") + f"a number {'> 0' if positive else '>= 0'} or a schedule"
-        raise ValueError(f"{name} must be {allowed} (a function of the progress remaining), got {value!r}")
+        raise HyperparameterError(f"{name} must be {allowed} (a function of the progress remaining), got {value!r}")
 
 
 def check_on_policy_hyperparams(
@@ -115,17 +126,19 @@ def check_on_policy_hyperparams(
     check_number("gamma", gamma, 0.0, 1.0)
     check_number("gae_lambda", gae_lambda, 0.0, 1.0)
     if not isinstance(normalize_advantage, (bool, np.bool_)):
-        raise ValueError(f"normalize_advantage must be True or False, got {normalize_advantage!r}")
+        raise HyperparameterError(f"normalize_advantage must be True or False, got {normalize_advantage!r}")
     if seed is not None:
         check_integer("seed", seed, 0)
     if not (clip_range is None or callable(clip_range) or (_is_number(clip_range) and 0 < float(clip_range) < 1)):
-        raise ValueError(f"clip_range must be None (no clipping), a schedule or a number in (0, 1), got {clip_range!r}")
+        raise HyperparameterError(
+            f"clip_range must be None (no clipping), a schedule or a number in (0, 1), got {clip_range!r}"
+        )
     check_schedule("clip_range_vf", clip_range_vf, allow_none=True)
     if not _is_number(ent_coef):
-        raise ValueError(f"ent_coef must be a finite number, got {ent_coef!r}")
+        raise HyperparameterError(f"ent_coef must be a finite number, got {ent_coef!r}")
     check_number("vf_coef", vf_coef, 0.0)
     if not (isinstance(max_grad_norm, numbers.Real) and not isinstance(max_grad_norm, bool) and float(max_grad_norm) > 0):
-        raise ValueError(f"max_grad_norm must be a number > 0 (math.inf: no clipping), got {max_grad_norm!r}")
+        raise HyperparameterError(f"max_grad_norm must be a number > 0 (math.inf: no clipping), got {max_grad_norm!r}")
     if target_kl is not None:
         check_number("target_kl", target_kl, 0.0, low_open=True)
     check_integer("stats_window_size", stats_window_size, 1)
@@ -139,8 +152,8 @@ def check_on_policy_hyperparams(
 def check_learn_arguments(total_timesteps: Any, log_interval: Any) -> None:
     """``learn``'s ``total_timesteps`` (a whole number >= 0; ``1e5`` is accepted) and ``log_interval`` (>= 1 or None)."""
     if not (_is_integer(total_timesteps) or (_is_number(total_timesteps) and float(total_timesteps).is_integer())):
-        raise ValueError(f"total_timesteps must be a whole number >= 0, got {total_timesteps!r}")
+        raise HyperparameterError(f"total_timesteps must be a whole number >= 0, got {total_timesteps!r}")
     if float(total_timesteps) < 0:
-        raise ValueError(f"total_timesteps must be a whole number >= 0, got {total_timesteps!r}")
+        raise HyperparameterError(f"total_timesteps must be a whole number >= 0, got {total_timesteps!r}")
     if log_interval is not None:
         check_integer("log_interval", log_interval, 1)

@@ -266,9 +266,7 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         check_ppg_hyperparams(
             n_steps=n_steps,
             batch_size=batch_size,
-            n_epochs=n_epochs,
             n_value_epochs=n_value_epochs,
-            normalize_advantage=normalize_advantage,
             n_policy_iterations=n_policy_iterations,
             n_aux_epochs=n_aux_epochs,
             beta_clone=beta_clone,

@@ -3,12 +3,11 @@ The options of the decoupled objective that every algorithm of this package take
 their shared documentation, and what they resolve to (the EWMA decay, whether the proximal policy needs a network).
 """
 
-import math
 from typing import TypeVar
 
 import numpy as np
 
-from sb3_ewma.common.checks import warn_at_caller
+from sb3_ewma.common.checks import check_number, warn_at_caller
 from sb3_ewma.common.ewma import check_decay
 from sb3_ewma.common.ewma_age import EWMA_DECAY_NAMES, ewma_decay_by_rule
 
@@ -69,8 +68,7 @@ def check_decoupled_options(
         if isinstance(ewma_decay, str):
             raise ValueError(f"ewma_decay must be a number in [0, 1), None or one of {EWMA_DECAY_NAMES}, got {ewma_decay!r}")
         check_decay("ewma_decay", ewma_decay)
-    if not isinstance(kl_coef, (int, float)) or not math.isfinite(kl_coef) or kl_coef < 0:
-        raise ValueError(f"kl_coef must be a finite number >= 0, got {kl_coef!r}")
+    check_number("kl_coef", kl_coef, 0.0)
     if kl_estimator not in KL_ESTIMATORS:
         raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {kl_estimator!r}")
     if not isinstance(imp_samp_max, (int, float)) or not (imp_samp_max == 0 or imp_samp_max > 1):

@@ -31,6 +31,7 @@ import json
 import math
 import multiprocessing
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -190,12 +191,14 @@ def execute(job: Job, out_dir: Path) -> dict[str, Any]:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     argv = command(job, log_folder, conf_file(job, out_dir))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
-    start = time.perf_counter()
+    start, children_before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(log_path, "w") as log:
         log.write(" ".join(argv) + "\n")
         log.flush()
         process = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
     wall_clock = time.perf_counter() - start
+    children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_time = sum(getattr(children_after, f) - getattr(children_before, f) for f in ("ru_utime", "ru_stime"))
     if process.returncode != 0:
         tail = log_path.read_text().strip().splitlines()[-1:] or [""]
         return {"status": "failed", "run_id": job.run_id, "error": f"exit {process.returncode}: {tail[0]}"}
@@ -214,6 +217,7 @@ def execute(job: Job, out_dir: Path) -> dict[str, Any]:
         "tuned_n_timesteps": job.tuned,
         "reduced": job.reduced,
         "wall_clock_s": round(wall_clock, 1),
+        "cpu_s": round(cpu_time, 1),
         "command": " ".join(["python", *argv[1:]]).replace(str(out_dir), "<results>"),
         "final": final_evaluation(job, run_folder),
         "curve": learning_curve(run_folder),
@@ -346,6 +350,7 @@ def summarize(results: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[s
             "eval_timesteps": sum(run["final"]["eval_timesteps"] for run in runs),
             "eval_episodes": sum(run["final"]["eval_episodes"] for run in runs),
             "wall_clock_s": float(np.mean([run["wall_clock_s"] for run in runs])),
+            "cpu_s": float(np.mean([run["cpu_s"] for run in runs if "cpu_s" in run] or [math.nan])),
             "algo": runs[0]["algo"],
         }
     return summary
@@ -357,11 +362,22 @@ def _figure(value: float | None, std: float | None = None) -> str:
     return f"{value:.3f}" if std is None else f"{value:.3f} +- {std:.3f}"
 
 
+def _table_envs(summary: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
+    """The environments of ``summary`` in :data:`TASKS` order."""
+    return [task.env for task in TASKS if any(key[0] == task.env for key in summary)]
+
+
+def _time_cell(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return ""
+    cpu = "" if math.isnan(row["cpu_s"]) else f"{row['cpu_s']:.0f}"
+    return f"{row['wall_clock_s']:.0f} / {cpu or '-'}"
+
+
 def table_rows(summary: dict[tuple[str, str], dict[str, Any]], variants: Sequence[Variant]) -> list[list[str]]:
     """One row per (env, variant) in rl-zoo3's columns, with the published and our SB3 PPO figures beside it."""
     rows = []
-    envs = [task.env for task in TASKS if any(key[0] == task.env for key in summary)]
-    for env in envs:
+    for env in _table_envs(summary):
         published = published_row(env)
         ours = summary.get((env, "ppo"))
         for variant in variants:
@@ -486,14 +502,15 @@ def write_report(out_dir: Path, jobs: Sequence[Job], command_line: str | None = 
         "",
         *goal_lines(summary, variants),
         "",
-        "## Wall clock per run (seconds, mean over seeds; one torch thread, 2 shared cores)",
+        "## Time per run",
+        "",
+        "Seconds, mean over seeds, each run with one torch thread on this 2-core machine, two runs at a time: wall clock "
+        "(which includes any time the benchmark was paused) / CPU time of the training process "
+        "(recorded for runs made since the column was added).",
         "",
         markdown_table(
             ["env_id", *(variant.name for variant in variants)],
-            [
-                [env, *(_figure(summary[(env, v.name)]["wall_clock_s"]) if (env, v.name) in summary else "" for v in variants)]
-                for env in [task.env for task in TASKS if any(key[0] == task.env for key in summary)]
-            ],
+            [[env, *(_time_cell(summary.get((env, v.name))) for v in variants)] for env in _table_envs(summary)],
         ),
         "",
         "## Learning curves",

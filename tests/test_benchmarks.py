@@ -358,3 +358,80 @@ def test_distributed_exit_counts_clean_two_rank_jobs():
 
     counts = distributed_exit.main(["--runs", "1"])
     assert counts == {"runs": 1, "failed": 0, "aborted": 0}
+
+
+def _zoo_result(env: str, variant: str, seed: int, mean_reward: float, cpu_s: float | None = None) -> dict:
+    result = {
+        "env": env,
+        "variant": variant,
+        "algo": variant,
+        "seed": seed,
+        "n_timesteps": 1000,
+        "reduced": False,
+        "wall_clock_s": 10.0 * (seed + 1),
+        "final": {"mean_reward": mean_reward, "eval_timesteps": 100, "eval_episodes": 2},
+    }
+    if cpu_s is not None:
+        result["cpu_s"] = cpu_s
+    return result
+
+
+def test_zoo_table_summary_and_goal_by_hand():
+    from benchmarks.learning import zoo_table
+    from benchmarks.learning.zoo_tasks import TABLE_VARIANTS
+
+    results = [
+        _zoo_result("CartPole-v1", "ppo", 0, 100.0, cpu_s=5.0),
+        _zoo_result("CartPole-v1", "ppo", 1, 200.0),
+        _zoo_result("CartPole-v1", "ppo_ewma", 0, 140.0, cpu_s=6.0),
+        _zoo_result("CartPole-v1", "ppo_ewma", 1, 160.0, cpu_s=8.0),
+        _zoo_result("Pendulum-v1", "ppo", 0, -200.0),
+        _zoo_result("Pendulum-v1", "ppo", 1, -100.0),
+        _zoo_result("Pendulum-v1", "ppo_ewma", 0, -300.0),
+        _zoo_result("Pendulum-v1", "ppo_ewma", 1, -250.0),
+    ]
+    summary = zoo_table.summarize(results)
+    ppo, ewma = summary[("CartPole-v1", "ppo")], summary[("CartPole-v1", "ppo_ewma")]
+    assert (ppo["mean"], ppo["std"], ppo["seeds"]) == (150.0, 50.0, 2)  # the std is over seeds, not episodes
+    assert (ppo["eval_timesteps"], ppo["eval_episodes"], ppo["wall_clock_s"]) == (200, 4, 15.0)
+    assert ppo["cpu_s"] == 5.0 and ewma["cpu_s"] == 7.0  # the mean over the runs that recorded it
+    assert math.isnan(summary[("Pendulum-v1", "ppo")]["cpu_s"])
+    assert zoo_table._time_cell(ewma) == "15 / 7" and zoo_table._time_cell(summary[("Pendulum-v1", "ppo")]) == "15 / -"
+    (line,) = zoo_table.goal_lines(summary, TABLE_VARIANTS)
+    # CartPole: 150 >= 150 - 50; Pendulum: -275 < -150 - 50. Relative differences: 0 and -125 / 150.
+    assert line.startswith("- ppo_ewma: 1/2 tasks at or above") and "Pendulum-v1 (-275.0 vs -150.0 +- 50.0)" in line
+    assert line.endswith(f"{100 * (0 - 125 / 150) / 2:+.1f}%")
+    rows = zoo_table.table_rows(summary, TABLE_VARIANTS)
+    assert [row[:4] for row in rows] == [
+        ["ppo", "CartPole-v1", "150.000", "50.000"],
+        ["ppo_ewma", "CartPole-v1", "150.000", "10.000"],
+        ["ppo", "Pendulum-v1", "-150.000", "50.000"],
+        ["ppo_ewma", "Pendulum-v1", "-275.000", "25.000"],
+    ]
+    assert all(row[-1] == zoo_table._figure(summary[(row[1], "ppo")]["mean"], summary[(row[1], "ppo")]["std"]) for row in rows)
+
+
+def test_zoo_table_runs_the_commands_then_resumes(tmp_path, capsys):
+    from benchmarks.learning import zoo_table
+
+    argv = ["--envs", "CartPole-v1", "--variants", "ppo,ppo_ewma", "--seeds", "1", "--max-steps", "1024"]
+    argv += ["--final-episodes", "2", "--out", str(tmp_path)]
+    out_dir = zoo_table.main(argv)
+    runs = sorted(path.name for path in (out_dir / "runs").glob("*.json"))
+    assert runs == ["CartPole-v1__ppo__seed=0.json", "CartPole-v1__ppo_ewma__seed=0.json"]
+    import json
+
+    for name in runs:
+        result = json.loads((out_dir / "runs" / name).read_text())
+        assert result["status"] == "finished" and result["n_timesteps"] == 1024 and result["reduced"]
+        assert result["final"]["eval_episodes"] == 2 and result["cpu_s"] > 0
+        assert ("rl_zoo3.train" in result["command"]) == (result["variant"] == "ppo")
+        assert "--num-threads 1" in result["command"] and result["curve"]
+    report = (out_dir / "benchmark.md").read_text()
+    assert "| ppo_ewma | CartPole-v1 |" in report and "1.024k (reduced)" in report and "2 of 2 runs finished" in report
+    assert (out_dir / "curves" / "CartPole-v1.png").stat().st_size > 0
+    capsys.readouterr()
+    zoo_table.main(argv)
+    assert "2 runs: 2 already finished, 0 to run" in capsys.readouterr().out
+    with pytest.raises(ValueError, match=r"unknown variants \['PPO-EWMA'\].*'ppo_ewma', 'ppg_ewma'"):
+        zoo_table.main([*argv, "--variants", "ppo,PPO-EWMA"])

@@ -251,12 +251,18 @@ def build_jobs(
     groups: Sequence[str] | None = None,
     max_steps: int | None = None,
     final_episodes: int = 20,
+    variant_names: Sequence[str] | None = None,
 ) -> list[Job]:
     """
     The runs of ``experiment``, seed by seed (every task and variant of seed 0 first, so partial results compare the
     variants on the same seeds), tasks of installed packages only.
     """
     variants, experiment_envs = EXPERIMENTS[experiment]
+    if variant_names:
+        unknown = sorted(set(variant_names) - {variant.name for variant in variants})
+        if unknown:
+            raise ValueError(f"unknown variants {unknown} for {experiment!r}: choose among {[v.name for v in variants]}")
+        variants = tuple(variant for variant in variants if variant.name in variant_names)
     tasks = (
         [task_by_env(env) for env in envs] if envs else [task for task in TASKS if task.env in (experiment_envs or [task.env])]
     )
@@ -533,6 +539,7 @@ def parser() -> argparse.ArgumentParser:
     result.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1 (default 3)")
     result.add_argument("--groups", default=None, help=f"comma-separated task groups among {GROUPS}")
     result.add_argument("--envs", default=None, help="comma-separated environment ids (default: the experiment's)")
+    result.add_argument("--variants", default=None, help="comma-separated variants to run (default: all the experiment's)")
     result.add_argument("--max-steps", type=int, default=None, help="cap every budget at N steps (marked reduced)")
     result.add_argument("--final-episodes", type=int, default=20, help="episodes of the final evaluation (default 20)")
     result.add_argument("--workers", type=int, default=1, help="runs in parallel, one torch thread each (default 1)")
@@ -545,7 +552,15 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> Path:
     args = parser().parse_args(argv)
     split = lambda text: [item.strip() for item in text.split(",") if item.strip()] if text else None  # noqa: E731
-    jobs = build_jobs(args.experiment, args.seeds, split(args.envs), split(args.groups), args.max_steps, args.final_episodes)
+    jobs = build_jobs(
+        args.experiment,
+        args.seeds,
+        split(args.envs),
+        split(args.groups),
+        args.max_steps,
+        args.final_episodes,
+        split(args.variants),
+    )
     out_dir = args.out / args.experiment
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / ".gitignore").write_text("zoo_logs/\n")

@@ -408,6 +408,12 @@ def test_zoo_table_summary_and_goal_by_hand():
         ["ppo", "Pendulum-v1", "-150.000", "50.000"],
         ["ppo_ewma", "Pendulum-v1", "-275.000", "25.000"],
     ]
+    assert zoo_table.summary_rows(summary, TABLE_VARIANTS) == [
+        ["CartPole-v1 (1k, 2 seeds)", "500.0", "150.0 ± 50.0", "150.0 ± 10.0", "", ""],
+        ["Pendulum-v1 (1k, 2 seeds)", "-172.2", "-150.0 ± 50.0", "-275.0 ± 25.0", "", ""],
+    ]
+    one_seed = zoo_table.summarize(results[:3])
+    assert zoo_table.summary_rows(one_seed, TABLE_VARIANTS)[0][2:4] == ["150.0 ± 50.0", "140.0 ± 0.0 (1 seed)"]
     assert all(row[-1] == zoo_table._figure(summary[(row[1], "ppo")]["mean"], summary[(row[1], "ppo")]["std"]) for row in rows)
 
 
@@ -428,7 +434,7 @@ def test_zoo_table_runs_the_commands_then_resumes(tmp_path, capsys):
         assert ("rl_zoo3.train" in result["command"]) == (result["variant"] == "ppo")
         assert "--num-threads 1" in result["command"] and result["curve"]
     report = (out_dir / "benchmark.md").read_text()
-    assert "| ppo_ewma | CartPole-v1 |" in report and "1.024k (reduced)" in report and "2 of 2 runs finished" in report
+    assert "| ppo_ewma | CartPole-v1 |" in report and "1.024k (reduced)" in report and "2 of its 2 runs finished" in report
     assert (out_dir / "curves" / "CartPole-v1.png").stat().st_size > 0
     capsys.readouterr()
     zoo_table.main(argv)

@@ -61,6 +61,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CURVE_POINTS = 10
 """Evaluations during training (every ``budget / CURVE_POINTS`` steps), of :data:`CURVE_EPISODES` episodes each."""
 CURVE_EPISODES = 5
+VARIANT_TITLES = {"ppo": "SB3 PPO", "ppo_ewma": "PPO_EWMA", "ppg_ewma": "PPG_EWMA", "ppg": "PPG"}
+"""Column titles of the summary table."""
 
 
 @dataclass(frozen=True)
@@ -412,6 +414,39 @@ def table_rows(summary: dict[tuple[str, str], dict[str, Any]], variants: Sequenc
     return rows
 
 
+def _seeds(count: int) -> str:
+    return f"{count} seed" + ("s" if count != 1 else "")
+
+
+def summary_rows(summary: dict[tuple[str, str], dict[str, Any]], variants: Sequence[Variant]) -> list[list[str]]:
+    """
+    One row per task for a front page: ``task (budget)``, rl-zoo3's published PPO mean, then each variant's mean +- std
+    over seeds (with its number of seeds where it differs from the most any variant has on that task).
+    """
+    rows = []
+    for env in _table_envs(summary):
+        rows_of_env = {variant.name: summary.get((env, variant.name)) for variant in variants}
+        finished = [row for row in rows_of_env.values() if row is not None]
+        most_seeds = max(row["seeds"] for row in finished)
+        budget = _steps(finished[0]["n_timesteps"]) + (", reduced" if finished[0]["reduced"] else "")
+        published = published_row(env)
+        cells = []
+        for row in rows_of_env.values():
+            if row is None:
+                cells.append("")
+                continue
+            seeds = f" ({_seeds(row['seeds'])})" if row["seeds"] != most_seeds else ""
+            cells.append(f"{row['mean']:.1f} ± {row['std']:.1f}{seeds}")
+        rows.append(
+            [
+                f"{env} ({budget}, {_seeds(most_seeds)})",
+                "" if published is None else f"{float(published['mean_reward']):.1f}",
+                *cells,
+            ]
+        )
+    return rows
+
+
 def plot_curves(results: Sequence[dict[str, Any]], out_dir: Path, variants: Sequence[Variant]) -> list[str]:
     """
     One figure per task, ``curves/<env>.png``: mean (over seeds) evaluation return against steps, shaded +- std, per
@@ -493,7 +528,8 @@ def write_report(out_dir: Path, jobs: Sequence[Job], command_line: str | None = 
         "",
         "Written by `benchmarks.learning.zoo_table`"
         + (f" (`{command_line}`)" if command_line else "")
-        + f". {len(results)} of {len(jobs)} runs finished.",
+        + f". {sum(is_done(job, out_dir) for job in jobs)} of its {len(jobs)} runs finished; the tables hold every "
+        f"finished run of `{out_dir.name}` ({len(results)}).",
         "",
         "mean_reward: mean over seeds of each seed's final evaluation (the saved model loaded as rl-zoo3's `enjoy` does; "
         "deterministic actions except on Atari and MiniGrid); std_reward: standard deviation over seeds (rl-zoo3's "
@@ -501,6 +537,17 @@ def write_report(out_dir: Path, jobs: Sequence[Job], command_line: str | None = 
         "n_timesteps marked (reduced): trained for less than the tuned budget "
         "(the CPU cap of `benchmarks/learning/zoo_tasks.py`). "
         "rl-zoo3 PPO (published): its benchmark.md (one run, older environment versions, mean +- std over episodes).",
+        "",
+        "## Summary",
+        "",
+        "Mean ± std over seeds of the final evaluations (the front page's table).",
+        "",
+        markdown_table(
+            ["task (budget, seeds)", "rl-zoo3 PPO (published)", *(VARIANT_TITLES.get(v.name, v.name) for v in variants)],
+            summary_rows(summary, variants),
+        ),
+        "",
+        "## All rows",
         "",
         markdown_table(header, table_rows(summary, variants)),
         "",

@@ -30,6 +30,7 @@ from sb3_ewma.zoo.derivation import (
     derive,
     missing_entry_hint,
     ppg_phase_settings,
+    ppg_reward_normalization,
     zoo_entries,
     zoo_entry_for,
 )
@@ -83,6 +84,39 @@ def test_ppg_phase_rule_by_hand() -> None:
     # one epoch stays one; a tiny budget still gets one iteration per phase; the aux batch at most the phase buffer
     tiny = ppg_phase_settings({"n_epochs": 1, "n_steps": 100, "n_envs": 2, "n_timesteps": 50, "batch_size": 50})
     assert (tiny["n_epochs"], tiny["n_policy_iterations"], tiny["aux_batch_size"]) == (1, 1, 200)
+
+
+def test_ppg_reward_normalization_rule() -> None:
+    # no normalization, or normalization without rewards: rewards normalized, observations as the entry had them
+    assert ppg_reward_normalization({}) == "dict(norm_obs=False, norm_reward=True)"
+    assert ppg_reward_normalization({"normalize": False}) == "dict(norm_obs=False, norm_reward=True)"
+    assert (
+        ppg_reward_normalization({"normalize": "dict(norm_obs=True, norm_reward=False, gamma=0.9)"})
+        == "dict(norm_obs=True, norm_reward=True, gamma=0.9)"
+    )
+    assert ppg_reward_normalization({"normalize": {"norm_reward": False}}) == "dict(norm_reward=True)"
+    # rewards already normalized (VecNormalize's default norm_reward=True): unchanged
+    for normalize in (True, "dict(norm_obs=False, norm_reward=True)", "{'norm_obs': False}", {"clip_reward": 5.0}):
+        assert ppg_reward_normalization({"normalize": normalize}) is None
+    with pytest.raises(ValueError, match="normalize must be"):
+        ppg_reward_normalization({"normalize": "VecNormalize(norm_reward=False)"})
+    # in the derivation: added where missing (Pendulum), kept where present (Acrobot's `normalize: true`)
+    pendulum = derive("ppg_ewma", PPO_ENTRIES["Pendulum-v1"])
+    assert pendulum.entry["normalize"] == "dict(norm_obs=False, norm_reward=True)"
+    assert "normalize: 'dict(norm_obs=False, norm_reward=True)'" in pendulum.summary()
+    assert derive("ppg", PPO_ENTRIES["Acrobot-v1"]).entry["normalize"] is True
+    assert "normalize" not in derive("ppo_ewma", PPO_ENTRIES["Pendulum-v1"]).entry  # PPO-EWMA: the entry as tuned
+
+
+@pytest.mark.parametrize("algo", ["ppg", "ppg_ewma"])
+def test_every_ppg_entry_normalizes_rewards(algo: str) -> None:
+    """The package's PPG entries and every derived one train on normalized rewards (the derivation's rule)."""
+    import sb3_ewma
+
+    package = yaml.safe_load((Path(sb3_ewma.__file__).parent / "hyperparams" / f"{algo}.yml").read_text())
+    entries = {**package, **{key: derive(algo, entry).entry for key, entry in PPO_ENTRIES.items() if key not in package}}
+    for key, entry in entries.items():
+        assert ppg_reward_normalization(entry) is None, key
 
 
 def test_decoupled_rule_and_summary() -> None:

@@ -125,6 +125,9 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
     :param n_aux_epochs: Epochs ``E_aux`` over the auxiliary buffer in each auxiliary phase (0: no auxiliary phase,
         nothing is stored).
     :param beta_clone: Weight of the behavioral-cloning term ``KL[pi_old, pi]`` of the auxiliary phase, ``>= 0``.
+        It is weighed against ``0.5 * MSE`` of the returns, so the paper's 1 assumes returns of order one, as with
+        normalized rewards (``VecNormalize(norm_reward=True)``, the paper's runs): with raw returns of order 100 the
+        auxiliary phase can move the policy far (logged as ``aux/clone_kl``).
     :param arch: Network architecture: ``"dual"`` (default), ``"shared"`` or ``"detach"``.
     :param aux_learning_rate: Learning rate of the auxiliary phase's Adam optimizer (a number or a schedule of the
         progress remaining); ``None`` (default): the policy phase's ``learning_rate``.

@@ -30,13 +30,20 @@ defaults: the clipped decoupled objective without KL penalty, advantages normali
   phase, fewer where the budget would otherwise allow fewer than 8 auxiliary phases;
 - ``n_aux_epochs = 6`` (``E_aux``) and ``beta_clone = 1.0``: the paper's;
 - ``aux_batch_size = min(4 * n_steps, N_pi * B)``: the paper's auxiliary minibatch of 4 whole rollouts of one
-  environment, at most the phase's buffer.
+  environment, at most the phase's buffer;
+- rewards normalized (rl-zoo3's ``normalize``, SB3's ``VecNormalize`` with the entry's ``gamma``), as in the paper's
+  runs: an entry that does not normalize rewards gets ``normalize: "dict(norm_obs=<the entry's>, norm_reward=True)"``
+  (:func:`ppg_reward_normalization`). The auxiliary phase trains the policy network on ``0.5 * MSE`` of the returns
+  plus ``beta_clone * KL``; with raw returns of magnitude 100 (Pendulum, LunarLander) the MSE outweighs the cloning
+  term and each auxiliary phase moves the policy far (KL 0.2 to 0.4 on Pendulum, and its evaluation return fell from
+  -240 to -1,340), with normalized rewards the KL stays below 0.01.
 
 :func:`zoo_entry_for` chooses the entry: the package's own file first (the environment's entry, or ``atari`` for an
 Atari id), then rl-zoo3's parent entry derived (the environment's, or ``atari``), then the package's ``default``; else
 none (rl-zoo3's error, :func:`missing_entry_hint`).
 """
 
+import ast
 import copy
 import importlib.resources
 import inspect
@@ -161,6 +168,46 @@ def ppg_phase_settings(entry: dict[str, Any], parent: str = "ppo") -> dict[str, 
     }
 
 
+def _normalize_kwargs(normalize: Any) -> dict[str, Any] | None:
+    """
+    rl-zoo3's ``normalize`` setting as ``VecNormalize`` keyword arguments: ``{}`` for ``True`` (SB3's defaults), the
+    dict of a ``"dict(...)"`` or ``"{...}"`` string, ``None`` for no normalization.
+
+    :raises ValueError: for a string that is not a literal dict or ``dict(...)`` call of literals
+    """
+    if normalize is None or normalize is False:
+        return None
+    if normalize is True:
+        return {}
+    if isinstance(normalize, dict):
+        return dict(normalize)
+    if isinstance(normalize, str):
+        tree = ast.parse(normalize.strip(), mode="eval").body
+        if isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name) and tree.func.id == "dict" and not tree.args:
+            return {str(keyword.arg): ast.literal_eval(keyword.value) for keyword in tree.keywords}
+        if isinstance(tree, ast.Dict):
+            return dict(ast.literal_eval(tree))
+    raise ValueError(f"normalize must be a bool, a dict or a 'dict(...)' string, got {normalize!r}")
+
+
+def ppg_reward_normalization(entry: dict[str, Any]) -> str | None:
+    """
+    The ``normalize`` setting a PPG entry derived from ``entry`` gets (the rule of this module's docstring).
+
+    :param entry: an rl-zoo3 PPO entry
+    :return: ``None`` where the entry already normalizes rewards (``normalize: true``, or a dict without
+        ``norm_reward=False``: ``VecNormalize`` normalizes rewards by default); else the entry's setting with
+        ``norm_reward=True``, written as rl-zoo3's ``"dict(...)"`` string (``enjoy`` evaluates on raw rewards)
+    """
+    kwargs = _normalize_kwargs(entry.get("normalize"))
+    if kwargs is None:
+        kwargs = {"norm_obs": False}
+    elif kwargs.get("norm_reward", True):
+        return None
+    kwargs["norm_reward"] = True
+    return "dict(" + ", ".join(f"{key}={value!r}" for key, value in kwargs.items()) + ")"
+
+
 def _with_mask_wrapper(env_wrapper: Any) -> list[Any]:
     """rl-zoo3's ``env_wrapper`` setting (absent, a name, a list) with the action-mask wrapper last."""
     if env_wrapper is None:
@@ -198,6 +245,9 @@ def derive(algo: str, entry: dict[str, Any]) -> Derivation:
     if algo in ("ppg", "ppg_ewma"):
         for key, value in ppg_phase_settings(entry, PARENT_ALGOS[algo]).items():
             put(key, value)
+        normalize = ppg_reward_normalization(entry)
+        if normalize is not None:
+            put("normalize", normalize)
     if algo != "ppg":
         for key, value in DECOUPLED_SETTINGS.items():
             put(key, value)

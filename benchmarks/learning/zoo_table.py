@@ -282,7 +282,9 @@ def build_jobs(
 
 
 def is_done(job: Job, out_dir: Path) -> bool:
-    return (out_dir / "runs" / f"{job.run_id}.json").exists()
+    """Whether ``job`` has a finished run with its budget (a run with another budget is run again, replacing it)."""
+    path = out_dir / "runs" / f"{job.run_id}.json"
+    return path.exists() and json.loads(path.read_text()).get("n_timesteps") == job.budget
 
 
 def _outcomes(jobs: list[Job], out_dir: Path, workers: int) -> Iterable[dict[str, Any]]:

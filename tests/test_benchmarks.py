@@ -441,3 +441,19 @@ def test_zoo_table_runs_the_commands_then_resumes(tmp_path, capsys):
     assert "2 runs: 2 already finished, 0 to run" in capsys.readouterr().out
     with pytest.raises(ValueError, match=r"unknown variants \['PPO-EWMA'\].*'ppo_ewma', 'ppg_ewma'"):
         zoo_table.main([*argv, "--variants", "ppo,PPO-EWMA"])
+
+
+def test_zoo_table_runs_again_a_run_of_another_budget(tmp_path):
+    import json
+
+    from benchmarks.learning import zoo_table
+
+    (job,) = zoo_table.build_jobs("table", 1, envs=["Pendulum-v1"], max_steps=5000, variant_names=["ppo_ewma"])
+    assert (job.run_id, job.budget, job.tuned, job.reduced) == ("Pendulum-v1__ppo_ewma__seed=0", 5000, 100_000, True)
+    assert not zoo_table.is_done(job, tmp_path)
+    (tmp_path / "runs").mkdir()
+    path = tmp_path / "runs" / f"{job.run_id}.json"
+    path.write_text(json.dumps({"n_timesteps": 100_000}))
+    assert not zoo_table.is_done(job, tmp_path)  # trained for the tuned budget, not this job's
+    path.write_text(json.dumps({"n_timesteps": 5000}))
+    assert zoo_table.is_done(job, tmp_path)

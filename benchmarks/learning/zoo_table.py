@@ -63,6 +63,8 @@ CURVE_POINTS = 10
 CURVE_EPISODES = 5
 VARIANT_TITLES = {"ppo": "SB3 PPO", "ppo_ewma": "PPO_EWMA", "ppg_ewma": "PPG_EWMA", "ppg": "PPG"}
 """Column titles of the summary table."""
+SUMMARY_START, SUMMARY_END = "<!-- summary table -->", "<!-- end of the summary table -->"
+"""Markers around the summary table (the documentation includes what lies between them)."""
 
 
 @dataclass(frozen=True)
@@ -544,10 +546,12 @@ def write_report(out_dir: Path, jobs: Sequence[Job], command_line: str | None = 
         "",
         "Mean ± std over seeds of the final evaluations (the front page's table).",
         "",
+        SUMMARY_START,
         markdown_table(
             ["task (budget, seeds)", "rl-zoo3 PPO (published)", *(VARIANT_TITLES.get(v.name, v.name) for v in variants)],
             summary_rows(summary, variants),
         ),
+        SUMMARY_END,
         "",
         "## All rows",
         "",

@@ -143,8 +143,9 @@ EWMA_AGE_TASKS: tuple[str, ...] = (
     "MountainCarContinuous-v0",
     "Acrobot-v1",
     "LunarLander-v3",
+    "LunarLanderContinuous-v3",
 )
-"""Classic-control entries with several epochs (20 x 1, 10 x 64, 10 x 1, 4 x 64 and 4 x 256 minibatches)."""
+"""Entries with several epochs (20 x 1, 10 x 64, 10 x 1, 4 x 64, 4 x 256 and 4 x 256 minibatches)."""
 
 EXPERIMENTS: dict[str, tuple[tuple[Variant, ...], tuple[str, ...] | None]] = {
     "table": (TABLE_VARIANTS, None),

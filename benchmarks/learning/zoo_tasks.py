@@ -87,8 +87,8 @@ MinAtar's frames as float channels-first arrays.
 
 MUJOCO_CAP = 100_000
 """
-The MuJoCo budget on these 2-core CPUs (rl-zoo3 tunes 1M steps): the 30 runs of the PPO and PPO_EWMA columns take
-about half an hour at this budget. On a machine with more cores, raise it here: runs with another budget run again.
+The MuJoCo budget on these 2-core CPUs (rl-zoo3 tunes 1M steps). On a machine with more cores, raise it here: runs
+with another budget run again.
 """
 
 TASKS: tuple[Task, ...] = (

@@ -43,7 +43,6 @@ Atari id), then rl-zoo3's parent entry derived (the environment's, or ``atari``)
 none (rl-zoo3's error, :func:`missing_entry_hint`).
 """
 
-import ast
 import copy
 import importlib.resources
 import inspect
@@ -52,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import rl_zoo3.exp_manager
 import yaml
 
 from sb3_ewma.algorithms import ALGORITHMS, packaged_hyperparams_file
@@ -168,26 +168,29 @@ def ppg_phase_settings(entry: dict[str, Any], parent: str = "ppo") -> dict[str, 
     }
 
 
-def _normalize_kwargs(normalize: Any) -> dict[str, Any] | None:
-    """
-    rl-zoo3's ``normalize`` setting as ``VecNormalize`` keyword arguments: ``{}`` for ``True`` (SB3's defaults), the
-    dict of a ``"dict(...)"`` or ``"{...}"`` string, ``None`` for no normalization.
+NORMALIZE_ALLOWED = "normalize must be a bool, a dict or a 'dict(...)' string"
 
-    :raises ValueError: for a string that is not a literal dict or ``dict(...)`` call of literals
+
+def normalize_settings(normalize: Any) -> dict[str, Any] | None:
     """
+    rl-zoo3's ``normalize`` setting as ``VecNormalize`` keyword arguments, read as rl-zoo3 reads it (a string is
+    evaluated in ``rl_zoo3.exp_manager``'s namespace): ``None`` for no normalization, ``{}`` for ``True`` (SB3's
+    defaults), else the dict written.
+
+    :raises ValueError: for a setting that is neither a bool nor a dict, nor a string that evaluates to one
+    """
+    if isinstance(normalize, str):
+        try:
+            normalize = eval(normalize, vars(rl_zoo3.exp_manager).copy())
+        except Exception as error:
+            raise ValueError(f"{NORMALIZE_ALLOWED}, got {normalize!r}: {error}") from error
     if normalize is None or normalize is False:
         return None
     if normalize is True:
         return {}
     if isinstance(normalize, dict):
         return dict(normalize)
-    if isinstance(normalize, str):
-        tree = ast.parse(normalize.strip(), mode="eval").body
-        if isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name) and tree.func.id == "dict" and not tree.args:
-            return {str(keyword.arg): ast.literal_eval(keyword.value) for keyword in tree.keywords}
-        if isinstance(tree, ast.Dict):
-            return dict(ast.literal_eval(tree))
-    raise ValueError(f"normalize must be a bool, a dict or a 'dict(...)' string, got {normalize!r}")
+    raise ValueError(f"{NORMALIZE_ALLOWED}, got {normalize!r}")
 
 
 def ppg_reward_normalization(entry: dict[str, Any]) -> str | None:
@@ -199,7 +202,7 @@ def ppg_reward_normalization(entry: dict[str, Any]) -> str | None:
         ``norm_reward=False``: ``VecNormalize`` normalizes rewards by default); else the entry's setting with
         ``norm_reward=True``, written as rl-zoo3's ``"dict(...)"`` string (``enjoy`` evaluates on raw rewards)
     """
-    kwargs = _normalize_kwargs(entry.get("normalize"))
+    kwargs = normalize_settings(entry.get("normalize"))
     if kwargs is None:
         kwargs = {"norm_obs": False}
     elif kwargs.get("norm_reward", True):

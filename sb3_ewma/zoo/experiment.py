@@ -23,7 +23,7 @@ from sb3_ewma.common.allocator import keep_freed_memory
 from sb3_ewma.common.torch_layers import ImpalaCNN
 from sb3_ewma.scale import scale_hyperparams_with_report
 from sb3_ewma.zoo.arguments import ScaleOptions, scale_options_from_args
-from sb3_ewma.zoo.derivation import EntryChoice, missing_entry_hint, zoo_entry_for
+from sb3_ewma.zoo.derivation import EntryChoice, missing_entry_hint, normalize_settings, zoo_entry_for
 from sb3_ewma.zoo.patching import patched
 from sb3_ewma.zoo.procgen import is_procgen_env_id, make_procgen_vec_env
 from sb3_ewma.zoo.registry import ZOO_ALGOS, default_conf_file
@@ -59,16 +59,6 @@ def zoo_hyperparams_per_rank(
             f"{world_size * n_envs}, add --scale-n-envs {world_size * n_envs}"
         )
     return hyperparams, saved_hyperparams
-
-
-def _normalize_settings(normalize: Any) -> dict[str, Any]:
-    """The keyword arguments written in an rl-zoo3 ``normalize`` setting (a dict or a string to evaluate)."""
-    if isinstance(normalize, str):
-        value = eval(normalize, vars(rl_zoo3.exp_manager).copy())
-        return dict(value) if isinstance(value, dict) else {}
-    if isinstance(normalize, dict):
-        return dict(normalize)
-    return {}
 
 
 class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
@@ -213,7 +203,7 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
             super().save_trained_model(model)
 
     def _preprocess_normalization(self, hyperparams: dict[str, Any]) -> dict[str, Any]:
-        explicit = _normalize_settings(hyperparams.get("normalize"))
+        explicit = normalize_settings(hyperparams.get("normalize")) or {}
         hyperparams = super()._preprocess_normalization(hyperparams)
         if "gamma" in explicit:
             self.normalize_kwargs["gamma"] = explicit["gamma"]

@@ -398,9 +398,10 @@ def test_zoo_table_summary_and_goal_by_hand():
     assert math.isnan(summary[("Pendulum-v1", "ppo")]["cpu_s"])
     assert zoo_table._time_cell(ewma) == "15 / 7" and zoo_table._time_cell(summary[("Pendulum-v1", "ppo")]) == "15 / -"
     (line,) = zoo_table.goal_lines(summary, TABLE_VARIANTS)
-    # CartPole: 150 >= 150 - 50; Pendulum: -275 < -150 - 50. Relative differences: 0 and -125 / 150.
+    # CartPole: 150 >= 150 - 50; Pendulum: -275 < -150 - 50. Relative differences: 0, and -125 over the larger of
+    # |-150| and rl-zoo3's published |-172.225|.
     assert line.startswith("- ppo_ewma: 1/2 tasks at or above") and "Pendulum-v1 (-275.0 vs -150.0 +- 50.0)" in line
-    assert line.endswith(f"{100 * (0 - 125 / 150) / 2:+.1f}%")
+    assert line.endswith(f"{100 * (0 - 125 / 172.225) / 2:+.1f}%")
     rows = zoo_table.table_rows(summary, TABLE_VARIANTS)
     assert [row[:4] for row in rows] == [
         ["ppo", "CartPole-v1", "150.000", "50.000"],
@@ -415,6 +416,28 @@ def test_zoo_table_summary_and_goal_by_hand():
     one_seed = zoo_table.summarize(results[:3])
     assert zoo_table.summary_rows(one_seed, TABLE_VARIANTS)[0][2:4] == ["150.0 ± 50.0", "140.0 ± 0.0 (1 seed)"]
     assert all(row[-1] == zoo_table._figure(summary[(row[1], "ppo")]["mean"], summary[(row[1], "ppo")]["std"]) for row in rows)
+
+
+def test_zoo_table_where_sb3_ppo_does_not_learn():
+    """A task where SB3 PPO's mean is 0 (MiniGrid here): returns of order 1 get two decimals, and the relative
+    difference is over rl-zoo3's published score (0.964), not over 0."""
+    from benchmarks.learning import zoo_table
+    from benchmarks.learning.zoo_tasks import TABLE_VARIANTS
+
+    env = "MiniGrid-DoorKey-5x5-v0"
+    results = [
+        _zoo_result(env, "ppo", 0, 0.0),
+        _zoo_result(env, "ppo", 1, 0.0),
+        _zoo_result(env, "ppo_ewma", 0, 0.25),
+        _zoo_result(env, "ppo_ewma", 1, 0.0),
+    ]
+    summary = zoo_table.summarize(results)
+    assert zoo_table.difference_scale(env, 0.0) == 0.964
+    assert zoo_table.difference_scale("CartPole-v1", -600.0) == 600.0  # the larger of the two
+    (line,) = zoo_table.goal_lines(summary, TABLE_VARIANTS)
+    assert line.startswith("- ppo_ewma: 1/1 tasks at or above") and line.endswith(f"{100 * 0.125 / 0.964:+.1f}%")
+    row = [f"{env} (1k, 2 seeds)", "0.96", "0.00 ± 0.00", "0.12 ± 0.12", "", ""]
+    assert zoo_table.summary_rows(summary, TABLE_VARIANTS) == [row]
 
 
 def test_zoo_table_runs_the_commands_then_resumes(tmp_path, capsys):

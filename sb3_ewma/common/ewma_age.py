@@ -29,6 +29,11 @@ training and evaluation; the figures are on the documentation's benchmarks page)
   (500 on every seed), but ``"max_age"`` fell to 259 on one of two seeds of rl-zoo3's run; with overlapped rollouts
   (``async_rollouts=True``, 5 seeds) ``"paper"`` averaged 330 (two seeds failed), ``"max_age"`` and ``"mean_age"``
   500 on every seed.
+- rl-zoo3's LunarLander-v3 and LunarLanderContinuous-v3 entries (E = 4, M = 256) at their budget (1M), 3 seeds: every
+  rule matched SB3's PPO (LunarLander: PPO 262 ± 3, ``"paper"`` 273 ± 3, ``"max_age"`` 270 ± 4, ``"mean_age"``
+  262 ± 5; LunarLanderContinuous: 267 ± 11, 268 ± 7, 260 ± 8, 265 ± 6).
+
+``"mean_age"`` is the one rule at or above SB3 PPO's mean minus one standard deviation on all of these.
 
 With one epoch the rules ``"paper"`` and ``"max_age"`` agree on ``M``, the value the paper measured for PPG-EWMA;
 ``"mean_age"`` would halve it, untested, so ``"auto"`` keeps ``M`` there. The Procgen entries of this package name

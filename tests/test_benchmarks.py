@@ -440,6 +440,24 @@ def test_zoo_table_where_sb3_ppo_does_not_learn():
     assert zoo_table.summary_rows(summary, TABLE_VARIANTS) == [row]
 
 
+@pytest.mark.parametrize("experiment", ["table", "ewma_age", "ppg_ewma_age"])
+def test_zoo_experiments_are_well_formed(experiment):
+    """Every experiment compares with SB3 PPO through rl-zoo3, names each column once, and a rule column selects that
+    named rule of sb3_ewma.common.ewma_age with the algorithm's -params."""
+    from benchmarks.learning.zoo_tasks import EXPERIMENTS, task_by_env
+    from sb3_ewma.common.ewma_age import EWMA_AGE_RULES
+
+    variants, envs = EXPERIMENTS[experiment]
+    names = [variant.name for variant in variants]
+    assert len(set(names)) == len(names) and [v for v in variants if v.is_reference] == [variants[0]]
+    for variant in variants:
+        algo, _, rule = variant.name.partition("-")
+        assert algo == variant.algo
+        assert dict(variant.params) == ({"ewma_decay": repr(rule)} if rule else {})
+        assert not rule or rule in EWMA_AGE_RULES
+    assert [task_by_env(env).env for env in envs or ()] == list(envs or ())  # raises on an unknown id
+
+
 def test_zoo_table_runs_the_commands_then_resumes(tmp_path, capsys):
     from benchmarks.learning import zoo_table
 

@@ -147,9 +147,25 @@ EWMA_AGE_TASKS: tuple[str, ...] = (
 )
 """Entries with several epochs (20 x 1, 10 x 64, 10 x 1, 4 x 64, 4 x 256 and 4 x 256 minibatches)."""
 
+PPG_EWMA_AGE_VARIANTS: tuple[Variant, ...] = (
+    Variant("ppo", "ppo"),
+    Variant("ppg", "ppg"),
+    Variant("ppg_ewma-paper", "ppg_ewma", (("ewma_decay", "'paper'"),)),
+    Variant("ppg_ewma-max_age", "ppg_ewma", (("ewma_decay", "'max_age'"),)),
+    Variant("ppg_ewma-mean_age", "ppg_ewma", (("ewma_decay", "'mean_age'"),)),
+)
+"""The EWMA-age measurement for PPG-EWMA (policy phases of several epochs), against PPG and SB3 PPO."""
+
+PPG_EWMA_AGE_TASKS: tuple[str, ...] = ("Pendulum-v1", "Acrobot-v1")
+"""
+The tasks where PPG_EWMA trailed PPG in the table: Pendulum (4 policy epochs of 64 minibatches) and Acrobot (2 of 16,
+where ``"paper"`` and ``"mean_age"`` give the same center of mass).
+"""
+
 EXPERIMENTS: dict[str, tuple[tuple[Variant, ...], tuple[str, ...] | None]] = {
     "table": (TABLE_VARIANTS, None),
     "ewma_age": (EWMA_AGE_VARIANTS, EWMA_AGE_TASKS),
+    "ppg_ewma_age": (PPG_EWMA_AGE_VARIANTS, PPG_EWMA_AGE_TASKS),
 }
 """Experiment name -> (variants, task ids or None for every task)."""
 

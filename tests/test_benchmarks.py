@@ -440,6 +440,26 @@ def test_zoo_table_where_sb3_ppo_does_not_learn():
     assert zoo_table.summary_rows(summary, TABLE_VARIANTS) == [row]
 
 
+def test_readme_holds_the_table_experiments_summary(tmp_path):
+    """The README's summary table is a copy of benchmark.md's (``--report-only --update-readme`` refreshes it), and the
+    copy replaces only what lies between the markers."""
+    from benchmarks.learning import zoo_table
+
+    report = zoo_table.RESULTS_ROOT / "table" / "benchmark.md"
+    assert zoo_table.summary_table(zoo_table.README.read_text()) == zoo_table.summary_table(report.read_text())
+    source, target = tmp_path / "benchmark.md", tmp_path / "README.md"
+    source.write_text(f"intro\n{zoo_table.SUMMARY_START}\n| new |\n{zoo_table.SUMMARY_END}\n")
+    target.write_text(f"# title\n{zoo_table.SUMMARY_START}\n| old |\n| rows |\n{zoo_table.SUMMARY_END}\nafter\n")
+    zoo_table.copy_summary_table(source, target)
+    assert target.read_text() == f"# title\n{zoo_table.SUMMARY_START}\n| new |\n{zoo_table.SUMMARY_END}\nafter\n"
+    (tmp_path / "other.md").write_text("no table here")
+    with pytest.raises(ValueError, match="markers"):
+        zoo_table.copy_summary_table(source, tmp_path / "other.md")
+    assert (tmp_path / "other.md").read_text() == "no table here"
+    with pytest.raises(SystemExit):
+        zoo_table.main(["--experiment", "ewma_age", "--report-only", "--update-readme"])
+
+
 @pytest.mark.parametrize("experiment", ["table", "ewma_age", "ppg_ewma_age"])
 def test_zoo_experiments_are_well_formed(experiment):
     """Every experiment compares with SB3 PPO through rl-zoo3, names each column once, and a rule column selects that

@@ -64,7 +64,8 @@ CURVE_EPISODES = 5
 VARIANT_TITLES = {"ppo": "SB3 PPO", "ppo_ewma": "PPO_EWMA", "ppg_ewma": "PPG_EWMA", "ppg": "PPG"}
 """Column titles of the summary table."""
 SUMMARY_START, SUMMARY_END = "<!-- summary table -->", "<!-- end of the summary table -->"
-"""Markers around the summary table (the documentation includes what lies between them)."""
+"""Markers around the summary table (the documentation includes what lies between them, the README holds a copy)."""
+README = REPO_ROOT / "README.md"
 
 
 @dataclass(frozen=True)
@@ -595,6 +596,22 @@ def write_report(out_dir: Path, jobs: Sequence[Job], command_line: str | None = 
     return path
 
 
+def summary_table(text: str) -> str:
+    """What lies between the summary table's markers in ``text`` (a ``ValueError`` when they are missing)."""
+    start, end = text.find(SUMMARY_START), text.find(SUMMARY_END)
+    if start < 0 or end < start:
+        raise ValueError(f"no {SUMMARY_START} ... {SUMMARY_END} markers")
+    return text[start + len(SUMMARY_START) : end]
+
+
+def copy_summary_table(report: Path, target: Path) -> None:
+    """Replace the summary table between the markers of ``target`` (the README) with the one of ``report``."""
+    text = target.read_text()
+    old = summary_table(text)
+    start = text.find(SUMMARY_START) + len(SUMMARY_START)
+    target.write_text(text[:start] + summary_table(report.read_text()) + text[start + len(old) :])
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # command line
 
@@ -612,11 +629,16 @@ def parser() -> argparse.ArgumentParser:
     result.add_argument("--out", type=Path, default=RESULTS_ROOT, help="results root (default benchmarks/results/zoo_table)")
     result.add_argument("--list", action="store_true", help="list the runs and their status, run nothing")
     result.add_argument("--report-only", action="store_true", help="only rewrite benchmark.md and the curves")
+    result.add_argument(
+        "--update-readme", action="store_true", help="copy the summary table into README.md (between the same markers)"
+    )
     return result
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
     args = parser().parse_args(argv)
+    if args.update_readme and args.experiment != "table":
+        parser().error(f"--update-readme: the README holds the table experiment's summary, not {args.experiment}'s")
     split = lambda text: [item.strip() for item in text.split(",") if item.strip()] if text else None  # noqa: E731
     jobs = build_jobs(
         args.experiment,
@@ -643,6 +665,9 @@ def main(argv: Sequence[str] | None = None) -> Path:
             print(f"{counts['failed']} run(s) failed (see logs/); the others are reported")
     path = write_report(out_dir, jobs, command_line)
     print(f"report: {path}")
+    if args.update_readme:
+        copy_summary_table(path, README)
+        print(f"summary table copied into {README}")
     return out_dir
 
 

@@ -113,7 +113,6 @@ TASKS: tuple[Task, ...] = (
     Task(
         "MinAtar/Breakout-v1",
         "minatar",
-        cap=500_000,
         requires="minatar",
         gym_packages=("benchmarks.learning.minatar_envs",),
         conf=MINATAR_PPO_ENTRY,

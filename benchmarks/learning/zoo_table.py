@@ -51,6 +51,7 @@ from benchmarks.learning.zoo_tasks import (
     TASKS,
     Task,
     Variant,
+    published_mean,
     published_row,
     task_by_env,
     tuned_budget,
@@ -434,9 +435,8 @@ def summary_rows(summary: dict[tuple[str, str], dict[str, Any]], variants: Seque
         finished = [row for row in rows_of_env.values() if row is not None]
         most_seeds = max(row["seeds"] for row in finished)
         budget = _steps(finished[0]["n_timesteps"]) + (", reduced" if finished[0]["reduced"] else "")
-        published = published_row(env)
-        published_mean = None if published is None else float(published["mean_reward"])
-        magnitudes = [abs(row["mean"]) for row in finished] + ([] if published_mean is None else [abs(published_mean)])
+        published = published_mean(env)
+        magnitudes = [abs(row["mean"]) for row in finished] + ([] if published is None else [abs(published)])
         decimals = 2 if max(magnitudes) < 10 else 1  # MiniGrid's and MinAtar's returns are of order 1
         cells = []
         for row in rows_of_env.values():
@@ -448,7 +448,7 @@ def summary_rows(summary: dict[tuple[str, str], dict[str, Any]], variants: Seque
         rows.append(
             [
                 f"{env} ({budget}, {_seeds(most_seeds)})",
-                "" if published_mean is None else f"{published_mean:.{decimals}f}",
+                "" if published is None else f"{published:.{decimals}f}",
                 *cells,
             ]
         )
@@ -492,9 +492,7 @@ def difference_scale(env: str, reference_mean: float) -> float:
     ``|rl-zoo3's published PPO score|``, so that a task where SB3 PPO did not learn here (a mean near 0, as on MiniGrid)
     does not swamp the average over tasks.
     """
-    published = published_row(env)
-    published_mean = 0.0 if published is None else abs(float(published["mean_reward"]))
-    return max(abs(reference_mean), published_mean, 1e-8)
+    return max(abs(reference_mean), abs(published_mean(env) or 0.0), 1e-8)
 
 
 def goal_lines(summary: dict[tuple[str, str], dict[str, Any]], variants: Sequence[Variant]) -> list[str]:
@@ -596,20 +594,25 @@ def write_report(out_dir: Path, jobs: Sequence[Job], command_line: str | None = 
     return path
 
 
-def summary_table(text: str) -> str:
-    """What lies between the summary table's markers in ``text`` (a ``ValueError`` when they are missing)."""
+def _summary_span(text: str) -> tuple[int, int]:
+    """Where the summary table lies in ``text``, between its markers (a ``ValueError`` when they are missing)."""
     start, end = text.find(SUMMARY_START), text.find(SUMMARY_END)
     if start < 0 or end < start:
         raise ValueError(f"no {SUMMARY_START} ... {SUMMARY_END} markers")
-    return text[start + len(SUMMARY_START) : end]
+    return start + len(SUMMARY_START), end
+
+
+def summary_table(text: str) -> str:
+    """What lies between the summary table's markers in ``text``."""
+    start, end = _summary_span(text)
+    return text[start:end]
 
 
 def copy_summary_table(report: Path, target: Path) -> None:
     """Replace the summary table between the markers of ``target`` (the README) with the one of ``report``."""
     text = target.read_text()
-    old = summary_table(text)
-    start = text.find(SUMMARY_START) + len(SUMMARY_START)
-    target.write_text(text[:start] + summary_table(report.read_text()) + text[start + len(old) :])
+    start, end = _summary_span(text)
+    target.write_text(text[:start] + summary_table(report.read_text()) + text[end:])
 
 
 # ----------------------------------------------------------------------------------------------------------------------

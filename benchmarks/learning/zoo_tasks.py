@@ -211,3 +211,9 @@ def published_ppo() -> dict[str, dict[str, str]]:
 def published_row(env: str) -> dict[str, str] | None:
     """The published rl-zoo3 PPO row of ``env`` (matched without the version: the published runs used older ones)."""
     return published_ppo().get(_name_without_version(env))
+
+
+def published_mean(env: str) -> float | None:
+    """The published rl-zoo3 PPO mean return of ``env``, or None where rl-zoo3 publishes none."""
+    row = published_row(env)
+    return None if row is None else float(row["mean_reward"])

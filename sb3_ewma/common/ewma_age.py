@@ -32,7 +32,6 @@ training and evaluation; the figures are on the documentation's benchmarks page)
 - rl-zoo3's LunarLander-v3 and LunarLanderContinuous-v3 entries (E = 4, M = 256) at their budget (1M), 3 seeds: every
   rule matched SB3's PPO (LunarLander: PPO 262 ± 3, ``"paper"`` 273 ± 3, ``"max_age"`` 270 ± 4, ``"mean_age"``
   262 ± 5; LunarLanderContinuous: 267 ± 11, 268 ± 7, 260 ± 8, 265 ± 6).
-
 - rl-zoo3's Swimmer-v4 entry (E = 10, M = 16) at its budget (1M), 3 seeds: SB3's PPO 343 ± 17, ``"max_age"``
   344 ± 18 (318 to 358), ``"mean_age"`` 202 ± 86 (two seeds settle near 140, a local optimum of the task).
 

@@ -440,6 +440,48 @@ def test_zoo_table_where_sb3_ppo_does_not_learn():
     assert zoo_table.summary_rows(summary, TABLE_VARIANTS) == [row]
 
 
+def _at(result: dict, n_timesteps: int) -> dict:
+    return {**result, "n_timesteps": n_timesteps, "run_id": f"{result['env']}__{result['variant']}__{n_timesteps}"}
+
+
+def test_zoo_table_sets_runs_of_another_budget_apart():
+    """A change of budget leaves runs of the old one until they are trained again: no row mixes budgets, a row keeps
+    the task's budget (or, without it, the budget most runs have), and variants of different budgets are labelled and
+    not compared."""
+    from benchmarks.learning import zoo_table
+    from benchmarks.learning.zoo_tasks import TABLE_VARIANTS, task_budget, task_by_env
+
+    assert task_budget(task_by_env("Pendulum-v1")) == 100_000 and task_budget(task_by_env("Ant-v4")) == 100_000  # capped
+    pendulum = [
+        _at(_zoo_result("Pendulum-v1", "ppo", 0, -150.0), 100_000),
+        _at(_zoo_result("Pendulum-v1", "ppo", 1, -250.0), 5000),
+        _at(_zoo_result("Pendulum-v1", "ppo", 2, -140.0), 5000),
+    ]
+    current, stale = zoo_table.split_stale(pendulum)
+    # two of three runs have 5000 steps, but the task's budget wins where a run has it
+    assert current == pendulum[:1] and stale == pendulum[1:]
+    cartpole = [
+        _at(_zoo_result("CartPole-v1", "ppo_ewma", seed, 100.0), steps) for seed, steps in enumerate((1024, 2048, 1024))
+    ]
+    assert zoo_table.split_stale(cartpole) == ([cartpole[0], cartpole[2]], [cartpole[1]])  # the most common
+    assert zoo_table.split_stale(cartpole[:2]) == ([cartpole[1]], [cartpole[0]])  # a tie: the largest
+    with pytest.raises(ValueError, match=r"CartPole-v1 ppo_ewma: runs of several budgets \[1024, 2048\]"):
+        zoo_table.summarize(cartpole)
+    summary = zoo_table.summarize(
+        [
+            _at(_zoo_result("Pendulum-v1", "ppo", 0, -150.0), 100_000),
+            _at(_zoo_result("Pendulum-v1", "ppo", 1, -250.0), 100_000),
+            _at(_zoo_result("Pendulum-v1", "ppo_ewma", 0, -300.0), 50_000),
+        ]
+    )
+    assert zoo_table.summary_rows(summary, TABLE_VARIANTS) == [
+        ["Pendulum-v1 (100k, 2 seeds)", "-172.2", "-200.0 ± 50.0", "-300.0 ± 0.0 (50k, 1 seed)", "", ""]
+    ]
+    assert zoo_table.goal_lines(summary, TABLE_VARIANTS) == [
+        "- ppo_ewma: not compared (another budget than SB3 PPO's): Pendulum-v1"
+    ]
+
+
 def test_readme_holds_the_table_experiments_summary(tmp_path):
     """The README's summary table is a copy of benchmark.md's (``--report-only --update-readme`` refreshes it), and the
     copy replaces only what lies between the markers."""

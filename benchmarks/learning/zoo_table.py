@@ -36,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,7 @@ from benchmarks.learning.zoo_tasks import (
     Variant,
     published_mean,
     published_row,
+    task_budget,
     task_by_env,
     tuned_budget,
 )
@@ -280,7 +282,7 @@ def build_jobs(
             if not task.available():
                 continue
             tuned = tuned_budget(task)
-            budget = min(tuned, task.cap or tuned, max_steps or tuned)
+            budget = min(task_budget(task), max_steps or tuned)
             jobs.extend(Job(experiment, task, variant, seed, budget, tuned, final_episodes) for variant in variants)
     return jobs
 
@@ -344,16 +346,48 @@ def _steps(value: float) -> str:
     return f"{value / 1e3:g}k"
 
 
+def _by_env_and_variant(results: Sequence[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for result in results:
+        groups.setdefault((result["env"], result["variant"]), []).append(result)
+    return groups
+
+
+def split_stale(results: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """
+    Per (env, variant), keep the runs trained for the task's budget (:func:`~benchmarks.learning.zoo_tasks.task_budget`)
+    or, where none was (runs with ``--max-steps``), for the budget most of its runs have (the largest on a tie). The
+    others are stale (left by a change of budget, until the runner trains them again) and are returned apart, so that
+    no row mixes budgets.
+
+    :return: ``(current, stale)``, each in the order of ``results``
+    """
+    budgets = {}
+    for (env, variant), runs in _by_env_and_variant(results).items():
+        counts = Counter(run["n_timesteps"] for run in runs)
+        task = next((task for task in TASKS if task.env == env), None)
+        if task is not None and task_budget(task) in counts:
+            budgets[(env, variant)] = task_budget(task)
+        else:
+            budgets[(env, variant)] = max(counts, key=lambda steps: (counts[steps], steps))
+    current = [result for result in results if result["n_timesteps"] == budgets[(result["env"], result["variant"])]]
+    stale = [result for result in results if result["n_timesteps"] != budgets[(result["env"], result["variant"])]]
+    return current, stale
+
+
 def summarize(results: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
     """
     Per (env, variant): the mean over seeds of each seed's final mean return, the std over seeds, the seeds, the eval
     timesteps and episodes (summed over seeds), the budget and the mean wall clock.
+
+    :param results: finished runs, one budget per (env, variant) (:func:`split_stale` sets the others apart)
+    :raises ValueError: where an (env, variant) has runs of several budgets
     """
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for result in results:
-        groups.setdefault((result["env"], result["variant"]), []).append(result)
     summary = {}
-    for key, runs in groups.items():
+    for key, runs in _by_env_and_variant(results).items():
+        budgets = sorted({run["n_timesteps"] for run in runs})
+        if len(budgets) > 1:
+            raise ValueError(f"{key[0]} {key[1]}: runs of several budgets {budgets}; set the stale ones apart (split_stale)")
         means = [run["final"]["mean_reward"] for run in runs]
         summary[key] = {
             "mean": float(np.mean(means)),
@@ -427,14 +461,16 @@ def _seeds(count: int) -> str:
 def summary_rows(summary: dict[tuple[str, str], dict[str, Any]], variants: Sequence[Variant]) -> list[list[str]]:
     """
     One row per task for a front page: ``task (budget)``, rl-zoo3's published PPO mean, then each variant's mean +- std
-    over seeds (with its number of seeds where it differs from the most any variant has on that task).
+    over seeds (with its budget where it differs from the row's, the first variant's, and its number of seeds where it
+    differs from the most any variant has on that task).
     """
     rows = []
     for env in _table_envs(summary):
         rows_of_env = {variant.name: summary.get((env, variant.name)) for variant in variants}
         finished = [row for row in rows_of_env.values() if row is not None]
         most_seeds = max(row["seeds"] for row in finished)
-        budget = _steps(finished[0]["n_timesteps"]) + (", reduced" if finished[0]["reduced"] else "")
+        steps = finished[0]["n_timesteps"]
+        budget = _steps(steps) + (", reduced" if finished[0]["reduced"] else "")
         published = published_mean(env)
         magnitudes = [abs(row["mean"]) for row in finished] + ([] if published is None else [abs(published)])
         decimals = 2 if max(magnitudes) < 10 else 1  # MiniGrid's and MinAtar's returns are of order 1
@@ -443,8 +479,10 @@ def summary_rows(summary: dict[tuple[str, str], dict[str, Any]], variants: Seque
             if row is None:
                 cells.append("")
                 continue
-            seeds = f" ({_seeds(row['seeds'])})" if row["seeds"] != most_seeds else ""
-            cells.append(f"{row['mean']:.{decimals}f} ± {row['std']:.{decimals}f}{seeds}")
+            notes = [_steps(row["n_timesteps"])] if row["n_timesteps"] != steps else []
+            notes += [_seeds(row["seeds"])] if row["seeds"] != most_seeds else []
+            note = f" ({', '.join(notes)})" if notes else ""
+            cells.append(f"{row['mean']:.{decimals}f} ± {row['std']:.{decimals}f}{note}")
         rows.append(
             [
                 f"{env} ({budget}, {_seeds(most_seeds)})",
@@ -496,37 +534,53 @@ def difference_scale(env: str, reference_mean: float) -> float:
 
 
 def goal_lines(summary: dict[tuple[str, str], dict[str, Any]], variants: Sequence[Variant]) -> list[str]:
-    """Per non-reference variant: the tasks where its mean is below SB3 PPO's mean minus one std over seeds."""
+    """
+    Per non-reference variant: the tasks where its mean is below SB3 PPO's mean minus one std over seeds (tasks where
+    the two were trained for different budgets are not compared, and are named).
+    """
     lines = []
     envs = sorted({env for env, _ in summary})
     for variant in variants:
         if variant.is_reference:
             continue
-        compared, short, differences = 0, [], []
+        compared, short, differences, other_budget = 0, [], [], []
         for env in envs:
             ours, reference = summary.get((env, variant.name)), summary.get((env, "ppo"))
             if ours is None or reference is None:
+                continue
+            if ours["n_timesteps"] != reference["n_timesteps"]:
+                other_budget.append(env)
                 continue
             compared += 1
             differences.append((ours["mean"] - reference["mean"]) / difference_scale(env, reference["mean"]))
             if ours["mean"] < reference["mean"] - reference["std"]:
                 short.append(f"{env} ({ours['mean']:.1f} vs {reference['mean']:.1f} +- {reference['std']:.1f})")
+        not_compared = f"not compared (another budget than SB3 PPO's): {', '.join(other_budget)}" if other_budget else ""
         if compared:
             average = 100 * float(np.mean(differences))
             lines.append(
                 f"- {variant.name}: {compared - len(short)}/{compared} tasks at or above SB3 PPO's mean minus one std"
                 f"{'; below on ' + ', '.join(short) if short else ''}; mean difference relative to the larger of "
                 f"|SB3 PPO's mean| and |rl-zoo3's published PPO score|: {average:+.1f}%"
+                + (f"; {not_compared}" if not_compared else "")
             )
+        elif not_compared:
+            lines.append(f"- {variant.name}: {not_compared}")
     return lines
 
 
 def write_report(out_dir: Path, jobs: Sequence[Job], command_line: str | None = None) -> Path:
     """Write ``benchmark.md`` and the curves from the finished runs."""
-    results = load_results(out_dir)
+    results, stale = split_stale(load_results(out_dir))
     experiment = jobs[0].experiment if jobs else out_dir.name
     variants = EXPERIMENTS[experiment][0]
     summary = summarize(results)
+    stale_note = (
+        f" Left out: {len(stale)} run(s) of an older budget, until they are trained again "
+        f"({', '.join(run['run_id'] for run in stale)})."
+        if stale
+        else ""
+    )
     header = [
         "algo",
         "env_id",
@@ -545,7 +599,7 @@ def write_report(out_dir: Path, jobs: Sequence[Job], command_line: str | None = 
         "Written by `benchmarks.learning.zoo_table`"
         + (f" (`{command_line}`)" if command_line else "")
         + f". {sum(is_done(job, out_dir) for job in jobs)} of its {len(jobs)} runs finished; the tables hold every "
-        f"finished run of `{out_dir.name}` ({len(results)}).",
+        f"finished run of `{out_dir.name}` ({len(results)}).{stale_note}",
         "",
         "mean_reward: mean over seeds of each seed's final evaluation (the saved model loaded as rl-zoo3's `enjoy` does; "
         "deterministic actions except on Atari and MiniGrid); std_reward: standard deviation over seeds (rl-zoo3's "

@@ -197,6 +197,12 @@ def tuned_budget(task: Task) -> int:
     return int(float(entry["n_timesteps"]))
 
 
+def task_budget(task: Task) -> int:
+    """The steps the table trains ``task`` for: its tuned budget, at most its CPU cap."""
+    tuned = tuned_budget(task)
+    return min(tuned, task.cap or tuned)
+
+
 def _name_without_version(env: str) -> str:
     return env.rsplit("-v", 1)[0]
 

@@ -38,7 +38,7 @@ training and evaluation; the figures are on the documentation's benchmarks page)
 No rule is at or above SB3 PPO's mean minus one standard deviation on all of these: ``"mean_age"`` falls short on
 Swimmer, ``"max_age"`` on CartPole (a seed at 259 of 500), ``"paper"`` on Pendulum. ``"auto"`` stays ``"mean_age"``,
 which meets that bar on every other task of rl-zoo3's table measured here (all but Ant, measured at a tenth of its
-budget only); on Swimmer pass ``ewma_decay="max_age"``.
+budget only); this package's ``ppo_ewma`` entry for Swimmer-v4 sets ``ewma_decay: max_age``.
 
 With one epoch the rules ``"paper"`` and ``"max_age"`` agree on ``M``, the value the paper measured for PPG-EWMA;
 ``"mean_age"`` would halve it, untested, so ``"auto"`` keeps ``M`` there. The Procgen entries of this package name

@@ -362,16 +362,17 @@ def split_stale(results: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]]
 
     :return: ``(current, stale)``, each in the order of ``results``
     """
-    budgets = {}
-    for (env, variant), runs in _by_env_and_variant(results).items():
+    tasks = {task.env: task for task in TASKS}
+    task_budgets = {env: task_budget(tasks[env]) for env in {result["env"] for result in results} if env in tasks}
+    kept_budget = {}
+    for key, runs in _by_env_and_variant(results).items():
         counts = Counter(run["n_timesteps"] for run in runs)
-        task = next((task for task in TASKS if task.env == env), None)
-        if task is not None and task_budget(task) in counts:
-            budgets[(env, variant)] = task_budget(task)
-        else:
-            budgets[(env, variant)] = max(counts, key=lambda steps: (counts[steps], steps))
-    current = [result for result in results if result["n_timesteps"] == budgets[(result["env"], result["variant"])]]
-    stale = [result for result in results if result["n_timesteps"] != budgets[(result["env"], result["variant"])]]
+        budget = task_budgets.get(key[0])
+        kept_budget[key] = budget if budget in counts else max(counts, key=lambda steps: (counts[steps], steps))
+    current: list[dict[str, Any]] = []
+    stale: list[dict[str, Any]] = []
+    for result in results:
+        (current if result["n_timesteps"] == kept_budget[(result["env"], result["variant"])] else stale).append(result)
     return current, stale
 
 

@@ -7,12 +7,11 @@ entry's ``n_timesteps``, capped on these CPUs at the task's ``cap`` (a row train
 """
 
 import csv
+import functools
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 PUBLISHED_FILE = Path(__file__).resolve().parent / "rl_zoo3_ppo_published.csv"
 """rl-zoo3's published PPO scores (its ``benchmark.md``, see the file's ``source`` column)."""
@@ -179,13 +178,17 @@ def task_by_env(env: str) -> Task:
     raise ValueError(f"unknown task {env!r}: choose among {[task.env for task in TASKS]}")
 
 
+@functools.cache
+def _zoo_ppo_entries() -> dict[str, Any]:
+    """rl-zoo3's ``ppo.yml``, read once from the installed package (imported here: the tasks list needs no rl-zoo3)."""
+    from sb3_ewma.zoo.derivation import zoo_entries
+
+    return zoo_entries("ppo")
+
+
 def zoo_ppo_entry(env: str) -> dict[str, Any] | None:
     """rl-zoo3's tuned PPO entry for ``env`` (read from the installed package), or None."""
-    import rl_zoo3
-
-    with open(Path(rl_zoo3.__file__).parent / "hyperparams" / "ppo.yml") as file:
-        entries = yaml.safe_load(file)
-    entry = entries.get(env)
+    entry = _zoo_ppo_entries().get(env)
     return dict(entry) if entry is not None else None
 
 

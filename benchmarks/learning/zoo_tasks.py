@@ -105,7 +105,7 @@ TASKS: tuple[Task, ...] = (
     Task("Hopper-v4", "mujoco", cap=MUJOCO_CAP, requires="mujoco"),
     Task("HalfCheetah-v4", "mujoco", cap=MUJOCO_CAP, requires="mujoco"),
     Task("Walker2d-v4", "mujoco", cap=MUJOCO_CAP, requires="mujoco"),
-    Task("Ant-v4", "mujoco", cap=MUJOCO_CAP, requires="mujoco"),
+    Task("Ant-v4", "mujoco", requires="mujoco"),
     Task("MiniGrid-Empty-Random-5x5-v0", "minigrid", requires="minigrid", gym_packages=("minigrid",)),
     Task("MiniGrid-DoorKey-5x5-v0", "minigrid", requires="minigrid", gym_packages=("minigrid",)),
     Task("MiniGrid-Unlock-v0", "minigrid", requires="minigrid", gym_packages=("minigrid",)),

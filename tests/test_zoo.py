@@ -249,8 +249,8 @@ def test_yaml_entries(algo: str) -> None:
     procgen_ids = {f"procgen-{game}-{mode}" for game in PROCGEN_GAMES for mode in ("easy", "hard")}
     assert procgen_ids <= set(entries)
     assert {"atari", *CLASSIC_ENVS} <= set(entries)
-    # besides: ppo_ewma's Swimmer-v4, the derived entry with ewma_decay "max_age" (test_zoo_derivation)
-    measured = {"Swimmer-v4"} if algo == "ppo_ewma" else set()
+    # besides: ppo_ewma's Swimmer-v4 and Ant-v4, the derived entries with ewma_decay "max_age" (test_zoo_derivation)
+    measured = {"Swimmer-v4", "Ant-v4"} if algo == "ppo_ewma" else set()
     assert set(entries) == procgen_ids | {"atari", *CLASSIC_ENVS} | measured
 
     easy = entries["procgen-bigfish-easy"]

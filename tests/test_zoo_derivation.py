@@ -150,14 +150,16 @@ def test_entry_choice() -> None:
     assert zoo_entry_for("ppo_mask_ewma", "CartPole-v1").source == "derived"
 
 
-def test_package_swimmer_entry_is_the_derived_one_with_max_age() -> None:
-    """ppo_ewma.yml's Swimmer-v4 entry: rl-zoo3's, derived, but the EWMA's age "max_age" (measured; see its comment)."""
-    choice = zoo_entry_for("ppo_ewma", "Swimmer-v4")
-    assert (choice.source, choice.key) == ("package", "Swimmer-v4")
-    package = yaml.safe_load(choice.path.read_text())["Swimmer-v4"]
-    assert package == {**derive("ppo_ewma", PPO_ENTRIES["Swimmer-v4"]).entry, "ewma_decay": "max_age"}
+@pytest.mark.parametrize("env_id", ["Swimmer-v4", "Ant-v4"])
+def test_package_mujoco_entries_are_the_derived_ones_with_max_age(env_id: str) -> None:
+    """ppo_ewma.yml's Swimmer-v4 and Ant-v4 entries: rl-zoo3's, derived, but the EWMA's age "max_age" (measured; see
+    their comment), so that they cannot drift from rl-zoo3's tuning unnoticed."""
+    choice = zoo_entry_for("ppo_ewma", env_id)
+    assert (choice.source, choice.key) == ("package", env_id)
+    package = yaml.safe_load(choice.path.read_text())[env_id]
+    assert package == {**derive("ppo_ewma", PPO_ENTRIES[env_id]).entry, "ewma_decay": "max_age"}
     # the other algorithms keep the derived entry
-    assert zoo_entry_for("ppg_ewma", "Swimmer-v4").source == "derived"
+    assert zoo_entry_for("ppg_ewma", env_id).source == "derived"
 
 
 @pytest.mark.parametrize("algo, key", CASES, ids=[f"{algo}-{key}" for algo, key in CASES])

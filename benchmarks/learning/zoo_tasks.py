@@ -86,10 +86,12 @@ MinAtar's frames as float channels-first arrays.
 
 MUJOCO_CAP = 100_000
 """
-The budget of the MuJoCo tasks but Swimmer on these 2-core CPUs (rl-zoo3 tunes 1M steps). Swimmer, the cheapest (about a
-minute per 100k steps here), trains its tuned 1M: at 100k SB3 PPO's seeds had just left the task's local optimum (a
-return of about 30, then about 200) while PPO_EWMA's were still leaving it (22 to 199), so that budget measured how
-early a seed escapes. On a machine with more cores, raise the cap here: runs with another budget run again.
+The budget of Hopper, HalfCheetah and Walker2d on these 2-core CPUs (rl-zoo3 tunes 1M steps). Swimmer (about a minute
+per 100k steps here) and Ant (about 22 minutes per 1M) train their tuned 1M: at 100k SB3 PPO's Swimmer seeds had just
+left the task's local optimum (a return of about 30, then about 200) while PPO_EWMA's were still leaving it (22 to
+199), and on Ant both algorithms were still in the early dip below the standing policy's return, so that budget
+measured how early a seed escapes, not what it learns. On a machine with more cores, raise the cap here: runs with
+another budget run again.
 """
 
 TASKS: tuple[Task, ...] = (

@@ -460,7 +460,7 @@ class BlocksInForkedChild(CrashingEnv):
         return super().step(action)
 
 
-def test_a_stuck_collector_process_is_killed_not_waited_for(monkeypatch):
+def test_a_stuck_collector_process_is_killed_not_waited_for(monkeypatch, capfd):
     from sb3_ewma.common.collection import process as process_collector
 
     monkeypatch.setattr(process_collector, "STALL_TIMEOUT_S", 2.0)
@@ -471,3 +471,6 @@ def test_a_stuck_collector_process_is_killed_not_waited_for(monkeypatch):
         model.learn(10 * ROLLOUT)
     assert time.perf_counter() - start < 30
     assert not child_processes()
+    # before it was killed, the child printed where it waited: the environment's step
+    stderr = capfd.readouterr().err
+    assert "Current thread" in stderr and 'test_async_rollouts.py", line' in stderr and "in step" in stderr, stderr

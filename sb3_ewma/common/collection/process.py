@@ -27,6 +27,7 @@ died).
 """
 
 import contextlib
+import faulthandler
 import multiprocessing
 import os
 import signal
@@ -46,12 +47,17 @@ from sb3_ewma.common.collection.thread import RolloutCollector
 POLL_INTERVAL_S = 1.0
 """How often the parent, waiting for a rollout, checks that the child is alive."""
 STOP_TIMEOUT_S = 10.0
+"""How long the parent waits for the child to exit before it terminates it."""
 STALL_TIMEOUT_S = 120.0
 """How long the child may use no CPU time, while the parent waits for its rollout, before it is declared stuck (an
 environment that waits on threads a forked process does not have) and killed. Linux only (it reads ``/proc``)."""
+STACK_DUMP_SIGNAL = signal.SIGUSR1
+"""The signal on which the child prints the Python stack of its threads (``faulthandler``) to its stderr: the parent
+sends it to a stuck child before killing it, so that the error comes with where the child waited."""
+STACK_DUMP_WAIT_S = 1.0
+"""How long the parent gives the stuck child to print its stack."""
 RUNNING_STATISTICS = ("obs_rms", "ret_rms")
 """The ``VecNormalize`` attributes that the collector process updates and sends back."""
-"""How long the parent waits for the child to exit before it terminates it."""
 
 
 def check_process_collector(device: th.device) -> None:
@@ -165,6 +171,7 @@ class _StepRecorder:
 def _collector_main(collector: "ProcessRolloutCollector", env: VecEnv, buffer: RolloutBuffer, connection: Connection) -> None:
     """The child: collect one rollout per go-ahead until told to stop (or the parent goes away)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it then stops this process
+    faulthandler.register(STACK_DUMP_SIGNAL, all_threads=True)  # where it hangs, printed before the watchdog kills it
     th.set_num_threads(1)  # one core for the collection; the parent trains on the others
     algorithm = collector.algorithm  # this process's copy
     recorder = _StepRecorder()
@@ -276,11 +283,15 @@ class ProcessRolloutCollector(RolloutCollector):
             if latest != used:
                 used, progress = latest, now
             elif latest is not None and now - progress > STALL_TIMEOUT_S:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, STACK_DUMP_SIGNAL)  # its Python stack on stderr
+                    time.sleep(STACK_DUMP_WAIT_S)
                 self.stop()
                 raise RuntimeError(
                     f"the rollout collector process used no CPU time for {STALL_TIMEOUT_S:.0f} s without sending its "
-                    "rollout and was killed: an environment that steps in threads of its own waits forever in a forked "
-                    "process; use async_rollouts=True (a collector thread)"
+                    "rollout and was killed (where it waited: its stack, printed on stderr before): an environment "
+                    "that steps in threads of its own waits forever in a forked process; use async_rollouts=True (a "
+                    "collector thread)"
                 )
         try:
             return self._connection.recv()

@@ -1,6 +1,7 @@
 """Overlapped rollouts (``async_rollouts=True``): staleness, equivalence with the synchronous loop, callbacks, errors."""
 
 import copy
+import gc
 import glob
 import os
 import threading
@@ -458,6 +459,49 @@ class BlocksInForkedChild(CrashingEnv):
         if os.getpid() != self.owner:
             threading.Event().wait()
         return super().step(action)
+
+
+class WaitsWhenFinalizedInForkedChild:
+    """Garbage (a reference cycle) whose finalizer, run in a forked child, waits forever (as one waiting on threads
+    that only the parent has would)."""
+
+    def __init__(self) -> None:
+        self.owner = os.getpid()
+        self.cycle = self
+
+    def __del__(self) -> None:
+        if os.getpid() != self.owner:
+            threading.Event().wait()
+
+
+class CollectsGarbageInForkedChild(CrashingEnv):
+    """Runs the garbage collector at every step in a forked child (as any allocation may)."""
+
+    def __init__(self) -> None:
+        super().__init__(crash_at=10**9)
+        self.owner = os.getpid()
+
+    def step(self, action):
+        if os.getpid() != self.owner:
+            gc.collect()
+        return super().step(action)
+
+
+def test_the_collector_process_never_finalizes_the_parents_garbage(monkeypatch):
+    from sb3_ewma.common.collection import process as process_collector
+
+    monkeypatch.setattr(process_collector, "STALL_TIMEOUT_S", 5.0)
+    env = DummyVecEnv([CollectsGarbageInForkedChild for _ in range(N_ENVS)])
+    model = PPO_EWMA("MlpPolicy", env, async_rollouts="process", **SETTINGS)
+    gc.disable()  # the garbage outlives the fork
+    try:
+        WaitsWhenFinalizedInForkedChild()
+        model.learn(4 * ROLLOUT)
+    finally:
+        gc.enable()
+        gc.collect()  # finalized here, in the parent
+    assert model.num_timesteps == 4 * ROLLOUT
+    assert not child_processes()
 
 
 def test_a_stuck_collector_process_is_killed_not_waited_for(monkeypatch, capfd):

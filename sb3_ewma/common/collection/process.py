@@ -28,6 +28,7 @@ died).
 
 import contextlib
 import faulthandler
+import gc
 import multiprocessing
 import os
 import signal
@@ -172,6 +173,9 @@ def _collector_main(collector: "ProcessRolloutCollector", env: VecEnv, buffer: R
     """The child: collect one rollout per go-ahead until told to stop (or the parent goes away)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it then stops this process
     faulthandler.register(STACK_DUMP_SIGNAL, all_threads=True)  # where it hangs, printed before the watchdog kills it
+    # the objects inherited from the parent are never collected here: a finalizer of the parent's garbage may wait on
+    # threads of the parent (a process group's, a thread pool's) that this process does not have
+    gc.freeze()
     th.set_num_threads(1)  # one core for the collection; the parent trains on the others
     algorithm = collector.algorithm  # this process's copy
     recorder = _StepRecorder()

@@ -448,17 +448,27 @@ def test_collector_process_refuses_environments_that_step_in_threads():
     threaded.close()
 
 
-class BlocksInForkedChild(CrashingEnv):
-    """Steps normally in the process that made it; in a forked child, waits forever (as threaded environments do)."""
+class ActsInForkedChild(CrashingEnv):
+    """Steps normally in the process that made it; in a forked child, calls :meth:`in_forked_child` first."""
 
     def __init__(self) -> None:
         super().__init__(crash_at=10**9)
         self.owner = os.getpid()
 
+    def in_forked_child(self) -> None:
+        raise NotImplementedError
+
     def step(self, action):
         if os.getpid() != self.owner:
-            threading.Event().wait()
+            self.in_forked_child()
         return super().step(action)
+
+
+class BlocksInForkedChild(ActsInForkedChild):
+    """In a forked child, waits forever (as threaded environments do)."""
+
+    def in_forked_child(self) -> None:
+        threading.Event().wait()
 
 
 class WaitsWhenFinalizedInForkedChild:
@@ -474,17 +484,11 @@ class WaitsWhenFinalizedInForkedChild:
             threading.Event().wait()
 
 
-class CollectsGarbageInForkedChild(CrashingEnv):
-    """Runs the garbage collector at every step in a forked child (as any allocation may)."""
+class CollectsGarbageInForkedChild(ActsInForkedChild):
+    """In a forked child, runs the garbage collector at every step (as any allocation may)."""
 
-    def __init__(self) -> None:
-        super().__init__(crash_at=10**9)
-        self.owner = os.getpid()
-
-    def step(self, action):
-        if os.getpid() != self.owner:
-            gc.collect()
-        return super().step(action)
+    def in_forked_child(self) -> None:
+        gc.collect()
 
 
 def test_the_collector_process_never_finalizes_the_parents_garbage(monkeypatch):

@@ -92,10 +92,15 @@ def stored_log_probs_match(model, params: list[th.Tensor], buffer: dict[str, np.
 
 
 @pytest.mark.parametrize("algorithm, mode", [(PPO_EWMA, True), (PPG, True), (PPO_EWMA, "process"), (PPG, "process")])
-def test_staleness_is_exactly_one_iteration(algorithm, mode):
+def test_staleness_is_exactly_one_iteration(algorithm, mode, device):
     kwargs = dict(n_policy_iterations=2, n_aux_epochs=1) if algorithm is PPG else {}
     model = algorithm(
-        "MlpPolicy", make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=0), async_rollouts=mode, **SETTINGS, **kwargs
+        "MlpPolicy",
+        make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=0),
+        async_rollouts=mode,
+        device=device,
+        **SETTINGS,
+        **kwargs,
     )
     recorder = TrainRecorder(model)
     model.learn(5 * ROLLOUT)
@@ -111,11 +116,11 @@ def test_staleness_is_exactly_one_iteration(algorithm, mode):
 
 
 @pytest.mark.parametrize("algorithm", [PPO_EWMA, PPG_EWMA])
-def test_first_update_is_the_synchronous_one(algorithm):
+def test_first_update_is_the_synchronous_one(algorithm, device):
     results = []
     for async_rollouts in (False, True, "process"):
         env = make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=0)
-        model = algorithm("MlpPolicy", env, async_rollouts=async_rollouts, **SETTINGS)
+        model = algorithm("MlpPolicy", env, async_rollouts=async_rollouts, device=device, **SETTINGS)
         recorder = TrainRecorder(model)
         # asynchronously, the second rollout is collected during the first update
         model.learn(2 * ROLLOUT)
@@ -127,7 +132,7 @@ def test_first_update_is_the_synchronous_one(algorithm):
         assert same(sync_after, async_after)
 
 
-def test_staleness_and_bad_values_are_rejected_before_the_environment_is_used():
+def test_staleness_and_bad_values_are_rejected_before_the_environment_is_used(monkeypatch):
     # any step of this environment raises a RuntimeError
     env = DummyVecEnv([lambda: CrashingEnv(crash_at=1)])
     with pytest.raises(ValueError, match=r"async_rollouts must be False, True .*'thread' or 'process'"):
@@ -138,9 +143,12 @@ def test_staleness_and_bad_values_are_rejected_before_the_environment_is_used():
         PPO_EWMA("MlpPolicy", env, async_rollouts="process", staleness=2)
     with pytest.raises(ValueError, match="async_rollouts must be False, True"):
         PPG_EWMA("MlpPolicy", env, async_rollouts=1)
-    # a forked process cannot use CUDA: the collector process needs the policy on the CPU
-    with pytest.raises(ValueError, match="async_rollouts='process' needs the policy on the CPU"):
-        check_process_collector(th.device("cuda", 0))
+    # a platform without fork has no collector process
+    with monkeypatch.context() as patch:
+        patch.delattr(os, "fork")
+        with pytest.raises(ValueError, match="async_rollouts='process' forks the collector, which this platform cannot do"):
+            PPO_EWMA("MlpPolicy", env, async_rollouts="process")
+    check_process_collector()
     model = PPG_EWMA("MlpPolicy", env, async_rollouts="process")
     assert model.async_rollouts is True and model.rollout_collector == "process"
     assert PPO_EWMA("MlpPolicy", env, async_rollouts="thread").rollout_collector == "thread"
@@ -377,6 +385,52 @@ def _learn_in_a_daemonic_worker(mode: str) -> int:
     model = PPO_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=0), async_rollouts=mode, **SETTINGS)
     model.learn(3 * ROLLOUT)
     return model.num_timesteps
+
+
+def test_the_collector_process_acts_with_a_cpu_copy_of_a_learner_on_another_device(monkeypatch):
+    """
+    A learner on a GPU: the collector process's behavior policy is a CPU copy, in shared memory, that each snapshot
+    fills from the learner's device, and the child collects with it without touching the learner's device. Here the
+    learner's device is made to read as CUDA (its tensors stay on the CPU), so that a CPU machine shows the mechanism.
+    """
+    from sb3_ewma.common.collection.process import ProcessRolloutCollector
+
+    model = PPO_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=0), device="cpu", **SETTINGS)
+    model.device = th.device("cuda", 0)
+    _, callback = model._setup_learn(4 * ROLLOUT, None)
+    collector = ProcessRolloutCollector(model, callback)
+    behavior = collector.behavior_policy
+    assert {tensor.device.type for tensor in behavior.state_dict().values()} == {"cpu"}
+    assert all(tensor.is_shared() for tensor in behavior.parameters())
+    with th.no_grad():
+        for param in model.policy.parameters():
+            param.add_(0.5)
+    buffer = model._make_rollout_buffer()
+    try:
+        collector.start(model.env, buffer)  # snapshot, fork, collect in the child
+        assert same(parameters(behavior), parameters(model.policy))
+        assert collector.hand_off()
+    finally:
+        collector.close()
+    assert buffer.full and model.num_timesteps == ROLLOUT
+    # the child acted with the snapshot: its log-probabilities are those of the learner's parameters
+    data = {name: getattr(buffer, name) for name in ("observations", "actions", "log_probs", "episode_starts")}
+    assert stored_log_probs_match(model, parameters(model.policy), data)
+    assert not child_processes()
+
+
+def test_the_collector_process_moves_the_carried_state_to_its_device():
+    """The LSTM states a recurrent rollout carries go to the collector's device before the fork (a tree of tensors)."""
+    from sb3_contrib.common.recurrent.type_aliases import RNNStates
+
+    from sb3_ewma.common.collection.rollout import tensors_to
+
+    states = RNNStates((th.ones(1, 2, 3), th.zeros(1, 2, 3)), (th.ones(1, 2, 3), th.zeros(1, 2, 3)))
+    moved = tensors_to({"lstm": states, "obs": np.zeros(2), "n": [th.ones(1)]}, th.device("meta"))
+    assert isinstance(moved["lstm"], RNNStates) and isinstance(moved["lstm"].pi, tuple)
+    assert {tensor.device.type for tensor in (*moved["lstm"].pi, *moved["lstm"].vf, *moved["n"])} == {"meta"}
+    assert isinstance(moved["obs"], np.ndarray)
+    assert states.pi[0].device.type == "cpu"  # a copy: the original stays where it was
 
 
 def test_collector_process_inside_a_pool_worker():

@@ -17,6 +17,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch as th
+from devices import available_devices, subprocess_environment
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
@@ -36,8 +37,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def torchrun(scenario: str, out_dir: Path, rendezvous: str = "standalone", timeout: float = 240) -> tuple[int, str, float]:
-    """Run a scenario on 2 ranks; returns the exit status, the output and the duration."""
+def torchrun(
+    scenario: str, out_dir: Path, rendezvous: str = "standalone", timeout: float = 240, device: str | None = None
+) -> tuple[int, str, float]:
+    """
+    Run a scenario on 2 ranks (whose ``device="auto"`` is ``device``, by default the suite's); returns the exit
+    status, the output and the duration.
+    """
     if rendezvous == "c10d":
         launch = ["--nnodes", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"localhost:{free_port()}"]
     else:
@@ -47,6 +53,7 @@ def torchrun(scenario: str, out_dir: Path, rendezvous: str = "standalone", timeo
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
         "OMP_NUM_THREADS": "1",
+        **(subprocess_environment(device) if device is not None else {}),
     }
     start = time.perf_counter()
     result = subprocess.run(
@@ -55,9 +62,13 @@ def torchrun(scenario: str, out_dir: Path, rendezvous: str = "standalone", timeo
     return result.returncode, result.stdout + result.stderr, time.perf_counter() - start
 
 
-@pytest.fixture(scope="module")
-def core_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
-    """One c10d-rendezvous launch for the checks of the "core" scenario; a model saved by one process to resume."""
+@pytest.fixture(scope="module", params=available_devices())
+def core_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
+    """
+    One c10d-rendezvous launch for the checks of the "core" scenario, per device (2 ranks share a single GPU); a
+    model saved by one process to resume.
+    """
+    device = request.param
     out_dir = tmp_path_factory.mktemp("distributed")
     model = PPG_EWMA(
         "MlpPolicy",
@@ -67,10 +78,11 @@ def core_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
         n_policy_iterations=2,
         seed=0,
         policy_kwargs={"net_arch": [16]},
+        device=device,
     )
     model.learn(2 * 16 * 2)
     model.save(out_dir / "single")
-    returncode, output, _ = torchrun("core", out_dir, rendezvous="c10d")
+    returncode, output, _ = torchrun("core", out_dir, rendezvous="c10d", device=device)
     return out_dir, returncode, output
 
 
@@ -124,11 +136,11 @@ def test_save_on_two_ranks_continue_in_one(core_run: tuple[Path, int, str]) -> N
     assert model.num_timesteps == start + 16 * 2
 
 
-@pytest.fixture(scope="module")
-def contrib_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
-    """One launch for the checks of RecurrentPPO_EWMA and MaskablePPO_EWMA (the "contrib" scenario)."""
+@pytest.fixture(scope="module", params=available_devices())
+def contrib_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
+    """One launch for the checks of RecurrentPPO_EWMA and MaskablePPO_EWMA (the "contrib" scenario), per device."""
     out_dir = tmp_path_factory.mktemp("distributed_contrib")
-    returncode, output, _ = torchrun("contrib", out_dir)
+    returncode, output, _ = torchrun("contrib", out_dir, device=request.param)
     return out_dir, returncode, output
 
 
@@ -334,3 +346,73 @@ def test_zoo_train_under_torchrun(tmp_path: Path) -> None:
     assert sorted(p.name for p in run.glob("rl_model_*_steps.zip")) == ["rl_model_256_steps.zip", "rl_model_512_steps.zip"]
     assert (run / "CartPole-v1.zip").exists()
     assert "- n_envs\n    - 2" in (run / "CartPole-v1" / "config.yml").read_text()
+
+
+@pytest.mark.parametrize(
+    "local_rank, local_world_size, gpus, expected_device, expected_backend",
+    [
+        (1, 2, 2, "cuda:1", "nccl"),  # one GPU per rank
+        (1, 2, 1, "cuda:0", "gloo"),  # two ranks on a workstation's single GPU
+        (3, 4, 2, "cuda:1", "gloo"),  # four ranks on two GPUs: local ranks 1 and 3 share GPU 1
+        (5, 8, 8, "cuda:5", "nccl"),
+    ],
+)
+def test_ranks_map_onto_the_gpus_of_their_machine(
+    monkeypatch: pytest.MonkeyPatch, local_rank, local_world_size, gpus, expected_device, expected_backend
+) -> None:
+    """A rank uses cuda:(LOCAL_RANK % device_count); ranks sharing a GPU get gloo (nccl refuses them), with one warning."""
+    from sb3_ewma.common.distributed import data_parallel_device, process_group_backend
+
+    monkeypatch.setattr(th.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(th.cuda, "device_count", lambda: gpus)
+    for rank in (0, local_rank):
+        environment = dict(RANK=rank, LOCAL_RANK=local_rank, WORLD_SIZE=local_world_size, LOCAL_WORLD_SIZE=local_world_size)
+        for name, value in environment.items():
+            monkeypatch.setenv(name, str(value))
+        for requested in ("auto", "cuda"):
+            assert data_parallel_device(requested, None) == th.device(expected_device)
+        assert data_parallel_device("cuda:0", None) == th.device("cuda:0")  # an explicit index is kept
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert process_group_backend(th.device(expected_device)) == expected_backend
+        shared = [str(warning.message) for warning in caught if "share" in str(warning.message)]
+        # one warning for the job: rank 0's
+        assert len(shared) == int(expected_backend == "gloo" and rank == 0), shared
+        if shared:
+            assert f"{local_world_size} ranks share {gpus} GPU(s)" in shared[0] and "gloo" in shared[0]
+
+
+def test_without_local_world_size_ranks_are_not_assumed_to_have_a_gpu_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sb3_ewma.common.distributed import process_group_backend
+
+    monkeypatch.setattr(th.cuda, "device_count", lambda: 2)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "1")
+    assert process_group_backend(th.device("cuda", 1)) == "gloo"
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert process_group_backend(th.device("cuda", 1)) == "nccl"
+
+
+def test_a_cpu_rank_never_touches_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """device="cpu" under torchrun: the device, the backend and the process group's communication device avoid CUDA."""
+    from sb3_ewma.common.distributed import DataParallelContext, data_parallel_device, process_group_backend
+
+    def no_cuda(*args, **kwargs):
+        raise AssertionError("CUDA touched by a CPU rank")
+
+    for name in ("is_available", "device_count", "set_device", "current_device", "init"):
+        monkeypatch.setattr(th.cuda, name, no_cuda)
+    for name, value in dict(RANK=0, LOCAL_RANK=0, WORLD_SIZE=1, LOCAL_WORLD_SIZE=1).items():
+        monkeypatch.setenv(name, str(value))
+    monkeypatch.setenv("MASTER_ADDR", "localhost")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    assert data_parallel_device("cpu", True) == th.device("cpu")
+    assert process_group_backend(th.device("cpu")) == "gloo"
+    assert not th.distributed.is_initialized()
+    try:
+        context = DataParallelContext(th.device("cpu"))
+        assert context.backend == "gloo" and context.comm_device == th.device("cpu")
+        assert context.mean_scalar(3.0) == 3.0
+    finally:
+        th.distributed.destroy_process_group()

@@ -135,3 +135,15 @@ def test_ewma_moments_hand_computed():
     assert moments.effective_sample_size == pytest.approx(weights.sum() ** 2 / (weights**2).sum())
     normalized = moments.normalize(values)
     assert normalized == pytest.approx((values - mean) / (np.sqrt(var) + 1e-8))
+
+
+def test_the_extra_state_follows_the_average_to_its_device():
+    """SB3 expects every tensor of a state dict on the model's device: the [w, n_updates] tensor moves with the average."""
+    source = th.nn.Linear(3, 2)
+    ewma = ParameterEWMA(source, th.nn.Linear(3, 2), 0.9)
+    ewma.update()
+    assert ewma.state_dict()["_extra_state"].device.type == "cpu"
+    moved = ewma.to("meta")  # a device other than the CPU, on any machine
+    state = moved.state_dict()
+    assert {value.device.type for value in state.values()} == {"meta"}
+    assert state["_extra_state"].dtype == th.float64

@@ -112,3 +112,16 @@ def test_ppg_with_shared_mlp_layers_cannot_be_exported():
     model = PPG_EWMA("MlpPolicy", "CartPole-v1", arch="shared", **PPG_SMALL)
     with pytest.raises(ValueError, match="no shared MLP layers"):
         model.to_sb3()
+
+
+@pytest.mark.parametrize("algo", [PPO_EWMA, PPG_EWMA])
+def test_export_stays_on_the_model_device(algo, device, tmp_path):
+    settings = {**(PPG_SMALL if algo is PPG_EWMA else SMALL), "device": device}
+    model = algo("MlpPolicy", "CartPole-v1", **settings).learn(64)
+    exported = model.to_sb3()
+    assert {tensor.device.type for tensor in exported.policy.state_dict().values()} == {device}
+    obs = observations(model)
+    assert_same_predictions(model, exported, obs)
+    exported.save(tmp_path / "ppo.zip")
+    loaded = PPO.load(tmp_path / "ppo.zip", device=device)
+    np.testing.assert_array_equal(loaded.predict(obs, deterministic=True)[0], model.predict(obs, deterministic=True)[0])

@@ -150,14 +150,17 @@ def test_init_survives_sb3_policy_only_without_ortho_init(ortho_init):
         th.testing.assert_close(linear @ linear.T, 2 * th.eye(256), atol=1e-4, rtol=1e-4)
 
 
-def test_ppo_with_impala_cnn():
+def test_ppo_with_impala_cnn(device):
     policy_kwargs = dict(features_extractor_class=ImpalaCNN, net_arch=[], ortho_init=False)
-    model = PPO("CnnPolicy", TinyImageEnv(), n_steps=16, batch_size=16, n_epochs=1, policy_kwargs=policy_kwargs, seed=0)
+    model = PPO(
+        "CnnPolicy", TinyImageEnv(), n_steps=16, batch_size=16, n_epochs=1, policy_kwargs=policy_kwargs, seed=0, device=device
+    )
     extractor = model.policy.features_extractor
     assert isinstance(extractor, ImpalaCNN)
     assert model.policy.observation_space.shape == (3, 64, 64)
     for layer, scale in layers_with_scales(extractor):
-        th.testing.assert_close(row_norms(layer), th.full((layer.weight.shape[0],), scale))
+        th.testing.assert_close(row_norms(layer), th.full((layer.weight.shape[0],), scale, device=layer.weight.device))
+    assert layer.weight.device.type == device
     normed_init_(model.policy.action_net, 0.1)
     normed_init_(model.policy.value_net, 0.1)
     before = extractor.linear[0].weight.detach().clone()

@@ -17,7 +17,7 @@ N_STEPS, N_ENVS = 8, 6
 
 def marked_buffer(sample: bool = False) -> RolloutBuffer:
     """A full rollout buffer whose observation at (step, env) is 100 * env + step."""
-    buffer = RolloutBuffer(N_STEPS, spaces.Box(-1e6, 1e6, (1,)), spaces.Discrete(2), n_envs=N_ENVS)
+    buffer = RolloutBuffer(N_STEPS, spaces.Box(-1e6, 1e6, (1,)), spaces.Discrete(2), device="cpu", n_envs=N_ENVS)
     for step in range(N_STEPS):
         obs = (100.0 * np.arange(N_ENVS) + step)[:, None]
         buffer.add(obs, np.zeros((N_ENVS, 1)), np.full(N_ENVS, step), np.zeros(N_ENVS), th.zeros(N_ENVS), th.zeros(N_ENVS))
@@ -61,7 +61,7 @@ def test_policy_minibatches_smaller_than_a_rollout_are_contiguous_pieces():
 
 @pytest.mark.parametrize("sampled", [False, True])
 def test_aux_minibatches_of_whole_rollouts(sampled):
-    aux = AuxiliaryBuffer(2, N_STEPS, N_ENVS, spaces.Box(-1e6, 1e6, (1,)))
+    aux = AuxiliaryBuffer(2, N_STEPS, N_ENVS, spaces.Box(-1e6, 1e6, (1,)), device="cpu")
     for iteration in range(2):
         buffer = marked_buffer(sample=sampled)
         buffer.returns += 10_000 * iteration

@@ -26,7 +26,7 @@ from benchmarks.timing.proximal_pass import distribution_pass  # noqa: E402
     [("CartPole-v1", {}), ("Pendulum-v1", {}), ("Pendulum-v1", {"use_sde": True}), (IdentityEnvMultiDiscrete(3), {})],
 )
 def test_log_probs_equal_those_of_the_distribution(algorithm, env, kwargs):
-    model = algorithm("MlpPolicy", env, n_steps=64, batch_size=32, seed=0, **kwargs)
+    model = algorithm("MlpPolicy", env, n_steps=64, batch_size=32, seed=0, device="cpu", **kwargs)
     proximal = model.proximal_ewma
     with th.no_grad():
         for parameter in proximal.average.parameters():  # away from the initialization (log_std = 0, zero heads)
@@ -43,7 +43,7 @@ def test_log_probs_equal_those_of_the_distribution(algorithm, env, kwargs):
 
 
 def test_policy_loss_unchanged_by_the_lean_pass():
-    model = PPO_EWMA("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=64, seed=0)
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=64, seed=0, device="cpu")
     model.learn(64)  # a filled buffer, and the EWMA away from the policy
     rollout_data = next(model.rollout_buffer.get(64))
     lean = model._policy_terms(rollout_data, DecoupledPolicyObjective(0.2))

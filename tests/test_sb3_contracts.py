@@ -9,7 +9,7 @@ import torch as th
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from sb3_ewma import PPG, PPG_EWMA, PPO_EWMA
+from sb3_ewma import PPG, PPG_EWMA, PPO_EWMA, MaskablePPO_EWMA, RecurrentPPO_EWMA
 
 SETTINGS = {
     PPO_EWMA: dict(n_steps=64, batch_size=32, n_epochs=2),
@@ -133,3 +133,43 @@ def test_load_with_fewer_envs(tmp_path, model_class):
     # a constructor with the same settings still rejects them before any environment step
     with pytest.raises(ValueError, match="aux_batch_size"):
         model_class("MlpPolicy", one_env, n_steps=16, batch_size=16, n_policy_iterations=2, aux_batch_size=64)
+
+
+def contract_env(model_class) -> DummyVecEnv:
+    """CartPole, with action masks (all valid) for MaskablePPO_EWMA."""
+    from sb3_ewma.envs.action_masks import ActionMaskOrAllValid
+
+    wrap = ActionMaskOrAllValid if model_class is MaskablePPO_EWMA else (lambda env: env)
+    return DummyVecEnv([lambda: wrap(__import__("gymnasium").make("CartPole-v1"))])
+
+
+FIVE_CLASSES = {
+    **SETTINGS,
+    RecurrentPPO_EWMA: dict(n_steps=64, batch_size=32, n_epochs=2),
+    MaskablePPO_EWMA: dict(n_steps=64, batch_size=32, n_epochs=2),
+}
+
+
+def tensors_off(state: dict, device: str) -> list[str]:
+    return [name for name, value in state.items() if isinstance(value, th.Tensor) and value.device.type != device]
+
+
+@pytest.mark.parametrize("model_class", list(FIVE_CLASSES), ids=lambda cls: cls.__name__)
+def test_load_puts_every_tensor_on_the_device(tmp_path, model_class, device):
+    """SB3's test_save_load: after load(device=X), every tensor of get_parameters() (and of the proximal state) is on X."""
+    policy = "MlpLstmPolicy" if model_class is RecurrentPPO_EWMA else "MlpPolicy"
+    model = model_class(policy, contract_env(model_class), seed=0, device=device, **FIVE_CLASSES[model_class]).learn(64)
+    model.save(tmp_path / "model.zip")
+    for load_device in {"cpu", device}:
+        loaded = model_class.load(tmp_path / "model.zip", env=contract_env(model_class), device=load_device)
+        assert loaded.device.type == load_device
+        for object_name, state in loaded.get_parameters().items():
+            if "optim" not in object_name:
+                assert not tensors_off(state, load_device), f"{object_name}: {tensors_off(state, load_device)}"
+        if model_class is not PPG:  # PPG's proximal policy is a snapshot taken by train(), not saved
+            assert not tensors_off(loaded.proximal_ewma.state_dict(), load_device)
+            assert (loaded.proximal_ewma.weight, loaded.proximal_ewma.n_updates) == (
+                model.proximal_ewma.weight,
+                model.proximal_ewma.n_updates,
+            )
+        loaded.learn(64)  # trains on that device

@@ -148,13 +148,21 @@ class ParameterEWMA(nn.Module):
         state["_extra_state"] = self._extra_state_tensor(1.0, 0)  # the key torch uses for get_extra_state()
         return state
 
-    @staticmethod
-    def _extra_state_tensor(weight: float, n_updates: int) -> th.Tensor:
+    @property
+    def state_device(self) -> th.device:
+        """
+        Where the extra state tensor lives: with the averaged parameters (so that, as SB3 expects, every tensor of
+        the state dict is on the model's device), or on the CPU for a device without float64 (MPS).
+        """
+        device = next((tensor.device for tensor in self._average_params), th.device("cpu"))
+        return th.device("cpu") if device.type == "mps" else device
+
+    def _extra_state_tensor(self, weight: float, n_updates: int) -> th.Tensor:
         # a tensor, not a dict: SB3 (and its tests) treat every entry of a saved state dict as a tensor
-        return th.tensor([weight, float(n_updates)], dtype=th.float64)
+        return th.tensor([weight, float(n_updates)], dtype=th.float64, device=self.state_device)
 
     def get_extra_state(self) -> th.Tensor:
-        """``[w, n_updates]`` as a float64 tensor on the CPU."""
+        """``[w, n_updates]`` as a float64 tensor on the device of the average (:attr:`state_device`)."""
         return self._extra_state_tensor(self.weight, self.n_updates)
 
     def set_extra_state(self, state: th.Tensor | dict[str, float]) -> None:

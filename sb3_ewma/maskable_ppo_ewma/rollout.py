@@ -41,7 +41,7 @@ def collect_maskable_rollout(
         rollout_buffer, (MaskableRolloutBuffer, MaskableDictRolloutBuffer)
     ), "RolloutBuffer doesn't support action masking"
     assert algorithm._last_obs is not None, "No previous observation was provided"
-    device = algorithm.device
+    device = policy.device
     # Switch to eval mode (this affects batch norm / dropout)
     policy.set_training_mode(False)
     n_steps = 0

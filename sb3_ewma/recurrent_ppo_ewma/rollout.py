@@ -19,6 +19,8 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 
+from sb3_ewma.common.collection.rollout import tensors_to
+
 
 def collect_recurrent_rollout(
     algorithm: Any,
@@ -42,7 +44,7 @@ def collect_recurrent_rollout(
     ), f"{rollout_buffer} doesn't support recurrent policy"
 
     assert algorithm._last_obs is not None, "No previous observation was provided"
-    device = algorithm.device
+    device = policy.device
     action_space = algorithm.action_space
     # Switch to eval mode (this affects batch norm / dropout)
     policy.set_training_mode(False)
@@ -57,7 +59,11 @@ def collect_recurrent_rollout(
 
     new_obs: Any = None  # the observations after the last step (the loop runs at least once)
 
-    lstm_states = deepcopy(algorithm._last_lstm_states)
+    # the states as the acting policy's device needs them (a collector process acts on the CPU for a learner on a GPU)
+    last_lstm_states = algorithm._last_lstm_states
+    if last_lstm_states.pi[0].device != device:
+        last_lstm_states = algorithm._last_lstm_states = tensors_to(last_lstm_states, device)
+    lstm_states = deepcopy(last_lstm_states)
 
     while n_steps < n_rollout_steps:
         if algorithm.use_sde and algorithm.sde_sample_freq > 0 and n_steps % algorithm.sde_sample_freq == 0:

@@ -74,7 +74,7 @@ class AsyncRolloutMixin(HostAlgorithm):
 
         kind = rollout_collector_kind(async_rollouts)
         if kind == "process":
-            check_process_collector(self.device)
+            check_process_collector()
             check_forkable_env(self.env)  # checked again by learn() (after set_env)
         self.async_rollouts = kind is not None
         self.rollout_collector = kind or "thread"

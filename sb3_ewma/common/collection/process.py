@@ -7,9 +7,11 @@ the documentation's benchmarks page). Here a forked child process steps the envi
 parent trains, on another core:
 
 - at each hand-off the parent copies the policy's parameters into the behavior policy, whose tensors are in shared
-  memory, and sends the child the go-ahead (with the ``VecNormalize`` statistics, which data-parallel training may
-  have pooled); the child collects one rollout into its copy of the rollout buffer and sends the buffer's arrays, the
-  last observations and its ``VecNormalize`` statistics back through a pipe;
+  memory on the CPU (a forked process cannot use CUDA: a learner on a GPU trains there, and its parameters reach the
+  child as CPU tensors; the first rollout of a ``learn`` call, collected in the parent, is acted by the policy on its
+  own device, as without overlap), and sends the child the go-ahead (with the ``VecNormalize`` statistics, which
+  data-parallel training may have pooled); the child collects one rollout into its copy of the rollout buffer and
+  sends the buffer's arrays, the last observations and its ``VecNormalize`` statistics back through a pipe;
 - the child runs no user callback: the parent replays the rollout to them at the hand-off (``on_rollout_start``,
   then for each step ``num_timesteps``, ``update_locals`` with the step's ``infos``, ``dones`` and ``rewards``,
   ``on_step`` and the episode statistics, then ``on_rollout_end``), so checkpoints and evaluations see the
@@ -20,10 +22,9 @@ parent trains, on another core:
 
 The child is forked with ``os.fork`` (never spawned: the environments and the model are inherited, not pickled; and
 not through ``multiprocessing.Process``, which refuses children to daemonic processes such as ``multiprocessing.Pool``
-workers), so this needs ``fork`` (Linux, macOS), a policy on the CPU (a forked process cannot use CUDA) and
-environments that step on the calling thread (not Procgen, gym3 or EnvPool, which step in threads of their own:
-:func:`check_forkable_env`). The child exits when told to, or when the parent's end of the pipe closes (the parent
-died).
+workers), so this needs ``fork`` (Linux, macOS) and environments that step on the calling thread (not Procgen,
+gym3 or EnvPool, which step in threads of their own: :func:`check_forkable_env`). The child exits when told to, or
+when the parent's end of the pipe closes (the parent died).
 """
 
 import contextlib
@@ -43,6 +44,7 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize, unwrap_vec_normalize
 
+from sb3_ewma.common.collection.rollout import tensors_to
 from sb3_ewma.common.collection.thread import RolloutCollector
 
 POLL_INTERVAL_S = 1.0
@@ -61,17 +63,17 @@ RUNNING_STATISTICS = ("obs_rms", "ret_rms")
 """The ``VecNormalize`` attributes that the collector process updates and sends back."""
 
 
-def check_process_collector(device: th.device) -> None:
-    """Raise a ``ValueError`` when ``async_rollouts="process"`` cannot work here (no fork, or a policy off the CPU)."""
+def check_process_collector() -> None:
+    """Raise a ``ValueError`` when ``async_rollouts="process"`` cannot work here (a platform that cannot fork)."""
     if not hasattr(os, "fork") or "fork" not in multiprocessing.get_all_start_methods():
         raise ValueError(
             "async_rollouts='process' forks the collector, which this platform cannot do: use async_rollouts=True (a thread)"
         )
-    if th.device(device).type != "cpu":
-        raise ValueError(
-            f"async_rollouts='process' needs the policy on the CPU (a forked process cannot use {th.device(device).type}), "
-            f"got device={device!s}: use async_rollouts=True (a collector thread) on accelerators"
-        )
+
+
+COLLECTOR_DEVICE = th.device("cpu")
+"""Where the collector process's behavior policy acts: a forked process cannot use CUDA, so a learner on a GPU sends
+its parameters to a CPU copy of the policy at each hand-off."""
 
 
 FORK_UNSAFE_ENV_MODULES = ("procgen", "gym3", "envpool", "sb3_ewma.envs.procgen")
@@ -217,9 +219,9 @@ class ProcessRolloutCollector(RolloutCollector):
     """
 
     def __init__(self, algorithm: Any, callback: BaseCallback) -> None:
-        super().__init__(algorithm, callback)
-        check_process_collector(algorithm.device)
+        check_process_collector()
         check_forkable_env(algorithm.env)
+        super().__init__(algorithm, callback, acting_device=COLLECTOR_DEVICE)
         # the snapshot, written here, read by the child (in place: the tensors that `snapshot` copies into stay the same)
         self.behavior_policy.share_memory()
         self.pid: int | None = None  # the child's
@@ -232,8 +234,18 @@ class ProcessRolloutCollector(RolloutCollector):
     def running(self) -> bool:
         return self._buffer is not None
 
+    def collect(self, env: VecEnv, rollout_buffer: RolloutBuffer) -> bool:
+        """The first rollout of a ``learn`` call, in this process, acted by the policy itself (on its own device)."""
+        self._collect(env, rollout_buffer, self.algorithm.policy)
+        return self.hand_off()
+
     def _fork(self, env: VecEnv) -> None:
-        """Fork the child, which collects into its own rollout buffer until told to stop."""
+        """
+        Fork the child, which collects into its own rollout buffer until told to stop. The state it carries from
+        rollout to rollout (a recurrent policy's LSTM states) goes to the CPU first: the child must not touch CUDA.
+        """
+        for name in self.algorithm._collection_state_names:
+            setattr(self.algorithm, name, tensors_to(getattr(self.algorithm, name), COLLECTOR_DEVICE))
         parent_connection, child_connection = multiprocessing.Pipe()
         buffer = self.algorithm._make_rollout_buffer()
         pid = os.fork()

@@ -23,6 +23,22 @@ from stable_baselines3.common.vec_env import VecEnv
 from sb3_ewma.common.host import HostAlgorithm
 
 
+def tensors_to(value: Any, device: th.device) -> Any:
+    """
+    A copy of ``value`` with every tensor in it on ``device``: tensors, and tuples (named ones included, such as
+    sb3-contrib's ``RNNStates``), lists and dicts of them; anything else is returned as it is.
+    """
+    if isinstance(value, th.Tensor):
+        return value.to(device)
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(tensors_to(item, device) for item in value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(tensors_to(item, device) for item in value)
+    if isinstance(value, dict):
+        return {key: tensors_to(item, device) for key, item in value.items()}
+    return value
+
+
 def collect_rollout(
     algorithm: OnPolicyAlgorithm,
     policy: ActorCriticPolicy,

@@ -23,6 +23,19 @@ def parameter_tensors(module: th.nn.Module) -> list[th.Tensor]:
     return [*module.parameters(), *module.buffers()]
 
 
+@th.no_grad()
+def copy_tensors(destinations: list[th.Tensor], sources: list[th.Tensor]) -> None:
+    """
+    Copy each source tensor into its destination: in one fused call when all are on one device, else one by one
+    (a copy from a GPU into CPU memory returns once the values are there).
+    """
+    if all(destination.device == source.device for destination, source in zip(destinations, sources)):
+        th._foreach_copy_(destinations, sources)
+        return
+    for destination, source in zip(destinations, sources):
+        destination.copy_(source)
+
+
 class _CollectorCallback(BaseCallback):
     """
     The user's callback as the collector sees it: ``on_step`` returns False once a stop is requested (the rollout
@@ -59,15 +72,18 @@ class RolloutCollector:
     :param algorithm: the algorithm (a :class:`~sb3_ewma.common.collection.rollout.RolloutCollectionMixin`) whose
         environment and state the rollouts advance
     :param callback: the ``learn`` call's callback
+    :param acting_device: the device of the behavior policy (default: the algorithm's); the parameters are copied
+        there from the algorithm's device at each snapshot
     """
 
-    def __init__(self, algorithm: Any, callback: BaseCallback) -> None:
+    def __init__(self, algorithm: Any, callback: BaseCallback, acting_device: th.device | str | None = None) -> None:
         self.algorithm = algorithm
         self.callback = callback
         self.stop_requested = threading.Event()
         self.collector_callback = _CollectorCallback(callback, self.stop_requested)
+        self.acting_device = th.device(algorithm.device if acting_device is None else acting_device)
         with th.random.fork_rng(devices=[]):  # its random initialization, overwritten, must not advance the RNG
-            self.behavior_policy: ActorCriticPolicy = algorithm._build_policy().to(algorithm.device)
+            self.behavior_policy: ActorCriticPolicy = algorithm._build_policy().to(self.acting_device)
         if hasattr(self.behavior_policy, "optimizer"):
             self.behavior_policy.optimizer = None  # never optimized
         self.behavior_policy.set_training_mode(False)
@@ -84,15 +100,19 @@ class RolloutCollector:
         return self._thread is not None
 
     def snapshot(self) -> None:
-        """Copy the policy's current parameters into the behavior policy."""
-        with th.no_grad():
-            th._foreach_copy_(self._behavior_tensors, self._policy_tensors)
+        """Copy the policy's current parameters into the behavior policy (across devices when they differ)."""
+        copy_tensors(self._behavior_tensors, self._policy_tensors)
 
-    def _collect(self, env: VecEnv, rollout_buffer: RolloutBuffer) -> None:
+    def _collect(self, env: VecEnv, rollout_buffer: RolloutBuffer, policy: ActorCriticPolicy | None = None) -> None:
+        """Collect one rollout acted by ``policy`` (default: the behavior policy), keeping its result or exception."""
         start = time.perf_counter()
         try:
             self._result = self.algorithm._collect_rollout_with(
-                self.behavior_policy, env, self.collector_callback, rollout_buffer, self.algorithm.n_steps
+                self.behavior_policy if policy is None else policy,
+                env,
+                self.collector_callback,
+                rollout_buffer,
+                self.algorithm.n_steps,
             )
         except BaseException as error:  # re-raised on the main thread by hand_off
             self._error = error

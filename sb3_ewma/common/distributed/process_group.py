@@ -2,6 +2,7 @@
 
 import atexit
 import os
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stdout
 from typing import Any
@@ -12,7 +13,7 @@ from stable_baselines3.common.utils import get_device
 
 SAME_SETTINGS_ADVICE = "give every rank the same n_envs, n_steps, batch_size and algorithm settings"
 # torchrun's environment variables
-_WORLD_SIZE, _RANK, _LOCAL_RANK = "WORLD_SIZE", "RANK", "LOCAL_RANK"
+_WORLD_SIZE, _RANK, _LOCAL_RANK, _LOCAL_WORLD_SIZE = "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"
 # settings that may (or must) differ between ranks, left out of the consistency check
 RANK_LOCAL_SETTINGS = frozenset({"seed", "verbose", "tensorboard_log", "num_timesteps", "start_time", "trained_world_size"})
 
@@ -61,14 +62,52 @@ def is_main_process(distributed: bool | None = None) -> bool:
     return current_rank(distributed) == 0
 
 
+def local_world_size() -> int:
+    """
+    The number of ranks on this machine: torchrun's ``LOCAL_WORLD_SIZE``, or the whole ``WORLD_SIZE`` under a launcher
+    that does not set it (so that ranks are never assumed to have a GPU each when they may not).
+    """
+    return int(os.environ.get(_LOCAL_WORLD_SIZE, os.environ.get(_WORLD_SIZE, "1")))
+
+
 def data_parallel_device(device: th.device | str, distributed: bool | None) -> th.device | str:
-    """The device of this rank: ``cuda:LOCAL_RANK`` when ``device`` resolves to CUDA without an index."""
+    """
+    The device of this rank: ``cuda:(LOCAL_RANK % device_count)`` when ``device`` resolves to CUDA without an index,
+    so that ranks share the GPUs of their machine when there are more ranks than GPUs. Unchanged otherwise (a CPU
+    device never touches CUDA).
+    """
     if not wants_data_parallel(distributed):
         return device
     resolved = get_device(device)
     if resolved.type == "cuda" and resolved.index is None:
-        resolved = th.device("cuda", int(os.environ.get(_LOCAL_RANK, "0")))
+        resolved = th.device("cuda", int(os.environ.get(_LOCAL_RANK, "0")) % max(th.cuda.device_count(), 1))
     return resolved
+
+
+def ranks_share_a_gpu() -> bool:
+    """Whether this machine has more ranks than GPUs, so that some ranks share a GPU (which nccl refuses)."""
+    return local_world_size() > th.cuda.device_count()
+
+
+def process_group_backend(device: th.device) -> str:
+    """
+    The backend of the process group for ranks on ``device``: nccl for CUDA with one GPU per rank, gloo otherwise.
+    Ranks that share a GPU get gloo (nccl refuses two ranks on one GPU), with one warning (on rank 0): their
+    collectives then travel through the CPU.
+    """
+    if device.type != "cuda":
+        return "gloo"
+    if ranks_share_a_gpu():
+        if int(os.environ.get(_RANK, "0")) == 0:
+            warnings.warn(
+                f"{local_world_size()} ranks share {th.cuda.device_count()} GPU(s) on this machine, which nccl does not "
+                "support: the process group uses gloo (collectives through the CPU). Start at most one rank per GPU "
+                "(torchrun --nproc-per-node) for nccl.",
+                UserWarning,
+                stacklevel=3,
+            )
+        return "gloo"
+    return "nccl"
 
 
 def rank_local_settings(distributed: bool | None, verbose: int, device: th.device | str) -> tuple[int, th.device | str]:
@@ -83,7 +122,10 @@ def rank_local_settings(distributed: bool | None, verbose: int, device: th.devic
 
 
 def init_process_group(device: th.device) -> None:
-    """Join (or create, from torchrun's environment) the default process group: nccl for CUDA, gloo otherwise."""
+    """
+    Join (or create, from torchrun's environment) the default process group, with the backend of
+    :func:`process_group_backend`: nccl for CUDA with one GPU per rank, gloo otherwise.
+    """
     if dist.is_initialized():
         return
     if not dist.is_available():
@@ -94,8 +136,10 @@ def init_process_group(device: th.device) -> None:
     # active exception", about one exit in 15 on two ranks here). Imported first, it holds no reference.
     import torch._dynamo  # noqa: F401
 
+    backend = process_group_backend(device)
     if device.type == "cuda":
         th.cuda.set_device(device)
+    if backend == "nccl":
         dist.init_process_group("nccl", device_id=device)
     else:
         dist.init_process_group("gloo")
@@ -113,7 +157,7 @@ def _destroy_process_group() -> None:
 def join_torchrun(device: th.device | str = "auto") -> tuple[int, int]:
     """
     Under torchrun (``WORLD_SIZE > 1``), join (or create) the default process group now, with the backend of
-    ``device`` (nccl for CUDA, gloo otherwise), so that a script can agree on things before building its model.
+    ``device`` (:func:`process_group_backend`), so that a script can agree on things before building its model.
 
     :return: this process's rank and the world size ((0, 1) without torchrun)
     """

@@ -2,6 +2,7 @@ from typing import Any, ClassVar, TypeVar
 
 import torch as th
 from sb3_contrib import MaskablePPO
+from sb3_contrib.common.maskable.utils import is_masking_supported
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.distributions import Distribution
@@ -9,18 +10,24 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.vec_env import VecEnv
 
-from sb3_ewma.common.checks import check_learn_arguments, check_on_policy_hyperparams
+from sb3_ewma.common.checks import check_learn_arguments, check_on_policy_hyperparams, warn_at_caller
 from sb3_ewma.common.collection.overlap import AsyncRolloutMixin, check_async_rollouts
-from sb3_ewma.common.collection.rollout import RolloutCollectionMixin
+from sb3_ewma.common.collection.rollout import RolloutCollectionMixin, collect_rollout
 from sb3_ewma.common.decoupled.contrib import ContribDecoupledMixin, check_contrib_staleness
 from sb3_ewma.common.decoupled.options import document_decoupled_options
 from sb3_ewma.common.distributed import DataParallelMixin, rank_local_settings
 from sb3_ewma.common.distributions import policy_latents
 from sb3_ewma.common.minibatches import check_minibatch_sampling
 from sb3_ewma.maskable_ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
-from sb3_ewma.maskable_ppo_ewma.rollout import collect_maskable_rollout
 
 SelfMaskablePPO_EWMA = TypeVar("SelfMaskablePPO_EWMA", bound="MaskablePPO_EWMA")
+
+NO_ACTION_MASKS = (
+    "MaskablePPO_EWMA asks the environment for the valid actions at every step of learn(), and this environment has no"
+    " action_masks() method: wrap it with sb3-contrib's ActionMasker (sb3_contrib.common.wrappers.ActionMasker(env,"
+    " mask_fn), where mask_fn(env) returns the boolean mask of the valid actions), or with"
+    " sb3_ewma.envs.action_masks.ActionMaskOrAllValid(env) (every action valid)"
+)
 
 
 @document_decoupled_options
@@ -213,12 +220,24 @@ class MaskablePPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMi
         self.minibatch_sampling = minibatch_sampling
         self.log_gradient_noise_scale = log_gradient_noise_scale
         self._set_async_rollouts(async_rollouts)
+        self._warn_without_action_masks()
         if _init_setup_model:
             self._setup_model()
 
     def _setup_model(self) -> None:
         super()._setup_model()
         self._setup_data_parallel()
+
+    def set_env(self, env: GymEnv | str, force_reset: bool = True) -> None:
+        """``MaskablePPO.set_env``, with a warning when the environment has no action masks."""
+        super().set_env(env, force_reset=force_reset)
+        self._warn_without_action_masks()
+
+    def _warn_without_action_masks(self) -> None:
+        # a warning, not an error: MaskablePPO trains without masks too (learn(use_masking=False)) and predicts
+        # without them (action_masks=None)
+        if self.env is not None and not is_masking_supported(self.env):
+            warn_at_caller(f"{NO_ACTION_MASKS}; learn() raises until then, unless called with use_masking=False")
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_use_masking"]
@@ -245,9 +264,17 @@ class MaskablePPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMi
     def _collect_rollout_with(
         self, policy: Any, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
     ) -> bool:
-        """``MaskablePPO.collect_rollouts`` acting with ``policy`` (see :mod:`sb3_ewma.maskable_ppo_ewma.rollout`)."""
-        return collect_maskable_rollout(
-            self, policy, env, callback, rollout_buffer, n_rollout_steps, self._timesteps_per_env_step, self._use_masking
+        """``MaskablePPO.collect_rollouts`` acting with ``policy``, with the masks when ``learn`` asks for them."""
+        return collect_rollout(
+            MaskablePPO.collect_rollouts,
+            self,
+            policy,
+            env,
+            callback,
+            rollout_buffer,
+            n_rollout_steps,
+            self._timesteps_per_env_step,
+            use_masking=self._use_masking,
         )
 
     def _build_policy(self) -> BasePolicy:
@@ -286,6 +313,8 @@ class MaskablePPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMi
         progress_bar: bool = False,
     ) -> SelfMaskablePPO_EWMA:
         check_learn_arguments(total_timesteps, log_interval)
+        if use_masking and self.env is not None and not is_masking_supported(self.env):
+            raise ValueError(f"{NO_ACTION_MASKS}; or call learn(use_masking=False) to train without masks")
         # for the rollout loop, also when a collector (async_rollouts) runs it
         self._use_masking = use_masking
         try:

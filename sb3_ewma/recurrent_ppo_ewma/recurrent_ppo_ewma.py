@@ -14,7 +14,7 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_ewma.common.checks import check_learn_arguments, check_on_policy_hyperparams
 from sb3_ewma.common.collection.overlap import AsyncRolloutMixin, check_async_rollouts
-from sb3_ewma.common.collection.rollout import RolloutCollectionMixin
+from sb3_ewma.common.collection.rollout import RolloutCollectionMixin, collect_rollout, tensors_to
 from sb3_ewma.common.decoupled.contrib import ContribDecoupledMixin, check_contrib_staleness
 from sb3_ewma.common.decoupled.options import document_decoupled_options
 from sb3_ewma.common.distributed import DataParallelMixin, rank_local_settings
@@ -28,7 +28,6 @@ from sb3_ewma.recurrent_ppo_ewma.policies import (
     is_recurrent_policy_parameter,
     valid_steps_distribution,
 )
-from sb3_ewma.recurrent_ppo_ewma.rollout import collect_recurrent_rollout
 
 SelfRecurrentPPO_EWMA = TypeVar("SelfRecurrentPPO_EWMA", bound="RecurrentPPO_EWMA")
 
@@ -247,9 +246,22 @@ class RecurrentPPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionM
     def _collect_rollout_with(
         self, policy: Any, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
     ) -> bool:
-        """``RecurrentPPO.collect_rollouts`` acting with ``policy`` (see :mod:`sb3_ewma.recurrent_ppo_ewma.rollout`)."""
-        return collect_recurrent_rollout(
-            self, policy, env, callback, rollout_buffer, n_rollout_steps, self._timesteps_per_env_step
+        """
+        ``RecurrentPPO.collect_rollouts`` acting with ``policy``, from the LSTM states on that policy's device (a
+        collector process acts on the CPU for a learner on a GPU).
+        """
+        states = self._last_lstm_states
+        if states is not None and states.pi[0].device != policy.device:
+            self._last_lstm_states = tensors_to(states, policy.device)
+        return collect_rollout(
+            RecurrentPPO.collect_rollouts,
+            self,
+            policy,
+            env,
+            callback,
+            rollout_buffer,
+            n_rollout_steps,
+            self._timesteps_per_env_step,
         )
 
     def _rollout_minibatches(self, buffer: RolloutBuffer) -> Iterator[Any]:

@@ -1,23 +1,22 @@
 """
-Rollout collection with an explicit behavior policy.
+Rollout collection with an explicit behavior policy, by the parents' own rollout loops.
 
-SB3's ``OnPolicyAlgorithm.collect_rollouts`` always acts with ``self.policy`` and counts ``env.num_envs`` environment
-steps per step. :func:`collect_rollout` is the same loop (same order of operations, so a model trained with it is
-bitwise the model SB3 trains) with two things made explicit: the policy that acts (a snapshot of the parameters can
-collect while ``self.policy`` trains, for overlapped rollouts) and the number of environment steps one vectorized
-step counts for (``n_envs * world_size`` under data-parallel training, where ``num_timesteps`` is global).
+SB3's ``OnPolicyAlgorithm.collect_rollouts`` (and sb3-contrib's ``RecurrentPPO`` and ``MaskablePPO`` ones) always
+act with ``self.policy`` and count ``env.num_envs`` environment steps per step. They run here unchanged, on a
+:class:`RolloutView` of the algorithm that makes two things explicit: the policy that acts (a snapshot of the
+parameters can collect while ``self.policy`` trains, for overlapped rollouts; a CPU copy in a collector process) and
+the number of environment steps one vectorized step counts for (``n_envs * world_size`` under data-parallel training,
+where ``num_timesteps`` is global). With ``self.policy`` acting on one process, a model trained this way is bitwise the
+model its parent trains, by construction.
 """
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
-import numpy as np
 import torch as th
-from gymnasium import spaces
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
-from stable_baselines3.common.policies import ActorCriticPolicy
-from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_ewma.common.host import HostAlgorithm
@@ -39,122 +38,67 @@ def tensors_to(value: Any, device: th.device) -> Any:
     return value
 
 
+class RolloutView:
+    """
+    The algorithm as a parent's ``collect_rollouts`` sees it: every attribute read and written is the algorithm's,
+    except ``policy`` (the acting policy), ``device`` (that policy's device) and the step count, which grows by
+    ``timesteps_per_step`` for each vectorized step where the loop adds ``env.num_envs``.
+
+    :param algorithm: the algorithm whose state (last observation, step count, episode statistics) advances
+    :param policy: the acting policy (``algorithm.policy``, or a copy of it)
+    :param timesteps_per_step: environment steps one vectorized step counts for in ``num_timesteps``
+    """
+
+    def __init__(self, algorithm: OnPolicyAlgorithm, policy: Any, timesteps_per_step: int) -> None:
+        object.__setattr__(self, "_algorithm", algorithm)
+        object.__setattr__(self, "_timesteps_per_step", timesteps_per_step)
+        object.__setattr__(self, "policy", policy)
+        object.__setattr__(self, "device", policy.device)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._algorithm, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        algorithm = self._algorithm
+        if name == "num_timesteps":
+            # the parent's loop adds env.num_envs (this process's environments) per vectorized step
+            assert value - algorithm.num_timesteps == algorithm.n_envs, "one vectorized step at a time"
+            value = algorithm.num_timesteps + self._timesteps_per_step
+        setattr(algorithm, name, value)
+
+
 def collect_rollout(
+    parent_collect_rollouts: Callable[..., bool],
     algorithm: OnPolicyAlgorithm,
-    policy: ActorCriticPolicy,
+    policy: Any,
     env: VecEnv,
     callback: BaseCallback,
     rollout_buffer: RolloutBuffer,
     n_rollout_steps: int,
-    timesteps_per_step: int | None = None,
+    timesteps_per_step: int,
+    **kwargs: Any,
 ) -> bool:
     """
-    Fill ``rollout_buffer`` with ``n_rollout_steps`` steps of every environment of ``env``, acting with ``policy``,
-    then compute returns and advantages with ``policy``'s value function. Reads and advances the algorithm's
-    ``_last_obs``, ``_last_episode_starts``, ``num_timesteps`` and episode-info buffer, as SB3 does.
+    Fill ``rollout_buffer`` with ``n_rollout_steps`` steps of every environment by the parent's loop
+    (``parent_collect_rollouts``, e.g. ``OnPolicyAlgorithm.collect_rollouts``), acting with ``policy`` and counting
+    ``timesteps_per_step`` environment steps per vectorized step. Reads and advances the algorithm's ``_last_obs``,
+    ``_last_episode_starts``, ``num_timesteps`` and episode statistics (and what else the loop carries, such as LSTM
+    states), as the parent does.
 
-    :param algorithm: the algorithm whose state (last observation, step count, episode statistics) advances
-    :param policy: the behavior policy (``algorithm.policy``, or a snapshot of it)
-    :param env: the training environment
-    :param callback: called at each step, and at the start and end of the rollout
-    :param rollout_buffer: the buffer to fill (reset first)
-    :param n_rollout_steps: steps per environment
-    :param timesteps_per_step: environment steps one vectorized step counts for in ``num_timesteps``
-        (default ``env.num_envs``)
+    :param kwargs: further arguments of the parent's loop (``MaskablePPO``'s ``use_masking``)
     :return: False if a callback stopped the rollout early, True otherwise
     """
-    assert algorithm._last_obs is not None, "No previous observation was provided"
-    if timesteps_per_step is None:
-        timesteps_per_step = env.num_envs
-    device = policy.device
-    action_space = algorithm.action_space
-    # Switch to eval mode (this affects batch norm / dropout)
-    policy.set_training_mode(False)
-
-    n_steps = 0
-    rollout_buffer.reset()
-    # Sample new weights for the state dependent exploration
-    if algorithm.use_sde:
-        policy.reset_noise(env.num_envs)
-
-    callback.on_rollout_start()
-
-    new_obs: Any = None
-    dones: np.ndarray = np.zeros(env.num_envs, dtype=bool)
-    while n_steps < n_rollout_steps:
-        if algorithm.use_sde and algorithm.sde_sample_freq > 0 and n_steps % algorithm.sde_sample_freq == 0:
-            # Sample a new noise matrix
-            policy.reset_noise(env.num_envs)
-
-        with th.no_grad():
-            obs_tensor = obs_as_tensor(algorithm._last_obs, device)
-            actions, values, log_probs = policy(obs_tensor)
-        actions = actions.cpu().numpy()
-
-        clipped_actions = actions
-        if isinstance(action_space, spaces.Box):
-            if policy.squash_output:
-                # Unscale the actions to match env bounds if they were squashed (scaled in [-1, 1])
-                clipped_actions = policy.unscale_action(clipped_actions)
-            else:
-                # Clip the actions sampled from an unbounded Gaussian to the env bounds
-                clipped_actions = np.clip(actions, action_space.low, action_space.high)
-
-        new_obs, rewards, dones, infos = env.step(clipped_actions)
-
-        algorithm.num_timesteps += timesteps_per_step
-
-        # Give access to local variables
-        callback.update_locals(locals())
-        if not callback.on_step():
-            return False
-
-        algorithm._update_info_buffer(infos, dones)
-        n_steps += 1
-
-        if isinstance(action_space, spaces.Discrete):
-            # Reshape in case of discrete action
-            actions = actions.reshape(-1, 1)
-
-        # Handle timeout by bootstrapping with the value function (SB3 issue #633)
-        for idx, done in enumerate(dones):
-            if done and infos[idx].get("terminal_observation") is not None and infos[idx].get("TimeLimit.truncated", False):
-                terminal_obs = policy.obs_to_tensor(infos[idx]["terminal_observation"])[0]
-                with th.no_grad():
-                    terminal_value = policy.predict_values(terminal_obs)[0]
-                rewards[idx] += algorithm.gamma * terminal_value
-
-        rollout_buffer.add(
-            algorithm._last_obs,  # type: ignore[arg-type]
-            actions,
-            rewards,
-            algorithm._last_episode_starts,  # type: ignore[arg-type]
-            values,
-            log_probs,
-        )
-        algorithm._last_obs = new_obs
-        algorithm._last_episode_starts = dones
-
-    with th.no_grad():
-        # Compute value for the last timestep
-        values = policy.predict_values(obs_as_tensor(new_obs, device))
-
-    rollout_buffer.compute_returns_and_advantage(last_values=values, dones=dones)
-
-    callback.update_locals(locals())
-
-    callback.on_rollout_end()
-
-    return True
+    view = RolloutView(algorithm, policy, timesteps_per_step)
+    return parent_collect_rollouts(view, env, callback, rollout_buffer, n_rollout_steps, **kwargs)
 
 
 class RolloutCollectionMixin(HostAlgorithm):
     """
     Mixed into an SB3 ``OnPolicyAlgorithm`` (before it in the bases): routes ``collect_rollouts`` through
     :meth:`_collect_rollout_with` with ``self.policy`` acting and ``_timesteps_per_env_step`` environment steps counted
-    per vectorized step. The rollout loop is SB3's (:func:`collect_rollout`); an algorithm whose loop is its parent's
-    own (sb3-contrib's LSTM states, action masks) overrides :meth:`_collect_rollout_with` with that loop, and names the
-    state it advances in :attr:`_collection_state_names`. The collectors of overlapped rollouts
+    per vectorized step. The rollout loop is SB3's (:func:`collect_rollout`); an algorithm whose parent has a loop of
+    its own (sb3-contrib's LSTM states, action masks) overrides :meth:`_collect_rollout_with` to run that loop, and
+    names the state it advances in :attr:`_collection_state_names`. The collectors of overlapped rollouts
     (:mod:`sb3_ewma.common.collection.overlap`) collect through the same method with a snapshot of the policy.
     """
 
@@ -184,7 +128,16 @@ class RolloutCollectionMixin(HostAlgorithm):
         (``self.policy`` or a snapshot of it, of the same structure), as the parent's ``collect_rollouts`` does with
         ``self.policy``. Returns False if a callback stopped the rollout early.
         """
-        return collect_rollout(self, policy, env, callback, rollout_buffer, n_rollout_steps, self._timesteps_per_env_step)
+        return collect_rollout(
+            OnPolicyAlgorithm.collect_rollouts,
+            self,
+            policy,
+            env,
+            callback,
+            rollout_buffer,
+            n_rollout_steps,
+            self._timesteps_per_env_step,
+        )
 
     def collect_rollouts(
         self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int

@@ -1,10 +1,10 @@
 """
 The optimizer step of every phase, with fewer kernel launches on CPU and the same numbers as SB3's.
 
-For small networks an optimizer step is a loop of tiny tensor operations, and Python's per-operation cost dominates:
-on CartPole's MLP with rl-zoo3's PPO settings, clipping the gradient norm and Adam's step take a quarter of a
-minibatch. Torch has "foreach" versions of both that handle all parameters in one call, but uses them by itself only
-on CUDA. The two helpers here use them on CPU too; both give SB3's results bit for bit (tested in
+For small networks an optimizer step is a loop of tiny tensor operations, and Python's per-operation cost dominates
+(the documentation's benchmarks page has the share of a minibatch it takes). Torch has "foreach" versions of the
+gradient-norm clipping and of Adam's step that handle all parameters in one call, but uses them by itself only on
+CUDA. The two helpers here use them on CPU too; both give SB3's results bit for bit (tested in
 ``tests/test_optim.py``), so the choice changes only the time.
 """
 

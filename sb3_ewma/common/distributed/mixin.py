@@ -25,8 +25,8 @@ class _NoCallback(BaseCallback):
 
 class DataParallelMixin(HostAlgorithm):
     """
-    Mixed into PPO_EWMA and PPG_EWMA (first in the bases): data-parallel training when ``self.distributed`` asks for
-    it (see :func:`wants_data_parallel`). Without it, every method does what the algorithm alone does.
+    Mixed into every algorithm of this package (first in the bases): data-parallel training when ``self.distributed``
+    asks for it (see :func:`wants_data_parallel`). Without it, every method does what the algorithm alone does.
 
     Hooks for the algorithms' ``train()``: :meth:`_global_kl` (the ``target_kl`` decision uses the KL averaged over
     the ranks); ``_apply_gradients`` (gradients averaged before the clip). Once per iteration, after the rollout

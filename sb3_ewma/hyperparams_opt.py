@@ -1,5 +1,6 @@
 """
-Optuna samplers of PPO-EWMA, PPG-EWMA and PPG hyperparameters for rl-zoo3's hyperparameter search
+Optuna samplers of the hyperparameters of every algorithm of the package (``ppo_ewma``, ``ppg_ewma``, ``ppg``,
+``ppo_lstm_ewma``, ``ppo_mask_ewma``) for rl-zoo3's hyperparameter search
 (``python -m sb3_ewma.train --algo ppo_ewma --env CartPole-v1 -optimize``).
 
 The samplers follow rl-zoo3's conventions (``sample_<algo>_params(trial, n_actions, n_envs, additional_args)``
@@ -7,17 +8,23 @@ returns constructor keyword arguments; ``convert_<algo>_params(trial.params)`` t
 trial stored back into keyword arguments, used by rl-zoo3 to reload a trial). :func:`sb3_ewma.zoo.register_zoo`
 registers them in ``rl_zoo3.hyperparams_opt.HYPERPARAMS_SAMPLER`` / ``HYPERPARAMS_CONVERTER``.
 
-They search the PPO hyperparameters of rl-zoo3's PPO sampler (minibatch size, steps per environment, discount,
-GAE lambda, learning rate, entropy coefficient, clip range, epochs, gradient clipping), plus:
+Each samples its parent's space plus the decoupled options:
 
-- PPO-EWMA and PPG-EWMA: the center of mass of the proximal-policy EWMA (in optimizer steps, or ``"auto"``: the
-  number of minibatches per epoch), the decoupled KL penalty coefficient ``kl_coef``, the importance-sampling cap
-  ``imp_samp_max`` and the advantage normalization (per minibatch, or the paper's EWMA moments with a span in
-  iterations);
+- the parent's space: for PPO-EWMA, PPG-EWMA, PPG and MaskablePPO-EWMA (whose parent, sb3-contrib's MaskablePPO, has
+  PPO's hyperparameters), the PPO hyperparameters that rl-zoo3's PPO sampler samples, in ranges of their own
+  (minibatch size, steps per environment, discount, GAE lambda, learning rate, entropy coefficient, clip range,
+  epochs, gradient clipping); for RecurrentPPO-EWMA, rl-zoo3's own ``ppo_lstm`` sampler, called as it is (so, as
+  for ``--algo ppo_lstm``, the network's size and activation too);
+- the decoupled options (every algorithm but PPG): the center of mass of the proximal-policy EWMA (in optimizer
+  steps, or ``"auto"``: the number of minibatches per epoch), the decoupled KL penalty coefficient ``kl_coef``, the
+  importance-sampling cap ``imp_samp_max`` and the advantage normalization (per minibatch, or the paper's EWMA moments
+  with a span in iterations; PPG samples this one too);
 - PPG-EWMA and PPG: ``n_policy_iterations``, ``n_value_epochs``, ``n_aux_epochs`` and ``beta_clone``.
 
-They do not touch ``policy_kwargs``: the network of the hyperparameter entry (e.g. the IMPALA CNN) is kept.
-Optuna is only needed to call them (it comes with the ``zoo`` extra); this module imports without it.
+Except for RecurrentPPO-EWMA (rl-zoo3's sampler sets ``policy_kwargs``), they do not touch ``policy_kwargs``: the
+network of the hyperparameter entry (e.g. the IMPALA CNN) is kept. The minibatch size is bounded by the iteration's
+batch (``n_steps * n_envs``). Optuna is only needed to call them (it comes with the ``zoo`` extra), and rl-zoo3 to call
+the RecurrentPPO-EWMA ones; this module imports without either.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -87,7 +94,8 @@ def _sample_ppg(trial: "optuna.Trial") -> dict[str, Any]:
 
 def convert_ewma_params(sampled_params: dict[str, Any]) -> dict[str, Any]:
     """
-    Turn the raw values of a trial of any of the three samplers into constructor keyword arguments:
+    Turn the raw values of a trial of the ``ppo_ewma``, ``ppg_ewma``, ``ppg`` or ``ppo_mask_ewma`` sampler into
+    constructor keyword arguments:
     ``*_pow`` -> ``2 ** value``, ``one_minus_*`` -> ``1 - value``, ``ewma_center_of_mass`` -> ``ewma_decay``
     (``"auto"`` stays ``"auto"``), ``advantage_ewma_span`` -> ``advantage_ewma_decay``; the rest unchanged.
 
@@ -109,8 +117,8 @@ def convert_ewma_params(sampled_params: dict[str, Any]) -> dict[str, Any]:
     return hyperparams
 
 
-def _finalize(trial: "optuna.Trial", sampled_params: dict[str, Any], n_envs: int) -> dict[str, Any]:
-    hyperparams = convert_ewma_params(sampled_params)
+def _finalize(trial: "optuna.Trial", hyperparams: dict[str, Any], n_envs: int) -> dict[str, Any]:
+    """Bound the minibatch size of the converted keyword arguments and show the actual values in the trial."""
     # a minibatch cannot be larger than the iteration's batch (SB3 would silently use the whole batch)
     if "batch_size" in hyperparams and "n_steps" in hyperparams:
         hyperparams["batch_size"] = min(hyperparams["batch_size"], hyperparams["n_steps"] * max(int(n_envs), 1))
@@ -123,17 +131,18 @@ def _finalize(trial: "optuna.Trial", sampled_params: dict[str, Any], n_envs: int
 
 def sample_ppo_ewma_params(trial: "optuna.Trial", n_actions: int, n_envs: int, additional_args: dict) -> dict[str, Any]:
     """
-    Sampler for PPO-EWMA hyperparameters (rl-zoo3 signature).
+    Sampler for PPO-EWMA hyperparameters (rl-zoo3 signature); also the sampler of MaskablePPO-EWMA, which has the same
+    hyperparameters.
 
     :param trial: the Optuna trial
     :param n_actions: number of continuous actions (unused)
     :param n_envs: number of environments, to bound ``batch_size`` by ``n_steps * n_envs``
     :param additional_args: rl-zoo3's extra arguments (unused)
-    :return: the keyword arguments of ``PPO_EWMA``
+    :return: the keyword arguments of ``PPO_EWMA`` (or ``MaskablePPO_EWMA``)
     """
     sampled = _sample_ppo(trial, n_epochs_choices=(1, 2, 3, 5, 10))
     sampled.update(_sample_decoupled(trial))
-    return _finalize(trial, sampled, n_envs)
+    return _finalize(trial, convert_ewma_params(sampled), n_envs)
 
 
 def sample_ppg_ewma_params(trial: "optuna.Trial", n_actions: int, n_envs: int, additional_args: dict) -> dict[str, Any]:
@@ -149,7 +158,7 @@ def sample_ppg_ewma_params(trial: "optuna.Trial", n_actions: int, n_envs: int, a
     sampled = _sample_ppo(trial, n_epochs_choices=(1, 2, 3))
     sampled.update(_sample_decoupled(trial))
     sampled.update(_sample_ppg(trial))
-    return _finalize(trial, sampled, n_envs)
+    return _finalize(trial, convert_ewma_params(sampled), n_envs)
 
 
 def sample_ppg_params(trial: "optuna.Trial", n_actions: int, n_envs: int, additional_args: dict) -> dict[str, Any]:
@@ -166,13 +175,46 @@ def sample_ppg_params(trial: "optuna.Trial", n_actions: int, n_envs: int, additi
     sampled = _sample_ppo(trial, n_epochs_choices=(1, 2, 3))
     sampled.update(_sample_advantage_normalization(trial))
     sampled.update(_sample_ppg(trial))
-    return _finalize(trial, sampled, n_envs)
+    return _finalize(trial, convert_ewma_params(sampled), n_envs)
+
+
+def sample_ppo_lstm_ewma_params(trial: "optuna.Trial", n_actions: int, n_envs: int, additional_args: dict) -> dict[str, Any]:
+    """
+    Sampler for RecurrentPPO-EWMA hyperparameters (rl-zoo3 signature): rl-zoo3's ``ppo_lstm`` sampler plus the EWMA
+    proximal policy and the decoupled objective. Needs rl-zoo3.
+
+    :param trial: the Optuna trial
+    :param n_actions: number of continuous actions (passed to rl-zoo3's sampler)
+    :param n_envs: number of environments, to bound ``batch_size`` by ``n_steps * n_envs``
+    :param additional_args: rl-zoo3's extra arguments (passed to rl-zoo3's sampler)
+    :return: the keyword arguments of ``RecurrentPPO_EWMA``
+    """
+    from rl_zoo3.hyperparams_opt import HYPERPARAMS_SAMPLER as ZOO_SAMPLERS
+
+    hyperparams = ZOO_SAMPLERS["ppo_lstm"](trial, n_actions, n_envs, additional_args)
+    hyperparams.update(convert_ewma_params(_sample_decoupled(trial)))
+    return _finalize(trial, hyperparams, n_envs)
+
+
+def convert_ppo_lstm_ewma_params(sampled_params: dict[str, Any]) -> dict[str, Any]:
+    """
+    Turn the raw values of a trial of :func:`sample_ppo_lstm_ewma_params` into constructor keyword arguments: rl-zoo3's
+    ``ppo_lstm`` converter, then :func:`convert_ewma_params` for the decoupled options. Needs rl-zoo3.
+
+    :param sampled_params: the raw values (``trial.params``)
+    :return: the keyword arguments
+    """
+    from rl_zoo3.hyperparams_opt import HYPERPARAMS_CONVERTER as ZOO_CONVERTERS
+
+    return convert_ewma_params(ZOO_CONVERTERS["ppo_lstm"](sampled_params))
 
 
 HYPERPARAMS_SAMPLER = {
     "ppo_ewma": sample_ppo_ewma_params,
     "ppg_ewma": sample_ppg_ewma_params,
     "ppg": sample_ppg_params,
+    "ppo_lstm_ewma": sample_ppo_lstm_ewma_params,
+    "ppo_mask_ewma": sample_ppo_ewma_params,
 }
 """The samplers, by rl-zoo3 algorithm name."""
 
@@ -180,5 +222,7 @@ HYPERPARAMS_CONVERTER = {
     "ppo_ewma": convert_ewma_params,
     "ppg_ewma": convert_ewma_params,
     "ppg": convert_ewma_params,
+    "ppo_lstm_ewma": convert_ppo_lstm_ewma_params,
+    "ppo_mask_ewma": convert_ewma_params,
 }
 """The converters of raw trial values, by rl-zoo3 algorithm name."""

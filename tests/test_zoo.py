@@ -387,18 +387,69 @@ def test_samplers(algo: str) -> None:
         study.tell(trial, 0.0)
 
 
-def test_optimize_ppo_ewma(tmp_path: Path) -> None:
+def test_recurrent_sampler_is_rl_zoo3_ppo_lstm_sampler_plus_the_decoupled_options() -> None:
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(3):
+        trial = study.ask()
+        hyperparams = HYPERPARAMS_SAMPLER["ppo_lstm_ewma"](trial, 0, 1, {})
+        # rl-zoo3's own sampler, given the same raw values
+        parent = rl_zoo3.hyperparams_opt.HYPERPARAMS_SAMPLER["ppo_lstm"](optuna.trial.FixedTrial(trial.params), 0, 1, {})
+        assert set(hyperparams) == set(parent) | EWMA_KEYS | {"advantage_normalization"} | (
+            {"advantage_ewma_decay"} if trial.params["advantage_normalization"] == "ewma" else set()
+        )
+        assert hyperparams["batch_size"] == min(parent.pop("batch_size"), hyperparams["n_steps"])
+        assert all(hyperparams[key] == value for key, value in parent.items())
+        unbounded_batch_size = 2 ** trial.params["batch_size_pow"]
+        assert HYPERPARAMS_CONVERTER["ppo_lstm_ewma"](trial.params) == {**hyperparams, "batch_size": unbounded_batch_size}
+        model = zoo.zoo_algorithms()["ppo_lstm_ewma"]("MlpLstmPolicy", "CartPole-v1", device="cpu", **hyperparams)
+        assert model.n_steps == hyperparams["n_steps"]
+        study.tell(trial, 0.0)
+    # MaskablePPO_EWMA has PPO_EWMA's hyperparameters
+    assert HYPERPARAMS_SAMPLER["ppo_mask_ewma"] is HYPERPARAMS_SAMPLER["ppo_ewma"]
+
+
+# a task of each algorithm's packaged or derived entries (ppo_mask_ewma: CartPole-v1's derived entry, whose wrapper
+# declares every action valid), and the names of the raw values its sampler adds to the PPO space
+OPTIMIZE_CASES = {
+    "ppo_ewma": ("CartPole-v1", ("ewma_center_of_mass", "kl_coef", "imp_samp_max", "advantage_normalization")),
+    "ppg_ewma": ("CartPole-v1", ("ewma_center_of_mass", "kl_coef", "n_policy_iterations", "beta_clone")),
+    "ppg": ("CartPole-v1", ("advantage_normalization", "n_policy_iterations", "n_aux_epochs", "beta_clone")),
+    # rl-zoo3's ppo_lstm space has the network's size and activation
+    "ppo_lstm_ewma": ("CartPoleNoVel-v1", ("net_arch", "activation_fn", "ewma_center_of_mass", "kl_coef")),
+    "ppo_mask_ewma": ("CartPole-v1", ("ewma_center_of_mass", "kl_coef", "imp_samp_max", "advantage_normalization")),
+}
+
+
+def test_optimize_covers_every_algorithm() -> None:
+    assert set(OPTIMIZE_CASES) == set(zoo.ZOO_ALGOS) == set(HYPERPARAMS_SAMPLER) == set(HYPERPARAMS_CONVERTER)
+
+
+@pytest.mark.parametrize("algo", OPTIMIZE_CASES)
+def test_optimize(algo: str, tmp_path: Path) -> None:
+    """Two trials of ``-optimize`` through the command line complete."""
+    env_id, sampled_names = OPTIMIZE_CASES[algo]
+    # the study is made first, with the size of the rollout and the number of epochs of both trials fixed to small
+    # values (everything else is sampled): each trial then takes about a second
+    storage = str(tmp_path / "study.log")
+    journal = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(storage))
+    study = optuna.create_study(storage=journal, study_name="search", direction="maximize")
+    for _ in range(2):
+        study.enqueue_trial({"n_steps_pow": 6, "batch_size_pow": 6, "n_epochs": 1}, skip_if_exists=False)
     train_in_process(
-        *("--algo", "ppo_ewma", "--env", "CartPole-v1", "-n", "300", "-f", str(tmp_path)),
-        *("-optimize", "--n-trials", "2", "--eval-episodes", "2", "--n-evaluations", "1"),
-        *("--sampler", "random", "--pruner", "none", "--no-optim-plots", "-params", "n_envs:1"),
+        *("--algo", algo, "--env", env_id, "-n", "128", "-f", str(tmp_path), "-params", "n_envs:1"),
+        *("-optimize", "--n-trials", "2", "--n-jobs", "1", "--eval-episodes", "1", "--n-evaluations", "1"),
+        *("--sampler", "random", "--pruner", "none", "--no-optim-plots", "--storage", storage, "--study-name", "search"),
     )
-    reports = list((tmp_path / "ppo_ewma").glob("report_CartPole-v1_2-trials-300-random-none_*.csv"))
-    assert len(reports) == 1
-    header = reports[0].read_text().splitlines()[0]
-    for name in ("params_ewma_center_of_mass", "params_kl_coef", "params_imp_samp_max", "params_advantage_normalization"):
-        assert name in header
-    assert reports[0].read_text().count("COMPLETE") == 2
+    trials = optuna.load_study(study_name="search", storage=journal).trials
+    assert [trial.state for trial in trials] == [optuna.trial.TrialState.COMPLETE] * 2
+    for trial in trials:
+        assert set(sampled_names) <= set(trial.params) and trial.params["n_steps_pow"] == 6
+        assert trial.user_attrs["n_steps"] == 64
+        # rl-zoo3 reloads a trial's settings with the converter
+        assert HYPERPARAMS_CONVERTER[algo](trial.params)["n_steps"] == 64
+    (report,) = (tmp_path / algo).glob(f"report_{env_id}_2-trials-128-random-none_*.csv")
+    header = report.read_text().splitlines()[0]
+    assert all(f"params_{name}" in header for name in sampled_names)
 
 
 # ----------------------------------------------------------------------------------------------------------------------

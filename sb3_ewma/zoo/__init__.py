@@ -1,8 +1,8 @@
 """
 rl-zoo3 integration: the algorithms of :data:`sb3_ewma.algorithms.ALGORITHMS`, the Procgen environment ids
 ``procgen-<game>-<easy|hard>``, this package's hyperparameter files and its hyperparameter samplers, for
-``python -m sb3_ewma.train`` / ``python -m sb3_ewma.enjoy`` / ``python -m sb3_ewma.record_video``, which accept
-every rl-zoo3 flag.
+``python -m sb3_ewma.train`` / ``python -m sb3_ewma.enjoy`` / ``python -m sb3_ewma.record_video`` /
+``python -m sb3_ewma.push_to_hub`` / ``python -m sb3_ewma.load_from_hub``, which accept every rl-zoo3 flag.
 
 How it hooks into rl-zoo3 (2.9):
 
@@ -33,8 +33,9 @@ install the ``zoo`` extra.
 
 The package by job: :mod:`~sb3_ewma.zoo.registry` (algorithms, samplers, Procgen ids), :mod:`~sb3_ewma.zoo.procgen`
 (Procgen routing), :mod:`~sb3_ewma.zoo.derivation` (entries derived from rl-zoo3's), :mod:`~sb3_ewma.zoo.experiment`
-(the experiment manager), :mod:`~sb3_ewma.zoo.arguments` (the command line's flags) and
-:mod:`~sb3_ewma.zoo.commands` (the entry points).
+(the experiment manager), :mod:`~sb3_ewma.zoo.arguments` (the command line's flags),
+:mod:`~sb3_ewma.zoo.commands` (the entry points) and :mod:`~sb3_ewma.zoo.hub` (the Hugging Face Hub's entry points
+and model card).
 """
 
 # first: without rl-zoo3, importing the package raises an ImportError that says how to install the extra
@@ -50,6 +51,7 @@ from sb3_ewma.zoo.arguments import (  # noqa: E402
 )
 from sb3_ewma.zoo.commands import enjoy, record_video, train  # noqa: E402
 from sb3_ewma.zoo.experiment import POLICY_KWARGS_NAMESPACE, ExperimentManager, zoo_hyperparams_per_rank  # noqa: E402
+from sb3_ewma.zoo.hub import load_from_hub, model_card, push_to_hub  # noqa: E402
 from sb3_ewma.zoo.procgen import create_test_env, is_procgen_env_id, make_procgen_vec_env  # noqa: E402
 from sb3_ewma.zoo.registry import (  # noqa: E402
     HYPERPARAMS_DIR,
@@ -74,7 +76,10 @@ __all__ = [
     "default_conf_file",
     "enjoy",
     "is_procgen_env_id",
+    "load_from_hub",
     "make_procgen_vec_env",
+    "model_card",
+    "push_to_hub",
     "record_video",
     "register_zoo",
     "scale_options_from_args",

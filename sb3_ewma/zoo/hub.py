@@ -1,0 +1,193 @@
+"""
+The Hugging Face Hub entry points ``python -m sb3_ewma.push_to_hub`` / ``load_from_hub``: rl-zoo3's scripts, run with
+:func:`register_zoo` done, so that they accept this package's algorithms, and with a model card that names the
+algorithm and its paper (:func:`model_card`).
+
+rl-zoo3's ``push_to_hub`` and ``load_from_hub`` are scripts (their code under ``if __name__ == "__main__"``), run with
+``runpy`` as ``python -m`` would, without importing them first. Where they have no extension point, a name that they
+import is replaced in its module for the duration of the call, and restored:
+
+- ``metadata_save`` of ``huggingface_hub.repocard``, which ``push_to_hub`` calls on the model card it has just
+  written: the card is completed with :func:`model_card` first;
+- ``generate_metadata`` of ``huggingface_sb3.push_to_hub``, where that module has only ``_generate_metadata`` (which
+  returns a ``ModelCardData``; rl-zoo3 imports ``generate_metadata`` and saves a dict), so that ``push_to_hub`` runs;
+- ``load_from_hub`` of ``huggingface_sb3``, which ``load_from_hub`` downloads each file with: a file missing on the
+  Hub raises ``requests``' ``HTTPError``, which rl-zoo3 catches for the optional ``vec_normalize.pkl``
+  (huggingface_hub's own ``RemoteEntryNotFoundError`` is no ``requests`` error since huggingface_hub moved to
+  ``httpx``);
+- ``create_test_env`` of ``rl_zoo3.utils``, as for ``enjoy``: Procgen ids are built as Procgen's native ``VecEnv``.
+"""
+
+import argparse
+import contextlib
+import re
+import runpy
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import rl_zoo3.utils
+import torch as th
+
+from sb3_ewma.common import threads
+from sb3_ewma.common.install import install_hint
+from sb3_ewma.zoo.arguments import chooses_num_threads
+from sb3_ewma.zoo.install import ZOO_INSTALL_MESSAGE, import_zoo
+from sb3_ewma.zoo.patching import patched, patched_argv
+from sb3_ewma.zoo.procgen import create_test_env
+from sb3_ewma.zoo.registry import ZOO_ALGORITHMS, register_zoo
+
+PAPER = 'Hilton, Cobbe & Schulman, "Batch size-invariance for policy optimization" (2021)'
+"""The paper of the package's algorithms, as model cards name it (with :data:`PAPER_ARXIV_ID`)."""
+
+PAPER_ARXIV_ID = "2110.00641"
+
+ALGORITHM_SUMMARIES: dict[str, str] = {
+    "ppo_ewma": (
+        "PPO whose clipping anchor, the proximal policy, is an exponentially weighted moving average (EWMA) of the "
+        "policy, decoupled from the behavior policy that collected the data"
+    ),
+    "ppg_ewma": "Phasic Policy Gradient (PPG) with the EWMA proximal policy of PPO-EWMA in its policy phase",
+    "ppg": "Phasic Policy Gradient (PPG), the paper's baseline for PPG-EWMA: its proximal policy is the behavior policy",
+    "ppo_lstm_ewma": (
+        "sb3-contrib's RecurrentPPO (LSTM policies) with the EWMA proximal policy and the decoupled objective of PPO-EWMA"
+    ),
+    "ppo_mask_ewma": (
+        "sb3-contrib's MaskablePPO (invalid action masking) with the EWMA proximal policy and the decoupled objective "
+        "of PPO-EWMA"
+    ),
+}
+"""What each algorithm of the package is, in one line of its model card."""
+
+# rl-zoo3's model card tells to install rl_zoo3 alone: sb3-ewma brings it with its zoo extra
+_ZOO_INSTALL_LINE = "pip install rl_zoo3"
+_INSTALL_LINE = 'pip install -e ".[zoo]"  # in the root of the sb3-ewma repository: sb3-ewma, the RL Zoo, SB3, SB3-Contrib'
+
+
+def model_card(card: str, algo: str) -> str:
+    """
+    Complete rl-zoo3's model card (``rl_zoo3.push_to_hub.generate_model_card``) of an agent of ``algo``, one of
+    :data:`~sb3_ewma.zoo.ZOO_ALGOS`: a section after the introduction names the algorithm, what it is and its paper,
+    and says what to install; the commands are this package's (``python -m sb3_ewma.<script>``; rl-zoo3's scripts do
+    not know its algorithms), and so is the install command. Another ``algo`` leaves the card as it is.
+
+    :param card: the model card that rl-zoo3 generated (Markdown)
+    :param algo: the rl-zoo3 name of the agent's algorithm (``--algo``)
+    :return: the model card
+    """
+    if algo not in ZOO_ALGORITHMS:
+        return card
+    class_name = ZOO_ALGORITHMS[algo].__name__
+    section = (
+        "\n## The algorithm\n\n"
+        f"**{class_name}** (`--algo {algo}`) is an algorithm of sb3-ewma: {ALGORITHM_SUMMARIES[algo]}.\n"
+        f"Paper: {PAPER}, [arXiv {PAPER_ARXIV_ID}](https://arxiv.org/abs/{PAPER_ARXIV_ID}).\n\n"
+        f"The commands below are sb3-ewma's (rl-zoo3's own scripts do not know `{algo}`). They need sb3-ewma with its "
+        f"`zoo` extra, which installs the RL Zoo: {install_hint('zoo')}. In Python: `from sb3_ewma import {class_name}`, "
+        f"then `{class_name}.load(path)`.\n"
+    )
+    lines = [_INSTALL_LINE if line.strip() == _ZOO_INSTALL_LINE else line for line in card.split("\n")]
+    card = "\n".join(lines).replace("python -m rl_zoo3.", "python -m sb3_ewma.")
+    # after rl-zoo3's introduction: before its first section
+    first_section = card.find("\n## ")
+    if first_section < 0:
+        return card + section
+    return card[:first_section] + section + card[first_section:]
+
+
+def _parsed_algo(argv: Sequence[str]) -> str | None:
+    """The ``--algo`` of the command line (None without one: rl-zoo3's parser then says it is required)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--algo")
+    return parser.parse_known_args(list(argv))[0].algo
+
+
+def _metadata_as_dict(generate: Any) -> Any:
+    """``generate_metadata`` as rl-zoo3 expects it (a dict), from huggingface_sb3's ``_generate_metadata``."""
+
+    def generate_metadata(model_name: str, env_id: str, mean_reward: float, std_reward: float) -> dict[str, Any]:
+        metadata = generate(model_name, env_id, mean_reward, std_reward)
+        return metadata.to_dict() if hasattr(metadata, "to_dict") else dict(metadata)
+
+    return generate_metadata
+
+
+def _run_zoo_script(name: str) -> None:
+    """
+    Run rl-zoo3's script ``name`` as ``python -m`` would, in a namespace of its own. This package does not import it
+    first; where something else did (``rl_zoo3.enjoy`` imports ``rl_zoo3.load_from_hub``), runpy's warning that the
+    module is already imported is left out: the imported module is not touched.
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=f"'{re.escape(name)}' found in sys.modules", category=RuntimeWarning)
+            runpy.run_module(name, run_name="__main__", alter_sys=False)
+    except ModuleNotFoundError as error:
+        raise ImportError(f"{ZOO_INSTALL_MESSAGE} (missing module: {error.name})") from error
+
+
+def push_to_hub(argv: Sequence[str], prog: str = "python -m sb3_ewma.push_to_hub") -> None:
+    """
+    Run rl-zoo3's ``push_to_hub`` script with :func:`register_zoo` done: it evaluates a trained agent of the log
+    folder, writes the repository folder (``hub/<repo name>``: the model, its ``config.yml``, ``args.yml``,
+    ``env_kwargs.yml``, ``results.json``, the training metrics, the ``VecNormalize`` statistics, a replay video unless
+    ``--no-render``, and the model card, completed by :func:`model_card`) and uploads it to the Hugging Face Hub.
+
+    :param argv: rl-zoo3's command line arguments (without the program name)
+    :param prog: the program name shown in messages
+    """
+    register_zoo()
+    repocard = import_zoo("huggingface_hub.repocard")
+    hub_sb3 = import_zoo("huggingface_sb3.push_to_hub")
+    save_metadata = repocard.metadata_save
+    algo = _parsed_algo(argv) or ""
+
+    def complete_card_and_save_metadata(local_path: str | Path, data: dict) -> None:
+        # rl-zoo3 has just written its model card there
+        readme = Path(local_path)
+        readme.write_text(model_card(readme.read_text(encoding="utf-8"), algo), encoding="utf-8")
+        save_metadata(local_path, data)
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(patched(repocard, "metadata_save", complete_card_and_save_metadata))
+        if not hasattr(hub_sb3, "generate_metadata"):
+            stack.enter_context(
+                patched(hub_sb3, "generate_metadata", _metadata_as_dict(hub_sb3._generate_metadata), missing_ok=True)
+            )
+        stack.enter_context(patched(rl_zoo3.utils, "create_test_env", create_test_env))
+        stack.enter_context(patched_argv(prog, argv))
+        stack.enter_context(threads.restored_num_threads())
+        if not chooses_num_threads(argv):
+            th.set_num_threads(1)  # one observation at a time: one thread (see sb3_ewma.common.threads)
+        _run_zoo_script("rl_zoo3.push_to_hub")
+
+
+def load_from_hub(argv: Sequence[str], prog: str = "python -m sb3_ewma.load_from_hub") -> None:
+    """
+    Run rl-zoo3's ``load_from_hub`` script with :func:`register_zoo` done: it downloads an agent from the Hugging Face
+    Hub into the log folder as a run of ``train`` (``<folder>/<algo>/<env>_<N>/``), for ``enjoy``. A repository without
+    ``vec_normalize.pkl`` loads without one.
+
+    :param argv: rl-zoo3's command line arguments (without the program name)
+    :param prog: the program name shown in messages
+    """
+    register_zoo()
+    hub_sb3 = import_zoo("huggingface_sb3")
+    errors = import_zoo("huggingface_hub.errors")
+    # a file missing on the Hub (not one missing from the local cache, offline)
+    entry_not_found = getattr(errors, "RemoteEntryNotFoundError", errors.EntryNotFoundError)
+    http_error = import_zoo("requests.exceptions").HTTPError
+    download = hub_sb3.load_from_hub
+
+    def download_or_http_error(repo_id: str, filename: str) -> str:
+        try:
+            return download(repo_id, filename)
+        except entry_not_found as error:
+            raise http_error(str(error)) from error
+
+    with patched(hub_sb3, "load_from_hub", download_or_http_error), patched_argv(prog, argv):
+        _run_zoo_script("rl_zoo3.load_from_hub")
+
+
+__all__ = ["ALGORITHM_SUMMARIES", "PAPER", "PAPER_ARXIV_ID", "load_from_hub", "model_card", "push_to_hub"]

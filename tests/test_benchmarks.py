@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `benchmarks` is a directory of the repository, not an installed package
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.harness import common, runner  # noqa: E402
+from benchmarks.harness import common, results_store, runner  # noqa: E402
 from benchmarks.harness.settings import SETTINGS, Scale, run_spec  # noqa: E402
 from benchmarks.learning import batch_size_invariance, ewma_comparison, staleness  # noqa: E402
 from benchmarks.timing import throughput  # noqa: E402
@@ -41,21 +41,26 @@ def test_smoke_preset_end_to_end_then_resume(name, tmp_path, capsys):
     out_dir = module.main(["--preset", "smoke", "--out", str(tmp_path), "--workers", workers])
     assert out_dir == tmp_path / name / "smoke"
     specs = module.build_specs("smoke", {})
-    manifest = read(out_dir / "manifest.csv")
-    assert sorted(row["run_id"] for row in manifest) == sorted(spec.run_id for spec in specs)
+    # the finished runs are gathered in runs.jsonl, with their evaluations; no file per run is left
+    records = results_store.read(out_dir / results_store.RUNS_FILE)
+    assert sorted(record["run_id"] for record in records) == sorted(spec.run_id for spec in specs)
+    assert {record["status"] for record in records} == {"finished"}
+    assert not (out_dir / "runs").exists() and not (out_dir / "manifest.csv").exists()
+    assert [path.name for path in (out_dir / "checkpoints").iterdir()] == [".gitignore"]  # runs in progress: none
     evaluations = read(out_dir / "evaluations.csv")
     assert len(evaluations) == sum(spec.total_timesteps // spec.eval_every for spec in specs)
+    assert len(evaluations) == sum(len(record["evaluations"]["rows"]) for record in records)
     for row in evaluations:
         assert {"algo", "variant", "seed", "n_envs", "timesteps", "mean_return", "wall_time"} <= row.keys()
     check_outputs(out_dir, name)
 
-    # resume: everything finished is skipped, nothing is trained again
-    before = {path.name: path.stat().st_mtime_ns for path in (out_dir / "runs").iterdir()}
+    # resume: everything finished is skipped (known from runs.jsonl), nothing is trained again
+    runs_file = out_dir / results_store.RUNS_FILE
+    before = (runs_file.read_bytes(), runs_file.stat().st_mtime_ns)
     capsys.readouterr()
     module.main(["--preset", "smoke", "--out", str(tmp_path), "--workers", "1"])
     assert f"{len(specs)} already finished, 0 to run" in capsys.readouterr().out
-    assert {path.name: path.stat().st_mtime_ns for path in (out_dir / "runs").iterdir()} == before
-    assert len(read(out_dir / "manifest.csv")) == len(specs)
+    assert (runs_file.read_bytes(), runs_file.stat().st_mtime_ns) == before
 
     # runs whose settings changed are not taken as finished
     module.main(["--preset", "smoke", "--out", str(tmp_path), "--timesteps", "128", "--list"])
@@ -129,21 +134,24 @@ def test_pause_at_deadline_and_resume(spec, tmp_path, monkeypatch):
         assert (checkpoint / "vecnormalize.pkl").exists()
 
     # an invocation killed after it resumed left evaluations beyond the checkpoint: they are dropped
-    run_csv = tmp_path / "runs" / f"{spec.run_id}.csv"
+    run_csv = checkpoint / "evaluations.csv"
     common.append_csv(run_csv, {**read(run_csv)[-1], "timesteps": paused_at + spec.eval_every})
 
     monkeypatch.setattr(common, "clock", lambda: 0.0)
     outcome = runner.execute(spec, tmp_path, deadline=None)
     assert outcome["status"] == "finished"
-    assert not checkpoint.exists()
-    rows = read(tmp_path / "runs" / f"{spec.run_id}.csv")
-    steps = [int(row["timesteps"]) for row in rows]
+    assert not checkpoint.exists()  # the evaluations so far went with it, into the record
+    record = outcome["record"]
+    rows = [dict(zip(record["evaluations"]["columns"], row)) for row in record["evaluations"]["rows"]]
+    steps = [row["timesteps"] for row in rows]
     assert steps == list(range(spec.eval_every, spec.total_timesteps + 1, spec.eval_every))
-    wall = [float(row["wall_time"]) for row in rows]
+    wall = [row["wall_time"] for row in rows]
     assert wall == sorted(wall)
     if spec.algo == "ppg_ewma":
-        assert rows[-1]["aux_phases"] == "4"
-    assert outcome["manifest"]["timesteps"] == spec.total_timesteps
+        assert rows[-1]["aux_phases"] == 4
+    assert record["timesteps"] == spec.total_timesteps and record["spec_hash"] == spec.spec_hash
+    expected = round(runner.final_return(rows, spec.total_timesteps), 4)  # NaN when no episode ended (procgen)
+    assert record["final_return"] == pytest.approx(expected, nan_ok=True)
 
 
 def test_deadline_skips_runs_not_started(tmp_path, monkeypatch):
@@ -217,12 +225,14 @@ def test_report_of_several_procgen_games(name, tmp_path):
     module = EXPERIMENTS[name]
     overrides = {"timesteps": 2**19, "envs": ("procgen-starpilot-easy", "procgen-bigfish-easy")}
     specs = module.build_specs("gpu", overrides)
-    manifest = common.Manifest(tmp_path / "manifest.csv")
+    manifest = common.Manifest(tmp_path / results_store.RUNS_FILE)
     for number, spec in enumerate(specs):
+        rows = []
         for timesteps in range(spec.eval_every, spec.total_timesteps + 1, spec.eval_every):
             row = {**spec.columns(), "timesteps": timesteps, "mean_return": number % 7 + timesteps / 2**19, "episodes": 3}
-            common.append_csv(tmp_path / "runs" / f"{spec.run_id}.csv", {**row, "wall_time": 1.0})
-        manifest.add({"run_id": spec.run_id, "spec_hash": spec.spec_hash, "wall_time": 1.0})
+            rows.append({key: str(value) for key, value in {**row, "wall_time": 1.0}.items()})
+        evaluations = results_store.table(rows)
+        manifest.add({"run_id": spec.run_id, "spec_hash": spec.spec_hash, "wall_time": 1.0, "evaluations": evaluations})
     text = write_report(module.EXPERIMENT, specs, tmp_path, command="test").read_text()
     assert f"### {ALL_GAMES}" in text and "### starpilot-easy" in text and "### bigfish-easy" in text
     assert f"runs finished: {len(specs)} of {len(specs)}" in text
@@ -526,12 +536,14 @@ def test_zoo_table_runs_the_commands_then_resumes(tmp_path, capsys):
     argv = ["--envs", "CartPole-v1", "--variants", "ppo,ppo_ewma", "--seeds", "1", "--max-steps", "1024"]
     argv += ["--final-episodes", "2", "--out", str(tmp_path)]
     out_dir = zoo_table.main(argv)
-    runs = sorted(path.name for path in (out_dir / "runs").glob("*.json"))
-    assert runs == ["CartPole-v1__ppo__seed=0.json", "CartPole-v1__ppo_ewma__seed=0.json"]
-    import json
-
-    for name in runs:
-        result = json.loads((out_dir / "runs" / name).read_text())
+    # the finished runs are appended to runs.jsonl (by this process); their logs lie under the ignored logs/
+    runs_file = out_dir / results_store.RUNS_FILE
+    results = results_store.read(runs_file)
+    assert sorted(result["run_id"] for result in results) == ["CartPole-v1__ppo__seed=0", "CartPole-v1__ppo_ewma__seed=0"]
+    assert not (out_dir / "runs").exists()
+    assert (out_dir / ".gitignore").read_text().splitlines() == ["zoo_logs/", "logs/"]
+    assert sorted(path.name for path in (out_dir / "logs").iterdir()) == sorted(f"{r['run_id']}.log" for r in results)
+    for result in results:
         assert result["status"] == "finished" and result["n_timesteps"] == 1024 and result["reduced"]
         assert result["final"]["eval_episodes"] == 2 and result["cpu_s"] > 0
         assert ("rl_zoo3.train" in result["command"]) == (result["variant"] == "ppo")
@@ -540,23 +552,178 @@ def test_zoo_table_runs_the_commands_then_resumes(tmp_path, capsys):
     assert "| ppo_ewma | CartPole-v1 |" in report and "1.024k (reduced)" in report and "2 of its 2 runs finished" in report
     assert (out_dir / "curves" / "CartPole-v1.png").stat().st_size > 0
     capsys.readouterr()
+    before = runs_file.read_bytes()
     zoo_table.main(argv)
     assert "2 runs: 2 already finished, 0 to run" in capsys.readouterr().out
+    assert runs_file.read_bytes() == before
     with pytest.raises(ValueError, match=r"unknown variants \['PPO-EWMA'\].*'ppo_ewma', 'ppg_ewma'"):
         zoo_table.main([*argv, "--variants", "ppo,PPO-EWMA"])
 
 
 def test_zoo_table_runs_again_a_run_of_another_budget(tmp_path):
-    import json
-
     from benchmarks.learning import zoo_table
 
     (job,) = zoo_table.build_jobs("table", 1, envs=["Pendulum-v1"], max_steps=5000, variant_names=["ppo_ewma"])
     assert (job.run_id, job.budget, job.tuned, job.reduced) == ("Pendulum-v1__ppo_ewma__seed=0", 5000, 100_000, True)
-    assert not zoo_table.is_done(job, tmp_path)
-    (tmp_path / "runs").mkdir()
-    path = tmp_path / "runs" / f"{job.run_id}.json"
-    path.write_text(json.dumps({"n_timesteps": 100_000}))
-    assert not zoo_table.is_done(job, tmp_path)  # trained for the tuned budget, not this job's
-    path.write_text(json.dumps({"n_timesteps": 5000}))
-    assert zoo_table.is_done(job, tmp_path)
+    assert not zoo_table.is_done(job, zoo_table.finished_runs(tmp_path))
+    path = tmp_path / results_store.RUNS_FILE
+    results_store.append(path, {"status": "finished", "run_id": job.run_id, "n_timesteps": 100_000})
+    assert not zoo_table.is_done(job, zoo_table.finished_runs(tmp_path))  # trained for the tuned budget, not this job's
+    results_store.append(path, {"status": "finished", "run_id": job.run_id, "n_timesteps": 5000})
+    assert zoo_table.is_done(job, zoo_table.finished_runs(tmp_path))  # the last record of a run counts
+    assert [result["n_timesteps"] for result in zoo_table.load_results(zoo_table.finished_runs(tmp_path))] == [5000]
+
+
+def test_results_store_round_trip(tmp_path):
+    """Records appended to runs.jsonl read back as written (NaN as null, then NaN again in a table); the last record
+    of a run id counts; a record cut short by a killed process is skipped, and the next one starts a line of its own."""
+    path = tmp_path / "experiment" / results_store.RUNS_FILE
+    assert results_store.read(path) == [] and results_store.latest(path) == {}
+    first = {"run_id": "a", "final": {"mean_reward": 1.5, "curve": [[10, 0.25], [20, math.nan]]}, "seed": 0}
+    results_store.append(path, first)
+    results_store.append(path, {"run_id": "b", "value": 2})
+    results_store.append(path, {"run_id": "a", "value": 3})
+    assert results_store.read(path)[0] == {**first, "final": {"mean_reward": 1.5, "curve": [[10, 0.25], [20, None]]}}
+    assert results_store.latest(path) == {"a": {"run_id": "a", "value": 3}, "b": {"run_id": "b", "value": 2}}
+    assert "NaN" not in path.read_text()  # strict JSON
+    with pytest.raises(ValueError, match="run_id"):
+        results_store.append(path, {"value": 4})
+
+    with open(path, "a") as file:
+        file.write('{"run_id": "c", "val')  # killed mid-write
+    results_store.append(path, {"run_id": "d"})
+    with pytest.warns(UserWarning, match="not a JSON record"):
+        assert list(results_store.latest(path)) == ["a", "b", "d"]
+
+    rows = [{"timesteps": "128", "mean_return": "nan", "wall_time": "1.5", "run_id": "x__seed=0", "aux_phases": ""}]
+    data = results_store.table(rows)
+    assert data["columns"] == ["timesteps", "mean_return", "wall_time", "run_id", "aux_phases"]
+    (cells,) = data["rows"]
+    assert cells[0] == 128 and math.isnan(cells[1]) and cells[2:] == [1.5, "x__seed=0", None]
+    path.write_text("")
+    results_store.append(path, {"run_id": "e", "evaluations": data})
+    (row,) = results_store.table_rows(results_store.latest(path)["e"]["evaluations"])
+    assert row[0] == 128 and math.isnan(row[1]) and row[2:4] == [1.5, "x__seed=0"] and math.isnan(row[4])
+
+
+def test_results_store_gathers_the_files_of_each_run(tmp_path):
+    """The one-off conversion: per-run CSVs with their manifest, and per-run JSON files, become runs.jsonl, from which
+    the report reads the same evaluations and a resumed experiment knows what is done; the per-run files are deleted."""
+    import json
+
+    import pandas as pd
+
+    from benchmarks.harness.report import load_evaluations
+    from benchmarks.learning import zoo_table
+
+    specs = ewma_comparison.build_specs("smoke", {})[:2]
+    harness = tmp_path / "ewma_comparison" / "smoke"
+    originals = {}
+    for number, spec in enumerate(specs):
+        for timesteps in range(spec.eval_every, spec.total_timesteps + 1, spec.eval_every):
+            mean = math.nan if timesteps == spec.eval_every else number + timesteps / 7
+            row = {**spec.columns(), "timesteps": timesteps, "mean_return": mean, "episodes": 3, "wall_time": 0.1}
+            common.append_csv(harness / "runs" / f"{spec.run_id}.csv", row)
+        originals[spec.run_id] = pd.read_csv(harness / "runs" / f"{spec.run_id}.csv")
+        manifest_row = {"run_id": spec.run_id, "spec_hash": spec.spec_hash, "variant": spec.variant, "algo": spec.algo}
+        manifest_row |= {"env": spec.env, "n_envs": spec.n_envs, "seed": spec.seed, "timesteps": spec.total_timesteps}
+        manifest_row |= {"wall_time": 1.25, "steps_per_second": 100.0, "final_return": math.nan, "finished_at": "now"}
+        common.append_csv(harness / "manifest.csv", manifest_row, common.MANIFEST_FIELDS)
+    common.append_csv(harness / "runs" / "abandoned__seed=0.csv", {"run_id": "abandoned__seed=0", "timesteps": 64})
+    (job,) = zoo_table.build_jobs("table", 1, envs=["CartPole-v1"], max_steps=1024, variant_names=["ppo_ewma"])
+    zoo = tmp_path / "zoo_table" / "table"
+    result = {"status": "finished", "run_id": job.run_id, "n_timesteps": 1024, "curve": [[512, 9.5], [1024, 20.0]]}
+    (zoo / "runs").mkdir(parents=True)
+    (zoo / "runs" / f"{job.run_id}.json").write_text(json.dumps(result, indent=1))
+
+    written = results_store.main(["--gather", str(tmp_path)])
+    assert written == [harness / results_store.RUNS_FILE, zoo / results_store.RUNS_FILE]
+    assert not (harness / "runs").exists() and not (harness / "manifest.csv").exists() and not (zoo / "runs").exists()
+    common.append_csv(zoo / "runs" / "again.csv", {"run_id": "again"})
+    with pytest.raises(FileExistsError):
+        results_store.gather(zoo)  # once only
+
+    manifest = common.Manifest(harness / results_store.RUNS_FILE)
+    assert all(manifest.is_done(spec.run_id, spec.spec_hash) for spec in specs) and len(manifest.records) == 2
+    assert manifest.rows[specs[0].run_id]["spec_hash"] == specs[0].spec_hash
+    assert pd.DataFrame(manifest.rows.values())["final_return"].astype(float).isna().all()
+    assert results_store.latest(harness / results_store.RUNS_FILE)["abandoned__seed=0"]["status"] == "unfinished"
+    evaluations = load_evaluations(specs, harness)
+    for spec in specs:
+        frame = evaluations[evaluations["run_id"] == spec.run_id].reset_index(drop=True)
+        pd.testing.assert_frame_equal(frame[list(originals[spec.run_id].columns)], originals[spec.run_id])
+    assert zoo_table.is_done(job, zoo_table.finished_runs(zoo))
+    assert zoo_table.load_results(zoo_table.finished_runs(zoo)) == [result]
+
+
+def test_zoo_table_children_keep_the_users_pythonpath(tmp_path, monkeypatch):
+    """The training processes get the repository first on PYTHONPATH, then the user's own entries (where packages
+    may be installed), not the repository alone."""
+    import os
+    import subprocess
+
+    from benchmarks.learning import zoo_table
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/opt/site-packages", "/more/packages"]))
+    environments = []
+
+    def fake_run(argv, env, **kwargs):
+        environments.append(env)
+        return subprocess.CompletedProcess(argv, 1)
+
+    monkeypatch.setattr(zoo_table.subprocess, "run", fake_run)
+    (job,) = zoo_table.build_jobs("table", 1, envs=["CartPole-v1"], max_steps=1024, variant_names=["ppo_ewma"])
+    assert zoo_table.execute(job, tmp_path)["status"] == "failed"
+    (env,) = environments
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(zoo_table.REPO_ROOT), "/opt/site-packages", "/more/packages"]
+    monkeypatch.delenv("PYTHONPATH")
+    assert zoo_table.child_python_path() == str(zoo_table.REPO_ROOT)
+
+
+class _TimedModel:
+    """The methods the throughput benchmark times, recording their calls: ``train`` calls the proximal pass and the
+    EWMA update, as the decoupled algorithms' does."""
+
+    def __init__(self, device: str, events: list) -> None:
+        import torch as th
+
+        self.device = th.device(device)
+        self.events = events
+
+    def train(self) -> None:
+        self.events.append("train")
+        self._proximal_log_prob()
+        self._update_proximal_policy()
+
+    def _proximal_log_prob(self) -> None:
+        self.events.append("proximal")
+
+    def _update_proximal_policy(self) -> None:
+        self.events.append("ewma")
+
+
+def test_throughput_timer_synchronizes_before_and_after_each_part(monkeypatch):
+    """On CUDA every timed part (train, the proximal pass, the EWMA update) synchronizes the model's device when it
+    starts and when it ends, so that kernels queued before a part are not counted in it; on the CPU, CUDA is never
+    called."""
+    import torch as th
+
+    events: list = []
+    monkeypatch.setattr(th.cuda, "synchronize", lambda device=None: events.append(("synchronize", th.device(device))))
+    model = _TimedModel("cuda:0", events)  # a device object only: nothing runs on CUDA
+    timer = throughput.TrainTimer(model)
+    model.train()
+    sync = ("synchronize", th.device("cuda:0"))
+    assert events == [sync, "train", sync, "proximal", sync, sync, "ewma", sync, sync]
+    assert set(timer.seconds) == {"train", "proximal", "ewma"} and all(value >= 0 for value in timer.seconds.values())
+
+    def no_cuda(*args, **kwargs):
+        raise AssertionError("CUDA called for a model on the CPU")
+
+    events.clear()
+    monkeypatch.setattr(th.cuda, "synchronize", no_cuda)
+    monkeypatch.setattr(th.cuda, "is_available", no_cuda)
+    model = _TimedModel("cpu", events)
+    throughput.TrainTimer(model)
+    model.train()
+    assert events == ["train", "proximal", "ewma"]

@@ -254,6 +254,43 @@ def test_missing_procgen_raises_install_hint(monkeypatch):
         envs.ProcgenGymnasiumEnv("coinrun")
 
 
+def test_missing_system_library_names_the_package(monkeypatch):
+    """A machine without libGL.so.1: procgen's libenv.so cannot be loaded when its environment is built (cffi raises
+    an OSError there; the gymnasium environment builds at its first reset), and the error names the system package to
+    install and LD_LIBRARY_PATH."""
+    from sb3_ewma.envs import procgen as procgen_module
+
+    library = "/site-packages/procgen/data/prebuilt/libenv.so"
+    errors = {
+        "libGL.so.1": OSError(f"cannot load library '{library}': libGL.so.1: cannot open shared object file: No such file"),
+        "libglib-2.0.so.0": OSError(f"cannot load library '{library}': libglib-2.0.so.0: cannot open shared object file"),
+        "unrelated": OSError("[Errno 24] Too many open files"),
+    }
+
+    def failing_class(error: OSError) -> type:
+        class FailingEnv:
+            def __init__(self, **kwargs):
+                raise error
+
+        return FailingEnv
+
+    monkeypatch.setattr(procgen_module, "_procgen_env_class", lambda: failing_class(errors["libGL.so.1"]))
+    for build in (lambda: make_procgen_env("coinrun", n_envs=2), lambda: ProcgenGymnasiumEnv("coinrun").reset()):
+        with pytest.raises(OSError) as raised:
+            build()
+        message = str(raised.value)
+        assert "libGL.so.1" in message and "`apt-get install libgl1` (Debian, Ubuntu)" in message
+        assert "`dnf install mesa-libGL` (Fedora, RHEL)" in message and "LD_LIBRARY_PATH" in message
+        assert raised.value.__cause__ is errors["libGL.so.1"]
+    monkeypatch.setattr(procgen_module, "_procgen_env_class", lambda: failing_class(errors["libglib-2.0.so.0"]))
+    with pytest.raises(OSError, match=r"here libglib-2\.0\.so\.0\. Install it: `apt-get install libglib2\.0-0`"):
+        make_procgen_env("coinrun", n_envs=2)
+    monkeypatch.setattr(procgen_module, "_procgen_env_class", lambda: failing_class(errors["unrelated"]))
+    with pytest.raises(OSError) as raised:
+        make_procgen_env("coinrun", n_envs=2)
+    assert raised.value is errors["unrelated"]  # any other OSError passes through as it was
+
+
 def test_gymnasium_registration():
     env_ids = register_procgen_envs()
     assert len(env_ids) == 32 and "procgen-starpilot-easy" in env_ids and "procgen-coinrun-hard" in env_ids

@@ -2,7 +2,7 @@
 The command line of the learning experiments: run (or resume) an experiment's runs in worker processes, then write its
 report. Each experiment module (``benchmarks.learning.ewma_comparison``, ...) calls :func:`main` with its :class:`Experiment`.
 
-Dependencies go one way: this module uses :mod:`benchmarks.harness.common` (run specifications, manifest, CSV files),
+Dependencies go one way: this module uses :mod:`benchmarks.harness.common` (run specifications, finished runs, CSV files),
 :mod:`benchmarks.harness.runner` (one run) and :mod:`benchmarks.harness.report` (plots and tables); none of them imports it.
 """
 
@@ -18,6 +18,7 @@ from typing import Any
 from benchmarks.harness import runner
 from benchmarks.harness.common import Experiment, Manifest, RunSpec, base_parser, clock, select_chunk
 from benchmarks.harness.report import write_report
+from benchmarks.harness.results_store import RUNS_FILE
 
 
 def run_specs(
@@ -29,11 +30,11 @@ def run_specs(
 ) -> dict[str, int]:
     """
     Run the unfinished ``specs`` (longest first), ``workers`` at a time in separate processes (in this process when
-    ``workers == 1``), recording finished runs in the manifest and printing progress.
+    ``workers == 1``), appending each finished run's record to ``runs.jsonl`` and printing progress.
 
     :return: counts of runs by status (``"done before"``, ``"finished"``, ``"paused"``, ``"skipped"``, ``"failed"``)
     """
-    manifest = Manifest(out_dir / "manifest.csv")
+    manifest = Manifest(out_dir / RUNS_FILE)
     pending = sorted(
         (spec for spec in specs if not manifest.is_done(spec.run_id, spec.spec_hash)),
         key=lambda spec: spec.relative_cost,
@@ -50,8 +51,8 @@ def run_specs(
         counts[outcome["status"]] += 1
         done_cost += spec.relative_cost
         if outcome["status"] == "finished":
-            manifest.add(outcome["manifest"])
-            row = outcome["manifest"]
+            manifest.add(outcome["record"])
+            row = outcome["record"]
             speed = f"{row['wall_time']:.0f} s ({row['steps_per_second']:.0f} steps/s)"
             detail = f"{row['timesteps']} steps in {speed}, final return {row['final_return']}"
         elif outcome["status"] == "failed":
@@ -118,7 +119,7 @@ def main(experiment: Experiment, argv: Sequence[str] | None = None) -> Path:
     out_dir = Path(args.out) / experiment.name / args.preset
     out_dir.mkdir(parents=True, exist_ok=True)
     if args.list:
-        manifest = Manifest(out_dir / "manifest.csv")
+        manifest = Manifest(out_dir / RUNS_FILE)
         total = sum(spec.relative_cost for spec in specs)
         for spec in specs:
             status = "done" if manifest.is_done(spec.run_id, spec.spec_hash) else "todo"

@@ -1,15 +1,17 @@
 """
-Shared machinery of the learning benchmarks: run specifications, the CSV files and manifest, the parallel scheduler
+Shared machinery of the learning benchmarks: run specifications, the CSV files and the finished runs, the parallel scheduler
 and the command line. One run is trained by :mod:`benchmarks.harness.runner`, plots and tables are made by
 :mod:`benchmarks.harness.report`.
 
 Layout of an experiment's results, ``<out>/<experiment>/<preset>/``:
 
-- ``runs/<run_id>.csv``: one row per evaluation of the run, appended as training goes (``timesteps``,
-  ``mean_return``, ``episodes``, ``wall_time`` and the run's settings);
-- ``manifest.csv``: one row per finished run (with a hash of its settings); finished runs are skipped when the
-  command is run again, so an interrupted benchmark resumes where it stopped;
-- ``checkpoints/<run_id>/``: a run paused at a deadline (``--max-minutes``), resumed by the next invocation;
+- ``runs.jsonl``: one record per finished run (:mod:`benchmarks.harness.results_store`), appended when it finishes:
+  the fields of :data:`MANIFEST_FIELDS` (with a hash of its settings) and its evaluations, one row each (``timesteps``,
+  ``mean_return``, ``episodes``, ``wall_time`` and the run's settings); finished runs are skipped when the command is
+  run again, so an interrupted benchmark resumes where it stopped;
+- ``checkpoints/<run_id>/`` (not in version control): a run in progress, its evaluations so far (``evaluations.csv``,
+  appended as training goes) and, once paused at a deadline (``--max-minutes``), the checkpoint the next invocation
+  resumes from;
 - ``evaluations.csv`` (all finished runs), ``<experiment>.png`` and ``results.md``, written by the report.
 
 An evaluation is, by default, the mean return of the training episodes that ended since the previous evaluation
@@ -26,6 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from benchmarks.harness import results_store
 
 PRESETS = ("smoke", "cpu", "gpu", "paper")
 ALGORITHMS = ("ppo", "ppo_ewma", "ppg", "ppg_ewma")
@@ -199,25 +203,45 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 class Manifest:
     """
-    ``manifest.csv``: the finished runs of an experiment at a preset. A run is finished when a row has its ``run_id``
-    and the ``spec_hash`` of its current settings.
+    The finished runs of an experiment at a preset, the records of its ``runs.jsonl``
+    (:mod:`benchmarks.harness.results_store`). A run is finished when its last record has the ``spec_hash`` of its
+    current settings.
 
-    :param path: the CSV file
+    :param path: the ``runs.jsonl`` file
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.rows: dict[str, dict[str, str]] = {row["run_id"]: row for row in read_csv(path)}
+        self.records: dict[str, dict[str, Any]] = {
+            run_id: record
+            for run_id, record in results_store.latest(path).items()
+            if record.get("status", "finished") == "finished"
+        }
+
+    @property
+    def rows(self) -> dict[str, dict[str, Any]]:
+        """The finished runs' fields (:data:`MANIFEST_FIELDS`, without the evaluations), by run id."""
+        return {
+            run_id: {key: value for key, value in record.items() if key != "evaluations"}
+            for run_id, record in self.records.items()
+        }
 
     def is_done(self, run_id: str, spec_hash: str) -> bool:
         """Whether the run finished with these settings."""
-        row = self.rows.get(run_id)
-        return row is not None and row.get("spec_hash") == spec_hash
+        record = self.records.get(run_id)
+        return record is not None and record.get("spec_hash") == spec_hash
 
-    def add(self, row: dict[str, Any]) -> None:
-        """Record a finished run (a row of :data:`MANIFEST_FIELDS`)."""
-        append_csv(self.path, row, MANIFEST_FIELDS)
-        self.rows[str(row["run_id"])] = {key: str(value) for key, value in row.items()}
+    def add(self, record: dict[str, Any]) -> None:
+        """Record a finished run: the fields of :data:`MANIFEST_FIELDS` and its ``evaluations``
+        (:func:`benchmarks.harness.results_store.table`)."""
+        record = {"status": "finished", **record}
+        results_store.append(self.path, record)
+        self.records[str(record["run_id"])] = record
+
+    def evaluations(self, run_id: str) -> list[dict[str, Any]]:
+        """The evaluation rows of a finished run, NaN where the file has ``null``."""
+        data = self.records[run_id].get("evaluations") or {"columns": [], "rows": []}
+        return [dict(zip(data["columns"], row)) for row in results_store.table_rows(data)]
 
 
 # ----------------------------------------------------------------------------------------------------------------------

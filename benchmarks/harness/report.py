@@ -24,6 +24,7 @@ import pandas as pd
 
 from benchmarks.harness.common import FINAL_FRACTION, Experiment, Manifest, RunSpec
 from benchmarks.harness.envs import is_procgen, score, short_name
+from benchmarks.harness.results_store import RUNS_FILE
 
 ALGORITHM_LABELS = {
     "ppo": "PPO (SB3)",
@@ -38,18 +39,19 @@ ALL_GAMES = "all games (normalized)"
 
 def load_evaluations(specs: Sequence[RunSpec], out_dir: Path) -> pd.DataFrame:
     """
-    The evaluation rows of the finished runs (in the manifest with their current settings), one copy per variant the
+    The evaluation rows of the finished runs (in ``runs.jsonl`` with their current settings), one copy per variant the
     run stands for (its own and its ``aliases``, column ``shared`` True for the copies), with a ``score`` column
     (:func:`benchmarks.harness.envs.score`) and the run's ``total_timesteps``. ``mean_return`` is NaN for an evaluation window
     in which no episode ended.
     """
-    manifest = Manifest(out_dir / "manifest.csv")
+    manifest = Manifest(out_dir / RUNS_FILE)
     frames = []
     for spec in specs:
-        path = out_dir / "runs" / f"{spec.run_id}.csv"
-        if not manifest.is_done(spec.run_id, spec.spec_hash) or not path.exists():
+        if not manifest.is_done(spec.run_id, spec.spec_hash):
             continue
-        frame = pd.read_csv(path)
+        frame = pd.DataFrame(manifest.evaluations(spec.run_id))
+        if frame.empty:
+            continue
         frame["score"] = score(spec.env, frame["mean_return"].to_numpy())
         frame["total_timesteps"] = spec.total_timesteps
         frames += [frame.assign(variant=variant, shared=variant != spec.variant) for variant in (spec.variant, *spec.aliases)]
@@ -174,14 +176,14 @@ def _settings_table(specs: Sequence[RunSpec]) -> str:
 
 def write_report(experiment: Experiment, specs: Sequence[RunSpec], out_dir: Path, command: str) -> Path:
     """
-    Write ``evaluations.csv``, the experiment's figures and ``results.md`` from the finished runs.
+    Write ``evaluations.csv``, the experiment's figures and ``results.md`` from the finished runs (``runs.jsonl``).
 
     :return: the path of ``results.md``
     """
     evaluations = load_evaluations(specs, out_dir)
-    manifest = Manifest(out_dir / "manifest.csv")
+    manifest = Manifest(out_dir / RUNS_FILE)
     finished = [spec for spec in specs if manifest.is_done(spec.run_id, spec.spec_hash)]
-    run_seconds = sum(float(manifest.rows[spec.run_id]["wall_time"]) for spec in finished)
+    run_seconds = sum(float(manifest.records[spec.run_id]["wall_time"]) for spec in finished)
     envs = ", ".join(dict.fromkeys(spec.env for spec in specs))
     steps = sorted({spec.total_timesteps for spec in specs})
     seeds = len({spec.seed for spec in specs})

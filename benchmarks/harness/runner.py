@@ -1,9 +1,10 @@
 """
 One run of a learning benchmark, in the current process: build (or resume) the model, learn in segments between
-evaluations, append a CSV row per evaluation, and pause at a deadline with a checkpoint (see :mod:`benchmarks.harness.common`
-for the files and the scheduling).
+evaluations, append a CSV row per evaluation, pause at a deadline with a checkpoint, and return the finished run's record
+(see :mod:`benchmarks.harness.common` for the files and the scheduling).
 """
 
+import csv
 import json
 import math
 import pickle
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
-from benchmarks.harness import common
+from benchmarks.harness import common, results_store
 from benchmarks.harness.common import FINAL_FRACTION, RunSpec, algorithm_class, append_csv, read_csv, round_up
 
 
@@ -59,8 +60,9 @@ def _is_safe(model: Any) -> bool:
 
 class Checkpoint:
     """
-    The state of a paused run: the SB3 model (with its EWMA), the reward normalization statistics, the stale rollouts of
-    artificial staleness and the run's own progress (``meta.json``).
+    The state of a run in progress: its evaluations so far (``evaluations.csv``) and, once paused, the SB3 model (with
+    its EWMA), the reward normalization statistics, the stale rollouts of artificial staleness and the run's own
+    progress (``meta.json``). Scratch files: ``checkpoints/`` is kept out of version control.
 
     :param directory: ``checkpoints/<run_id>``
     """
@@ -68,6 +70,12 @@ class Checkpoint:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.meta_path = directory / "meta.json"
+        self.evaluations_path = directory / "evaluations.csv"
+
+    def create(self) -> None:
+        """Make the directory, and keep ``checkpoints/`` out of version control."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        (self.directory.parent / ".gitignore").write_text("*\n")
 
     def meta(self, spec_hash: str) -> dict[str, Any] | None:
         """The saved progress, or None without a checkpoint of these settings."""
@@ -80,9 +88,7 @@ class Checkpoint:
         """Save the model, ``env``'s normalization statistics, the stale rollouts and ``meta``."""
         from stable_baselines3.common.vec_env import VecNormalize
 
-        self.directory.mkdir(parents=True, exist_ok=True)
-        # checkpoints are scratch files: keep them out of version control
-        (self.directory.parent / ".gitignore").write_text("*\n")
+        self.create()
         model.save(self.directory / "model.zip")
         if isinstance(env, VecNormalize):
             env.save(str(self.directory / "vecnormalize.pkl"))
@@ -105,7 +111,7 @@ class Checkpoint:
         return model, env
 
     def remove(self) -> None:
-        """Delete the checkpoint (the run finished)."""
+        """Delete the checkpoint and the evaluations so far (the run finished and is recorded)."""
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
@@ -138,8 +144,9 @@ class _Run:
 
         th.set_num_threads(spec.threads)
         self.spec = spec
-        self.csv_path = out_dir / "runs" / f"{spec.run_id}.csv"
         self.checkpoint = Checkpoint(out_dir / "checkpoints" / spec.run_id)
+        self.checkpoint.create()
+        self.csv_path = self.checkpoint.evaluations_path
         meta = self.checkpoint.meta(spec.spec_hash) or {"wall_time": 0.0, "chunk": 0}
         self.previous_wall_time = float(meta["wall_time"])
         self.chunk = int(meta["chunk"])
@@ -214,10 +221,19 @@ class _Run:
         if self.eval_env is not None:
             self.eval_env.close()
 
-    def manifest_row(self) -> dict[str, Any]:
-        """The row of the finished run in ``manifest.csv``."""
+    def record(self) -> dict[str, Any]:
+        """
+        The record of the finished run in ``runs.jsonl``: the fields of
+        :data:`~benchmarks.harness.common.MANIFEST_FIELDS` and its evaluations
+        (:func:`benchmarks.harness.results_store.table`).
+        """
         spec, wall_time = self.spec, self.wall_time()
+        with open(self.csv_path, newline="") as file:
+            reader = csv.DictReader(file)
+            rows = list(reader)
+        evaluations = results_store.table(rows, reader.fieldnames)
         return {
+            "status": "finished",
             "run_id": spec.run_id,
             "spec_hash": spec.spec_hash,
             "variant": spec.variant,
@@ -228,21 +244,22 @@ class _Run:
             "timesteps": self.model.num_timesteps,
             "wall_time": round(wall_time, 2),
             "steps_per_second": round(self.model.num_timesteps / max(wall_time, 1e-9), 1),
-            "final_return": round(final_return(read_csv(self.csv_path), spec.total_timesteps), 4),
+            "final_return": round(final_return(rows, spec.total_timesteps), 4),
             "finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "evaluations": evaluations,
         }
 
 
 def execute(spec: RunSpec, out_dir: Path, deadline: float | None = None, verbose: bool = False) -> dict[str, Any]:
     """
-    Train (or resume) one run, appending a row to ``runs/<run_id>.csv`` at every evaluation.
+    Train (or resume) one run, appending a row to ``checkpoints/<run_id>/evaluations.csv`` at every evaluation.
 
     With a ``deadline`` (a ``time.time()`` value), the run pauses at the last checkpointable point expected to come
     before the deadline (always after some progress), saves a checkpoint and returns ``status="paused"``; a run not
     started before the deadline is ``"skipped"``.
 
-    :return: ``{"status": "finished" | "paused" | "skipped", "spec": spec, "timesteps": ...}``, with the manifest row
-        under ``"manifest"`` when finished
+    :return: ``{"status": "finished" | "paused" | "skipped", "spec": spec, "timesteps": ...}``, with the run's record
+        for ``runs.jsonl`` (:meth:`_Run.record`) under ``"record"`` when finished (the caller appends it)
     """
     if deadline is not None and common.clock() >= deadline:
         return {"status": "skipped", "spec": spec, "timesteps": 0}
@@ -265,8 +282,9 @@ def execute(spec: RunSpec, out_dir: Path, deadline: float | None = None, verbose
             run.pause()
             return {"status": "paused", "spec": spec, "timesteps": model.num_timesteps}
     run.close()
+    record = run.record()
     run.checkpoint.remove()
-    return {"status": "finished", "spec": spec, "timesteps": model.num_timesteps, "manifest": run.manifest_row()}
+    return {"status": "finished", "spec": spec, "timesteps": model.num_timesteps, "record": record}
 
 
 def execute_safely(spec: RunSpec, out_dir: Path, deadline: float | None = None, verbose: bool = False) -> dict[str, Any]:

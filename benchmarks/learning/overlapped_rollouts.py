@@ -38,6 +38,7 @@ from benchmarks.harness.report import (
     save_figure,
     summarize,
 )
+from benchmarks.harness.results_store import RUNS_FILE
 from benchmarks.harness.settings import SETTINGS, Scale
 
 NAME = "async_rollouts"
@@ -128,7 +129,7 @@ def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
 
 def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -> str:
     """Learning curves and final returns of both variants (figure), final returns and speeds per variant (table)."""
-    manifest = pd.DataFrame(Manifest(out_dir / "manifest.csv").rows.values())
+    manifest = pd.DataFrame(Manifest(out_dir / RUNS_FILE).rows.values())
     all_panels = panels(evaluations, ["variant"])
     figure, axes = new_figure(len(all_panels), 1, width=5.0)
     tables = []

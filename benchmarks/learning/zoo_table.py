@@ -18,16 +18,17 @@ named center-of-mass rule of :mod:`sb3_ewma.common.ewma_age` on classic-control 
 
 Results, ``benchmarks/results/zoo_table/<experiment>/``:
 
-- ``runs/<env>__<variant>__seed=<s>.json``: one finished run (command, budget, wall clock, final evaluation, learning
-  curve, the ``config.yml`` it trained with); a run is skipped when its file exists, so an interrupted benchmark
-  resumes where it stopped (an unfinished run restarts);
-- ``logs/<run>.log``: the run's output (kept out of version control with the rl-zoo3 log folders under ``zoo_logs/``);
+- ``runs.jsonl``: one record per finished run, keyed by its run id ``<env>__<variant>__seed=<s>`` (command, budget,
+  wall clock, final evaluation, learning curve, the ``config.yml`` it trained with;
+  :mod:`benchmarks.harness.results_store`), appended when the run finishes; a run is skipped when the file holds it,
+  so an interrupted benchmark resumes where it stopped (an unfinished run restarts);
+- ``logs/<run>.log``: the run's output (kept out of version control, with the rl-zoo3 log folders under ``zoo_logs/``,
+  by the ``.gitignore`` written there);
 - ``benchmark.md``: the table (algo, env, mean, std, timesteps, eval timesteps, eval episodes) with rl-zoo3's published
   PPO figure and our SB3 PPO figure beside each row, then wall clock per run; ``curves/<env>.png``: learning curves.
 """
 
 import argparse
-import json
 import math
 import multiprocessing
 import os
@@ -45,6 +46,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from benchmarks.harness import results_store
 from benchmarks.harness.report import markdown_table, new_figure, save_figure
 from benchmarks.learning.zoo_tasks import (
     EXPERIMENTS,
@@ -69,6 +71,8 @@ VARIANT_TITLES = {"ppo": "SB3 PPO", "ppo_ewma": "PPO_EWMA", "ppg_ewma": "PPG_EWM
 SUMMARY_START, SUMMARY_END = "<!-- summary table -->", "<!-- end of the summary table -->"
 """Markers around the summary table (the documentation includes what lies between them, the README holds a copy)."""
 README = REPO_ROOT / "README.md"
+GITIGNORE = "zoo_logs/\nlogs/\n"
+"""The ``.gitignore`` of an experiment's results: rl-zoo3's folders and the runs' logs."""
 
 
 @dataclass(frozen=True)
@@ -191,14 +195,24 @@ def learning_curve(run_folder: Path) -> list[list[float]]:
     return [[int(step), float(np.mean(results))] for step, results in zip(data["timesteps"], data["results"])]
 
 
+def child_python_path() -> str:
+    """
+    The ``PYTHONPATH`` of a training process: the repository (for ``sb3_ewma`` and ``benchmarks``), then the entries
+    of this process's own ``PYTHONPATH`` (where packages may be installed), kept in their order.
+    """
+    entries = [str(REPO_ROOT), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    return os.pathsep.join(entry for entry in entries if entry)
+
+
 def execute(job: Job, out_dir: Path) -> dict[str, Any]:
-    """Train ``job`` (from scratch), evaluate it and write ``runs/<run_id>.json``; return the result."""
+    """Train ``job`` (from scratch) and evaluate it; return the result (the record :func:`run_jobs` appends to
+    ``runs.jsonl``)."""
     log_folder = out_dir / "zoo_logs" / job.run_id
     shutil.rmtree(log_folder, ignore_errors=True)
     log_path = out_dir / "logs" / f"{job.run_id}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     argv = command(job, log_folder, conf_file(job, out_dir))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": child_python_path()}
     start, children_before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(log_path, "w") as log:
         log.write(" ".join(argv) + "\n")
@@ -232,9 +246,6 @@ def execute(job: Job, out_dir: Path) -> dict[str, Any]:
         "config": {key: repr(value) for key, value in dict(config).items()},
         "finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
-    path = out_dir / "runs" / f"{job.run_id}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1))
     shutil.rmtree(log_folder, ignore_errors=True)
     return result
 
@@ -287,10 +298,20 @@ def build_jobs(
     return jobs
 
 
-def is_done(job: Job, out_dir: Path) -> bool:
-    """Whether ``job`` has a finished run with its budget (a run with another budget is run again, replacing it)."""
-    path = out_dir / "runs" / f"{job.run_id}.json"
-    return path.exists() and json.loads(path.read_text()).get("n_timesteps") == job.budget
+def finished_runs(out_dir: Path) -> dict[str, dict[str, Any]]:
+    """The finished runs of the experiment (the last record of each run id in ``runs.jsonl``), by run id."""
+    records = results_store.latest(out_dir / results_store.RUNS_FILE)
+    return {run_id: record for run_id, record in records.items() if record.get("status") == "finished"}
+
+
+def is_done(job: Job, finished: dict[str, dict[str, Any]]) -> bool:
+    """
+    Whether ``job`` has a finished run with its budget (a run with another budget is run again, replacing it).
+
+    :param finished: the experiment's finished runs, :func:`finished_runs`
+    """
+    record = finished.get(job.run_id)
+    return record is not None and record.get("n_timesteps") == job.budget
 
 
 def _outcomes(jobs: list[Job], out_dir: Path, workers: int) -> Iterable[dict[str, Any]]:
@@ -303,8 +324,12 @@ def _outcomes(jobs: list[Job], out_dir: Path, workers: int) -> Iterable[dict[str
 
 
 def run_jobs(jobs: Sequence[Job], out_dir: Path, workers: int = 1) -> dict[str, int]:
-    """Run the unfinished ``jobs``, ``workers`` at a time, printing progress and rewriting the report after each."""
-    pending = [job for job in jobs if not is_done(job, out_dir)]
+    """
+    Run the unfinished ``jobs``, ``workers`` at a time, appending each finished run's record to ``runs.jsonl`` (in this
+    process), printing progress and rewriting the report after each.
+    """
+    finished = finished_runs(out_dir)
+    pending = [job for job in jobs if not is_done(job, finished)]
     counts = {"done before": len(jobs) - len(pending), "finished": 0, "failed": 0}
     print(f"{len(jobs)} runs: {counts['done before']} already finished, {len(pending)} to run with {workers} worker(s)")
     total_steps = sum(job.budget for job in pending) or 1
@@ -317,6 +342,7 @@ def run_jobs(jobs: Sequence[Job], out_dir: Path, workers: int = 1) -> dict[str, 
         elapsed = time.time() - start
         eta = elapsed * (total_steps - done_steps) / done_steps
         if outcome["status"] == "finished":
+            results_store.append(out_dir / results_store.RUNS_FILE, outcome)
             final = outcome["final"]
             detail = f"{final['mean_reward']:.2f} +- {final['std_reward']:.2f} in {outcome['wall_clock_s']:.0f} s"
         else:
@@ -334,9 +360,9 @@ def run_jobs(jobs: Sequence[Job], out_dir: Path, workers: int = 1) -> dict[str, 
 # report
 
 
-def load_results(out_dir: Path) -> list[dict[str, Any]]:
-    """Every finished run of the experiment."""
-    return [json.loads(path.read_text()) for path in sorted((out_dir / "runs").glob("*.json"))]
+def load_results(finished: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of :func:`finished_runs` in the order of their run ids."""
+    return [finished[run_id] for run_id in sorted(finished)]
 
 
 def _steps(value: float) -> str:
@@ -571,8 +597,9 @@ def goal_lines(summary: dict[tuple[str, str], dict[str, Any]], variants: Sequenc
 
 
 def write_report(out_dir: Path, jobs: Sequence[Job], command_line: str | None = None) -> Path:
-    """Write ``benchmark.md`` and the curves from the finished runs."""
-    results, stale = split_stale(load_results(out_dir))
+    """Write ``benchmark.md`` and the curves from the finished runs (``runs.jsonl``)."""
+    finished = finished_runs(out_dir)
+    results, stale = split_stale(load_results(finished))
     experiment = jobs[0].experiment if jobs else out_dir.name
     variants = EXPERIMENTS[experiment][0]
     summary = summarize(results)
@@ -599,7 +626,7 @@ def write_report(out_dir: Path, jobs: Sequence[Job], command_line: str | None = 
         "",
         "Written by `benchmarks.learning.zoo_table`"
         + (f" (`{command_line}`)" if command_line else "")
-        + f". {sum(is_done(job, out_dir) for job in jobs)} of its {len(jobs)} runs finished; the tables hold every "
+        + f". {sum(is_done(job, finished) for job in jobs)} of its {len(jobs)} runs finished; the tables hold every "
         f"finished run of `{out_dir.name}` ({len(results)}).{stale_note}",
         "",
         "mean_reward: mean over seeds of each seed's final evaluation (the saved model loaded as rl-zoo3's `enjoy` does; "
@@ -709,10 +736,11 @@ def main(argv: Sequence[str] | None = None) -> Path:
     )
     out_dir = args.out / args.experiment
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / ".gitignore").write_text("zoo_logs/\n")
+    (out_dir / ".gitignore").write_text(GITIGNORE)
     if args.list:
+        finished = finished_runs(out_dir)
         for job in jobs:
-            status = "done" if is_done(job, out_dir) else "todo"
+            status = "done" if is_done(job, finished) else "todo"
             print(f"{status}  {job.run_id}  {job.budget} steps{' (reduced)' if job.reduced else ''}")
         print(f"{len(jobs)} runs, {sum(job.budget for job in jobs)} environment steps in all")
         return out_dir

@@ -162,14 +162,31 @@ def settings_for(name: str, config: dict[str, Any]) -> dict[str, Any]:
     return settings
 
 
+def synchronize(device: th.device | str) -> None:
+    """
+    Wait until the kernels queued on ``device`` have run, when it is a CUDA device; nothing on any other device (CUDA
+    is not touched then).
+
+    :param device: the device of the timed work
+    """
+    device = th.device(device)
+    if device.type == "cuda":
+        th.cuda.synchronize(device)
+
+
 class TrainTimer:
     """
     Wraps ``model.train`` to add up the time spent optimizing, and within it the proximal pass
-    (``_proximal_log_prob``) and the EWMA update (``_update_proximal_policy``), synchronizing CUDA when it is used.
+    (``_proximal_log_prob``) and the EWMA update (``_update_proximal_policy``). On CUDA every timed part synchronizes
+    the model's device when it starts and when it ends, so that kernels queued before a part (the backward pass and
+    the optimizer step before the EWMA update) are not counted in it.
+
+    :param model: the algorithm whose methods are wrapped (in place)
     """
 
     def __init__(self, model: Any) -> None:
         self.seconds = {"train": 0.0, "proximal": 0.0, "ewma": 0.0}
+        self.device = th.device(model.device)
         self._wrap(model, "train", "train")
         for method, key in (("_proximal_log_prob", "proximal"), ("_update_proximal_policy", "ewma")):
             if hasattr(model, method):
@@ -179,10 +196,10 @@ class TrainTimer:
         function = getattr(model, method)
 
         def timed(*args: Any, **kwargs: Any) -> Any:
+            synchronize(self.device)
             start = time.perf_counter()
             result = function(*args, **kwargs)
-            if th.cuda.is_available():
-                th.cuda.synchronize()
+            synchronize(self.device)
             self.seconds[key] += time.perf_counter() - start
             return result
 
@@ -206,8 +223,10 @@ def measure(name: str, repeat: int, config: dict[str, Any]) -> dict[str, Any]:
     model.learn(config["n_envs"] * config["n_steps"])
     timer = TrainTimer(model)
     steps = config["n_envs"] * config["n_steps"] * config["iterations"]
+    synchronize(timer.device)  # the warm-up's queued kernels are not part of the timed learn
     start = time.perf_counter()
     model.learn(steps, reset_num_timesteps=False)
+    synchronize(timer.device)
     total = time.perf_counter() - start
     env.close()
     train = timer.seconds["train"]

@@ -7,6 +7,7 @@ The ``procgen`` module (distribution ``procgen-mirror``, extra ``procgen``) is i
 imported without it.
 """
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,6 +48,43 @@ _INSTALL_MESSAGE = (
     f"Procgen environments need the `procgen` module: install the extra with {install_hint('procgen')} "
     "(it installs the procgen-mirror distribution, which ships the `procgen` module with wheels for recent Pythons)"
 )
+
+
+# the system packages (Debian/Ubuntu, Fedora/RHEL) of the shared libraries that procgen's libenv.so links and that a
+# headless server image may lack; libGL.so.1's packages bring libGLX and libGLdispatch with them
+_SYSTEM_LIBRARY_PACKAGES = {
+    "libGL.so": ("libgl1", "mesa-libGL"),
+    "libGLX.so": ("libglx0", "libglvnd-glx"),
+    "libGLdispatch.so": ("libglvnd0", "libglvnd"),
+    "libglib-2.0.so": ("libglib2.0-0", "glib2"),
+}
+
+
+def _missing_library_error(error: OSError) -> OSError | None:
+    """
+    The error to raise when procgen's ``libenv.so`` could not be loaded because a system library it links is missing,
+    saying which system package to install; None for any other ``OSError``.
+
+    :param error: the error raised while procgen loaded its environment library
+    """
+    message = str(error)
+    missing = re.search(r"(lib[\w.+-]*\.so[\w.]*): cannot open shared object file", message)
+    if missing is None or missing.group(1).startswith("libenv."):
+        return None  # not a missing system library (procgen's own library missing is a broken install)
+    library = missing.group(1)
+    packages = next(
+        (packages for prefix, packages in _SYSTEM_LIBRARY_PACKAGES.items() if library.startswith(prefix + ".")), None
+    )
+    if packages is None:
+        install = f"Install the system package that provides {library}"
+    else:
+        install = f"Install it: `apt-get install {packages[0]}` (Debian, Ubuntu) or `dnf install {packages[1]}` (Fedora, RHEL)"
+    return OSError(
+        f"procgen could not load its environment library: {message}. procgen's libenv.so links system libraries that a "
+        f"headless server may lack, here {library}. {install}. procgen needs libGL.so.1 (package libgl1 on Debian and "
+        "Ubuntu, mesa-libGL on Fedora and RHEL) and glib (libglib2.0-0, glib2). On a machine without root, unpack "
+        "these libraries into a folder and add it to LD_LIBRARY_PATH before starting Python."
+    )
 
 
 def _procgen_env_class() -> type:
@@ -146,14 +184,21 @@ def _make_procgen(
     if distribution_mode != "exploration":
         # exploration mode sets them itself and refuses them as arguments
         kwargs.update(num_levels=int(num_levels), start_level=int(start_level))
-    return env_class(
-        num=int(num),
-        env_name=env_name,
-        distribution_mode=distribution_mode,
-        rand_seed=int(rand_seed),
-        render_mode=render_mode,
-        **kwargs,
-    )
+    try:
+        # procgen loads its environment library (libenv.so, through cffi) here, not when it is imported
+        return env_class(
+            num=int(num),
+            env_name=env_name,
+            distribution_mode=distribution_mode,
+            rand_seed=int(rand_seed),
+            render_mode=render_mode,
+            **kwargs,
+        )
+    except OSError as error:
+        missing = _missing_library_error(error)
+        if missing is None:
+            raise
+        raise missing from error
 
 
 class ProcgenVecEnv(VecEnv):

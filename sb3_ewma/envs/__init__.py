@@ -1,6 +1,6 @@
 """Environments: Procgen for Stable-Baselines3 (importing this registers the gymnasium ids ``procgen-<game>-<mode>``)."""
 
-from sb3_ewma.envs.procgen import PROCGEN_KWARGS, ProcgenGymnasiumEnv, ProcgenVecEnv, make_procgen_env, register_procgen_envs
+from sb3_ewma.envs.procgen import PROCGEN_KWARGS, ProcgenVecEnv, make_procgen_env
 from sb3_ewma.envs.procgen_games import (
     PROCGEN_DISTRIBUTION_MODES,
     PROCGEN_GAMES,
@@ -9,6 +9,7 @@ from sb3_ewma.envs.procgen_games import (
     normalized_return,
     parse_procgen_env_id,
 )
+from sb3_ewma.envs.procgen_gymnasium import ProcgenGymnasiumEnv, register_procgen_envs
 from sb3_ewma.envs.procgen_monitor import ProcgenMonitor
 
 register_procgen_envs()

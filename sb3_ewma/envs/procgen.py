@@ -1,6 +1,7 @@
 """
-Procgen (Cobbe et al. 2020) for Stable-Baselines3: a ``VecEnv`` adapter over procgen's vectorized environment and a
-single-environment gymnasium wrapper registered for rl-zoo3. The games, modes and normalization constants are in
+Procgen (Cobbe et al. 2020) for Stable-Baselines3: a ``VecEnv`` adapter over procgen's vectorized environment, and
+the loading, seeding and argument checks it shares with the single-environment gymnasium wrapper registered for
+rl-zoo3 (:mod:`sb3_ewma.envs.procgen_gymnasium`). The games, modes and normalization constants are in
 :mod:`sb3_ewma.envs.procgen_games`, the episode statistics in :mod:`sb3_ewma.envs.procgen_monitor`.
 
 The ``procgen`` module (distribution ``procgen-mirror``, extra ``procgen``) is imported lazily, so this module can be
@@ -22,7 +23,6 @@ from sb3_ewma.envs.procgen_games import (
     PROCGEN_DISTRIBUTION_MODES,
     PROCGEN_GAMES,
     PROCGEN_MODE_GAMES,
-    PROCGEN_REGISTERED_MODES,
 )
 from sb3_ewma.envs.procgen_monitor import ProcgenMonitor
 
@@ -478,133 +478,3 @@ def make_procgen_env(
     if normalize_reward:
         venv = VecNormalize(venv, training=True, norm_obs=False, norm_reward=True, gamma=gamma, clip_reward=clip_reward)
     return venv
-
-
-class ProcgenGymnasiumEnv(gym.Env):
-    """
-    A single Procgen environment (procgen with ``num=1``) as a ``gymnasium.Env``: the entry point of the ids
-    ``procgen-<game>-<mode>`` registered by :func:`register_procgen_envs`. For training, prefer the much faster
-    :func:`make_procgen_env`.
-
-    Procgen resets episodes itself and never shows the final frame: the step that ends an episode returns
-    ``terminated=True`` with the last observation before the final action, and the following ``reset()`` returns
-    the first observation of the episode procgen has already started (no rebuild). ``truncated`` is always False
-    (procgen does not report time-limit ends). At episode ends ``info`` holds ``"level_complete"`` and
-    ``"is_success"`` (procgen's ``prev_level_complete``).
-
-    ``reset(seed=s)`` rebuilds procgen with ``rand_seed=s % 2**31``; a ``reset()`` in the middle of an episode
-    rebuilds it with a seed drawn from ``self.np_random`` (procgen cannot reset an episode), so runs are
-    reproducible from the first seed.
-
-    :param env_name: the game, one of :data:`PROCGEN_GAMES`
-    :param distribution_mode: "easy", "hard" or a restricted mode
-    :param num_levels: number of distinct levels (0: unlimited)
-    :param start_level: seed of the first level
-    :param render_mode: None or "rgb_array" (procgen's 512 x 512 frames)
-    :param procgen_kwargs: options passed to procgen (:data:`PROCGEN_KWARGS`)
-    """
-
-    metadata = {"render_modes": ["rgb_array"], "render_fps": PROCGEN_FPS}
-
-    def __init__(
-        self,
-        env_name: str = "coinrun",
-        distribution_mode: str = "hard",
-        num_levels: int = 0,
-        start_level: int = 0,
-        render_mode: str | None = None,
-        **procgen_kwargs: Any,
-    ) -> None:
-        check_procgen_args(env_name, 1, num_levels, start_level, distribution_mode, render_mode, procgen_kwargs)
-        _procgen_env_class()
-        self.env_name = env_name
-        self.distribution_mode = distribution_mode
-        self.num_levels = int(num_levels)
-        self.start_level = int(start_level)
-        # a single environment needs no worker threads (procgen's own gym registration does the same)
-        self.procgen_kwargs = {"num_threads": 0, **procgen_kwargs}
-        self.render_mode = render_mode
-        self.observation_space = spaces.Box(low=0, high=255, shape=(64, 64, 3), dtype=np.uint8)
-        self.action_space = spaces.Discrete(15)
-        self._env: Any = None
-        self._obs = np.zeros(self.observation_space.shape, dtype=np.uint8)
-        self._level_seed = 0
-        self._mid_episode = False
-
-    def _build(self, rand_seed: int) -> None:
-        if self._env is not None:
-            self._env.close()
-            self._env = None
-        self._env = _make_procgen(
-            1,
-            self.env_name,
-            self.distribution_mode,
-            self.num_levels,
-            self.start_level,
-            rand_seed,
-            self.render_mode,
-            self.procgen_kwargs,
-        )
-        _, ob, _ = self._env.observe()
-        self._obs = ob["rgb"][0]
-        self._level_seed = int(self._env.get_info()[0]["level_seed"])
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)
-        if seed is not None:
-            self._build(to_procgen_seed(seed))
-        elif self._env is None or self._mid_episode:
-            self._build(int(self.np_random.integers(_SEED_MODULUS)))
-        self._mid_episode = False
-        return self._obs.copy(), {"level_seed": self._level_seed}
-
-    def step(self, action: int | np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        if self._env is None:
-            raise RuntimeError("call reset() before step()")
-        self._env.act(np.asarray(action, dtype=np.int32).reshape(1))
-        rewards, ob, first = self._env.observe()
-        raw_info = self._env.get_info()[0]
-        terminated = bool(first[0])
-        self._level_seed = int(raw_info["level_seed"])
-        info: dict[str, Any] = {"level_seed": self._level_seed}
-        if terminated:
-            obs = self._obs
-            info["level_complete"] = info["is_success"] = bool(raw_info["prev_level_complete"])
-        else:
-            obs = ob["rgb"][0]
-        self._mid_episode = not terminated
-        self._obs = ob["rgb"][0]
-        return obs.copy(), float(rewards[0]), terminated, False, info
-
-    def render(self) -> np.ndarray | None:
-        if self.render_mode != "rgb_array" or self._env is None:
-            return None
-        return self._env.get_info()[0]["rgb"]
-
-    def close(self) -> None:
-        if self._env is not None:
-            self._env.close()
-            self._env = None
-
-
-def register_procgen_envs() -> list[str]:
-    """
-    Register the gymnasium ids ``procgen-<game>-<mode>`` (every game of :data:`PROCGEN_GAMES`, modes "easy" and
-    "hard"), e.g. ``gymnasium.make("procgen-starpilot-easy")``, with :class:`ProcgenGymnasiumEnv` as entry point.
-    Already registered ids are left alone. Importing ``sb3_ewma.envs`` calls it; procgen is only needed to make
-    the environments.
-
-    :return: the ids
-    """
-    env_ids = []
-    for game in PROCGEN_GAMES:
-        for mode in PROCGEN_REGISTERED_MODES:
-            env_id = f"procgen-{game}-{mode}"
-            if env_id not in gym.registry:
-                gym.register(
-                    id=env_id,
-                    entry_point="sb3_ewma.envs.procgen:ProcgenGymnasiumEnv",
-                    kwargs={"env_name": game, "distribution_mode": mode},
-                )
-            env_ids.append(env_id)
-    return env_ids

@@ -34,7 +34,7 @@ def _procgen_settings(env: gym.Env) -> tuple[dict[str, Any], str | None, tuple[s
     The constructor arguments of the single Procgen environment ``env`` built by an rl-zoo3 environment function,
     the file of its ``Monitor`` (if any) and the Monitor's ``info_keywords``.
     """
-    from sb3_ewma.envs.procgen import ProcgenGymnasiumEnv
+    from sb3_ewma.envs.procgen_gymnasium import ProcgenGymnasiumEnv
 
     monitor_file: str | None = None
     info_keywords: tuple[str, ...] = ()

@@ -11,7 +11,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 
 from sb3_ewma import hyperparams_opt
 from sb3_ewma.algorithms import ALGORITHMS, HYPERPARAMS_DIR, packaged_hyperparams_file
-from sb3_ewma.envs.procgen import register_procgen_envs
+from sb3_ewma.envs.procgen_gymnasium import register_procgen_envs
 
 ZOO_ALGORITHMS: Mapping[str, type[BaseAlgorithm]] = ALGORITHMS
 """This package's algorithms by rl-zoo3 name (``--algo``), added to ``rl_zoo3.ALGOS`` by :func:`register_zoo`: the

@@ -96,13 +96,15 @@ class RolloutCollectionMixin(HostAlgorithm):
     """
     Mixed into an SB3 ``OnPolicyAlgorithm`` (before it in the bases): routes ``collect_rollouts`` through
     :meth:`_collect_rollout_with` with ``self.policy`` acting and ``_timesteps_per_env_step`` environment steps counted
-    per vectorized step. The rollout loop is SB3's (:func:`collect_rollout`); an algorithm whose parent has a loop of
-    its own (sb3-contrib's LSTM states, action masks) overrides :meth:`_collect_rollout_with` to run that loop, and
-    names the state it advances in :attr:`_collection_state_names`. The collectors of overlapped rollouts
+    per vectorized step. The rollout loop is the parent's (:attr:`_parent_collect_rollouts`, run by
+    :func:`collect_rollout`): an algorithm whose parent has a loop of its own (sb3-contrib's LSTM states, action masks)
+    names it there, and the state it advances in :attr:`_collection_state_names`. The collectors of overlapped rollouts
     (:mod:`sb3_ewma.common.collection.overlap`) collect through the same method with a snapshot of the policy.
     """
 
     policy: Any  # an ActorCriticPolicy
+    _parent_collect_rollouts: ClassVar[Callable[..., bool]] = staticmethod(OnPolicyAlgorithm.collect_rollouts)
+    """The parent's rollout loop, which :meth:`_collect_rollout_with` runs (sb3-contrib's algorithms name theirs)."""
     _collection_state_names: ClassVar[tuple[str, ...]] = ("_last_obs", "_last_episode_starts")
     """The attributes a rollout advances besides ``num_timesteps`` and the episode statistics (a collector process sends
     them back with its rollout)."""
@@ -129,7 +131,7 @@ class RolloutCollectionMixin(HostAlgorithm):
         ``self.policy``. Returns False if a callback stopped the rollout early.
         """
         return collect_rollout(
-            OnPolicyAlgorithm.collect_rollouts,
+            type(self)._parent_collect_rollouts,
             self,
             policy,
             env,
@@ -137,7 +139,12 @@ class RolloutCollectionMixin(HostAlgorithm):
             rollout_buffer,
             n_rollout_steps,
             self._timesteps_per_env_step,
+            **self._rollout_loop_kwargs(),
         )
+
+    def _rollout_loop_kwargs(self) -> dict[str, Any]:
+        """Further arguments of the parent's rollout loop (``MaskablePPO``'s ``use_masking``); none here."""
+        return {}
 
     def collect_rollouts(
         self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int

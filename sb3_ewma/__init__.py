@@ -1,7 +1,5 @@
 """PPO-EWMA and PPG-EWMA (Hilton, Cobbe & Schulman, *Batch size-invariance for policy optimization*) for Stable-Baselines3."""
 
-import os
-
 # first: silences the legacy gym package's banner, which SB3's import would print (see the module)
 import sb3_ewma._quiet  # noqa: F401
 from sb3_ewma.common.allocator import keep_freed_memory
@@ -34,8 +32,15 @@ def __getattr__(name: str):  # type: ignore[no-untyped-def]
     raise AttributeError(f"module 'sb3_ewma' has no attribute {name!r}")
 
 
-with open(os.path.join(os.path.dirname(__file__), "version.txt")) as file_handler:
-    __version__ = file_handler.read().strip()
+def _read_version() -> str:
+    import os
+
+    with open(os.path.join(os.path.dirname(__file__), "version.txt")) as file:
+        return file.read().strip()
+
+
+__version__ = _read_version()
+del _read_version
 
 __all__ = [
     "PPG",
@@ -52,3 +57,8 @@ __all__ = [
     "scale_hyperparams",
     "scale_hyperparams_with_report",
 ]
+
+
+def __dir__() -> list[str]:
+    # what the package offers, the lazily imported names included (not the modules imported along the way)
+    return sorted(__all__)

@@ -270,3 +270,144 @@ def test_settings_sb3_asserts_still_raise_an_assertion_error(kwargs: dict) -> No
         make("PPO_EWMA", **kwargs)
     with pytest.raises(ValueError, match="must be"):
         make("PPO_EWMA", **kwargs)
+
+
+@pytest.mark.parametrize(
+    "name, policy, message",
+    [
+        ("RecurrentPPO_EWMA", "MlpPolicy", r"Policy MlpPolicy unknown for RecurrentPPO_EWMA, whose policies are "),
+        ("RecurrentPPO_EWMA", "MlpPolicy", r"did you mean 'MlpLstmPolicy'\? \(MlpPolicy is a policy of PPO_EWMA, "),
+        ("RecurrentPPO_EWMA", "CnnPolicy", r"did you mean 'CnnLstmPolicy'\?"),
+        ("RecurrentPPO_EWMA", "MultiInputPolicy", r"did you mean 'MultiInputLstmPolicy'\?"),
+        ("PPO_EWMA", "MlpLstmPolicy", r"did you mean 'MlpPolicy'\? \(MlpLstmPolicy is a policy of RecurrentPPO_EWMA\)"),
+        ("MaskablePPO_EWMA", "MlpLstmPolicy", r"did you mean 'MlpPolicy'\?"),
+    ],
+)
+def test_an_unknown_policy_name_gets_the_algorithms_names(name: str, policy: str, message: str) -> None:
+    algorithm, _ = ALGORITHMS[name]
+    CountingEnv.calls = 0
+    with pytest.raises(ValueError, match=message):
+        algorithm(policy, DummyVecEnv([CountingEnv]), **SMALL)
+    assert CountingEnv.calls == 0
+
+
+@pytest.mark.parametrize(
+    "name, kwargs, message",
+    [
+        (
+            "PPO_EWMA",
+            {"head_init_scale": 0.1},
+            r"PPO_EWMA has no argument head_init_scale=0.1: it is a keyword of its policy, pass "
+            r"policy_kwargs=dict\(head_init_scale=0.1\)",
+        ),
+        (
+            "RecurrentPPO_EWMA",
+            {"head_init_scale": 0.1},
+            r"RecurrentPPO_EWMA has no argument head_init_scale=0.1, and its policies do not take it: it is a policy "
+            r"keyword of PPO_EWMA, PPG_EWMA and PPG",
+        ),
+        (
+            "RecurrentPPO_EWMA",
+            {"policy_kwargs": {"head_init_scale": 0.1}},
+            r"RecurrentPPO_EWMA's policy MlpLstmPolicy has no keyword head_init_scale=0.1 \(in policy_kwargs\): only "
+            r"the policies of PPO_EWMA, PPG_EWMA and PPG take it",
+        ),
+        (
+            "MaskablePPO_EWMA",
+            {"policy_kwargs": {"head_init_scale": 0.1}},
+            r"MaskablePPO_EWMA's policy MlpPolicy has no keyword head_init_scale=0.1",
+        ),
+        (
+            "PPO_EWMA",
+            {"policy_kwargs": {"lstm_hidden_size": 8}},
+            r"only the policies of RecurrentPPO_EWMA take it: remove it, or use RecurrentPPO_EWMA",
+        ),
+        (
+            "PPG_EWMA",
+            {"staleness": 2},
+            r"PPG_EWMA has no argument staleness=2: it is an argument of PPO_EWMA, RecurrentPPO_EWMA and "
+            r"MaskablePPO_EWMA \(PPG_EWMA and PPG train on data one iteration stale with async_rollouts=True\)",
+        ),
+        ("PPG", {"staleness_mode": "behavior"}, r"PPG has no argument staleness_mode='behavior': it is an argument of"),
+        ("PPO_EWMA", {"n_aux_epochs": 2}, r"PPO_EWMA has no argument n_aux_epochs=2: it is an argument of PPG_EWMA and PPG"),
+        ("PPO_EWMA", {"learnin_rate": 1e-3}, r"PPO_EWMA has no argument learnin_rate=0.001: did you mean 'learning_rate'\?"),
+        ("MaskablePPO_EWMA", {"use_sde": True}, r"MaskablePPO_EWMA has no argument use_sde=True: it is an argument of "),
+    ],
+)
+def test_a_keyword_of_another_class_says_which_takes_it(name: str, kwargs: dict, message: str) -> None:
+    CountingEnv.calls = 0
+    with pytest.raises(TypeError, match=message):
+        make(name, **kwargs)
+    assert CountingEnv.calls == 0
+    # the policies that take head_init_scale
+    if "head_init_scale" in str(kwargs) and name == "PPO_EWMA":
+        assert make(name, policy_kwargs={"head_init_scale": 0.1}).policy.head_init_scale == 0.1
+
+
+def test_ppg_batch_size_larger_than_the_rollout_is_named() -> None:
+    # batch_size 256 with a rollout of 32 steps: aux_batch_size defaults to it and cannot divide 4 x 32 steps
+    with pytest.raises(
+        ValueError,
+        match=r"batch_size=256 is larger than the rollout of n_steps \* n_envs = 32 \* 1 = 32 steps.* pass a batch_size "
+        r"that divides the rollout \(batch_size=32 or a divisor of it\), or more n_steps, or aux_batch_size "
+        r"\(e.g. aux_batch_size=128\)",
+    ):
+        make("PPG", n_steps=32, batch_size=256, n_policy_iterations=4)
+    # the advice works
+    assert make("PPG", n_steps=32, batch_size=32, n_policy_iterations=4).aux_batch_size == 32
+    assert make("PPG", n_steps=32, batch_size=256, n_policy_iterations=4, aux_batch_size=128).aux_batch_size == 128
+    # an aux_batch_size of the user's is named as before
+    with pytest.raises(ValueError, match=r"aux_batch_size \(default: batch_size\) must divide .* got 48"):
+        make("PPG", n_steps=32, batch_size=32, n_policy_iterations=4, aux_batch_size=48)
+
+
+COUNTING_ENV_ID = "Sb3EwmaTestCounting-v0"
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_load_and_set_env_take_an_environment_id_as_the_constructor_does(name: str, tmp_path: Path) -> None:
+    if COUNTING_ENV_ID not in gym.registry:
+        gym.register(COUNTING_ENV_ID, entry_point=CountingEnv)
+    make(name).save(tmp_path / "model.zip")
+    algorithm, _ = ALGORITHMS[name]
+    for loaded in (
+        algorithm.load(tmp_path / "model.zip", env=COUNTING_ENV_ID, device="cpu"),
+        algorithm.load(tmp_path / "model.zip", COUNTING_ENV_ID, device="cpu"),  # positional, as SB3's load takes it
+    ):
+        assert isinstance(loaded.get_env(), DummyVecEnv) and loaded.n_envs == 1
+        assert isinstance(loaded.get_env().envs[0].unwrapped, CountingEnv)
+    loaded.set_env(COUNTING_ENV_ID)
+    assert isinstance(loaded.get_env().envs[0].unwrapped, CountingEnv)
+    loaded.learn(16)
+
+
+class NoMaskEnv(gym.Env):
+    """CountingEnv without action_masks()."""
+
+    observation_space = CountingEnv.observation_space
+    action_space = CountingEnv.action_space
+
+    def reset(self, *, seed=None, options=None):
+        return CountingEnv.reset(self, seed=seed, options=options)  # type: ignore[arg-type]
+
+    def step(self, action):
+        return CountingEnv.step(self, action)  # type: ignore[arg-type]
+
+
+def test_maskable_ppo_ewma_on_an_environment_without_masks_says_so_at_construction() -> None:
+    message = r"this environment has no action_masks\(\) method: wrap it with sb3-contrib's ActionMasker"
+    with pytest.warns(
+        UserWarning, match=message + r".*learn\(\) raises until then, unless called with use_masking=False"
+    ) as record:
+        model = MaskablePPO_EWMA("MlpPolicy", DummyVecEnv([NoMaskEnv]), **SMALL)
+    assert record[0].filename == __file__
+    CountingEnv.calls = 0
+    with pytest.raises(ValueError, match=message + r".*or call learn\(use_masking=False\) to train without masks"):
+        model.learn(16)
+    assert CountingEnv.calls == 0
+    model.learn(16, use_masking=False)  # MaskablePPO's way to train without masks
+    with pytest.warns(UserWarning, match=message):
+        model.set_env(DummyVecEnv([NoMaskEnv]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        model.set_env(DummyVecEnv([CountingEnv]))  # with masks

@@ -125,3 +125,71 @@ def test_export_stays_on_the_model_device(algo, device, tmp_path):
     exported.save(tmp_path / "ppo.zip")
     loaded = PPO.load(tmp_path / "ppo.zip", device=device)
     np.testing.assert_array_equal(loaded.predict(obs, deterministic=True)[0], model.predict(obs, deterministic=True)[0])
+
+
+def test_recurrent_ppo_ewma_exports_to_recurrent_ppo(tmp_path):
+    from sb3_contrib import RecurrentPPO
+
+    from sb3_ewma import RecurrentPPO_EWMA
+
+    settings = dict(SMALL, policy_kwargs=dict(lstm_hidden_size=8, net_arch=[16]))
+    model = RecurrentPPO_EWMA("MlpLstmPolicy", "CartPole-v1", **settings).learn(64)
+    exported = model.to_sb3()
+    assert type(exported) is RecurrentPPO and exported.policy is not model.policy
+    assert (exported.n_steps, exported.batch_size, exported.n_epochs, exported.num_timesteps) == (32, 16, 2, 64)
+    exported.save(tmp_path / "recurrent.zip")
+    # a fresh interpreter with sb3-contrib alone: the same actions along a sequence, carrying the LSTM states
+    obs = observations(model, 6)
+    np.save(tmp_path / "obs.npy", obs)
+    expected, states = [], None
+    for step, observation in enumerate(obs):
+        action, states = model.predict(
+            observation[None], state=states, episode_start=np.array([step == 0]), deterministic=True
+        )
+        expected.append(int(action[0]))
+    script = (
+        "import sys, numpy as np\n"
+        "from sb3_contrib import RecurrentPPO\n"
+        f"model = RecurrentPPO.load({str(tmp_path / 'recurrent.zip')!r}, device='cpu')\n"
+        "actions, states = [], None\n"
+        f"for step, obs in enumerate(np.load({str(tmp_path / 'obs.npy')!r})):\n"
+        "    action, states = model.predict(obs[None], state=states, episode_start=np.array([step == 0]), "
+        "deterministic=True)\n"
+        "    actions.append(int(action[0]))\n"
+        "print(actions)\n"
+        "assert not any(name.startswith('sb3_ewma') for name in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == str(expected)
+    # the values too, and training goes on as RecurrentPPO
+    loaded = RecurrentPPO.load(tmp_path / "recurrent.zip", env=model.get_env(), device="cpu")
+    for name, tensor in model.policy.state_dict().items():
+        th.testing.assert_close(loaded.policy.state_dict()[name], tensor, rtol=0, atol=0)
+    loaded.learn(32)
+
+
+def test_maskable_ppo_ewma_exports_to_maskable_ppo(tmp_path):
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from sb3_ewma import MaskablePPO_EWMA
+    from sb3_ewma.envs.action_masks import ActionMaskOrAllValid
+
+    env = make_vec_env("CartPole-v1", n_envs=1, seed=0, wrapper_class=ActionMaskOrAllValid)
+    model = MaskablePPO_EWMA("MlpPolicy", env, ewma_decay=0.8, **SMALL).learn(64)
+    exported = model.to_sb3()
+    assert type(exported) is MaskablePPO
+    exported.save(tmp_path / "maskable.zip")
+    loaded = MaskablePPO.load(tmp_path / "maskable.zip", device="cpu")
+    obs = observations(model)
+    masks = np.tile([True, False], (len(obs), 1))
+    for action_masks in (None, masks):
+        for deterministic in (True, False):
+            th.manual_seed(7)
+            expected, _ = model.predict(obs, action_masks=action_masks, deterministic=deterministic)
+            th.manual_seed(7)
+            actual, _ = loaded.predict(obs, action_masks=action_masks, deterministic=deterministic)
+            np.testing.assert_array_equal(actual, expected)
+    assert np.all(loaded.predict(obs, action_masks=masks)[0] == 0)
+    loaded.set_env(model.get_env())
+    loaded.learn(32)

@@ -140,3 +140,16 @@ def test_every_algorithm_has_the_hyperparameters_the_mixins_use(algorithm):
 
         env = InvalidActionEnvDiscrete(dim=4, n_invalid_actions=1)
     assert isinstance(algorithm(policy, env, n_steps=8, batch_size=8), PPOHost)
+
+
+def test_the_package_lists_exactly_what_it_offers():
+    # what `from sb3_ewma import *` gives, the lazily imported classes and functions included, and nothing else
+    assert dir(sb3_ewma) == sorted(sb3_ewma.__all__)
+    assert {"RecurrentPPO_EWMA", "MaskablePPO_EWMA", "scale_hyperparams"} <= set(sb3_ewma.__all__)
+    assert not {"os", "file_handler"} & set(vars(sb3_ewma))
+    assert len(set(sb3_ewma.__all__)) == len(sb3_ewma.__all__)
+    for name in sb3_ewma.__all__:
+        assert getattr(sb3_ewma, name) is not None, name
+    namespace: dict = {}
+    exec("from sb3_ewma import *", namespace)
+    assert set(namespace) - {"__builtins__"} == set(sb3_ewma.__all__)

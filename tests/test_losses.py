@@ -16,7 +16,9 @@ from sb3_ewma.common.losses import (
     capped_behavior_log_prob,
     capped_fraction,
     clip_fraction,
+    clipped_values,
     decoupled_policy_loss,
+    log_clip_bounds,
     sampled_kl,
 )
 
@@ -61,6 +63,65 @@ def test_clipping_happens_in_log_space():
     log_pi = log_prox + t(math.log(1 + eps), math.log(1 - eps))
     assert clip_fraction(log_pi, log_prox, eps).item() == 0.0
     assert clip_fraction(log_pi + t(1e-6, -1e-6), log_prox, eps).item() == 1.0
+
+
+@pytest.mark.parametrize("clip_range", [0.0, -0.05, -1.4, -65.0])
+def test_clip_range_at_or_below_zero_allows_no_movement(clip_range):
+    # a lin_ schedule past the budget: the clipped ratio is pinned to the proximal ratio (r = pi / pi_prox = 1)
+    # per sample: (pi, pi_prox, pi_behav, A)
+    samples = [
+        (0.30, 0.20, 0.25, 1.0),  # r = 1.5, A > 0: the pinned term
+        (0.10, 0.20, 0.25, 1.0),  # r = 0.5, A > 0: the unclipped term is the smaller objective
+        (0.30, 0.20, 0.25, -2.0),  # r = 1.5, A < 0: the unclipped term
+        (0.10, 0.20, 0.25, -2.0),  # r = 0.5, A < 0: the pinned term
+        (0.20, 0.20, 0.10, 3.0),  # r = 1: both
+    ]
+    # by hand: -(pi_prox / pi_behav) * min(r A, 1 * A)
+    expected = [
+        -(0.20 / 0.25) * 1.0,
+        -(0.20 / 0.25) * 0.5 * 1.0,
+        -(0.20 / 0.25) * 1.5 * -2.0,
+        -(0.20 / 0.25) * -2.0,
+        -(0.20 / 0.10) * 3.0,
+    ]
+    pi, prox, behav, adv = (t(*column) for column in zip(*samples))
+    log_pi = pi.log().requires_grad_(True)
+    loss = decoupled_policy_loss(adv, log_pi, prox.log(), behav.log(), clip_range=clip_range, imp_samp_max=0)
+    assert loss.item() == pytest.approx(np.mean(expected), rel=1e-12)
+    # no movement: no gradient, also where the unclipped term is taken (the loss keeps its graph)
+    loss.backward()
+    assert log_pi.grad.tolist() == [0.0] * len(samples)
+    # every sample whose ratio is not 1 counts as clipped
+    assert clip_fraction(log_pi.detach(), prox.log(), clip_range).item() == pytest.approx(4 / 5)
+    # with a KL penalty the penalty's gradient remains (towards pi_prox)
+    objective = DecoupledPolicyObjective(clip_range=clip_range, kl_coef=1.0)
+    log_pi.grad = None
+    objective(adv, log_pi, prox.log(), behav.log()).backward()
+    expected_kl_grad = [(math.log(p) - math.log(q)) / len(samples) for p, q in zip(pi.tolist(), prox.tolist())]
+    assert log_pi.grad.tolist() == pytest.approx(expected_kl_grad, rel=1e-12)
+
+
+def test_log_clip_bounds():
+    assert log_clip_bounds(0.2) == (math.log(0.8), math.log(1.2))
+    assert log_clip_bounds(0.0) == (0.0, 0.0) == log_clip_bounds(-3.0)
+    # a schedule above 1: no lower bound on the ratio (as SB3's clamp to 1 - eps <= 0 of a positive ratio)
+    assert log_clip_bounds(1.5) == (-math.inf, math.log(2.5))
+    log_pi, log_prox, adv = t(math.log(0.01)), t(math.log(0.5)), t(-1.0)
+    loss = decoupled_policy_loss(adv, log_pi, log_prox, log_prox, clip_range=1.5)
+    assert loss.item() == pytest.approx(0.01 / 0.5)
+
+
+@pytest.mark.parametrize("clip_range_vf", [0.0, -0.2])
+def test_value_clip_range_at_or_below_zero_keeps_the_old_values(clip_range_vf):
+    values = t(1.0, 2.0, -1.0).requires_grad_(True)
+    old_values = t(0.5, 2.0, 0.0)
+    clipped = clipped_values(values, old_values, clip_range_vf)
+    assert clipped.tolist() == [0.5, 2.0, 0.0]
+    (clipped.sum() * 2).backward()  # the loss keeps its graph, with a zero gradient
+    assert values.grad.tolist() == [0.0, 0.0, 0.0]
+    # a positive clip range is SB3's, no clipping with None
+    assert clipped_values(values, old_values, 0.25).tolist() == [0.75, 2.0, -0.25]
+    assert clipped_values(values, old_values, None) is values
 
 
 def test_importance_sampling_cap():

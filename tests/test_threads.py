@@ -92,4 +92,6 @@ def test_train_uses_one_thread_by_default_and_restores_the_count(
 def test_train_help_documents_the_default(capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit):
         zoo.train(["-h"])
-    assert "0 (default) one thread" in " ".join(capsys.readouterr().out.split())
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "0 (the default: one thread, or torch's default when the model reads images on the CPU" in help_text
+    assert "-1 (torch's default, one thread per core)" in help_text

@@ -585,3 +585,130 @@ def test_normalize_gamma_kept(normalize: Any) -> None:
     manager = _bare_manager()
     manager._preprocess_normalization({"gamma": 0.999, "normalize": True})
     assert manager.normalize_kwargs == {"gamma": 0.999}
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# short budgets, checks before the run folder, help text
+
+
+@pytest.mark.parametrize(
+    "algo, env_id",
+    [
+        ("ppo_ewma", "CartPole-v1"),
+        ("ppg_ewma", "CartPole-v1"),
+        ("ppg", "CartPole-v1"),
+        ("ppo_lstm_ewma", "CartPoleNoVel-v1"),
+        ("ppo_mask_ewma", "CartPole-v1"),
+    ],
+)
+def test_budget_shorter_than_one_rollout_trains(algo: str, env_id: str, tmp_path: Path) -> None:
+    # the entries' clip_range lin_0.2 and learning_rate lin_0.001, one rollout of 8 x 32 steps for a budget of 10:
+    # the progress remaining is 1 - 256 / 10 and the clip range -4.92 (log(1 + eps) is undefined below -1)
+    train_in_process("--algo", algo, "--env", env_id, "-n", "10", "-f", str(tmp_path), "-params", "n_epochs:1")
+    model = zoo.zoo_algorithms()[algo].load(saved_run(tmp_path, algo, env_id) / f"{env_id}.zip", device="cpu")
+    assert model.num_timesteps == 256
+    assert model.clip_range(model._current_progress_remaining) == pytest.approx(0.2 * (1 - 256 / 10))
+
+
+def test_num_threads_below_minus_one_is_refused() -> None:
+    with pytest.raises(SystemExit):
+        train_in_process("--algo", "ppo_ewma", "--env", "CartPole-v1", "--num-threads", "-2")
+    parser = zoo.TrainArgumentParser(prog="train")
+    parser.add_argument("--num-threads", type=int, default=-1)
+    assert parser.parse_args(["--num-threads", "0"]).num_threads == 0  # the default: one thread unless images
+    assert parser.parse_args(["--num-threads", "-1"]).num_threads == -1
+
+
+def test_num_threads_and_scale_help_say_what_they_do(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        train_in_process("-h")
+    out = " ".join(capsys.readouterr().out.split())
+    assert "0 (the default: one thread" in out and "-1 (torch's default" in out
+    assert f"For every algorithm of this package: {', '.join(zoo.ZOO_ALGOS)}." in out
+
+
+def _no_run_folder(log_folder: Path) -> bool:
+    return not any(log_folder.glob("*/*_*"))
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        (["foo_bar:1"], r"-params or the hyperparameter entry of --algo ppo_ewma: PPO_EWMA has no argument foo_bar=1"),
+        (["learnin_rate:0.1"], r"has no argument learnin_rate=0.1: did you mean 'learning_rate'\?"),
+        (["n_env:4"], r"has no argument n_env=4: did you mean 'n_envs'\?"),
+        (["head_init_scale:0.1"], r"it is a keyword of its policy, pass policy_kwargs=dict\(head_init_scale=0.1\)"),
+        (["n_aux_epochs:2"], r"it is an argument of PPG_EWMA and PPG"),
+        (["seed:3"], r"rl-zoo3 sets seed itself, from --seed"),
+    ],
+)
+def test_unknown_params_key_fails_before_anything_is_written(params: list[str], message: str, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=message):
+        train_in_process("--algo", "ppo_ewma", "--env", "CartPole-v1", "-n", "64", "-f", str(tmp_path), "-params", *params)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_algorithm_is_checked_against_the_environment_before_anything_is_written(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"--algo ppo_mask_ewma \(MaskablePPO_EWMA\) acts in Discrete, MultiDiscrete, "):
+        train_in_process("--algo", "ppo_mask_ewma", "--env", "Pendulum-v1", "-n", "64", "-f", str(tmp_path))
+    # an entry without the mask wrapper, on an environment without masks
+    with pytest.raises(ValueError, match=r"CartPole-v1 \(with the entry's env_wrapper\) has no action_masks\(\) method"):
+        train_in_process(
+            "--algo", "ppo_mask_ewma", "--env", "CartPole-v1", "-n", "64", "-f", str(tmp_path), "-params", "env_wrapper:None"
+        )
+    assert list(tmp_path.iterdir()) == []
+
+
+class DictObservationEnv(gym.Env):
+    observation_space = gym.spaces.Dict({"position": gym.spaces.Box(-1, 1, (2,))})
+    action_space = gym.spaces.Discrete(2)
+
+
+def test_dict_observations_need_a_multi_input_policy() -> None:
+    from sb3_ewma.zoo.checks import check_env_spaces
+
+    env_id = "Sb3EwmaTestDictObservations-v0"
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point=DictObservationEnv)
+    algorithm = zoo.zoo_algorithms()["ppo_lstm_ewma"]
+    with pytest.raises(ValueError, match=r"Dict observations, which need the policy MultiInputLstmPolicy.*'MlpLstmPolicy'"):
+        check_env_spaces("ppo_lstm_ewma", algorithm, env_id, None, None, "MlpLstmPolicy")
+    check_env_spaces("ppo_lstm_ewma", algorithm, env_id, None, None, "MultiInputLstmPolicy")
+    # an environment that cannot be made here is left to rl-zoo3
+    check_env_spaces("ppo_lstm_ewma", algorithm, "NoSuchEnvironment-v0", None, None, "MlpLstmPolicy")
+
+
+def test_a_failed_start_removes_the_run_folder_it_created(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("the user's")
+    log_folder = tmp_path / "logs" / "deeper"
+    # the constructor refuses batch_size 1, after rl-zoo3 created the run folder and the monitor files
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 2, got 1"):
+        train_in_process(
+            "--algo", "ppo_ewma", "--env", "CartPole-v1", "-n", "64", "-f", str(log_folder), "-params", "batch_size:1"
+        )
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["notes.txt"]
+    # with earlier runs of the algorithm, their folders stay
+    train_in_process("--algo", "ppo_ewma", "--env", "CartPole-v1", "-n", "64", "-f", str(tmp_path))
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 2, got 1"):
+        train_in_process(
+            "--algo", "ppo_ewma", "--env", "CartPole-v1", "-n", "64", "-f", str(tmp_path), "-params", "batch_size:1"
+        )
+    assert [path.name for path in (tmp_path / "ppo_ewma").iterdir()] == ["CartPole-v1_1"]
+    assert (tmp_path / "ppo_ewma" / "CartPole-v1_1" / "CartPole-v1.zip").is_file()
+
+
+def test_only_an_unused_run_folder_is_removed(tmp_path: Path) -> None:
+    from sb3_ewma.zoo.checks import missing_folders, remove_unused_run_folder
+
+    run = tmp_path / "algo" / "Env_1"
+    assert missing_folders(str(run)) == (str(run), str(tmp_path / "algo"))
+    (run / "Env").mkdir(parents=True)
+    (run / "0.monitor.csv").write_text('#{"t_start": 0, "env_id": "Env"}\nr,l,t\n')
+    (run / "1.monitor.csv").write_text('#{"t_start": 0, "env_id": "Env"}\nr,l,t\n10.0,10,0.1\n')  # an episode
+    assert not remove_unused_run_folder(str(run)) and (run / "1.monitor.csv").is_file()
+    (run / "1.monitor.csv").unlink()
+    (run / "Env" / "model.zip").write_bytes(b"")  # any other file
+    assert not remove_unused_run_folder(str(run)) and (run / "Env" / "model.zip").is_file()
+    (run / "Env" / "model.zip").unlink()
+    assert remove_unused_run_folder(str(run), created_parents=(str(tmp_path / "algo"),))
+    assert list(tmp_path.iterdir()) == []

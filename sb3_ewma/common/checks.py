@@ -9,7 +9,8 @@ import numbers
 import os
 import sys
 import warnings
-from typing import Any
+from types import FrameType
+from typing import Any, TypeGuard
 
 import numpy as np
 import stable_baselines3
@@ -32,10 +33,10 @@ def caller_stacklevel() -> int:
     frame outside sb3_ewma, Stable-Baselines3 and sb3-contrib: the user's line.
     """
     library_dirs = _library_dirs()
-    frame = sys._getframe(1)  # the function that calls warnings.warn: stacklevel 1
+    frame: FrameType | None = sys._getframe(1)  # the function that calls warnings.warn: stacklevel 1
     level = 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(library_dirs):
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
         level += 1
     return level
 
@@ -52,17 +53,17 @@ class HyperparameterError(ValueError, AssertionError):
     """
 
 
-def _is_integer(value: object) -> bool:
+def _is_integer(value: object) -> TypeGuard[numbers.Integral]:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))  # type: ignore[arg-type]
+def _is_number(value: object) -> TypeGuard[numbers.Real]:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
 
 
 def check_integer(name: str, value: object, minimum: int) -> None:
     """Raise a ``ValueError`` unless ``value`` is an integer ``>= minimum`` (``bool`` and strings are refused)."""
-    if not _is_integer(value) or value < minimum:  # type: ignore[operator]
+    if not _is_integer(value) or value < minimum:
         raise HyperparameterError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
@@ -73,7 +74,7 @@ def check_number(name: str, value: object, low: float, high: float = math.inf, *
         raise HyperparameterError(
             f"{name} must be a finite number {'in ' if high != math.inf else ''}{interval}, got {value!r}"
         )
-    number = float(value)  # type: ignore[arg-type]
+    number = float(value)
     if number < low or number > high or (low_open and number == low):
         raise HyperparameterError(
             f"{name} must be a finite number {'in ' if high != math.inf else ''}{interval}, got {value!r}"
@@ -84,7 +85,7 @@ def check_schedule(name: str, value: object, *, allow_none: bool = False, positi
     """A number (``> 0`` if ``positive``, else ``>= 0``) or a schedule (a callable of the progress remaining)."""
     if (value is None and allow_none) or callable(value):
         return
-    if not _is_number(value) or (float(value) <= 0 if positive else float(value) < 0):  # type: ignore[arg-type]
+    if not _is_number(value) or (float(value) <= 0 if positive else float(value) < 0):
         allowed = ("None, " if allow_none else "") + f"a number {'> 0' if positive else '>= 0'} or a schedule"
         raise HyperparameterError(f"{name} must be {allowed} (a function of the progress remaining), got {value!r}")
 

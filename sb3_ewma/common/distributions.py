@@ -73,7 +73,7 @@ def kl_from_parameters(parameters: Sequence[th.Tensor], distribution: Distributi
             raise TypeError(f"Unsupported distribution {type(part).__name__}")
     # an SB3 distribution of the same kind holding the stored torch distribution(s)
     stored = copy.copy(distribution)
-    stored.distribution = rebuilt if isinstance(distribution.distribution, (list, tuple)) else rebuilt[0]  # type: ignore[assignment]
+    stored.distribution = rebuilt if isinstance(distribution.distribution, (list, tuple)) else rebuilt[0]
     return distribution_kl(stored, distribution)
 
 

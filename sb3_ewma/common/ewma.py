@@ -172,7 +172,7 @@ class ParameterEWMA(nn.Module):
         weight, n_updates = state.detach().cpu().tolist()
         self.weight, self.n_updates = float(weight), round(n_updates)
 
-    def _apply(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def _apply(self, fn: Callable[[th.Tensor], th.Tensor], *args: Any, **kwargs: Any) -> "ParameterEWMA":
         # `.to(device)` may replace the tensors of `average`: refresh the cached lists afterwards
         result = super()._apply(fn, *args, **kwargs)
         average_params = dict(self.average.named_parameters())

@@ -1,13 +1,14 @@
 """
-Export to Stable-Baselines3's ``PPO``: a model whose ``save`` gives a zip that ``stable_baselines3.PPO.load`` opens,
-for users who deploy or share with SB3 alone (rl-zoo3 and Hugging Face model cards load with SB3 classes).
+Export to Stable-Baselines3's ``PPO`` (or, for the EWMA versions of sb3-contrib's variants, to ``RecurrentPPO`` and
+``MaskablePPO``): a model whose ``save`` gives a zip that ``stable_baselines3.PPO.load`` (``sb3_contrib``'s ``load``)
+opens, for users who deploy or share with SB3 alone (rl-zoo3 and Hugging Face model cards load with SB3 classes).
 
 What carries over: the policy network's weights (the action distribution and the value function), the policy
 optimizer's state, every hyperparameter that SB3's ``PPO`` has (same name, same meaning), the environment and the
 step counters. What does not: the parts PPO has no place for, i.e. the proximal (EWMA) policy, the decoupled options
 (``ewma_decay``, ``kl_coef``, ``imp_samp_max``, the advantage EWMA, staleness) and, for PPG, the auxiliary value head,
 the auxiliary optimizer and the phase structure. ``predict`` is the same; training the exported model further is
-SB3's PPO.
+SB3's PPO (sb3-contrib's variant).
 
 PPG's export (:mod:`sb3_ewma.ppg_ewma.export`) goes through :func:`to_sb3_ppo` with its own policy class, keyword
 arguments and weights.
@@ -17,15 +18,22 @@ loading it needs ``sb3_ewma`` importable, as for any custom class in SB3.
 """
 
 import inspect
-import warnings
-from typing import Any
+from typing import Any, TypeVar
 
 import torch as th
 from stable_baselines3 import PPO
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
-from stable_baselines3.common.policies import ActorCriticCnnPolicy, ActorCriticPolicy, MultiInputActorCriticPolicy
+from stable_baselines3.common.policies import (
+    ActorCriticCnnPolicy,
+    ActorCriticPolicy,
+    BasePolicy,
+    MultiInputActorCriticPolicy,
+)
 
+from sb3_ewma.common.checks import warn_at_caller
 from sb3_ewma.common.policies import HeadInitMixin
+
+ParentAlgorithm = TypeVar("ParentAlgorithm", bound=OnPolicyAlgorithm)
 
 # parameters of PPO's constructor that are not hyperparameters read from the source model
 _NOT_COPIED = ("self", "policy", "env", "policy_kwargs", "clip_range", "_init_setup_model")
@@ -77,8 +85,8 @@ def to_sb3_ppo(
 ) -> PPO:
     """
     A plain SB3 ``PPO`` model with ``model``'s policy network, policy optimizer state, environment, step counters and
-    every hyperparameter that ``PPO`` has (see the module docstring for what is left out). ``model`` is not changed;
-    the two models share the environment. The global random number generators are not advanced.
+    every hyperparameter that ``PPO`` has (see the module docstring for what is left out): :func:`to_parent_algorithm`
+    with ``PPO``.
 
     :param model: a ``PPO_EWMA`` model (any on-policy algorithm with an ``ActorCriticPolicy``)
     :param policy_class: the SB3 policy class of the export (default: :func:`sb3_policy_class`)
@@ -86,28 +94,56 @@ def to_sb3_ppo(
     :param policy_state: its weights (default: the model's policy's; PPG's export leaves its auxiliary head out)
     :return: the ``PPO`` model
     """
+    return to_parent_algorithm(model, PPO, policy_class=policy_class, policy_kwargs=policy_kwargs, policy_state=policy_state)
+
+
+def to_parent_algorithm(
+    model: OnPolicyAlgorithm,
+    algorithm_class: type[ParentAlgorithm],
+    *,
+    policy_class: type[BasePolicy] | None = None,
+    policy_kwargs: dict[str, Any] | None = None,
+    policy_state: dict[str, th.Tensor] | None = None,
+) -> ParentAlgorithm:
+    """
+    A model of ``algorithm_class`` (SB3's ``PPO``, sb3-contrib's ``RecurrentPPO`` or ``MaskablePPO``) with ``model``'s
+    policy network, policy optimizer state, environment, step counters and every hyperparameter that
+    ``algorithm_class`` has. ``model`` is not changed; the two models share the environment. The global random number
+    generators are not advanced.
+
+    :param model: a model of this package whose policy is of a kind that ``algorithm_class`` takes (an instance of a
+        class of its ``policy_aliases``)
+    :param algorithm_class: the class of the export, a PPO whose constructor takes ``model``'s hyperparameters by name
+    :param policy_class: the policy class of the export (default: :func:`sb3_policy_class`)
+    :param policy_kwargs: its keyword arguments (default: :func:`sb3_policy_kwargs` of the model's)
+    :param policy_state: its weights (default: the model's policy's)
+    :return: the exported model
+    """
     policy = model.policy
-    if not isinstance(policy, ActorCriticPolicy):
-        raise ValueError(f"Only actor-critic policies export to PPO, got {type(policy).__name__}")
+    target = algorithm_class.__name__
+    accepted = tuple(algorithm_class.policy_aliases.values())
+    if not isinstance(policy, accepted):
+        raise ValueError(
+            f"Only policies of {target}'s kinds ({', '.join(kind.__name__ for kind in accepted)}) export to {target}, "
+            f"got {type(policy).__name__}"
+        )
     if policy_kwargs is None:
         policy_kwargs = sb3_policy_kwargs(model.policy_kwargs)
     hyperparams = {
         name: getattr(model, name)
-        for name in inspect.signature(PPO.__init__).parameters
+        for name in inspect.signature(algorithm_class.__init__).parameters
         if name not in _NOT_COPIED and hasattr(model, name)
     }
     clip_range = getattr(model, "clip_range", None)
     if clip_range is None:
-        warnings.warn(
-            f"{type(model).__name__} has clip_range=None (KL penalty only), which SB3's PPO cannot take: the exported "
-            "PPO gets PPO's default clip_range=0.2 (used only if it is trained further)",
-            UserWarning,
-            stacklevel=3,
+        warn_at_caller(
+            f"{type(model).__name__} has clip_range=None (KL penalty only), which {target} cannot take: the exported "
+            f"{target} gets the default clip_range=0.2 (used only if it is trained further)"
         )
         clip_range = 0.2
     with th.random.fork_rng(devices=[]):
-        exported = PPO(
-            policy_class or sb3_policy_class(policy),
+        exported = algorithm_class(  # type: ignore[call-arg]
+            policy_class or sb3_policy_class(policy),  # type: ignore[arg-type]
             model.env,  # type: ignore[arg-type]
             clip_range=clip_range,
             policy_kwargs=policy_kwargs,

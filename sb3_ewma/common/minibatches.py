@@ -72,9 +72,9 @@ def rollout_minibatches(
     after SB3's flattening, environment ``e``'s rollout is the rows ``e * n_steps ... (e + 1) * n_steps - 1``.
 
     :param sample: the minibatch of the given rows (default: the buffer's ``_get_samples``; sb3-contrib's recurrent
-        buffer needs more, see :func:`sb3_ewma.recurrent_ppo_ewma.buffers.ValidStepsMixin.rollout_samples`)
+        buffer needs more, see :meth:`sb3_ewma.recurrent_ppo_ewma.buffers.ValidStepsRecurrentRolloutBuffer.rollout_samples`)
     """
     _flatten(buffer)
     get_samples = buffer._get_samples if sample is None else sample
     for indices in shuffled_rollout_indices(buffer.n_envs, buffer.buffer_size, batch_size):
-        yield get_samples(indices)  # type: ignore[operator]
+        yield get_samples(indices)

@@ -1,7 +1,7 @@
 """Policy options shared by PPO_EWMA's and PPG_EWMA's actor-critic policies."""
 
 import math
-from typing import Any
+from typing import Any, Protocol, cast
 
 from torch import nn
 
@@ -22,6 +22,12 @@ def check_head_init_scale(head_init_scale: object) -> None:
         raise ValueError(f"head_init_scale must be None or a finite number > 0, got {head_init_scale!r}")
     if head_init_scale <= 0:
         raise ValueError(f"head_init_scale must be None or a finite number > 0, got {head_init_scale!r}")
+
+
+class _ConstructorParameters(Protocol):
+    """What :class:`HeadInitMixin`'s ``super()`` provides: SB3's ``BasePolicy._get_constructor_parameters``."""
+
+    def _get_constructor_parameters(self) -> dict[str, Any]: ...
 
 
 class HeadInitMixin:
@@ -45,6 +51,7 @@ class HeadInitMixin:
                     normed_init_(head, float(head_init_scale))
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
-        data = super()._get_constructor_parameters()  # type: ignore[misc]
+        # SB3's BasePolicy's, after this mixin in the policies' bases
+        data = cast(_ConstructorParameters, super())._get_constructor_parameters()
         data.update(head_init_scale=self.head_init_scale)
         return data

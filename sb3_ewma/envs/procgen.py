@@ -247,6 +247,9 @@ class ProcgenVecEnv(VecEnv):
         ``use_backgrounds``, ``paint_vel_info``
     """
 
+    # gymnasium's metadata (``render_modes`` and ``render_fps``): SB3's VecEnv only sets the list of render modes
+    metadata: dict[str, Any]
+
     def __init__(
         self,
         env_name: str,
@@ -276,7 +279,7 @@ class ProcgenVecEnv(VecEnv):
 
         observation_space, action_space = self._procgen_spaces()
         super().__init__(self._num, observation_space, action_space)
-        self.metadata = {**self.metadata, "render_fps": PROCGEN_FPS}  # type: ignore[dict-item]
+        self.metadata = {**self.metadata, "render_fps": PROCGEN_FPS}
         self._actions = np.zeros(self._num, dtype=np.int32)
 
     def _build(self, rand_seed: int) -> None:

@@ -12,11 +12,12 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_ewma.common.checks import check_learn_arguments, check_on_policy_hyperparams, warn_at_caller
 from sb3_ewma.common.collection.overlap import AsyncRolloutMixin, check_async_rollouts
-from sb3_ewma.common.collection.rollout import RolloutCollectionMixin, collect_rollout
+from sb3_ewma.common.collection.rollout import RolloutCollectionMixin
 from sb3_ewma.common.decoupled.contrib import ContribDecoupledMixin, check_contrib_staleness
 from sb3_ewma.common.decoupled.options import document_decoupled_options
 from sb3_ewma.common.distributed import DataParallelMixin, rank_local_settings
 from sb3_ewma.common.distributions import policy_latents
+from sb3_ewma.common.export import to_parent_algorithm
 from sb3_ewma.common.minibatches import check_minibatch_sampling
 from sb3_ewma.maskable_ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
@@ -108,6 +109,7 @@ class MaskablePPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMi
 
     # learn()'s use_masking during a learn call (True otherwise), read by the rollout loop, also when a collector runs it
     _use_masking: bool = True
+    _parent_collect_rollouts = staticmethod(MaskablePPO.collect_rollouts)
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
         "MlpPolicy": MlpPolicy,
@@ -261,21 +263,9 @@ class MaskablePPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMi
         finally:
             self._use_masking = masking_of_learn
 
-    def _collect_rollout_with(
-        self, policy: Any, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
-    ) -> bool:
-        """``MaskablePPO.collect_rollouts`` acting with ``policy``, with the masks when ``learn`` asks for them."""
-        return collect_rollout(
-            MaskablePPO.collect_rollouts,
-            self,
-            policy,
-            env,
-            callback,
-            rollout_buffer,
-            n_rollout_steps,
-            self._timesteps_per_env_step,
-            use_masking=self._use_masking,
-        )
+    def _rollout_loop_kwargs(self) -> dict[str, Any]:
+        # MaskablePPO.collect_rollouts with the masks when learn asks for them
+        return {"use_masking": self._use_masking}
 
     def _build_policy(self) -> BasePolicy:
         # maskable policies take no use_sde
@@ -301,6 +291,14 @@ class MaskablePPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMi
         return self.proximal_ewma.average.get_distribution(  # type: ignore[operator, union-attr]
             rollout_data.observations, action_masks=rollout_data.action_masks
         )
+
+    def to_sb3(self) -> MaskablePPO:
+        """
+        This model as a plain sb3-contrib ``MaskablePPO`` (same policy network and optimizer state, same ``predict``;
+        the EWMA and the decoupled options are left out), whose ``save`` gives a zip that
+        ``sb3_contrib.MaskablePPO.load`` opens without this package. See :mod:`sb3_ewma.common.export`.
+        """
+        return to_parent_algorithm(self, MaskablePPO)
 
     def learn(  # type: ignore[override]
         self: SelfMaskablePPO_EWMA,

@@ -47,8 +47,7 @@ class AuxiliaryBuffer:
         else:
             subspaces = {None: observation_space}
         self._observations: dict[str | None, np.ndarray] = {
-            key: np.zeros((self.capacity, *get_obs_shape(space)), dtype=space.dtype)  # type: ignore[misc]
-            for key, space in subspaces.items()
+            key: np.zeros((self.capacity, *get_obs_shape(space)), dtype=space.dtype) for key, space in subspaces.items()
         }
         self._value_targets = np.zeros(self.capacity, dtype=np.float32)
         # the parameters of pi_old's distribution, one (capacity, n) float32 array each, allocated at the first use
@@ -101,7 +100,7 @@ class AuxiliaryBuffer:
 
         observations = rollout_buffer.observations
         for key, storage in self._observations.items():
-            source = observations if key is None else observations[key]  # type: ignore[index]
+            source = observations if key is None else observations[key]
             storage[rows] = env_major(source, storage.shape[1:])
         self._value_targets[rows] = env_major(rollout_buffer.returns, ())
         self.size += n
@@ -125,8 +124,13 @@ class AuxiliaryBuffer:
 
     def observations(self, indices: np.ndarray) -> PyTorchObs:
         """The observations of the given rows on the device, in their stored dtype (a dict for ``Dict`` spaces)."""
-        tensors = {key: th.as_tensor(storage[indices], device=self.device) for key, storage in self._observations.items()}
-        return tensors[None] if None in tensors else tensors  # type: ignore[return-value]
+        if None in self._observations:
+            return th.as_tensor(self._observations[None][indices], device=self.device)
+        return {
+            key: th.as_tensor(storage[indices], device=self.device)
+            for key, storage in self._observations.items()
+            if key is not None
+        }
 
     def value_targets(self, indices: np.ndarray) -> th.Tensor:
         return th.as_tensor(self._value_targets[indices], device=self.device)

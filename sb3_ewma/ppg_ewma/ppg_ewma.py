@@ -27,6 +27,7 @@ from sb3_ewma.common.distributed import DataParallelMixin, rank_local_settings
 from sb3_ewma.common.distributions import distribution_parameters, kl_from_parameters
 from sb3_ewma.common.ewma import ParameterEWMA
 from sb3_ewma.common.format import human_bytes
+from sb3_ewma.common.losses import clipped_values
 from sb3_ewma.ppg_ewma.buffers import AuxiliaryBuffer
 from sb3_ewma.ppg_ewma.checks import check_ppg_hyperparams
 from sb3_ewma.ppg_ewma.export import ppg_to_sb3_ppo
@@ -374,6 +375,18 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
             for size in range(min(self.aux_batch_size, aux_size), 0, -1)
             if aux_size % size == 0 and (size % self.n_steps == 0 or not whole_rollouts)
         ]
+        rollout_size = self.n_steps * self.n_envs
+        if self.aux_batch_size == self.batch_size and self.batch_size > rollout_size:
+            # the auxiliary minibatch is batch_size's default, and batch_size itself exceeds the rollout: that is the
+            # setting to change (the policy phase trains on the whole rollout as one truncated minibatch)
+            return (
+                f"batch_size={self.batch_size} is larger than the rollout of n_steps * n_envs = {self.n_steps} *"
+                f" {self.n_envs} = {rollout_size} steps, and the auxiliary phase's minibatch aux_batch_size defaults to"
+                f" it but must divide the auxiliary buffer of n_policy_iterations * n_steps * n_envs ="
+                f" {self.n_policy_iterations} * {self.n_steps} * {self.n_envs} = {aux_size} steps: pass a batch_size"
+                f" that divides the rollout (batch_size={rollout_size} or a divisor of it), or more n_steps, or"
+                f" aux_batch_size (e.g. aux_batch_size={fitting[0]})"
+            )
         return (
             f"aux_batch_size (default: batch_size) must divide the auxiliary buffer of n_policy_iterations * n_steps"
             f" * n_envs = {self.n_policy_iterations} * {self.n_steps} * {self.n_envs} = {aux_size} steps,"
@@ -449,11 +462,9 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
             self._snapshot_proximal_policy()
 
     def _value_loss(self, values: th.Tensor, rollout_data: RolloutBufferSamples, clip_range_vf: float | None) -> th.Tensor:
-        """The policy phase's value loss ``MSE(V, V_targ)`` (optionally with SB3's value clipping)."""
-        if clip_range_vf is not None:
-            # Clip the difference between old and new value (depends on the reward scaling)
-            values = rollout_data.old_values + th.clamp(values - rollout_data.old_values, -clip_range_vf, clip_range_vf)
-        return F.mse_loss(rollout_data.returns, values)
+        """The policy phase's value loss ``MSE(V, V_targ)``, optionally with SB3's value clipping (:func:`clipped_values`)."""
+        # Clip the difference between old and new value (depends on the reward scaling)
+        return F.mse_loss(rollout_data.returns, clipped_values(values, rollout_data.old_values, clip_range_vf))
 
     def train(self) -> None:
         """

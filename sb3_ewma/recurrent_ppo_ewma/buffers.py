@@ -1,43 +1,68 @@
-"""sb3-contrib's recurrent rollout buffers, with minibatches whose per-step tensors hold only the valid steps."""
+"""
+sb3-contrib's recurrent rollout buffers, with minibatches whose per-step tensors hold only the valid steps.
 
-from typing import Any
+Minibatches are sampled as sb3-contrib samples them (whole sequences, padded to the same length), except that the
+per-step tensors (actions, values, log-probabilities, advantages, returns) keep only the valid steps (``mask``): the
+observations, LSTM states, episode starts and ``mask`` stay padded, for the LSTM. Losses that are plain means over
+these per-step tensors are then RecurrentPPO's masked means.
+"""
+
+from typing import TypeVar
 
 import numpy as np
 from sb3_contrib.common.recurrent.buffers import RecurrentDictRolloutBuffer, RecurrentRolloutBuffer
+from sb3_contrib.common.recurrent.type_aliases import RecurrentDictRolloutBufferSamples, RecurrentRolloutBufferSamples
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.vec_env import VecNormalize
 
 # the tensors with one entry per step (the others, the sequences the LSTM runs on, stay padded)
 PER_STEP_FIELDS = ("actions", "old_values", "old_log_prob", "advantages", "returns")
 
+RecurrentSamples = TypeVar("RecurrentSamples", RecurrentRolloutBufferSamples, RecurrentDictRolloutBufferSamples)
 
-class ValidStepsMixin:
-    """
-    Minibatches as sb3-contrib samples them (whole sequences, padded to the same length), except that the per-step
-    tensors (actions, values, log-probabilities, advantages, returns) keep only the valid steps (``mask``): the
-    observations, LSTM states, episode starts and ``mask`` stay padded, for the LSTM. Losses that are plain means over
-    these per-step tensors are then RecurrentPPO's masked means.
-    """
 
-    def _get_samples(self, batch_inds: np.ndarray, env_change: np.ndarray, env: Any = None) -> Any:
-        samples = super()._get_samples(batch_inds, env_change, env)  # type: ignore[misc]
-        valid = samples.mask > 1e-8
-        return samples._replace(**{name: getattr(samples, name)[valid] for name in PER_STEP_FIELDS})
+def keep_valid_steps(samples: RecurrentSamples) -> RecurrentSamples:
+    """``samples`` with its per-step tensors (:data:`PER_STEP_FIELDS`) restricted to the valid steps (``mask``)."""
+    valid = samples.mask > 1e-8
+    return samples._replace(**{name: getattr(samples, name)[valid] for name in PER_STEP_FIELDS})
 
-    def rollout_samples(self, batch_inds: np.ndarray) -> Any:
+
+def rollout_env_change(buffer: RolloutBuffer) -> np.ndarray:
+    """As sb3-contrib's ``get()``: the first step of each environment's rollout, flattened as the buffer is."""
+    env_change = np.zeros((buffer.buffer_size, buffer.n_envs))
+    env_change[0, :] = 1.0
+    return buffer.swap_and_flatten(env_change)
+
+
+class ValidStepsRecurrentRolloutBuffer(RecurrentRolloutBuffer):
+    """sb3-contrib's ``RecurrentRolloutBuffer`` with valid-step minibatches (see the module's description)."""
+
+    # sb3-contrib's recurrent buffers add an ``env_change`` argument to SB3's ``_get_samples(batch_inds, env)`` (and
+    # return other samples), so any override of it is incompatible with SB3's base classes: mypy cannot accept one.
+    def _get_samples(  # type: ignore[override]
+        self, batch_inds: np.ndarray, env_change: np.ndarray, env: VecNormalize | None = None
+    ) -> RecurrentRolloutBufferSamples:
+        return keep_valid_steps(super()._get_samples(batch_inds, env_change, env))
+
+    def rollout_samples(self, batch_inds: np.ndarray) -> RecurrentRolloutBufferSamples:
         """
         The minibatch of the given rows of the flattened buffer (``minibatch_sampling="rollouts"``: whole rollouts of
         environments, or contiguous pieces of one): a sequence starts at each environment's first step, at each
         episode start and at the first row, each from the LSTM states stored at its first step, as in
         :meth:`get`'s minibatches.
         """
-        # as sb3-contrib's get(): the first step of each environment's rollout, flattened as the buffer is
-        env_change = np.zeros((self.buffer_size, self.n_envs))  # type: ignore[attr-defined]
-        env_change[0, :] = 1.0
-        return self._get_samples(batch_inds, self.swap_and_flatten(env_change))  # type: ignore[attr-defined]
+        return self._get_samples(batch_inds, rollout_env_change(self))
 
 
-class ValidStepsRecurrentRolloutBuffer(ValidStepsMixin, RecurrentRolloutBuffer):  # type: ignore[misc]
-    """sb3-contrib's ``RecurrentRolloutBuffer`` with valid-step minibatches (see :class:`ValidStepsMixin`)."""
+class ValidStepsRecurrentDictRolloutBuffer(RecurrentDictRolloutBuffer):
+    """sb3-contrib's ``RecurrentDictRolloutBuffer`` with valid-step minibatches (see the module's description)."""
 
+    # incompatible with SB3's signature, as ValidStepsRecurrentRolloutBuffer._get_samples is
+    def _get_samples(  # type: ignore[override]
+        self, batch_inds: np.ndarray, env_change: np.ndarray, env: VecNormalize | None = None
+    ) -> RecurrentDictRolloutBufferSamples:
+        return keep_valid_steps(super()._get_samples(batch_inds, env_change, env))
 
-class ValidStepsRecurrentDictRolloutBuffer(ValidStepsMixin, RecurrentDictRolloutBuffer):  # type: ignore[misc]
-    """sb3-contrib's ``RecurrentDictRolloutBuffer`` with valid-step minibatches (see :class:`ValidStepsMixin`)."""
+    def rollout_samples(self, batch_inds: np.ndarray) -> RecurrentDictRolloutBufferSamples:
+        """The minibatch of the given rows, as :meth:`ValidStepsRecurrentRolloutBuffer.rollout_samples`."""
+        return self._get_samples(batch_inds, rollout_env_change(self))

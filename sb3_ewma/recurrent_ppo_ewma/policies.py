@@ -30,12 +30,18 @@ def is_recurrent_policy_parameter(name: str) -> bool:
     return is_policy_parameter(name) and not name.startswith(VALUE_ONLY_RECURRENT_PREFIXES)
 
 
+def _hidden_and_cell(states: tuple[th.Tensor, ...]) -> tuple[th.Tensor, th.Tensor]:
+    """The (hidden, cell) pair of one LSTM, which ``RNNStates`` types as a tuple of any length."""
+    hidden, cell = states
+    return hidden, cell
+
+
 def recurrent_actor_latent(
     policy: RecurrentActorCriticPolicy, obs: PyTorchObs, lstm_states: RNNStates, episode_starts: th.Tensor
 ) -> th.Tensor:
     """The actor's latent (after its LSTM and MLP) for every step of the padded sequences, as in ``get_distribution``."""
-    features = super(ActorCriticPolicy, policy).extract_features(obs, policy.pi_features_extractor)  # type: ignore[arg-type]
-    latent_pi, _ = policy._process_sequence(features, lstm_states.pi, episode_starts, policy.lstm_actor)  # type: ignore[arg-type]
+    features = super(ActorCriticPolicy, policy).extract_features(obs, policy.pi_features_extractor)
+    latent_pi, _ = policy._process_sequence(features, _hidden_and_cell(lstm_states.pi), episode_starts, policy.lstm_actor)
     return policy.mlp_extractor.forward_actor(latent_pi)
 
 
@@ -43,18 +49,23 @@ def recurrent_latents(
     policy: RecurrentActorCriticPolicy, obs: PyTorchObs, lstm_states: RNNStates, episode_starts: th.Tensor
 ) -> tuple[th.Tensor, th.Tensor]:
     """The actor's and critic's latents for every step of the padded sequences, as in ``evaluate_actions``."""
-    features = policy.extract_features(obs)  # type: ignore[arg-type]
-    if policy.share_features_extractor:
-        pi_features = vf_features = features
-    else:
+    # a pair of tensors exactly when the features extractor is not shared
+    features = policy.extract_features(obs)
+    if isinstance(features, tuple):
         pi_features, vf_features = features
-    latent_pi, _ = policy._process_sequence(pi_features, lstm_states.pi, episode_starts, policy.lstm_actor)  # type: ignore[arg-type]
+    else:
+        pi_features = vf_features = features
+    latent_pi, _ = policy._process_sequence(pi_features, _hidden_and_cell(lstm_states.pi), episode_starts, policy.lstm_actor)
     if policy.lstm_critic is not None:
-        latent_vf, _ = policy._process_sequence(vf_features, lstm_states.vf, episode_starts, policy.lstm_critic)  # type: ignore[arg-type]
+        latent_vf, _ = policy._process_sequence(
+            vf_features, _hidden_and_cell(lstm_states.vf), episode_starts, policy.lstm_critic
+        )
     elif policy.shared_lstm:
         latent_vf = latent_pi.detach()
     else:
-        latent_vf = policy.critic(vf_features)  # type: ignore[misc]
+        # without an LSTM of its own and without sharing the actor's, the critic has its linear layer
+        assert policy.critic is not None
+        latent_vf = policy.critic(vf_features)
     return policy.mlp_extractor.forward_actor(latent_pi), policy.mlp_extractor.forward_critic(latent_vf)
 
 

@@ -14,10 +14,11 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_ewma.common.checks import check_learn_arguments, check_on_policy_hyperparams
 from sb3_ewma.common.collection.overlap import AsyncRolloutMixin, check_async_rollouts
-from sb3_ewma.common.collection.rollout import RolloutCollectionMixin, collect_rollout, tensors_to
+from sb3_ewma.common.collection.rollout import RolloutCollectionMixin, tensors_to
 from sb3_ewma.common.decoupled.contrib import ContribDecoupledMixin, check_contrib_staleness
 from sb3_ewma.common.decoupled.options import document_decoupled_options
 from sb3_ewma.common.distributed import DataParallelMixin, rank_local_settings
+from sb3_ewma.common.export import to_parent_algorithm
 from sb3_ewma.common.minibatches import check_minibatch_sampling, rollout_minibatches
 from sb3_ewma.recurrent_ppo_ewma.buffers import ValidStepsRecurrentDictRolloutBuffer, ValidStepsRecurrentRolloutBuffer
 from sb3_ewma.recurrent_ppo_ewma.policies import (
@@ -121,6 +122,7 @@ class RecurrentPPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionM
     policy: RecurrentActorCriticPolicy
     # the collector process sends the LSTM states back with each rollout
     _collection_state_names = (*RolloutCollectionMixin._collection_state_names, "_last_lstm_states")
+    _parent_collect_rollouts = staticmethod(RecurrentPPO.collect_rollouts)
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
         "MlpLstmPolicy": MlpLstmPolicy,
         "CnnLstmPolicy": CnnLstmPolicy,
@@ -253,16 +255,7 @@ class RecurrentPPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionM
         states = self._last_lstm_states
         if states is not None and states.pi[0].device != policy.device:
             self._last_lstm_states = tensors_to(states, policy.device)
-        return collect_rollout(
-            RecurrentPPO.collect_rollouts,
-            self,
-            policy,
-            env,
-            callback,
-            rollout_buffer,
-            n_rollout_steps,
-            self._timesteps_per_env_step,
-        )
+        return super()._collect_rollout_with(policy, env, callback, rollout_buffer, n_rollout_steps)
 
     def _rollout_minibatches(self, buffer: RolloutBuffer) -> Iterator[Any]:
         # whole rollouts, cut into sequences at environment changes and episode starts (ValidStepsMixin.rollout_samples)
@@ -310,6 +303,14 @@ class RecurrentPPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionM
             rollout_data.episode_starts,
             rollout_data.mask > 1e-8,
         )
+
+    def to_sb3(self) -> RecurrentPPO:
+        """
+        This model as a plain sb3-contrib ``RecurrentPPO`` (same policy network and optimizer state, same ``predict``;
+        the EWMA and the decoupled options are left out), whose ``save`` gives a zip that
+        ``sb3_contrib.RecurrentPPO.load`` opens without this package. See :mod:`sb3_ewma.common.export`.
+        """
+        return to_parent_algorithm(self, RecurrentPPO)
 
     def learn(
         self: SelfRecurrentPPO_EWMA,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sb3_ewma.common import threads
-from sb3_ewma.scale import LR_RULES
+from sb3_ewma.scale import ALGOS, LR_RULES
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def add_scale_arguments(parser: argparse.ArgumentParser) -> None:
         "sb3-ewma (batch size-invariance)",
         "Rescale the hyperparameter entry (after --hyperparams overrides) from its n_envs to another number of "
         "environments with sb3_ewma.scale_hyperparams before training; the report is printed and config.yml holds "
-        "the rescaled values. For ppo_ewma, ppg_ewma and ppg.",
+        f"the rescaled values. For every algorithm of this package: {', '.join(ALGOS)}.",
     )
     group.add_argument("--scale-n-envs", type=int, default=None, metavar="N", help="target number of environments")
     group.add_argument(
@@ -98,13 +98,18 @@ class TrainArgumentParser(argparse.ArgumentParser):
             scale_options_from_args(parsed)
         except ValueError as error:
             self.error(str(error))
+        num_threads = getattr(parsed, "num_threads", threads.AUTO)
+        if num_threads < threads.TORCH_DEFAULT:
+            self.error(f"argument --num-threads: must be {NUM_THREADS_CHOICES}, got {num_threads}")
         return parsed
 
 
-NUM_THREADS_HELP = (
-    "Number of threads for PyTorch: 0 (default) one thread, unless the model reads images on the CPU or "
-    "OMP_NUM_THREADS is set; -1 torch's default (one per core); N > 0 that many"
+NUM_THREADS_CHOICES = (
+    "0 (the default: one thread, or torch's default when the model reads images on the CPU; torch follows "
+    "OMP_NUM_THREADS or MKL_NUM_THREADS instead when either is set), -1 (torch's default, one thread per core) or a "
+    "thread count N > 0"
 )
+NUM_THREADS_HELP = f"Number of threads for PyTorch: {NUM_THREADS_CHOICES}"
 
 
 def _set_num_threads_default(parser: argparse.ArgumentParser) -> None:

@@ -23,10 +23,11 @@ from sb3_ewma.common.allocator import keep_freed_memory
 from sb3_ewma.common.torch_layers import ImpalaCNN
 from sb3_ewma.scale import scale_hyperparams_with_report
 from sb3_ewma.zoo.arguments import ScaleOptions, scale_options_from_args
+from sb3_ewma.zoo.checks import check_entry_keys, check_env_spaces, missing_folders, remove_unused_run_folder
 from sb3_ewma.zoo.derivation import EntryChoice, missing_entry_hint, normalize_settings, zoo_entry_for
 from sb3_ewma.zoo.patching import patched
 from sb3_ewma.zoo.procgen import is_procgen_env_id, make_procgen_vec_env
-from sb3_ewma.zoo.registry import ZOO_ALGOS, default_conf_file
+from sb3_ewma.zoo.registry import ZOO_ALGORITHMS, ZOO_ALGOS, default_conf_file
 
 POLICY_KWARGS_NAMESPACE: dict[str, Any] = {"ImpalaCNN": ImpalaCNN, "nn": nn, "th": th}
 """Names available to ``policy_kwargs`` strings, besides those rl-zoo3 provides."""
@@ -74,6 +75,9 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
     - a ``gamma`` written in the ``normalize`` setting is kept (rl-zoo3 replaces it by the algorithm's ``gamma``);
     - with ``scale``, the hyperparameter entry (after the ``--hyperparams`` overrides) is rescaled from its ``n_envs``
       (1 when absent, as rl-zoo3 reads it) to ``scale.n_envs`` before anything else uses it, and the report printed;
+    - before the run folder is created, the keys of the entry are checked against the algorithm's constructor and the
+      algorithm against the environment's spaces (:mod:`sb3_ewma.zoo.checks`), and a start that fails later removes
+      the run folder it left empty;
     - for Procgen ids the environments are one native :class:`~sb3_ewma.envs.ProcgenVecEnv`
       (:func:`make_procgen_vec_env`, whatever ``--vec-env`` says) and evaluations use stochastic actions, as the
       agent acts during training (a deterministic Procgen policy easily gets stuck).
@@ -114,8 +118,18 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
             self.deterministic_eval = False
 
     def setup_experiment(self) -> tuple[BaseAlgorithm, dict[str, Any]] | None:
-        """rl-zoo3's, then torch's thread count for the model built (``--num-threads``, :mod:`sb3_ewma.common.threads`)."""
-        result = super().setup_experiment()
+        """
+        rl-zoo3's, then torch's thread count for the model built (``--num-threads``, :mod:`sb3_ewma.common.threads`).
+        A start that fails (the model cannot be built, say) removes the run folder it created, when nothing but empty
+        folders and monitor files without episodes is in it (:func:`~sb3_ewma.zoo.checks.remove_unused_run_folder`).
+        """
+        created = missing_folders(self.save_path)  # the run folder and the folders above it that rl-zoo3 will create
+        try:
+            result = super().setup_experiment()
+        except BaseException:
+            if self.rank == 0 and created:
+                remove_unused_run_folder(created[0], created_parents=created[1:])
+            raise
         if result is not None:
             count = threads.apply_num_threads(getattr(self.args, "num_threads", threads.TORCH_DEFAULT), result[0])
             if count is not None and self.verbose > 0:
@@ -215,4 +229,14 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
         if isinstance(hyperparams.get("policy_kwargs"), str):
             namespace = {**vars(rl_zoo3.exp_manager), **POLICY_KWARGS_NAMESPACE}
             hyperparams["policy_kwargs"] = eval(hyperparams["policy_kwargs"], namespace)
-        return super()._preprocess_hyperparams(hyperparams)
+        result = super()._preprocess_hyperparams(hyperparams)
+        if self.algo in ZOO_ALGOS:
+            # before rl-zoo3 creates the run folder (sb3_ewma.zoo.checks)
+            algorithm = ZOO_ALGORITHMS[self.algo]
+            constructor_kwargs, env_wrapper = result[0], result[1]
+            check_entry_keys(self.algo, algorithm, constructor_kwargs)
+            if not self.is_procgen:  # Procgen: 15 discrete actions, image observations
+                env_id = self.env_name.gym_id
+                policy = constructor_kwargs.get("policy")
+                check_env_spaces(self.algo, algorithm, env_id, self.env_kwargs, env_wrapper, policy)
+        return result

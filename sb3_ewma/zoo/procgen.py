@@ -5,7 +5,7 @@ and ``record_video``.
 """
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, cast
 
 import gymnasium as gym
 import rl_zoo3.utils
@@ -15,8 +15,32 @@ from stable_baselines3.common.vec_env import VecEnv
 from sb3_ewma.envs.procgen import PROCGEN_KWARGS, make_procgen_env
 from sb3_ewma.envs.procgen_games import parse_procgen_env_id
 
+
+class _ZooCreateTestEnv(Protocol):
+    """
+    rl-zoo3's ``create_test_env`` as it is called here. It annotates ``vec_env_cls`` as ``type[VecEnv]`` but only
+    calls it as SB3's ``make_vec_env`` does, ``vec_env_cls(env_fns, **vec_env_kwargs)``: any such callable returning a
+    ``VecEnv`` will do, :func:`make_procgen_vec_env` included.
+    """
+
+    def __call__(
+        self,
+        env_id: str,
+        *,
+        n_envs: int,
+        stats_path: str | None,
+        seed: int,
+        log_dir: str | None,
+        should_render: bool,
+        hyperparams: dict[str, Any] | None,
+        env_kwargs: dict[str, Any] | None,
+        vec_env_cls: Callable[..., VecEnv] | None,
+        vec_env_kwargs: dict[str, Any] | None,
+    ) -> VecEnv: ...
+
+
 # the original, before enjoy()/record_video() route it through the Procgen-aware version
-_ZOO_CREATE_TEST_ENV = rl_zoo3.utils.create_test_env
+_ZOO_CREATE_TEST_ENV = cast(_ZooCreateTestEnv, rl_zoo3.utils.create_test_env)
 # gymnasium's wrappers that gymnasium.make adds, which the native Procgen VecEnv does without
 _MAKE_WRAPPERS = ("OrderEnforcing", "PassiveEnvChecker", "HumanRendering")
 
@@ -116,8 +140,9 @@ def create_test_env(
     rl-zoo3's ``create_test_env`` (same arguments), building Procgen ids with :func:`make_procgen_vec_env` when no
     ``vec_env_cls`` is given.
     """
-    if vec_env_cls is None and is_procgen_env_id(env_id):
-        vec_env_cls = make_procgen_vec_env  # type: ignore[assignment]
+    vec_env_constructor: Callable[..., VecEnv] | None = vec_env_cls
+    if vec_env_constructor is None and is_procgen_env_id(env_id):
+        vec_env_constructor = make_procgen_vec_env
     return _ZOO_CREATE_TEST_ENV(
         env_id,
         n_envs=n_envs,
@@ -127,6 +152,6 @@ def create_test_env(
         should_render=should_render,
         hyperparams=hyperparams,
         env_kwargs=env_kwargs,
-        vec_env_cls=vec_env_cls,
+        vec_env_cls=vec_env_constructor,
         vec_env_kwargs=vec_env_kwargs,
     )

@@ -82,8 +82,10 @@ FORK_UNSAFE_ENV_MODULES = ("procgen", "gym3", "envpool", "sb3_ewma.envs.procgen"
 
 def innermost_vec_env(env: VecEnv) -> VecEnv:
     """The ``VecEnv`` under every ``VecEnvWrapper`` (``VecNormalize``, ``VecMonitor``, ...)."""
-    while isinstance(getattr(env, "venv", None), VecEnv):
-        env = env.venv  # type: ignore[attr-defined]
+    inner = getattr(env, "venv", None)
+    while isinstance(inner, VecEnv):
+        env = inner
+        inner = getattr(env, "venv", None)
     return env
 
 

@@ -5,10 +5,11 @@ from typing import Any
 
 import torch as th
 from gymnasium import spaces
+from stable_baselines3.common.base_class import maybe_make_env
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import RolloutBufferSamples, Schedule
+from stable_baselines3.common.type_aliases import GymEnv, RolloutBufferSamples, Schedule
 from stable_baselines3.common.utils import FloatSchedule
 
 from sb3_ewma.common.decoupled.advantages import AdvantageNormalizer
@@ -26,6 +27,7 @@ from sb3_ewma.common.ewma import ParameterEWMA, center_of_mass_from_ewma_decay
 from sb3_ewma.common.format import without_rounding_noise
 from sb3_ewma.common.gradient_noise import GradientNoiseScale
 from sb3_ewma.common.host import HostAlgorithm
+from sb3_ewma.common.keywords import check_keywords, check_policy_keywords, unknown_policy_message
 from sb3_ewma.common.minibatches import rollout_minibatches
 from sb3_ewma.common.optim import clip_grad_norm, prefer_foreach
 
@@ -51,6 +53,24 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin, HostAlgorithm):
     # set by _setup_proximal_policy
     proximal_decay: float | None
     proximal_ewma: ParameterEWMA | None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # before the constructor runs, so that a keyword it does not take gets a message that says which class or
+        # option takes it (Python's TypeError names the keyword only); a policy keyword of another algorithm's
+        # policies likewise (sb3_ewma.common.keywords)
+        check_keywords(cls, kwargs)
+        check_policy_keywords(cls, kwargs.get("policy", args[0] if args else None), kwargs.get("policy_kwargs"))
+        return super().__new__(cls)
+
+    def _get_policy_from_name(self, policy_name: str) -> type[BasePolicy]:
+        """SB3's, with the algorithm's policy names and the nearest one in the error for an unknown name."""
+        if policy_name not in self.policy_aliases:
+            raise ValueError(unknown_policy_message(type(self), policy_name))
+        return super()._get_policy_from_name(policy_name)
+
+    def set_env(self, env: GymEnv | str, force_reset: bool = True) -> None:
+        """SB3's ``set_env``; ``env`` may also be a registered environment id, made as the constructor makes it."""
+        super().set_env(maybe_make_env(env, self.verbose), force_reset=force_reset)
 
     def _excluded_save_params(self) -> list[str]:
         # the gradient noise trackers hold gradients of the epoch in progress: rebuilt when training resumes

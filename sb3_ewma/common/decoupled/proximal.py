@@ -8,6 +8,7 @@ from contextvars import ContextVar
 from typing import Any
 
 import torch as th
+from stable_baselines3.common.base_class import maybe_make_env
 from stable_baselines3.common.distributions import CategoricalDistribution, DiagGaussianDistribution, Distribution
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.save_util import load_from_zip_file
@@ -134,10 +135,19 @@ class ProximalSaveMixin(HostAlgorithm):
 
     @classmethod
     def load(cls, path: Any, *args: Any, **kwargs: Any) -> Any:
+        """
+        SB3's ``load`` (same arguments), after checking that the file was saved by an algorithm whose files this one
+        opens; ``env`` may also be a registered environment id, made as the constructor makes it (SB3's
+        ``maybe_make_env``: ``gym.make``, then the ``Monitor`` and ``DummyVecEnv`` wrappers).
+        """
         own_modules = tuple(policy.__module__ for policy in getattr(cls, "policy_aliases", {}).values())
         data = check_saved_algorithm(cls.__name__, (*own_modules, *cls.loadable_parent_policy_modules), path)
         if data is not None:
             cls._check_saved_data(data, path)
+        if args and isinstance(args[0], str):
+            args = (maybe_make_env(args[0], kwargs.get("verbose", (data or {}).get("verbose", 0))), *args[1:])
+        elif isinstance(kwargs.get("env"), str):
+            kwargs["env"] = maybe_make_env(kwargs["env"], kwargs.get("verbose", (data or {}).get("verbose", 0)))
         with loading_from_file():
             return super().load(path, *args, **kwargs)
 

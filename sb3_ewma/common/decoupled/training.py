@@ -15,6 +15,7 @@ from torch.nn import functional as F
 
 from sb3_ewma.common.decoupled.mixin import DecoupledAlgorithmMixin
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective, mean_of
+from sb3_ewma.common.losses import clipped_values
 from sb3_ewma.common.staleness import StaleRollout, recompute_advantages, replace_behavior_log_probs
 
 
@@ -84,15 +85,9 @@ class DecoupledTrainingMixin(DecoupledAlgorithmMixin):
                 entropy_losses.append(entropy_loss.detach())
                 approx_kl_divs.append(approx_kl_div)
 
-                if clip_range_vf is None:
-                    # No clipping
-                    values_pred = values
-                else:
-                    # Clip the difference between old and new value
-                    # NOTE: this depends on the reward scaling
-                    values_pred = rollout_data.old_values + th.clamp(
-                        values - rollout_data.old_values, -clip_range_vf, clip_range_vf
-                    )
+                # Clip the difference between old and new value (None: no clipping; <= 0: no movement)
+                # NOTE: this depends on the reward scaling
+                values_pred = clipped_values(values, rollout_data.old_values, clip_range_vf)
                 # Value loss using the TD(gae_lambda) target
                 value_loss = F.mse_loss(rollout_data.returns, values_pred)
                 value_losses.append(value_loss.detach())

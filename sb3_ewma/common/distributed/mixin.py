@@ -1,7 +1,7 @@
 """The algorithm side of data-parallel training: :class:`DataParallelMixin` and the per-iteration diagnostics."""
 
 import warnings
-from typing import Any
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch as th
@@ -14,6 +14,12 @@ from sb3_ewma.common.checks import caller_stacklevel
 from sb3_ewma.common.distributed.collectives import DataParallelContext, RunningStatisticsPool
 from sb3_ewma.common.distributed.process_group import RANK_LOCAL_SETTINGS, wants_data_parallel
 from sb3_ewma.common.host import HostAlgorithm
+
+
+class _GradientStep(Protocol):
+    """What this mixin's ``super()`` provides inside ``train()``: the training core's clipped optimizer step."""
+
+    def _apply_gradients(self, optimizer: th.optim.Optimizer) -> None: ...
 
 
 class _NoCallback(BaseCallback):
@@ -149,7 +155,7 @@ class DataParallelMixin(HostAlgorithm):
             # a logger with no output; SB3 then creates no log folder on this rank
             self.set_logger(Logger(folder=None, output_formats=[]))
         result = super()._setup_learn(total_timesteps, callback, *args, **kwargs)
-        vec_normalize = unwrap_vec_normalize(self.env) if context is not None else None  # type: ignore[arg-type]
+        vec_normalize = unwrap_vec_normalize(self.env) if context is not None and self.env is not None else None
         if context is not None and vec_normalize is not None:
             self._vec_normalize_pool.start(vec_normalize, context)
         return result
@@ -208,7 +214,7 @@ class DataParallelMixin(HostAlgorithm):
                     self.ep_success_buffer.extend(successes)
             # the last train()'s losses and diagnostics, not yet dumped: their mean over the ranks
             self.logger.name_to_value.update(mean_over_ranks([ranks_diagnostics for _, _, ranks_diagnostics in gathered]))
-        vec_normalize = unwrap_vec_normalize(self.env)  # type: ignore[arg-type]
+        vec_normalize = unwrap_vec_normalize(self.env) if self.env is not None else None
         if vec_normalize is not None and vec_normalize.training:
             self._vec_normalize_pool.pool(vec_normalize, context)
         self.logger.record("time/communication_s", context.take_communication_time())
@@ -222,7 +228,8 @@ class DataParallelMixin(HostAlgorithm):
         context = self._data_parallel_context
         if context is not None:
             context.average_gradients(param for group in optimizer.param_groups for param in group["params"])
-        super()._apply_gradients(optimizer)  # type: ignore[misc]
+        # the training core's (DecoupledAlgorithmMixin, after this mixin in every algorithm's bases)
+        cast(_GradientStep, super())._apply_gradients(optimizer)
 
     def _global_kl(self, approx_kl_div: th.Tensor) -> float:
         """The approximate KL averaged over the ranks, so that every rank stops at the same minibatch (``target_kl``)."""

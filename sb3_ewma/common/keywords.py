@@ -1,0 +1,148 @@
+"""
+Clear errors for what an algorithm of this package does not take, raised before anything is built: a keyword argument
+of the constructor (one that another algorithm, or the policy, takes; or a misspelt one), a policy keyword that the
+chosen policy lacks, and a policy name of another algorithm. Python's and SB3's own errors name the keyword or the
+policy only; these also say which class or option takes it, and suggest the nearest name.
+
+The other algorithms are those of :data:`sb3_ewma.algorithms.ALGORITHMS`, imported only to explain an error.
+"""
+
+import difflib
+import inspect
+from collections.abc import Iterable
+from typing import Any
+
+# where a class lacks an option, the nearest thing it has
+_ALTERNATIVES: dict[str, str] = {
+    "staleness": "PPG_EWMA and PPG train on data one iteration stale with async_rollouts=True",
+    "staleness_mode": "PPG_EWMA and PPG train on data one iteration stale with async_rollouts=True",
+}
+
+
+def _join(names: Iterable[str], conjunction: str = "and") -> str:
+    names = list(names)
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} {conjunction} {names[-1]}"
+
+
+def constructor_keywords(algorithm: type) -> set[str] | None:
+    """
+    :param algorithm: an algorithm class
+    :return: the names its constructor takes as keyword arguments, or None when it takes any (``**kwargs``)
+    """
+    parameters = inspect.signature(algorithm).parameters.values()
+    if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters):
+        return None
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {parameter.name for parameter in parameters if parameter.kind in named}
+
+
+def takes_policy_keyword(policy_class: type, name: str) -> bool:
+    """Whether a constructor of the policy class or of one of its bases names the keyword ``name``."""
+    for klass in policy_class.__mro__:
+        init = vars(klass).get("__init__")
+        if init is not None and klass is not object and name in inspect.signature(init).parameters:
+            return True
+    return False
+
+
+def _other_algorithms(algorithm: type) -> list[type]:
+    # imported here, and only to explain an error: looking the classes up imports sb3-contrib's algorithms (slow)
+    from sb3_ewma.algorithms import ALGORITHMS
+
+    return [other for other in ALGORITHMS.values() if other is not algorithm]
+
+
+def _policies(algorithm: type) -> list[type]:
+    return list(getattr(algorithm, "policy_aliases", {}).values())
+
+
+def _policy_keyword_takers(algorithms: list[type], name: str) -> list[str]:
+    """The names of the algorithms all of whose policies take the keyword ``name``."""
+    return [
+        algorithm.__name__
+        for algorithm in algorithms
+        if _policies(algorithm) and all(takes_policy_keyword(policy, name) for policy in _policies(algorithm))
+    ]
+
+
+def unknown_keyword_message(algorithm: type, name: str, value: Any, other_names: Iterable[str] = ()) -> str:
+    """
+    Why ``name`` is not an argument of ``algorithm``, and what to do: pass it in ``policy_kwargs`` (a keyword of its
+    policies), use the algorithms that take it, or the nearest argument's name.
+
+    :param algorithm: the algorithm class
+    :param name: the keyword argument it does not take
+    :param value: the value given
+    :param other_names: names valid where ``name`` was given besides the constructor's (rl-zoo3's entry keys), for the
+        nearest name
+    """
+    class_name = algorithm.__name__
+    message = f"{class_name} has no argument {name}={value!r}"
+    policies = _policies(algorithm)
+    if policies and all(takes_policy_keyword(policy, name) for policy in policies):
+        return f"{message}: it is a keyword of its policy, pass policy_kwargs=dict({name}={value!r})"
+    others = _other_algorithms(algorithm)
+    takers = [other.__name__ for other in others if name in (constructor_keywords(other) or ())]
+    if takers:
+        note = f" ({_ALTERNATIVES[name]})" if name in _ALTERNATIVES else ""
+        return f"{message}: it is an argument of {_join(takers)}{note}"
+    policy_takers = _policy_keyword_takers(others, name)
+    if policy_takers:
+        return (
+            f"{message}, and its policies do not take it: it is a policy keyword of {_join(policy_takers)} "
+            f"(policy_kwargs=dict({name}=...))"
+        )
+    close = difflib.get_close_matches(name, sorted({*(constructor_keywords(algorithm) or ()), *other_names}), n=1)
+    return message + (f": did you mean {close[0]!r}?" if close else "")
+
+
+def check_keywords(algorithm: type, kwargs: dict[str, Any]) -> None:
+    """
+    Raise a ``TypeError`` (the error Python would raise) with :func:`unknown_keyword_message` for the first keyword
+    argument that the algorithm's constructor does not take.
+    """
+    known = constructor_keywords(algorithm)
+    if known is None:
+        return
+    for name, value in kwargs.items():
+        if name not in known:
+            raise TypeError(unknown_keyword_message(algorithm, name, value))
+
+
+def check_policy_keywords(algorithm: type, policy: Any, policy_kwargs: Any) -> None:
+    """
+    Raise a ``TypeError`` for a keyword of ``policy_kwargs`` that the algorithm's own policy (``policy``, one of its
+    ``policy_aliases`` by name or by class) does not take but a policy of another algorithm of this package does, such
+    as ``head_init_scale`` for sb3-contrib's policies. Other keywords, and policy classes of the user's, are left to
+    the policy's constructor.
+    """
+    aliases = getattr(algorithm, "policy_aliases", {})
+    policy_class = aliases.get(policy) if isinstance(policy, str) else policy
+    if not isinstance(policy_kwargs, dict) or not isinstance(policy_class, type) or policy_class not in aliases.values():
+        return
+    for name, value in policy_kwargs.items():
+        if takes_policy_keyword(policy_class, name):
+            continue
+        takers = _policy_keyword_takers(_other_algorithms(algorithm), name)
+        if takers:
+            policy_name = policy if isinstance(policy, str) else policy_class.__name__
+            raise TypeError(
+                f"{algorithm.__name__}'s policy {policy_name} has no keyword {name}={value!r} (in policy_kwargs): "
+                f"only the policies of {_join(takers)} take it: remove it, or use {_join(takers, 'or')}"
+            )
+
+
+def unknown_policy_message(algorithm: type, policy_name: str) -> str:
+    """
+    SB3's "Policy X unknown", with the algorithm's policy names, the nearest one and the algorithms whose policy
+    ``policy_name`` is.
+    """
+    aliases = list(getattr(algorithm, "policy_aliases", {}))
+    message = f"Policy {policy_name} unknown for {algorithm.__name__}, whose policies are {_join(aliases)}"
+    close = difflib.get_close_matches(str(policy_name), aliases, n=1, cutoff=0.5)
+    if close:
+        message += f": did you mean {close[0]!r}?"
+    owners = [other.__name__ for other in _other_algorithms(algorithm) if policy_name in getattr(other, "policy_aliases", {})]
+    if owners:
+        message += f" ({policy_name} is a policy of {_join(owners)})"
+    return message

@@ -2,7 +2,6 @@
 
 # first: silences the legacy gym package's banner, which SB3's import would print (see the module)
 import sb3_ewma._quiet  # noqa: F401
-from sb3_ewma.common.allocator import keep_freed_memory
 from sb3_ewma.common.ewma import (
     center_of_mass_from_ewma_decay,
     ewma_decay_from_center_of_mass,
@@ -53,7 +52,6 @@ __all__ = [
     "ewma_decay_from_center_of_mass",
     "ewma_decay_from_span",
     "ewma_span_from_decay",
-    "keep_freed_memory",
     "scale_hyperparams",
     "scale_hyperparams_with_report",
 ]

@@ -42,12 +42,12 @@ def _malloc_untouched(monkeypatch: pytest.MonkeyPatch):
     """
     import sys
 
-    import sb3_ewma
+    from sb3_ewma.common import allocator
 
     def keep_freed_memory(*args, **kwargs) -> bool:
         return True
 
-    monkeypatch.setattr(sb3_ewma, "keep_freed_memory", keep_freed_memory)
+    monkeypatch.setattr(allocator, "keep_freed_memory", keep_freed_memory)
     # where the experiment manager calls it
     experiment = sys.modules.get("sb3_ewma.zoo.experiment")
     if experiment is not None:

@@ -268,7 +268,9 @@ def test_batch_size_invariance_authors_runs():
 def test_evaluation_rows_hold_the_gradient_noise_scale():
     from sb3_ewma import PPO_EWMA
 
-    model = PPO_EWMA("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=8, n_epochs=1, device="cpu")
+    model = PPO_EWMA(
+        "MlpPolicy", "CartPole-v1", n_steps=32, batch_size=8, n_epochs=1, device="cpu", log_gradient_noise_scale=True
+    )
     assert math.isnan(runner.gradient_noise_scale(model))
     model.learn(32)
     assert runner.gradient_noise_scale(model) == pytest.approx(model._gradient_noise["train"].latest.noise_scale, abs=1e-4)
@@ -338,11 +340,11 @@ def test_proximal_precision_measures_bf16_against_float32(tmp_path):
 
 
 def test_malloc_keep_freed_refuses_to_run_without_glibc(monkeypatch):
-    import sb3_ewma
     from benchmarks.harness.common import apply_malloc
+    from sb3_ewma.common import allocator
 
     made = []
-    monkeypatch.setattr(sb3_ewma, "keep_freed_memory", lambda: made.append("keep") or False)
+    monkeypatch.setattr(allocator, "keep_freed_memory", lambda: made.append("keep") or False)
     apply_malloc("default")
     assert made == []
     with pytest.raises(SystemExit, match="--malloc default"):

@@ -1,6 +1,7 @@
 """The gradient noise scale B_simple (McCandlish et al. 2018): hand-computed cases, a linear model, the three algorithms."""
 
 import csv
+import inspect
 
 import numpy as np
 import pytest
@@ -89,7 +90,9 @@ def values(rows, key):
     ],
 )
 def test_logged_by_the_three_algorithms(tmp_path, cls, kwargs, prefixes):
-    model = cls("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=16, seed=0, device="cpu", **kwargs)
+    model = cls(
+        "MlpPolicy", "CartPole-v1", n_steps=64, batch_size=16, seed=0, device="cpu", log_gradient_noise_scale=True, **kwargs
+    )
     model.set_logger(configure(str(tmp_path), ["csv"]))
     model.learn(4 * 64)
     rows = read_progress(tmp_path)
@@ -98,7 +101,9 @@ def test_logged_by_the_three_algorithms(tmp_path, cls, kwargs, prefixes):
         assert logged and all(np.isfinite(logged)), prefix
 
 
-def test_turned_off_it_logs_nothing_and_changes_nothing(tmp_path):
+def test_off_by_default_it_logs_nothing_and_changes_nothing(tmp_path):
+    for cls in (PPO_EWMA, PPG_EWMA, PPG):
+        assert inspect.signature(cls).parameters["log_gradient_noise_scale"].default is False
     params = []
     for flag in (True, False):
         model = PPO_EWMA(
@@ -114,7 +119,15 @@ def test_turned_off_it_logs_nothing_and_changes_nothing(tmp_path):
 def test_measured_before_gradient_clipping(monkeypatch):
     # with a tiny max_grad_norm every step is clipped; the tracker must see the raw gradients
     model = PPO_EWMA(
-        "MlpPolicy", "CartPole-v1", n_steps=64, batch_size=16, n_epochs=1, max_grad_norm=1e-6, seed=0, device="cpu"
+        "MlpPolicy",
+        "CartPole-v1",
+        n_steps=64,
+        batch_size=16,
+        n_epochs=1,
+        max_grad_norm=1e-6,
+        seed=0,
+        device="cpu",
+        log_gradient_noise_scale=True,
     )
     seen = []
     observe = GradientNoiseScale.observe

@@ -5,6 +5,7 @@ evaluations, append a CSV row per evaluation, pause at a deadline with a checkpo
 """
 
 import csv
+import inspect
 import json
 import math
 import pickle
@@ -122,9 +123,11 @@ def build_model(spec: RunSpec, env: Any) -> Any:
     policy, network_kwargs = policy_for(spec.network)
     hyperparams = dict(spec.hyperparams)
     policy_kwargs = {**network_kwargs, **hyperparams.pop("policy_kwargs", {})}
-    return algorithm_class(spec.algo)(
-        policy, env, policy_kwargs=policy_kwargs, seed=spec.seed, device=spec.device, verbose=0, **hyperparams
-    )
+    algorithm = algorithm_class(spec.algo)
+    if "log_gradient_noise_scale" in inspect.signature(algorithm).parameters:
+        # the evaluation rows hold it (the batch size-invariance experiments read it)
+        hyperparams.setdefault("log_gradient_noise_scale", True)
+    return algorithm(policy, env, policy_kwargs=policy_kwargs, seed=spec.seed, device=spec.device, verbose=0, **hyperparams)
 
 
 def final_return(rows: Sequence[dict[str, Any]], total_timesteps: int, fraction: float = FINAL_FRACTION) -> float:

@@ -96,7 +96,8 @@ class MaskablePPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMi
         minibatch, environments in random order; ``batch_size`` must be a multiple of ``n_steps``, or divide it: then
         each minibatch is a contiguous piece of one environment's rollout). The action masks go with their steps.
     :param log_gradient_noise_scale: Log the gradient noise scale ``B_simple`` (McCandlish et al. 2018) as
-        ``train/gradient_noise_scale``, as :class:`sb3_ewma.PPO_EWMA` does. Needs at least 2 minibatches per epoch.
+        ``train/gradient_noise_scale``, as :class:`sb3_ewma.PPO_EWMA` does. Needs at least 2 minibatches per epoch;
+        off by default.
     :param distributed: Data-parallel training on ``torch.distributed``, as :class:`sb3_ewma.PPO_EWMA` (documentation:
         "Data-Parallel Training"): each rank steps its own ``n_envs`` environments and asks them for their action
         masks; gradients are averaged over the ranks. Not saved with the model.
@@ -151,7 +152,7 @@ class MaskablePPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMi
         staleness: int = 0,
         staleness_mode: str = "decoupled",
         minibatch_sampling: str = "steps",
-        log_gradient_noise_scale: bool = True,
+        log_gradient_noise_scale: bool = False,
         distributed: bool | None = None,
         async_rollouts: bool | str = False,
         _init_setup_model: bool = True,

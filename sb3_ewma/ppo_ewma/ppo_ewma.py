@@ -98,7 +98,7 @@ class PPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         ``train/gradient_noise_scale``, estimated after every epoch from the minibatch gradients of the epoch and their
         mean, smoothed with EMAs (see :mod:`sb3_ewma.common.gradient_noise`). It approximates the critical batch size,
         below which the batch size-invariance rules hold. Needs at least 2 minibatches per epoch; costs one copy of the
-        gradient and one norm per optimizer step.
+        gradient and one norm per optimizer step, so it is off by default.
     :param distributed: Data-parallel training on ``torch.distributed`` (documentation: "Data-Parallel
         Training"): ``None`` (default) joins, or creates from torchrun's environment, the default process group when
         ``WORLD_SIZE > 1``; ``True`` requires it (also with one rank); ``False`` never (each process trains its own
@@ -163,7 +163,7 @@ class PPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         staleness: int = 0,
         staleness_mode: str = "decoupled",
         minibatch_sampling: str = "steps",
-        log_gradient_noise_scale: bool = True,
+        log_gradient_noise_scale: bool = False,
         distributed: bool | None = None,
         async_rollouts: bool | str = False,
         _init_setup_model: bool = True,

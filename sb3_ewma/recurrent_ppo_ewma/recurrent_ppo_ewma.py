@@ -107,7 +107,7 @@ class RecurrentPPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionM
         ``"rollouts"`` every epoch cuts the same sequences.
     :param log_gradient_noise_scale: Log the gradient noise scale ``B_simple`` (McCandlish et al. 2018) as
         ``train/gradient_noise_scale``, as :class:`sb3_ewma.PPO_EWMA` does (a minibatch's samples are its valid
-        steps: ``batch_size``). Needs at least 2 minibatches per epoch.
+        steps: ``batch_size``). Needs at least 2 minibatches per epoch; off by default.
     :param distributed: Data-parallel training on ``torch.distributed``, as :class:`sb3_ewma.PPO_EWMA` (documentation:
         "Data-Parallel Training"): each rank steps its own ``n_envs`` environments and carries their LSTM states; the
         losses are means over each rank's valid steps, and gradients are averaged over the ranks. Not saved with the
@@ -163,7 +163,7 @@ class RecurrentPPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionM
         staleness: int = 0,
         staleness_mode: str = "decoupled",
         minibatch_sampling: str = "steps",
-        log_gradient_noise_scale: bool = True,
+        log_gradient_noise_scale: bool = False,
         distributed: bool | None = None,
         async_rollouts: bool | str = False,
         _init_setup_model: bool = True,

@@ -54,7 +54,7 @@ def add_scale_arguments(parser: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="glibc: keep freed memory for the next minibatch instead of returning it to the system "
-        "(sb3_ewma.keep_freed_memory; fewer page faults, faster CPU training, the peak memory stays held)",
+        "(sb3_ewma.common.allocator.keep_freed_memory; fewer page faults, faster CPU training, the peak memory stays held)",
     )
 
 

@@ -6,7 +6,8 @@ from sb3_ewma.ppg_ewma.policies import (
     PPGMultiInputPolicy,
     PPGPolicy,
 )
-from sb3_ewma.ppg_ewma.ppg_ewma import PPG, PPG_EWMA
+from sb3_ewma.ppg_ewma.ppg import PPG
+from sb3_ewma.ppg_ewma.ppg_ewma import PPG_EWMA
 
 __all__ = [
     "PPG",

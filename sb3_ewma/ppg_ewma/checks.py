@@ -60,3 +60,42 @@ def check_ppg_hyperparams(
                 f"aux_micro_batch_size must not exceed aux_batch_size (default: batch_size) = {minibatch}, "
                 f"got {aux_micro_batch_size}"
             )
+
+
+def aux_batch_size_problem(
+    algorithm_name: str, n_policy_iterations: int, n_steps: int, n_envs: int, batch_size: int, aux_batch_size: int
+) -> str | None:
+    """
+    Why ``aux_batch_size`` does not fit the auxiliary buffer of ``n_policy_iterations * n_steps * n_envs`` steps (it
+    must divide it), with the setting to change and a value that fits; None when it fits.
+
+    :param algorithm_name: the class, named in the advice for a saved model
+    """
+    aux_size = n_policy_iterations * n_steps * n_envs
+    if aux_batch_size <= aux_size and aux_size % aux_batch_size == 0:
+        return None
+    # the largest that fits, in whole rollouts of one environment when the given one was
+    whole_rollouts = aux_batch_size % n_steps == 0
+    fitting = [
+        size
+        for size in range(min(aux_batch_size, aux_size), 0, -1)
+        if aux_size % size == 0 and (size % n_steps == 0 or not whole_rollouts)
+    ]
+    rollout_size = n_steps * n_envs
+    if aux_batch_size == batch_size and batch_size > rollout_size:
+        # the auxiliary minibatch is batch_size's default, and batch_size itself exceeds the rollout: that is the
+        # setting to change (the policy phase trains on the whole rollout as one truncated minibatch)
+        return (
+            f"batch_size={batch_size} is larger than the rollout of n_steps * n_envs = {n_steps} *"
+            f" {n_envs} = {rollout_size} steps, and the auxiliary phase's minibatch aux_batch_size defaults to"
+            f" it but must divide the auxiliary buffer of n_policy_iterations * n_steps * n_envs ="
+            f" {n_policy_iterations} * {n_steps} * {n_envs} = {aux_size} steps: pass a batch_size"
+            f" that divides the rollout (batch_size={rollout_size} or a divisor of it), or more n_steps, or"
+            f" aux_batch_size (e.g. aux_batch_size={fitting[0]})"
+        )
+    return (
+        f"aux_batch_size (default: batch_size) must divide the auxiliary buffer of n_policy_iterations * n_steps"
+        f" * n_envs = {n_policy_iterations} * {n_steps} * {n_envs} = {aux_size} steps,"
+        f" got {aux_batch_size}: pass e.g. aux_batch_size={fitting[0]} (to the constructor, or to"
+        f" {algorithm_name}.load(path, env, aux_batch_size={fitting[0]}) for a saved model)"
+    )

@@ -1,5 +1,3 @@
-import inspect
-import os
 import time
 import warnings
 from typing import Any, ClassVar, TypeVar
@@ -12,7 +10,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, RolloutBufferSamples, Schedule
-from stable_baselines3.common.utils import FloatSchedule, explained_variance, update_learning_rate
+from stable_baselines3.common.utils import FloatSchedule
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
 
@@ -20,16 +18,16 @@ from sb3_ewma.common.checks import check_learn_arguments, check_on_policy_hyperp
 from sb3_ewma.common.collection.overlap import AsyncRolloutMixin, check_async_rollouts
 from sb3_ewma.common.collection.rollout import RolloutCollectionMixin
 from sb3_ewma.common.decoupled.mixin import DecoupledAlgorithmMixin
-from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective, mean_of
+from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
 from sb3_ewma.common.decoupled.options import document_decoupled_options
 from sb3_ewma.common.decoupled.proximal import is_loading_from_file
 from sb3_ewma.common.distributed import DataParallelMixin, rank_local_settings
-from sb3_ewma.common.distributions import distribution_parameters, kl_from_parameters
 from sb3_ewma.common.ewma import ParameterEWMA
 from sb3_ewma.common.format import human_bytes
 from sb3_ewma.common.losses import clipped_values
+from sb3_ewma.ppg_ewma.auxiliary import auxiliary_phase, compute_old_policy
 from sb3_ewma.ppg_ewma.buffers import AuxiliaryBuffer
-from sb3_ewma.ppg_ewma.checks import check_ppg_hyperparams
+from sb3_ewma.ppg_ewma.checks import aux_batch_size_problem, check_ppg_hyperparams
 from sb3_ewma.ppg_ewma.export import ppg_to_sb3_ppo
 from sb3_ewma.ppg_ewma.policies import (
     CnnPolicy,
@@ -365,33 +363,8 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         """Why ``aux_batch_size`` does not fit the auxiliary buffer of this number of environments, or None."""
         if self.n_aux_epochs == 0:
             return None
-        aux_size = self.n_policy_iterations * self.n_steps * self.n_envs
-        if self.aux_batch_size <= aux_size and aux_size % self.aux_batch_size == 0:
-            return None
-        # the largest that fits, in whole rollouts of one environment when the given one was
-        whole_rollouts = self.aux_batch_size % self.n_steps == 0
-        fitting = [
-            size
-            for size in range(min(self.aux_batch_size, aux_size), 0, -1)
-            if aux_size % size == 0 and (size % self.n_steps == 0 or not whole_rollouts)
-        ]
-        rollout_size = self.n_steps * self.n_envs
-        if self.aux_batch_size == self.batch_size and self.batch_size > rollout_size:
-            # the auxiliary minibatch is batch_size's default, and batch_size itself exceeds the rollout: that is the
-            # setting to change (the policy phase trains on the whole rollout as one truncated minibatch)
-            return (
-                f"batch_size={self.batch_size} is larger than the rollout of n_steps * n_envs = {self.n_steps} *"
-                f" {self.n_envs} = {rollout_size} steps, and the auxiliary phase's minibatch aux_batch_size defaults to"
-                f" it but must divide the auxiliary buffer of n_policy_iterations * n_steps * n_envs ="
-                f" {self.n_policy_iterations} * {self.n_steps} * {self.n_envs} = {aux_size} steps: pass a batch_size"
-                f" that divides the rollout (batch_size={rollout_size} or a divisor of it), or more n_steps, or"
-                f" aux_batch_size (e.g. aux_batch_size={fitting[0]})"
-            )
-        return (
-            f"aux_batch_size (default: batch_size) must divide the auxiliary buffer of n_policy_iterations * n_steps"
-            f" * n_envs = {self.n_policy_iterations} * {self.n_steps} * {self.n_envs} = {aux_size} steps,"
-            f" got {self.aux_batch_size}: pass e.g. aux_batch_size={fitting[0]} (to the constructor, or to"
-            f" {type(self).__name__}.load(path, env, aux_batch_size={fitting[0]}) for a saved model)"
+        return aux_batch_size_problem(
+            type(self).__name__, self.n_policy_iterations, self.n_steps, self.n_envs, self.batch_size, self.aux_batch_size
         )
 
     def _setup_model(self) -> None:
@@ -480,13 +453,8 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         self.policy.set_training_mode(True)
         # Update optimizer learning rate
         self._update_learning_rate(self.policy.optimizer)
-        # Compute current clip ranges
-        clip_range = None
-        if self.clip_range is not None:
-            clip_range = self.clip_range(self._current_progress_remaining)  # type: ignore[operator]
-        clip_range_vf = None
-        if self.clip_range_vf is not None:
-            clip_range_vf = self.clip_range_vf(self._current_progress_remaining)  # type: ignore[operator]
+        # Compute current clip ranges (None: no clipping)
+        clip_range, clip_range_vf = self._current_clip_ranges()
 
         buffer = self.rollout_buffer
         buffer.advantages = self.advantage_normalizer.start_iteration(buffer.advantages)
@@ -538,7 +506,9 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
             self.aux_buffer.add(buffer)
         self.phase_iteration += 1
         self._policy_phase_time += time.perf_counter() - start
-        self._record_policy_phase_logs(policy_objective, entropy_losses, value_losses, approx_kl_divs, loss, clip_range)
+        self._record_policy_phase_logs(
+            policy_objective, entropy_losses, value_losses, approx_kl_divs, loss, clip_range, clip_range_vf
+        )
 
         if self.phase_iteration >= self.n_policy_iterations:
             if self.aux_buffer is not None and self.aux_buffer.size > 0:
@@ -555,31 +525,13 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         approx_kl_divs: list[th.Tensor],
         loss: th.Tensor,
         clip_range: float | None,
+        clip_range_vf: float | None,
     ) -> None:
-        """Logs of one policy-phase iteration: SB3 PPO's, the decoupled objective's and the phase position."""
-        buffer = self.rollout_buffer
+        """Logs of one policy-phase iteration: the training core's (SB3 PPO's and the decoupled ones), and the phase's."""
         stats = policy_objective.mean_stats()
-        if entropy_losses:
-            self.logger.record("train/entropy_loss", mean_of(entropy_losses))
-        if "policy_gradient_loss" in stats:
-            self.logger.record("train/policy_gradient_loss", stats["policy_gradient_loss"])
-        if value_losses:
-            self.logger.record("train/value_loss", mean_of(value_losses))
-        if approx_kl_divs:
-            self.logger.record("train/approx_kl", mean_of(approx_kl_divs))
-        if clip_range is not None and "clip_fraction" in stats:
-            self.logger.record("train/clip_fraction", stats["clip_fraction"])
-        self.logger.record("train/loss", loss.item())
-        self.logger.record("train/explained_variance", explained_variance(buffer.values.flatten(), buffer.returns.flatten()))
-        if hasattr(self.policy, "log_std"):
-            self.logger.record("train/std", th.exp(self.policy.log_std).mean().item())
-        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
-        if clip_range is not None:
-            self.logger.record("train/clip_range", clip_range)
-        if self.clip_range_vf is not None:
-            self.logger.record("train/clip_range_vf", self.clip_range_vf(self._current_progress_remaining))  # type: ignore[operator]
-
-        self._record_decoupled_logs(stats)
+        self._record_train_logs(
+            self.rollout_buffer, stats, entropy_losses, value_losses, approx_kl_divs, loss, clip_range, clip_range_vf
+        )
         # the policy phase this iteration belongs to (0, 1, ...) and its position in it (1 .. n_policy_iterations)
         self.logger.record("train/phase", self.phase)
         self.logger.record("train/phase_iteration", self.phase_iteration)
@@ -589,55 +541,11 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
     def _compute_old_policy(self) -> None:
         """Store ``pi_old``, the current policy's action distribution on every stored state, before the phase."""
         assert self.aux_buffer is not None
-        self.policy.set_training_mode(False)
-        with th.no_grad():
-            for indices in self.aux_buffer.sequential_indices(self.aux_micro_batch_size):
-                distribution = self.policy.get_distribution(self.aux_buffer.observations(indices))
-                self.aux_buffer.store_old_policy(indices, distribution_parameters(distribution))
+        compute_old_policy(self.policy, self.aux_buffer, self.aux_micro_batch_size)
 
     def _auxiliary_phase(self) -> None:
-        """
-        The auxiliary phase: ``n_aux_epochs`` epochs over the auxiliary buffer of the joint loss
-        ``0.5 * MSE(aux value, V_targ) + beta_clone * KL[pi_old, pi]`` plus the value loss ``0.5 * MSE(V, V_targ)``,
-        with its own optimizer, each minibatch's gradient accumulated over micro-batches.
-        """
-        start = time.perf_counter()
-        buffer = self.aux_buffer
-        assert buffer is not None
-        self._compute_old_policy()
-        # Switch to train mode (this affects batch norm / dropout)
-        self.policy.set_training_mode(True)
-        learning_rate = self.aux_lr_schedule(self._current_progress_remaining)
-        update_learning_rate(self.aux_optimizer, learning_rate)
-
-        stats: dict[str, list[th.Tensor]] = {"aux_value_loss": [], "clone_kl": [], "value_loss": [], "loss": []}
-        n_steps = 0
-        for _ in range(self.n_aux_epochs):
-            for minibatch in buffer.minibatch_indices(self.aux_batch_size, self._aux_rollout_length):
-                self.aux_optimizer.zero_grad()
-                for start_idx in range(0, len(minibatch), self.aux_micro_batch_size):
-                    indices = minibatch[start_idx : start_idx + self.aux_micro_batch_size]
-                    distribution, aux_values, values = self.policy.forward_auxiliary(buffer.observations(indices))
-                    targets = buffer.value_targets(indices)
-                    aux_value_loss = 0.5 * F.mse_loss(aux_values.flatten(), targets)
-                    clone_kl = kl_from_parameters(buffer.old_policy(indices), distribution).mean()
-                    value_loss = 0.5 * F.mse_loss(values.flatten(), targets)
-                    loss = aux_value_loss + self.beta_clone * clone_kl + value_loss
-                    # the minibatch loss is the mean over its samples: weight each micro-batch by its share
-                    (loss * (len(indices) / len(minibatch))).backward()
-                    for key, value in zip(stats, (aux_value_loss, clone_kl, value_loss, loss)):
-                        stats[key].append(value.detach())
-                self._apply_gradients(self.aux_optimizer)
-                n_steps += 1
-
-        self.n_aux_phases += 1
-        for key, history in stats.items():
-            self.logger.record(f"aux/{key}", mean_of(history))
-        self.logger.record("aux/learning_rate", learning_rate)
-        self.logger.record("aux/n_updates", n_steps)
-        self.logger.record("aux/n_samples", buffer.size)
-        self.logger.record("aux/n_phases", self.n_aux_phases)
-        self.logger.record("time/aux_phase_s", time.perf_counter() - start)
+        """The auxiliary phase on the auxiliary buffer (:func:`sb3_ewma.ppg_ewma.auxiliary.auxiliary_phase`)."""
+        auxiliary_phase(self)
 
     def learn(
         self: SelfPPG_EWMA,
@@ -669,62 +577,3 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         ``ValueError``; see :mod:`sb3_ewma.ppg_ewma.export`.
         """
         return ppg_to_sb3_ppo(self)
-
-
-SelfPPG = TypeVar("SelfPPG", bound="PPG")
-
-
-class PPG(PPG_EWMA):
-    """
-    Phasic Policy Gradient (Cobbe et al. 2020, https://arxiv.org/abs/2009.04416): :class:`PPG_EWMA` with the EWMA
-    turned off by default (``ewma_decay=None``: the proximal policy is the behavior policy, the policy phase is PPO's
-    clipped objective). Takes the same arguments as :class:`PPG_EWMA`.
-
-    :param args: positional arguments of :class:`PPG_EWMA` (``policy``, ``env``, ...)
-    :param ewma_decay: ``None`` only (PPG has no EWMA; :class:`PPG_EWMA` has one)
-    :param kwargs: keyword arguments of :class:`PPG_EWMA`
-    """
-
-    def __init__(self, *args: Any, ewma_decay: None = None, **kwargs: Any):
-        if ewma_decay is not None:
-            raise ValueError(
-                f"PPG has no EWMA proximal policy: ewma_decay must be None, got {ewma_decay!r}. "
-                "For PPG with an EWMA proximal policy use PPG_EWMA(..., ewma_decay=...)."
-            )
-        super().__init__(*args, ewma_decay=None, **kwargs)  # type: ignore[misc]
-
-    # for `inspect.signature(PPG)` and `help(PPG)`: PPG_EWMA's parameters, with ewma_decay=None
-    __init__.__signature__ = inspect.signature(PPG_EWMA.__init__).replace(  # type: ignore[attr-defined]
-        parameters=[
-            param.replace(default=None) if param.name == "ewma_decay" else param
-            for param in inspect.signature(PPG_EWMA.__init__).parameters.values()
-        ]
-    )
-
-    @classmethod
-    def _check_saved_data(cls, data: dict[str, Any], path: Any) -> None:
-        # plain JSON when it is a number or None; a schedule or "auto" would be a string or serialized
-        ewma_decay = data.get("ewma_decay")
-        if ewma_decay is not None:
-            raise ValueError(
-                f"{os.fspath(path)} was saved by PPG_EWMA (ewma_decay={ewma_decay!r}), not by PPG: load it with "
-                "PPG_EWMA.load()"
-            )
-
-    def learn(
-        self: SelfPPG,
-        total_timesteps: int,
-        callback: MaybeCallback = None,
-        log_interval: int = 1,
-        tb_log_name: str = "PPG",
-        reset_num_timesteps: bool = True,
-        progress_bar: bool = False,
-    ) -> SelfPPG:
-        return super().learn(
-            total_timesteps=total_timesteps,
-            callback=callback,
-            log_interval=log_interval,
-            tb_log_name=tb_log_name,
-            reset_num_timesteps=reset_num_timesteps,
-            progress_bar=progress_bar,
-        )

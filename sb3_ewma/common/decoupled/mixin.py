@@ -10,10 +10,10 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, RolloutBufferSamples, Schedule
-from stable_baselines3.common.utils import FloatSchedule
+from stable_baselines3.common.utils import FloatSchedule, explained_variance
 
 from sb3_ewma.common.decoupled.advantages import AdvantageNormalizer
-from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
+from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective, mean_of
 from sb3_ewma.common.decoupled.options import check_decoupled_options, resolve_ewma_decay, uses_proximal_network
 from sb3_ewma.common.decoupled.proximal import (
     ProximalSaveMixin,
@@ -377,6 +377,45 @@ class DecoupledAlgorithmMixin(ProximalSaveMixin, HostAlgorithm):
         estimate = tracker.observe(gradients, tag=self.num_timesteps)
         if estimate is not None and estimate.noise_scale is not None:
             self.logger.record(f"{prefix}/gradient_noise_scale", estimate.noise_scale)
+
+    def _record_train_logs(
+        self,
+        buffer: RolloutBuffer,
+        stats: dict[str, float],
+        entropy_losses: list[th.Tensor],
+        value_losses: list[th.Tensor],
+        approx_kl_divs: list[th.Tensor],
+        loss: th.Tensor,
+        clip_range: float | None,
+        clip_range_vf: float | None,
+    ) -> None:
+        """
+        SB3 PPO's logs of a training iteration, then the decoupled objective's diagnostics. A loss that no minibatch
+        computed (PPG's value-only epochs, a policy phase stopped by ``target_kl``) is not logged.
+        """
+        explained_var = explained_variance(buffer.values.flatten(), buffer.returns.flatten())
+        if entropy_losses:
+            self.logger.record("train/entropy_loss", mean_of(entropy_losses))
+        if "policy_gradient_loss" in stats:
+            self.logger.record("train/policy_gradient_loss", stats["policy_gradient_loss"])
+        if value_losses:
+            self.logger.record("train/value_loss", mean_of(value_losses))
+        if approx_kl_divs:
+            self.logger.record("train/approx_kl", mean_of(approx_kl_divs))
+        if clip_range is not None and "clip_fraction" in stats:
+            self.logger.record("train/clip_fraction", stats["clip_fraction"])
+        self.logger.record("train/loss", loss.item())
+        self.logger.record("train/explained_variance", explained_var)
+        if hasattr(self.policy, "log_std"):
+            self.logger.record("train/std", th.exp(self.policy.log_std).mean().item())
+
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        if clip_range is not None:
+            self.logger.record("train/clip_range", clip_range)
+        if clip_range_vf is not None:
+            self.logger.record("train/clip_range_vf", clip_range_vf)
+
+        self._record_decoupled_logs(stats)
 
     def _record_decoupled_logs(self, stats: dict[str, float]) -> None:
         """The decoupled objective's diagnostics, the advantage statistics and the EWMA's center of mass."""

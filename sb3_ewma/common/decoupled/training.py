@@ -8,13 +8,11 @@ the decoupled objective's diagnostics.
 from collections import deque
 from typing import Any
 
-import torch as th
 from stable_baselines3.common.buffers import RolloutBuffer
-from stable_baselines3.common.utils import explained_variance
 from torch.nn import functional as F
 
 from sb3_ewma.common.decoupled.mixin import DecoupledAlgorithmMixin
-from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective, mean_of
+from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
 from sb3_ewma.common.losses import clipped_values
 from sb3_ewma.common.staleness import StaleRollout, recompute_advantages, replace_behavior_log_probs
 
@@ -112,36 +110,12 @@ class DecoupledTrainingMixin(DecoupledAlgorithmMixin):
                 break
 
         self._record_train_logs(
-            buffer, policy_objective.mean_stats(), entropy_losses, value_losses, approx_kl_divs, loss, clip_range
+            buffer,
+            policy_objective.mean_stats(),
+            entropy_losses,
+            value_losses,
+            approx_kl_divs,
+            loss,
+            clip_range,
+            clip_range_vf,
         )
-        if clip_range_vf is not None:
-            self.logger.record("train/clip_range_vf", clip_range_vf)
-
-    def _record_train_logs(
-        self,
-        buffer: RolloutBuffer,
-        stats: dict[str, float],
-        entropy_losses: list[th.Tensor],
-        value_losses: list[th.Tensor],
-        approx_kl_divs: list[th.Tensor],
-        loss: th.Tensor,
-        clip_range: float | None,
-    ) -> None:
-        """SB3 PPO's logs, then the decoupled objective's diagnostics."""
-        explained_var = explained_variance(buffer.values.flatten(), buffer.returns.flatten())
-        self.logger.record("train/entropy_loss", mean_of(entropy_losses))
-        self.logger.record("train/policy_gradient_loss", stats["policy_gradient_loss"])
-        self.logger.record("train/value_loss", mean_of(value_losses))
-        self.logger.record("train/approx_kl", mean_of(approx_kl_divs))
-        if clip_range is not None:
-            self.logger.record("train/clip_fraction", stats["clip_fraction"])
-        self.logger.record("train/loss", loss.item())
-        self.logger.record("train/explained_variance", explained_var)
-        if hasattr(self.policy, "log_std"):
-            self.logger.record("train/std", th.exp(self.policy.log_std).mean().item())
-
-        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
-        if clip_range is not None:
-            self.logger.record("train/clip_range", clip_range)
-
-        self._record_decoupled_logs(stats)

@@ -1,5 +1,7 @@
 """PPO-EWMA and PPG-EWMA (Hilton, Cobbe & Schulman, *Batch size-invariance for policy optimization*) for Stable-Baselines3."""
 
+from typing import Any
+
 # first: silences the legacy gym package's banner, which SB3's import would print (see the module)
 import sb3_ewma._quiet  # noqa: F401
 from sb3_ewma.common.ewma import (
@@ -12,7 +14,7 @@ from sb3_ewma.ppg_ewma import PPG, PPG_EWMA
 from sb3_ewma.ppo_ewma import PPO_EWMA
 
 
-def __getattr__(name: str):  # type: ignore[no-untyped-def]
+def __getattr__(name: str) -> Any:
     # imported on first use, so that `python -m sb3_ewma.scale` does not find the module already imported
     if name in ("scale_hyperparams", "scale_hyperparams_with_report"):
         from sb3_ewma import scale
@@ -29,6 +31,9 @@ def __getattr__(name: str):  # type: ignore[no-untyped-def]
 
         return MaskablePPO_EWMA
     raise AttributeError(f"module 'sb3_ewma' has no attribute {name!r}")
+
+
+del Any  # only for the annotation: the package's namespace holds what it offers (see __dir__)
 
 
 def _read_version() -> str:

@@ -18,7 +18,7 @@ loading it needs ``sb3_ewma`` importable, as for any custom class in SB3.
 """
 
 import inspect
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import torch as th
 from stable_baselines3 import PPO
@@ -29,11 +29,35 @@ from stable_baselines3.common.policies import (
     BasePolicy,
     MultiInputActorCriticPolicy,
 )
+from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
 from sb3_ewma.common.checks import warn_at_caller
 from sb3_ewma.common.policies import HeadInitMixin
 
 ParentAlgorithm = TypeVar("ParentAlgorithm", bound=OnPolicyAlgorithm)
+_Exported = TypeVar("_Exported", bound=OnPolicyAlgorithm, covariant=True)
+
+
+class _PPOConstructor(Protocol[_Exported]):
+    """
+    The constructor of a parent algorithm (SB3's ``PPO``, sb3-contrib's ``RecurrentPPO`` and ``MaskablePPO``) as
+    :func:`to_parent_algorithm` calls it. ``OnPolicyAlgorithm``, the bound of its ``algorithm_class``, has no
+    ``clip_range`` and annotates ``policy`` and ``env`` more narrowly than ``BaseAlgorithm`` does (``MaskablePPO``'s
+    policies are ``BasePolicy`` classes; ``env`` is ``None`` for a model without environment, as in ``load``); the
+    other hyperparameters, by name, are those of each constructor.
+    """
+
+    def __call__(
+        self,
+        policy: str | type[BasePolicy],
+        env: GymEnv | str | None,
+        *,
+        clip_range: float | Schedule,
+        policy_kwargs: dict[str, Any] | None,
+        _init_setup_model: bool,
+        **hyperparams: Any,
+    ) -> _Exported: ...
+
 
 # parameters of PPO's constructor that are not hyperparameters read from the source model
 _NOT_COPIED = ("self", "policy", "env", "policy_kwargs", "clip_range", "_init_setup_model")
@@ -141,10 +165,11 @@ def to_parent_algorithm(
             f"{target} gets the default clip_range=0.2 (used only if it is trained further)"
         )
         clip_range = 0.2
+    constructor = cast(_PPOConstructor[ParentAlgorithm], algorithm_class)
     with th.random.fork_rng(devices=[]):
-        exported = algorithm_class(  # type: ignore[call-arg]
-            policy_class or sb3_policy_class(policy),  # type: ignore[arg-type]
-            model.env,  # type: ignore[arg-type]
+        exported = constructor(
+            policy_class or sb3_policy_class(policy),
+            model.env,
             clip_range=clip_range,
             policy_kwargs=policy_kwargs,
             _init_setup_model=False,

@@ -1,7 +1,8 @@
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, cast
 
 import torch as th
 from sb3_contrib import MaskablePPO
+from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from sb3_contrib.common.maskable.utils import is_masking_supported
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
@@ -203,7 +204,9 @@ class MaskablePPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMi
             n_epochs=n_epochs,
             gamma=gamma,
             gae_lambda=gae_lambda,
-            clip_range=clip_range,  # type: ignore[arg-type]
+            # None too (KL penalty only): the constructor only stores it, and ContribDecoupledMixin._setup_model gives
+            # the parent's _setup_model a placeholder (the parent's annotation has no None)
+            clip_range=cast("float | Schedule", clip_range),
             clip_range_vf=clip_range_vf,
             normalize_advantage=normalize_advantage,
             ent_coef=ent_coef,
@@ -245,7 +248,7 @@ class MaskablePPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMi
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_use_masking"]
 
-    def collect_rollouts(  # type: ignore[override]
+    def collect_rollouts(
         self,
         env: VecEnv,
         callback: BaseCallback,
@@ -283,15 +286,16 @@ class MaskablePPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMi
             )
             return values, log_prob, entropy, None
         # as MaskableActorCriticPolicy.evaluate_actions, keeping the distribution for the exact KL
-        latent_pi, latent_vf = policy_latents(self.policy, rollout_data.observations)  # type: ignore[arg-type]
+        latent_pi, latent_vf = policy_latents(self.policy, rollout_data.observations)
         distribution = self.policy._get_action_dist_from_latent(latent_pi)
         distribution.apply_masking(rollout_data.action_masks)
         return self.policy.value_net(latent_vf), distribution.log_prob(actions), distribution.entropy(), distribution
 
     def _proximal_distribution(self, rollout_data: Any) -> Distribution:
-        return self.proximal_ewma.average.get_distribution(  # type: ignore[operator, union-attr]
-            rollout_data.observations, action_masks=rollout_data.action_masks
-        )
+        assert self.proximal_ewma is not None
+        # the EWMA's copy of the policy, built by _build_policy
+        average = cast(MaskableActorCriticPolicy, self.proximal_ewma.average)
+        return average.get_distribution(rollout_data.observations, action_masks=rollout_data.action_masks)
 
     def to_sb3(self) -> MaskablePPO:
         """
@@ -301,6 +305,9 @@ class MaskablePPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMi
         """
         return to_parent_algorithm(self, MaskablePPO)
 
+    # MaskablePPO.learn's signature (use_masking before progress_bar), which MaskablePPO itself declares with the same
+    # ignore: a keyword that SB3's BaseAlgorithm.learn lacks, in a position that shifts progress_bar, so no annotation
+    # can make it an override mypy accepts without changing the public signature
     def learn(  # type: ignore[override]
         self: SelfMaskablePPO_EWMA,
         total_timesteps: int,

@@ -1,4 +1,4 @@
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, cast
 
 import torch as th
 from stable_baselines3 import PPO
@@ -212,7 +212,9 @@ class PPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
             n_epochs=n_epochs,
             gamma=gamma,
             gae_lambda=gae_lambda,
-            clip_range=clip_range,  # type: ignore[arg-type]
+            # None too (KL penalty only): PPO's constructor only stores it, and _setup_model leaves out PPO's clip_range
+            # handling (PPO's annotation has no None)
+            clip_range=cast("float | Schedule", clip_range),
             clip_range_vf=clip_range_vf,
             normalize_advantage=normalize_advantage,
             ent_coef=ent_coef,

@@ -1,5 +1,5 @@
 from collections.abc import Iterator
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeAlias, TypeVar, cast
 
 import torch as th
 from gymnasium import spaces
@@ -31,6 +31,8 @@ from sb3_ewma.recurrent_ppo_ewma.policies import (
 )
 
 SelfRecurrentPPO_EWMA = TypeVar("SelfRecurrentPPO_EWMA", bound="RecurrentPPO_EWMA")
+# the rollout buffers of RecurrentPPO_EWMA (made by _make_rollout_buffer), for Box and for Dict observations
+_ValidStepsBuffer: TypeAlias = ValidStepsRecurrentRolloutBuffer | ValidStepsRecurrentDictRolloutBuffer
 
 
 @document_decoupled_options
@@ -214,7 +216,9 @@ class RecurrentPPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionM
             n_epochs=n_epochs,
             gamma=gamma,
             gae_lambda=gae_lambda,
-            clip_range=clip_range,  # type: ignore[arg-type]
+            # None too (KL penalty only): the constructor only stores it, and ContribDecoupledMixin._setup_model gives
+            # the parent's _setup_model a placeholder (the parent's annotation has no None)
+            clip_range=cast("float | Schedule", clip_range),
             clip_range_vf=clip_range_vf,
             normalize_advantage=normalize_advantage,
             ent_coef=ent_coef,
@@ -241,7 +245,7 @@ class RecurrentPPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionM
 
     def _setup_model(self) -> None:
         super()._setup_model()
-        # the parent's buffer, sampling the per-step tensors of the valid steps only (see ValidStepsMixin)
+        # the parent's buffer, sampling the per-step tensors of the valid steps only (see ValidStepsRecurrentRolloutBuffer)
         self.rollout_buffer = self._make_rollout_buffer()
         self._setup_data_parallel()
 
@@ -258,17 +262,20 @@ class RecurrentPPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionM
         return super()._collect_rollout_with(policy, env, callback, rollout_buffer, n_rollout_steps)
 
     def _rollout_minibatches(self, buffer: RolloutBuffer) -> Iterator[Any]:
-        # whole rollouts, cut into sequences at environment changes and episode starts (ValidStepsMixin.rollout_samples)
-        return rollout_minibatches(buffer, self._minibatch_size, buffer.rollout_samples)  # type: ignore[attr-defined]
+        # whole rollouts, cut into sequences at environment changes and episode starts (the buffer's rollout_samples,
+        # see ValidStepsRecurrentRolloutBuffer.rollout_samples in sb3_ewma/recurrent_ppo_ewma/buffers.py); every
+        # buffer of this algorithm is made by _make_rollout_buffer
+        valid_steps_buffer = cast(_ValidStepsBuffer, buffer)
+        return rollout_minibatches(buffer, self._minibatch_size, valid_steps_buffer.rollout_samples)
 
-    def _make_rollout_buffer(self) -> ValidStepsRecurrentRolloutBuffer:
+    def _make_rollout_buffer(self) -> _ValidStepsBuffer:
         lstm = self.policy.lstm_actor
         buffer_class = (
             ValidStepsRecurrentDictRolloutBuffer
             if isinstance(self.observation_space, spaces.Dict)
             else ValidStepsRecurrentRolloutBuffer
         )
-        return buffer_class(  # type: ignore[return-value]
+        return buffer_class(
             self.n_steps,
             self.observation_space,
             self.action_space,
@@ -296,8 +303,10 @@ class RecurrentPPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionM
         return values, log_prob, entropy, distribution if self._needs_distributions else None
 
     def _proximal_distribution(self, rollout_data: Any) -> Distribution:
+        assert self.proximal_ewma is not None
         return valid_steps_distribution(
-            self.proximal_ewma.average,  # type: ignore[arg-type, union-attr]
+            # the EWMA's copy of the policy, built by _build_policy
+            cast(RecurrentActorCriticPolicy, self.proximal_ewma.average),
             rollout_data.observations,
             rollout_data.lstm_states,
             rollout_data.episode_starts,

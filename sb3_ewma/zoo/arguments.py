@@ -5,12 +5,14 @@ The command line of ``python -m sb3_ewma.train``: rl-zoo3's parser with this pac
 """
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from sb3_ewma.common import threads
 from sb3_ewma.scale import ALGOS, LR_RULES
+
+_N = TypeVar("_N")
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,15 @@ class TrainArgumentParser(argparse.ArgumentParser):
 
     _scale_arguments_added = False
 
-    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+    # argparse.ArgumentParser.parse_args's overloads (typeshed's)
+    @overload
+    def parse_args(self, args: Iterable[str] | None = None, namespace: None = None) -> argparse.Namespace: ...
+    @overload
+    def parse_args(self, args: Iterable[str] | None, namespace: _N) -> _N: ...
+    @overload
+    def parse_args(self, *, namespace: _N) -> _N: ...
+
+    def parse_args(self, args: Iterable[str] | None = None, namespace: Any = None) -> Any:
         # added last, so that -h lists them after rl-zoo3's options
         if not self._scale_arguments_added:
             add_scale_arguments(self)

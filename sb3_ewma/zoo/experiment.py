@@ -9,7 +9,7 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
 import rl_zoo3.exp_manager
 import torch as th
@@ -60,6 +60,17 @@ def zoo_hyperparams_per_rank(
             f"{world_size * n_envs}, add --scale-n-envs {world_size * n_envs}"
         )
     return hyperparams, saved_hyperparams
+
+
+class _ZooVecEnvClass(Protocol):
+    """
+    rl-zoo3's experiment manager as far as its ``vec_env_class`` goes: it sets it to a ``VecEnv`` class (the type mypy
+    infers for it) but only calls it as SB3's ``make_vec_env`` calls ``vec_env_cls``,
+    ``vec_env_class(env_fns, **vec_env_kwargs)``: any such callable returning a ``VecEnv`` will do,
+    :func:`make_procgen_vec_env` included (as in :mod:`sb3_ewma.zoo.procgen`'s ``create_test_env``).
+    """
+
+    vec_env_class: Callable[..., VecEnv]
 
 
 class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
@@ -113,7 +124,7 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
         self.scale = scale
         self.is_procgen = is_procgen_env_id(env_id)
         if self.is_procgen:
-            self.vec_env_class = make_procgen_vec_env  # type: ignore[assignment]
+            cast(_ZooVecEnvClass, self).vec_env_class = make_procgen_vec_env
             self.vec_env_kwargs = {}
             self.deterministic_eval = False
 

@@ -63,8 +63,14 @@ def imported_top_level_names(path: pathlib.Path) -> set[str]:
     return names
 
 
+@functools.cache
+def packages_distributions() -> dict[str, list[str]]:
+    """Which installed distributions provide each top-level import name (read once: it parses every distribution)."""
+    return dict(importlib.metadata.packages_distributions())
+
+
 def distributions_of(import_name: str) -> set[str]:
-    return {distribution_name(dist) for dist in importlib.metadata.packages_distributions().get(import_name, [])}
+    return {distribution_name(dist) for dist in packages_distributions().get(import_name, [])}
 
 
 def test_install_requires_declares_pyyaml_for_scale():

@@ -506,9 +506,9 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
             self.aux_buffer.add(buffer)
         self.phase_iteration += 1
         self._policy_phase_time += time.perf_counter() - start
-        self._record_policy_phase_logs(
-            policy_objective, entropy_losses, value_losses, approx_kl_divs, loss, clip_range, clip_range_vf
-        )
+        stats = policy_objective.mean_stats()
+        self._record_train_logs(buffer, stats, entropy_losses, value_losses, approx_kl_divs, loss, clip_range, clip_range_vf)
+        self._record_phase_logs()
 
         if self.phase_iteration >= self.n_policy_iterations:
             if self.aux_buffer is not None and self.aux_buffer.size > 0:
@@ -517,21 +517,8 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
             self.phase_iteration = 0
             self._policy_phase_time = 0.0
 
-    def _record_policy_phase_logs(
-        self,
-        policy_objective: DecoupledPolicyObjective,
-        entropy_losses: list[th.Tensor],
-        value_losses: list[th.Tensor],
-        approx_kl_divs: list[th.Tensor],
-        loss: th.Tensor,
-        clip_range: float | None,
-        clip_range_vf: float | None,
-    ) -> None:
-        """Logs of one policy-phase iteration: the training core's (SB3 PPO's and the decoupled ones), and the phase's."""
-        stats = policy_objective.mean_stats()
-        self._record_train_logs(
-            self.rollout_buffer, stats, entropy_losses, value_losses, approx_kl_divs, loss, clip_range, clip_range_vf
-        )
+    def _record_phase_logs(self) -> None:
+        """The policy phase's position and time, after the training core's logs of the iteration."""
         # the policy phase this iteration belongs to (0, 1, ...) and its position in it (1 .. n_policy_iterations)
         self.logger.record("train/phase", self.phase)
         self.logger.record("train/phase_iteration", self.phase_iteration)

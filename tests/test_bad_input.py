@@ -15,7 +15,7 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from sb3_ewma import PPG, PPG_EWMA, PPO_EWMA, MaskablePPO_EWMA, RecurrentPPO_EWMA, scale_hyperparams
-from sb3_ewma.common.distributed import DataParallelContext
+from sb3_ewma.common.distributed import DataParallelContext, data_parallel_settings
 
 SMALL = dict(n_steps=16, batch_size=16, seed=0, device="cpu")
 
@@ -244,7 +244,7 @@ def test_rank_mismatch_shows_none_as_none_and_absent_as_not_set() -> None:
     with pytest.raises(ValueError, match=r"target_kl differs \(rank 0: 0.01, rank 1: \(not set\)\)"):
         GatheringContext([{}]).check_same_settings({"target_kl": 0.01})
     model = make("PPO_EWMA")
-    assert model._data_parallel_settings()["target_kl"] is None  # None-valued settings are compared too
+    assert data_parallel_settings(model)["target_kl"] is None  # None-valued settings are compared too
 
 
 def test_loading_a_missing_file_names_the_path(tmp_path: Path) -> None:

@@ -682,26 +682,32 @@ def test_zoo_table_children_keep_the_users_pythonpath(tmp_path, monkeypatch):
     assert zoo_table.child_python_path() == str(zoo_table.REPO_ROOT)
 
 
+class _TimedProximal:
+    def __init__(self, events: list) -> None:
+        self.events = events
+
+    def step(self) -> None:
+        self.events.append("ewma")
+
+
 class _TimedModel:
     """The methods the throughput benchmark times, recording their calls: ``train`` calls the proximal pass and the
-    EWMA update, as the decoupled algorithms' does."""
+    EWMA update (the proximal policy's ``step``), as the decoupled algorithms' does."""
 
     def __init__(self, device: str, events: list) -> None:
         import torch as th
 
         self.device = th.device(device)
         self.events = events
+        self.proximal = _TimedProximal(events)
 
     def train(self) -> None:
         self.events.append("train")
         self._proximal_log_prob()
-        self._update_proximal_policy()
+        self.proximal.step()
 
     def _proximal_log_prob(self) -> None:
         self.events.append("proximal")
-
-    def _update_proximal_policy(self) -> None:
-        self.events.append("ewma")
 
 
 def test_throughput_timer_synchronizes_before_and_after_each_part(monkeypatch):

@@ -151,7 +151,7 @@ def test_maskable_proximal_policy_is_the_masked_ewma_distribution():
         actions = discrete_actions(rollout_data)
         proximal_log_prob, _ = model._proximal_log_prob(rollout_data, actions, rollout_data.old_log_prob)
         np.testing.assert_allclose(proximal_log_prob.numpy(), rollout_data.old_log_prob.numpy(), rtol=1e-5, atol=1e-5)
-        probs = model._proximal_distribution(rollout_data).distribution.probs
+        probs = model.proximal.distribution(rollout_data).distribution.probs
         assert th.all(probs[rollout_data.action_masks == 0] == 0)
         np.testing.assert_allclose(probs.sum(dim=1).numpy(), 1.0, rtol=1e-5)
 

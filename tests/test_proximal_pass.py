@@ -2,6 +2,7 @@
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from stable_baselines3.common.envs import IdentityEnvMultiDiscrete
 
 from sb3_ewma import PPO_EWMA
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
-from sb3_ewma.common.decoupled.proximal import proximal_action_log_prob, proximal_distribution
+from sb3_ewma.common.decoupled.proximal import proximal_action_log_prob
 from sb3_ewma.ppg_ewma import PPG_EWMA
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +37,7 @@ def test_log_probs_equal_those_of_the_distribution(algorithm, env, kwargs):
     if actions.dim() == 1:
         actions = actions.long()
     lean = proximal_action_log_prob(proximal, obs, actions)
-    reference = proximal_distribution(proximal, obs).log_prob(actions)
+    reference = model.proximal.distribution(SimpleNamespace(observations=obs)).log_prob(actions)
     assert lean.shape == reference.shape == (64,)
     assert th.equal(lean, reference)
     assert not lean.requires_grad

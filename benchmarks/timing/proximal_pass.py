@@ -38,10 +38,9 @@ VARIANTS = ("ppo", "ppo_ewma_lean", "ppo_ewma_distribution")
 
 def distribution_pass(model: Any) -> None:
     """Replace the model's lean proximal pass by the one through a distribution object."""
-    from sb3_ewma.common.decoupled.proximal import proximal_distribution
 
     def proximal_log_prob(rollout_data: Any, actions: th.Tensor, behavior_log_prob: th.Tensor) -> Any:
-        return proximal_distribution(model.proximal_ewma, rollout_data.observations).log_prob(actions), None
+        return model.proximal.distribution(rollout_data).log_prob(actions), None
 
     model._proximal_log_prob = proximal_log_prob
 

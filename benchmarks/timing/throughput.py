@@ -177,7 +177,7 @@ def synchronize(device: th.device | str) -> None:
 class TrainTimer:
     """
     Wraps ``model.train`` to add up the time spent optimizing, and within it the proximal pass
-    (``_proximal_log_prob``) and the EWMA update (``_update_proximal_policy``). On CUDA every timed part synchronizes
+    (``_proximal_log_prob``) and the EWMA update (``proximal.step``). On CUDA every timed part synchronizes
     the model's device when it starts and when it ends, so that kernels queued before a part (the backward pass and
     the optimizer step before the EWMA update) are not counted in it.
 
@@ -188,12 +188,16 @@ class TrainTimer:
         self.seconds = {"train": 0.0, "proximal": 0.0, "ewma": 0.0}
         self.device = th.device(model.device)
         self._wrap(model, "train", "train")
-        for method, key in (("_proximal_log_prob", "proximal"), ("_update_proximal_policy", "ewma")):
-            if hasattr(model, method):
-                self._wrap(model, method, key)
+        for owner, method, key in (
+            (model, "_proximal_log_prob", "proximal"),
+            (getattr(model, "proximal", None), "step", "ewma"),
+        ):
+            if owner is not None and hasattr(owner, method):
+                self._wrap(owner, method, key)
 
-    def _wrap(self, model: Any, method: str, key: str) -> None:
-        function = getattr(model, method)
+    def _wrap(self, owner: Any, method: str, key: str) -> None:
+        """Time ``owner.method`` (the model, or its proximal policy) under ``key``."""
+        function = getattr(owner, method)
 
         def timed(*args: Any, **kwargs: Any) -> Any:
             synchronize(self.device)
@@ -203,7 +207,7 @@ class TrainTimer:
             self.seconds[key] += time.perf_counter() - start
             return result
 
-        setattr(model, method, timed)
+        setattr(owner, method, timed)
 
 
 def config_hash(config: dict[str, Any]) -> str:

@@ -5,11 +5,15 @@ policy's outputs, e.g. PPG's ``pi_old``), and evaluation that also returns the d
 
 import copy
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch as th
 from stable_baselines3.common.distributions import Distribution, kl_divergence
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.type_aliases import PyTorchObs
+
+if TYPE_CHECKING:
+    from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 
 
 def _torch_distributions(distribution: Distribution) -> list[th.distributions.Distribution]:
@@ -77,8 +81,11 @@ def kl_from_parameters(parameters: Sequence[th.Tensor], distribution: Distributi
     return distribution_kl(stored, distribution)
 
 
-def policy_latents(policy: ActorCriticPolicy, obs: PyTorchObs) -> tuple[th.Tensor, th.Tensor]:
-    """The policy and value latents of an ``ActorCriticPolicy`` (as in its ``evaluate_actions``), in one pass."""
+def policy_latents(policy: "ActorCriticPolicy | MaskableActorCriticPolicy", obs: PyTorchObs) -> tuple[th.Tensor, th.Tensor]:
+    """
+    The policy and value latents of an ``ActorCriticPolicy`` or sb3-contrib's ``MaskableActorCriticPolicy`` (as in
+    their ``evaluate_actions``), in one pass.
+    """
     features = policy.extract_features(obs)
     if policy.share_features_extractor:
         return policy.mlp_extractor(features)

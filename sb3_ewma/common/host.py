@@ -1,18 +1,11 @@
 """
-The contract between the mixins of ``sb3_ewma.common`` and the algorithm class they are mixed into.
+The contract between :class:`~sb3_ewma.common.decoupled.algorithm.DecoupledAlgorithm` and the parent it is put before
+in every algorithm's bases (``tests/test_layout.py`` checks them):
 
-Every algorithm of this package is an SB3 ``OnPolicyAlgorithm`` with PPO's hyperparameters, preceded in its bases by
-mixins (the training core :class:`~sb3_ewma.common.decoupled.mixin.DecoupledAlgorithmMixin`, data-parallel training,
-overlapped rollouts), in the order that ``tests/test_layout.py`` checks:
+- ``PPO_EWMA(DecoupledAlgorithm, PPO)`` and ``PPG_EWMA(DecoupledAlgorithm, OnPolicyAlgorithm)``;
+- ``RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO)`` and ``MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO)``.
 
-- ``PPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, DecoupledTrainingMixin, PPO)``;
-- ``PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorithm)``;
-- ``RecurrentPPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, ContribDecoupledMixin, RecurrentPPO)``
-  and the same for ``MaskablePPO_EWMA`` with ``MaskablePPO`` (their rollout loops are their parents', with an explicit
-  policy: ``_collect_rollout_with``).
-
-The mixins extend the host's methods through ``super()``, so each must come before the host, and the outer ones
-(data-parallel training, then overlapped rollouts) see the calls first.
+``DecoupledAlgorithm`` extends the parent's methods through ``super()``, so it comes first.
 """
 
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -25,9 +18,9 @@ from stable_baselines3.common.type_aliases import Schedule
 @runtime_checkable
 class PPOHost(Protocol):
     """
-    What the mixins use of their host beyond SB3's ``OnPolicyAlgorithm``: PPO's hyperparameters, which SB3's ``PPO``
-    and sb3-contrib's ``RecurrentPPO`` and ``MaskablePPO`` set in their constructors (and ``PPG_EWMA`` in its own),
-    and a factory of rollout buffers.
+    What ``DecoupledAlgorithm`` uses of its parent beyond SB3's ``OnPolicyAlgorithm``: PPO's hyperparameters, which
+    SB3's ``PPO`` and sb3-contrib's ``RecurrentPPO`` and ``MaskablePPO`` set in their constructors (and ``PPG_EWMA`` in
+    its own), and a factory of rollout buffers.
     The clip ranges are schedules after ``_setup_model`` (``None``: no clipping); sb3-contrib allows
     ``batch_size=None`` (the whole rollout).
     """
@@ -52,7 +45,7 @@ class PPOHost(Protocol):
     def target_kl(self) -> float | None: ...
 
     def _make_rollout_buffer(self) -> RolloutBuffer:
-        """A new rollout buffer like ``self.rollout_buffer`` (the training core's; the recurrent one builds its own)."""
+        """A new rollout buffer like ``self.rollout_buffer`` (``DecoupledAlgorithm``'s; the recurrent one builds its own)."""
         ...
 
 
@@ -60,11 +53,26 @@ if TYPE_CHECKING:
 
     class HostAlgorithm(OnPolicyAlgorithm, PPOHost):
         """
-        The host as type checkers see it: the base class of the mixins, so that their uses of the host's attributes
-        and their ``super()`` calls of its methods are checked against SB3's ``OnPolicyAlgorithm`` and
-        :class:`PPOHost`.
+        The parent as type checkers see it: the base of ``DecoupledAlgorithm``, so that its uses of the parent's
+        attributes and its ``super()`` calls are checked against SB3's ``OnPolicyAlgorithm`` and :class:`PPOHost`;
+        with the decoupled options (:class:`~sb3_ewma.common.decoupled.options.DecoupledOptions`), which
+        ``DecoupledAlgorithm._set_decoupled_options`` stores as attributes.
         """
 
+        ewma_decay: float | str | None
+        kl_coef: float
+        kl_estimator: str
+        imp_samp_max: float
+        advantage_normalization: str
+        advantage_ewma_decay: float
+        staleness: int
+        staleness_mode: str
+        minibatch_sampling: str
+        log_gradient_noise_scale: bool
+        distributed: bool | None
+        async_rollouts: bool
+        rollout_collector: str  # "thread" or "process"
+
 else:
-    # at run time the mixins derive from object: the host's methods are reached through the MRO of the algorithm
+    # at run time DecoupledAlgorithm derives from object: the parent's methods are reached through the algorithm's MRO
     HostAlgorithm = object

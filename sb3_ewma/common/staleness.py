@@ -5,7 +5,9 @@ function) and, in the ``"proximal"`` mode, its behavior log-probabilities are re
 """
 
 import copy
+from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch as th
@@ -76,3 +78,28 @@ def replace_behavior_log_probs(policy: ActorCriticPolicy, buffer: RolloutBuffer,
         log_probs[rows] = distribution.log_prob(action_batch).cpu().numpy()
     policy.set_training_mode(training)
     buffer.log_probs[...] = log_probs.reshape(buffer.buffer_size, buffer.n_envs)
+
+
+def take_stale_rollout(algorithm: Any, waiting: deque[StaleRollout], recompute: bool = True) -> RolloutBuffer | None:
+    """
+    Artificial staleness ``k = algorithm.staleness``: queue the rollout just collected (``algorithm.rollout_buffer``)
+    in ``waiting`` and return the one collected ``k`` iterations ago, prepared as the authors do (advantages computed
+    anew when ``recompute``; in the ``"proximal"`` mode, the recent policy's log-probabilities), or None while fewer
+    have been collected. Buffers are recycled: the one returned becomes ``algorithm.rollout_buffer``, which the next
+    rollout fills.
+
+    :param recompute: False for the sb3-contrib variants, whose advantages stay those computed at collection (anew,
+        they would need the LSTM states of the rollout's end)
+    """
+    assert algorithm._last_obs is not None and algorithm._last_episode_starts is not None, "set by the rollout"
+    waiting.append(StaleRollout.capture(algorithm.rollout_buffer, algorithm._last_obs, algorithm._last_episode_starts))
+    if len(waiting) <= algorithm.staleness:
+        algorithm.rollout_buffer = algorithm._make_rollout_buffer()
+        return None
+    stale = waiting.popleft()
+    if recompute:
+        recompute_advantages(algorithm.policy, stale)
+        if algorithm.staleness_mode == "proximal":
+            replace_behavior_log_probs(algorithm.policy, stale.buffer, algorithm._minibatch_size)
+    algorithm.rollout_buffer = stale.buffer
+    return stale.buffer

@@ -1,4 +1,6 @@
-from typing import Any, ClassVar, TypeVar, cast
+import contextlib
+from collections.abc import Iterator
+from typing import Any, ClassVar
 
 import torch as th
 from sb3_contrib import MaskablePPO
@@ -8,21 +10,20 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
+from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from stable_baselines3.common.vec_env import VecEnv
 
-from sb3_ewma.common.checks import check_learn_arguments, check_on_policy_hyperparams, warn_at_caller
-from sb3_ewma.common.collection.overlap import AsyncRolloutMixin, check_async_rollouts
-from sb3_ewma.common.collection.rollout import RolloutCollectionMixin
-from sb3_ewma.common.decoupled.contrib import ContribDecoupledMixin, check_contrib_staleness
-from sb3_ewma.common.decoupled.options import document_decoupled_options
-from sb3_ewma.common.distributed import DataParallelMixin, rank_local_settings
+from sb3_ewma.common.checks import warn_at_caller
+from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
+from sb3_ewma.common.decoupled.options import (
+    DecoupledOptions,
+    check_contrib_staleness,
+    document_decoupled_options,
+    parent_arguments,
+)
 from sb3_ewma.common.distributions import policy_latents
 from sb3_ewma.common.export import to_parent_algorithm
-from sb3_ewma.common.minibatches import check_minibatch_sampling
 from sb3_ewma.maskable_ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
-
-SelfMaskablePPO_EWMA = TypeVar("SelfMaskablePPO_EWMA", bound="MaskablePPO_EWMA")
 
 NO_ACTION_MASKS = (
     "MaskablePPO_EWMA asks the environment for the valid actions at every step of learn(), and this environment has no"
@@ -32,8 +33,15 @@ NO_ACTION_MASKS = (
 )
 
 
+def proximal_masked_distribution(network: MaskableActorCriticPolicy, minibatch: Any) -> Distribution:
+    """The proximal network's distribution on a minibatch, with the action masks stored in the buffer."""
+    return network.get_distribution(minibatch.observations, action_masks=minibatch.action_masks)
+
+
 @document_decoupled_options
-class MaskablePPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, ContribDecoupledMixin, MaskablePPO):
+# learn() is DecoupledAlgorithm's: SB3's signature, with MaskablePPO's use_masking by keyword (MaskablePPO puts it before
+# progress_bar, so no signature fits both bases; MaskablePPO's own learn needs the same ignore)
+class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):  # type: ignore[misc]
     """
     MaskablePPO-EWMA: sb3-contrib's ``MaskablePPO`` (PPO with invalid-action masking) with an exponentially weighted
     moving average (EWMA) of the policy as the proximal policy and the decoupled objectives of Hilton, Cobbe &
@@ -112,6 +120,10 @@ class MaskablePPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMi
     # learn()'s use_masking during a learn call (True otherwise), read by the rollout loop, also when a collector runs it
     _use_masking: bool = True
     _parent_collect_rollouts = staticmethod(MaskablePPO.collect_rollouts)
+    _proximal_distribution_of = staticmethod(proximal_masked_distribution)
+    _unsaved_attributes = ("_use_masking",)
+    # the advantages of stale data stay those computed at collection, as RecurrentPPO_EWMA's
+    _recompute_stale_advantages = False
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
         "MlpPolicy": MlpPolicy,
@@ -158,81 +170,14 @@ class MaskablePPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMi
         async_rollouts: bool | str = False,
         _init_setup_model: bool = True,
     ):
-        # checked before anything else is built (no environment is created or stepped on bad input)
-        check_on_policy_hyperparams(
-            learning_rate=learning_rate,
-            n_steps=n_steps,
-            batch_size=batch_size,
-            n_epochs=n_epochs,
-            gamma=gamma,
-            gae_lambda=gae_lambda,
-            normalize_advantage=normalize_advantage,
-            clip_range=clip_range,
-            clip_range_vf=clip_range_vf,
-            ent_coef=ent_coef,
-            vf_coef=vf_coef,
-            max_grad_norm=max_grad_norm,
-            target_kl=target_kl,
-            stats_window_size=stats_window_size,
-            kl_coef=kl_coef,
-            seed=seed,
-            batch_size_may_be_none=True,
-        )
-        self._set_decoupled_options(
-            ewma_decay=ewma_decay,
-            kl_coef=kl_coef,
-            kl_estimator=kl_estimator,
-            imp_samp_max=imp_samp_max,
-            normalize_advantage=normalize_advantage,
-            advantage_normalization=advantage_normalization,
-            advantage_ewma_decay=advantage_ewma_decay,
-            staleness=staleness,
-            staleness_mode=staleness_mode,
-        )
+        # the PPO hyperparameters and the decoupled options, checked before anything is built
+        options = DecoupledOptions.from_arguments(locals(), batch_size_may_be_none=True)
         check_contrib_staleness(staleness, staleness_mode)
-        check_minibatch_sampling("minibatch_sampling", minibatch_sampling, "batch_size", batch_size, n_steps)
-        # ranks other than 0 print nothing; under torchrun, CUDA means cuda:LOCAL_RANK
-        verbose, device = rank_local_settings(distributed, verbose, device)
-        self.distributed = distributed
-        check_async_rollouts(async_rollouts, staleness)
-        super().__init__(
-            policy,
-            env,
-            learning_rate=learning_rate,
-            n_steps=n_steps,
-            batch_size=batch_size,
-            n_epochs=n_epochs,
-            gamma=gamma,
-            gae_lambda=gae_lambda,
-            # None too (KL penalty only): the constructor only stores it, and ContribDecoupledMixin._setup_model gives
-            # the parent's _setup_model a placeholder (the parent's annotation has no None)
-            clip_range=cast("float | Schedule", clip_range),
-            clip_range_vf=clip_range_vf,
-            normalize_advantage=normalize_advantage,
-            ent_coef=ent_coef,
-            vf_coef=vf_coef,
-            max_grad_norm=max_grad_norm,
-            rollout_buffer_class=rollout_buffer_class,
-            rollout_buffer_kwargs=rollout_buffer_kwargs,
-            target_kl=target_kl,
-            stats_window_size=stats_window_size,
-            tensorboard_log=tensorboard_log,
-            policy_kwargs=policy_kwargs,
-            verbose=verbose,
-            seed=seed,
-            device=device,
-            _init_setup_model=False,
-        )
-        self.minibatch_sampling = minibatch_sampling
-        self.log_gradient_noise_scale = log_gradient_noise_scale
-        self._set_async_rollouts(async_rollouts)
+        super().__init__(**parent_arguments(MaskablePPO, locals()))
+        self._set_decoupled_options(options)
         self._warn_without_action_masks()
         if _init_setup_model:
             self._setup_model()
-
-    def _setup_model(self) -> None:
-        super()._setup_model()
-        self._setup_data_parallel()
 
     def set_env(self, env: GymEnv | str, force_reset: bool = True) -> None:
         """``MaskablePPO.set_env``, with a warning when the environment has no action masks."""
@@ -245,9 +190,6 @@ class MaskablePPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMi
         if self.env is not None and not is_masking_supported(self.env):
             warn_at_caller(f"{NO_ACTION_MASKS}; learn() raises until then, unless called with use_masking=False")
 
-    def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_use_masking"]
-
     def collect_rollouts(
         self,
         env: VecEnv,
@@ -257,7 +199,7 @@ class MaskablePPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMi
         use_masking: bool = True,
     ) -> bool:
         """
-        ``MaskablePPO.collect_rollouts`` (same arguments), through the rollout loop of the mixins; inside ``learn``
+        ``MaskablePPO.collect_rollouts`` (same arguments), through ``DecoupledAlgorithm``'s; inside ``learn``
         the masks are used when both this ``use_masking`` and ``learn``'s ask for them.
         """
         masking_of_learn = self._use_masking
@@ -276,7 +218,7 @@ class MaskablePPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMi
         return self.policy_class(self.observation_space, self.action_space, self.lr_schedule, **self.policy_kwargs)
 
     # MaskablePPO.train() is PPO's with the action masks passed to the policy evaluation: the training iteration is
-    # PPO_EWMA's (ContribDecoupledMixin) with these two evaluations.
+    # PPO_EWMA's (DecoupledAlgorithm.train) with these two evaluations.
     def _evaluate_policy(
         self, rollout_data: Any, actions: th.Tensor
     ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None, Distribution | None]:
@@ -291,12 +233,6 @@ class MaskablePPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMi
         distribution.apply_masking(rollout_data.action_masks)
         return self.policy.value_net(latent_vf), distribution.log_prob(actions), distribution.entropy(), distribution
 
-    def _proximal_distribution(self, rollout_data: Any) -> Distribution:
-        assert self.proximal_ewma is not None
-        # the EWMA's copy of the policy, built by _build_policy
-        average = cast(MaskableActorCriticPolicy, self.proximal_ewma.average)
-        return average.get_distribution(rollout_data.observations, action_masks=rollout_data.action_masks)
-
     def to_sb3(self) -> MaskablePPO:
         """
         This model as a plain sb3-contrib ``MaskablePPO`` (same policy network and optimizer state, same ``predict``;
@@ -305,32 +241,14 @@ class MaskablePPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMi
         """
         return to_parent_algorithm(self, MaskablePPO)
 
-    # MaskablePPO.learn's signature (use_masking before progress_bar), which MaskablePPO itself declares with the same
-    # ignore: a keyword that SB3's BaseAlgorithm.learn lacks, in a position that shifts progress_bar, so no annotation
-    # can make it an override mypy accepts without changing the public signature
-    def learn(  # type: ignore[override]
-        self: SelfMaskablePPO_EWMA,
-        total_timesteps: int,
-        callback: MaybeCallback = None,
-        log_interval: int = 1,
-        tb_log_name: str = "MaskablePPO_EWMA",
-        reset_num_timesteps: bool = True,
-        use_masking: bool = True,
-        progress_bar: bool = False,
-    ) -> SelfMaskablePPO_EWMA:
-        check_learn_arguments(total_timesteps, log_interval)
+    @contextlib.contextmanager
+    def _learning(self, use_masking: bool = True, **parent_kwargs: Any) -> Iterator[None]:
+        """``learn`` takes ``MaskablePPO``'s ``use_masking`` (by keyword), for the rollout loop (also a collector's)."""
         if use_masking and self.env is not None and not is_masking_supported(self.env):
             raise ValueError(f"{NO_ACTION_MASKS}; or call learn(use_masking=False) to train without masks")
-        # for the rollout loop, also when a collector (async_rollouts) runs it
         self._use_masking = use_masking
         try:
-            return super().learn(
-                total_timesteps=total_timesteps,
-                callback=callback,
-                log_interval=log_interval,
-                tb_log_name=tb_log_name,
-                reset_num_timesteps=reset_num_timesteps,
-                progress_bar=progress_bar,
-            )
+            with super()._learning(**parent_kwargs):
+                yield
         finally:
             del self._use_masking  # back to the class's True

@@ -2,13 +2,9 @@
 
 import inspect
 import os
-from typing import Any, TypeVar
-
-from stable_baselines3.common.type_aliases import MaybeCallback
+from typing import Any
 
 from sb3_ewma.ppg_ewma.ppg_ewma import PPG_EWMA
-
-SelfPPG = TypeVar("SelfPPG", bound="PPG")
 
 
 class PPG(PPG_EWMA):
@@ -47,21 +43,3 @@ class PPG(PPG_EWMA):
                 f"{os.fspath(path)} was saved by PPG_EWMA (ewma_decay={ewma_decay!r}), not by PPG: load it with "
                 "PPG_EWMA.load()"
             )
-
-    def learn(
-        self: SelfPPG,
-        total_timesteps: int,
-        callback: MaybeCallback = None,
-        log_interval: int = 1,
-        tb_log_name: str = "PPG",
-        reset_num_timesteps: bool = True,
-        progress_bar: bool = False,
-    ) -> SelfPPG:
-        return super().learn(
-            total_timesteps=total_timesteps,
-            callback=callback,
-            log_interval=log_interval,
-            tb_log_name=tb_log_name,
-            reset_num_timesteps=reset_num_timesteps,
-            progress_bar=progress_bar,
-        )

@@ -1,6 +1,6 @@
 import time
 import warnings
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 import torch as th
 from gymnasium import spaces
@@ -9,20 +9,17 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, RolloutBufferSamples, Schedule
+from stable_baselines3.common.type_aliases import GymEnv, RolloutBufferSamples, Schedule
 from stable_baselines3.common.utils import FloatSchedule
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
 
-from sb3_ewma.common.checks import check_learn_arguments, check_on_policy_hyperparams
-from sb3_ewma.common.collection.overlap import AsyncRolloutMixin, check_async_rollouts
-from sb3_ewma.common.collection.rollout import RolloutCollectionMixin
-from sb3_ewma.common.decoupled.mixin import DecoupledAlgorithmMixin
+from sb3_ewma.common.checks import arguments_for
+from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
+from sb3_ewma.common.decoupled.logs import record_train_logs
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
-from sb3_ewma.common.decoupled.options import document_decoupled_options
+from sb3_ewma.common.decoupled.options import DecoupledOptions, document_decoupled_options, parent_arguments
 from sb3_ewma.common.decoupled.proximal import is_loading_from_file
-from sb3_ewma.common.distributed import DataParallelMixin, rank_local_settings
-from sb3_ewma.common.ewma import ParameterEWMA
 from sb3_ewma.common.format import human_bytes
 from sb3_ewma.common.losses import clipped_values
 from sb3_ewma.ppg_ewma.auxiliary import auxiliary_phase, compute_old_policy
@@ -37,11 +34,9 @@ from sb3_ewma.ppg_ewma.policies import (
     is_ppg_policy_parameter,
 )
 
-SelfPPG_EWMA = TypeVar("SelfPPG_EWMA", bound="PPG_EWMA")
-
 
 @document_decoupled_options
-class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, DecoupledAlgorithmMixin, OnPolicyAlgorithm):
+class PPG_EWMA(DecoupledAlgorithm, OnPolicyAlgorithm):
     """
     PPG-EWMA: Phasic Policy Gradient (Cobbe et al. 2020, https://arxiv.org/abs/2009.04416) whose policy phase uses the
     decoupled objectives with an EWMA of the policy as the proximal policy (Hilton, Cobbe & Schulman 2021,
@@ -184,8 +179,10 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         "MultiInputPolicy": MultiInputPolicy,
     }
     policy: PPGPolicy
-    proximal_ewma: ParameterEWMA | None
     aux_buffer: AuxiliaryBuffer | None
+    _is_proximal_parameter = staticmethod(is_ppg_policy_parameter)
+    # the auxiliary buffer is not saved: a loaded model restarts its current policy phase
+    _unsaved_attributes = ("aux_buffer", "aux_lr_schedule")
 
     def __init__(
         self,
@@ -236,77 +233,16 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         async_rollouts: bool | str = False,
         _init_setup_model: bool = True,
     ):
-        # checked before anything else is built (no environment is created or stepped on bad input)
-        check_on_policy_hyperparams(
-            learning_rate=learning_rate,
-            n_steps=n_steps,
-            batch_size=batch_size,
-            n_epochs=n_epochs,
-            gamma=gamma,
-            gae_lambda=gae_lambda,
-            normalize_advantage=normalize_advantage,
-            clip_range=clip_range,
-            clip_range_vf=clip_range_vf,
-            ent_coef=ent_coef,
-            vf_coef=vf_coef,
-            max_grad_norm=max_grad_norm,
-            target_kl=target_kl,
-            stats_window_size=stats_window_size,
-            kl_coef=kl_coef,
-            seed=seed,
-            min_n_epochs=0,
-        )
-        self._set_decoupled_options(
-            ewma_decay=ewma_decay,
-            kl_coef=kl_coef,
-            kl_estimator=kl_estimator,
-            imp_samp_max=imp_samp_max,
-            normalize_advantage=normalize_advantage,
-            advantage_normalization=advantage_normalization,
-            advantage_ewma_decay=advantage_ewma_decay,
-        )
-        check_ppg_hyperparams(
-            n_steps=n_steps,
-            batch_size=batch_size,
-            n_value_epochs=n_value_epochs,
-            n_policy_iterations=n_policy_iterations,
-            n_aux_epochs=n_aux_epochs,
-            beta_clone=beta_clone,
-            arch=arch,
-            aux_learning_rate=aux_learning_rate,
-            aux_batch_size=aux_batch_size,
-            aux_micro_batch_size=aux_micro_batch_size,
-            aux_optimizer_kwargs=aux_optimizer_kwargs,
-            minibatch_sampling=minibatch_sampling,
-            aux_minibatch_sampling=aux_minibatch_sampling,
-            policy_kwargs=policy_kwargs,
-        )
-        # ranks other than 0 print nothing; under torchrun, CUDA means cuda:LOCAL_RANK
-        verbose, device = rank_local_settings(distributed, verbose, device)
-        self.distributed = distributed
-        check_async_rollouts(async_rollouts)
+        # the PPO hyperparameters, the decoupled options and PPG's, checked before anything is built
+        options = DecoupledOptions.from_arguments(locals(), min_n_epochs=0)
+        check_ppg_hyperparams(**arguments_for(check_ppg_hyperparams, locals()))
         super().__init__(
-            policy,
-            env,
-            learning_rate=learning_rate,
-            n_steps=n_steps,
-            gamma=gamma,
-            gae_lambda=gae_lambda,
-            ent_coef=ent_coef,
-            vf_coef=vf_coef,
-            max_grad_norm=max_grad_norm,
-            use_sde=use_sde,
-            sde_sample_freq=sde_sample_freq,
-            rollout_buffer_class=rollout_buffer_class,
-            rollout_buffer_kwargs=rollout_buffer_kwargs,
-            stats_window_size=stats_window_size,
-            tensorboard_log=tensorboard_log,
-            policy_kwargs={**(policy_kwargs or {}), "arch": arch},
-            verbose=verbose,
-            seed=seed,
-            device=device,
-            _init_setup_model=False,
-            supported_action_spaces=(spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary),
+            **parent_arguments(
+                OnPolicyAlgorithm,
+                locals(),
+                policy_kwargs={**(policy_kwargs or {}), "arch": arch},
+                supported_action_spaces=(spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary),
+            )
         )
         if not (isinstance(self.policy_class, type) and issubclass(self.policy_class, PPGPolicy)):
             raise ValueError(f"policy must be a PPGPolicy (MlpPolicy, CnnPolicy, MultiInputPolicy), got {self.policy_class}")
@@ -321,14 +257,13 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         self.n_aux_epochs = int(n_aux_epochs)
         self.beta_clone = float(beta_clone)
         self.arch = arch
-        self._set_async_rollouts(async_rollouts)
         self.aux_learning_rate = aux_learning_rate
         self.aux_batch_size = int(batch_size if aux_batch_size is None else aux_batch_size)
         self.aux_micro_batch_size = int(self.aux_batch_size if aux_micro_batch_size is None else aux_micro_batch_size)
         self.aux_optimizer_kwargs = aux_optimizer_kwargs
         self.minibatch_sampling = minibatch_sampling
         self.aux_minibatch_sampling = aux_minibatch_sampling
-        self.log_gradient_noise_scale = log_gradient_noise_scale
+        self._set_decoupled_options(options)
         # the position in the phase schedule, saved with the model
         self.phase = 0  # index of the current policy phase
         self.phase_iteration = 0  # policy iterations done in the current policy phase
@@ -369,8 +304,7 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
 
     def _setup_model(self) -> None:
         self._check_buffer_sizes()
-        super()._setup_model()
-        self._setup_clip_schedules()
+        self._setup_parent_model()
         # the auxiliary buffer is not saved: a loaded model restarts its current policy phase (a no-op when building)
         self.phase_iteration = 0
         self._policy_phase_time = 0.0
@@ -391,12 +325,7 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
                     f"{human_bytes(self.aux_buffer.nbytes)} of host memory (+ pi_old)"
                 )
 
-        self._setup_advantage_normalizer()
-        self._setup_proximal_policy(self._rollout_staleness, include=is_ppg_policy_parameter)
-        self._setup_data_parallel()
-
-    def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "aux_buffer", "aux_lr_schedule"]
+        self._setup_decoupled_training()
 
     @property
     def _aux_rollout_length(self) -> int | None:
@@ -429,10 +358,10 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         """
         if self.aux_buffer is not None:
             self.aux_buffer.reset()
-        if self.proximal_ewma is not None and self.n_aux_epochs > 0:
-            self.proximal_ewma.reset()
+        if self.n_aux_epochs > 0:
+            self.proximal.restart()
         else:
-            self._snapshot_proximal_policy()
+            self.proximal.start_iteration()
 
     def _value_loss(self, values: th.Tensor, rollout_data: RolloutBufferSamples, clip_range_vf: float | None) -> th.Tensor:
         """The policy phase's value loss ``MSE(V, V_targ)``, optionally with SB3's value clipping (:func:`clipped_values`)."""
@@ -448,7 +377,7 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         if self.phase_iteration == 0:
             self._start_policy_phase()
         else:
-            self._snapshot_proximal_policy()
+            self.proximal.start_iteration()
         # Switch to train mode (this affects batch norm / dropout)
         self.policy.set_training_mode(True)
         # Update optimizer learning rate
@@ -499,15 +428,15 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
                 self._apply_gradients(self.policy.optimizer)
                 if train_policy:
                     # only steps on the policy loss (as the authors): value-only steps of a shared trunk do not count
-                    self._update_proximal_policy()
+                    self.proximal.step()
             self._n_updates += 1
 
         if self.aux_buffer is not None:
             self.aux_buffer.add(buffer)
         self.phase_iteration += 1
         self._policy_phase_time += time.perf_counter() - start
-        stats = policy_objective.mean_stats()
-        self._record_train_logs(buffer, stats, entropy_losses, value_losses, approx_kl_divs, loss, clip_range, clip_range_vf)
+        losses = {"entropy_loss": entropy_losses, "value_loss": value_losses, "approx_kl": approx_kl_divs}
+        record_train_logs(self, buffer, policy_objective.mean_stats(), losses, loss, clip_range, clip_range_vf)
         self._record_phase_logs()
 
         if self.phase_iteration >= self.n_policy_iterations:
@@ -534,27 +463,12 @@ class PPG_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         """The auxiliary phase on the auxiliary buffer (:func:`sb3_ewma.ppg_ewma.auxiliary.auxiliary_phase`)."""
         auxiliary_phase(self)
 
-    def learn(
-        self: SelfPPG_EWMA,
-        total_timesteps: int,
-        callback: MaybeCallback = None,
-        log_interval: int = 1,
-        tb_log_name: str = "PPG_EWMA",
-        reset_num_timesteps: bool = True,
-        progress_bar: bool = False,
-    ) -> SelfPPG_EWMA:
-        check_learn_arguments(total_timesteps, log_interval)
+    def _learning(self, **parent_kwargs: Any) -> Any:
+        # a model loaded with fewer environments may lack room for its auxiliary batches: it cannot learn as it is
         problem = self._aux_batch_size_problem()
         if problem is not None:
             raise ValueError(problem)
-        return super().learn(
-            total_timesteps=total_timesteps,
-            callback=callback,
-            log_interval=log_interval,
-            tb_log_name=tb_log_name,
-            reset_num_timesteps=reset_num_timesteps,
-            progress_bar=progress_bar,
-        )
+        return super()._learning(**parent_kwargs)
 
     def to_sb3(self) -> PPO:
         """

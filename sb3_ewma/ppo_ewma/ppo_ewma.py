@@ -1,28 +1,19 @@
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar
 
 import torch as th
 from stable_baselines3 import PPO
 from stable_baselines3.common.buffers import RolloutBuffer
-from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
+from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
-from sb3_ewma.common.checks import check_learn_arguments, check_on_policy_hyperparams
-from sb3_ewma.common.collection.overlap import AsyncRolloutMixin, check_async_rollouts
-from sb3_ewma.common.collection.rollout import RolloutCollectionMixin
-from sb3_ewma.common.decoupled.options import document_decoupled_options
-from sb3_ewma.common.decoupled.training import DecoupledTrainingMixin
-from sb3_ewma.common.distributed import DataParallelMixin, rank_local_settings
-from sb3_ewma.common.ewma import ParameterEWMA
+from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
+from sb3_ewma.common.decoupled.options import DecoupledOptions, document_decoupled_options, parent_arguments
 from sb3_ewma.common.export import to_sb3_ppo
-from sb3_ewma.common.minibatches import check_minibatch_sampling
 from sb3_ewma.ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
-
-SelfPPO_EWMA = TypeVar("SelfPPO_EWMA", bound="PPO_EWMA")
 
 
 @document_decoupled_options
-class PPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, DecoupledTrainingMixin, PPO):
+class PPO_EWMA(DecoupledAlgorithm, PPO):
     """
     PPO-EWMA: Proximal Policy Optimization with an exponentially weighted moving average (EWMA) of the policy as
     the proximal policy, and the decoupled objectives (Hilton, Cobbe & Schulman 2021,
@@ -123,7 +114,6 @@ class PPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         "CnnPolicy": CnnPolicy,
         "MultiInputPolicy": MultiInputPolicy,
     }
-    proximal_ewma: ParameterEWMA | None
     # files of SB3's PPO load too (the EWMA starts from the loaded policy)
     loadable_parent_policy_modules = ("stable_baselines3.common.policies",)
 
@@ -168,104 +158,12 @@ class PPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, Dec
         async_rollouts: bool | str = False,
         _init_setup_model: bool = True,
     ):
-        # checked before anything else is built (no environment is created or stepped on bad input)
-        check_on_policy_hyperparams(
-            learning_rate=learning_rate,
-            n_steps=n_steps,
-            batch_size=batch_size,
-            n_epochs=n_epochs,
-            gamma=gamma,
-            gae_lambda=gae_lambda,
-            normalize_advantage=normalize_advantage,
-            clip_range=clip_range,
-            clip_range_vf=clip_range_vf,
-            ent_coef=ent_coef,
-            vf_coef=vf_coef,
-            max_grad_norm=max_grad_norm,
-            target_kl=target_kl,
-            stats_window_size=stats_window_size,
-            kl_coef=kl_coef,
-            seed=seed,
-        )
-        check_minibatch_sampling("minibatch_sampling", minibatch_sampling, "batch_size", batch_size, n_steps)
-        self._set_decoupled_options(
-            ewma_decay=ewma_decay,
-            kl_coef=kl_coef,
-            kl_estimator=kl_estimator,
-            imp_samp_max=imp_samp_max,
-            normalize_advantage=normalize_advantage,
-            advantage_normalization=advantage_normalization,
-            advantage_ewma_decay=advantage_ewma_decay,
-            staleness=staleness,
-            staleness_mode=staleness_mode,
-        )
-        # ranks other than 0 print nothing; under torchrun, CUDA means cuda:LOCAL_RANK
-        verbose, device = rank_local_settings(distributed, verbose, device)
-        self.distributed = distributed
-        check_async_rollouts(async_rollouts, staleness)
-        super().__init__(
-            policy,
-            env,
-            learning_rate=learning_rate,
-            n_steps=n_steps,
-            batch_size=batch_size,
-            n_epochs=n_epochs,
-            gamma=gamma,
-            gae_lambda=gae_lambda,
-            # None too (KL penalty only): PPO's constructor only stores it, and _setup_model leaves out PPO's clip_range
-            # handling (PPO's annotation has no None)
-            clip_range=cast("float | Schedule", clip_range),
-            clip_range_vf=clip_range_vf,
-            normalize_advantage=normalize_advantage,
-            ent_coef=ent_coef,
-            vf_coef=vf_coef,
-            max_grad_norm=max_grad_norm,
-            use_sde=use_sde,
-            sde_sample_freq=sde_sample_freq,
-            rollout_buffer_class=rollout_buffer_class,
-            rollout_buffer_kwargs=rollout_buffer_kwargs,
-            target_kl=target_kl,
-            stats_window_size=stats_window_size,
-            tensorboard_log=tensorboard_log,
-            policy_kwargs=policy_kwargs,
-            verbose=verbose,
-            seed=seed,
-            device=device,
-            _init_setup_model=False,
-        )
-        self.minibatch_sampling = minibatch_sampling
-        self.log_gradient_noise_scale = log_gradient_noise_scale
-        self._set_async_rollouts(async_rollouts)
+        # the PPO hyperparameters and the decoupled options, checked before anything is built
+        options = DecoupledOptions.from_arguments(locals())
+        super().__init__(**parent_arguments(PPO, locals()))
+        self._set_decoupled_options(options)
         if _init_setup_model:
             self._setup_model()
-
-    def _setup_model(self) -> None:
-        # PPO._setup_model without its clip_range handling, which cannot take clip_range=None
-        OnPolicyAlgorithm._setup_model(self)
-        self._setup_clip_schedules()
-        self._setup_advantage_normalizer()
-        self._setup_proximal_policy(self._rollout_staleness, self.staleness_mode)
-        self._setup_stale_buffers()
-        self._setup_data_parallel()
-
-    def learn(
-        self: SelfPPO_EWMA,
-        total_timesteps: int,
-        callback: MaybeCallback = None,
-        log_interval: int = 1,
-        tb_log_name: str = "PPO_EWMA",
-        reset_num_timesteps: bool = True,
-        progress_bar: bool = False,
-    ) -> SelfPPO_EWMA:
-        check_learn_arguments(total_timesteps, log_interval)
-        return super().learn(
-            total_timesteps=total_timesteps,
-            callback=callback,
-            log_interval=log_interval,
-            tb_log_name=tb_log_name,
-            reset_num_timesteps=reset_num_timesteps,
-            progress_bar=progress_bar,
-        )
 
     def to_sb3(self) -> PPO:
         """

@@ -1,5 +1,5 @@
 from collections.abc import Iterator
-from typing import Any, ClassVar, TypeAlias, TypeVar, cast
+from typing import Any, ClassVar, TypeAlias, cast
 
 import torch as th
 from gymnasium import spaces
@@ -9,17 +9,19 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
+from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from stable_baselines3.common.vec_env import VecEnv
 
-from sb3_ewma.common.checks import check_learn_arguments, check_on_policy_hyperparams
-from sb3_ewma.common.collection.overlap import AsyncRolloutMixin, check_async_rollouts
-from sb3_ewma.common.collection.rollout import RolloutCollectionMixin, tensors_to
-from sb3_ewma.common.decoupled.contrib import ContribDecoupledMixin, check_contrib_staleness
-from sb3_ewma.common.decoupled.options import document_decoupled_options
-from sb3_ewma.common.distributed import DataParallelMixin, rank_local_settings
+from sb3_ewma.common.collection.rollout import tensors_to
+from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
+from sb3_ewma.common.decoupled.options import (
+    DecoupledOptions,
+    check_contrib_staleness,
+    document_decoupled_options,
+    parent_arguments,
+)
 from sb3_ewma.common.export import to_parent_algorithm
-from sb3_ewma.common.minibatches import check_minibatch_sampling, rollout_minibatches
+from sb3_ewma.common.minibatches import rollout_minibatches
 from sb3_ewma.recurrent_ppo_ewma.buffers import ValidStepsRecurrentDictRolloutBuffer, ValidStepsRecurrentRolloutBuffer
 from sb3_ewma.recurrent_ppo_ewma.policies import (
     CnnLstmPolicy,
@@ -30,13 +32,18 @@ from sb3_ewma.recurrent_ppo_ewma.policies import (
     valid_steps_distribution,
 )
 
-SelfRecurrentPPO_EWMA = TypeVar("SelfRecurrentPPO_EWMA", bound="RecurrentPPO_EWMA")
 # the rollout buffers of RecurrentPPO_EWMA (made by _make_rollout_buffer), for Box and for Dict observations
 _ValidStepsBuffer: TypeAlias = ValidStepsRecurrentRolloutBuffer | ValidStepsRecurrentDictRolloutBuffer
 
 
+def proximal_valid_steps_distribution(network: RecurrentActorCriticPolicy, minibatch: Any) -> Distribution:
+    """The proximal network's distribution on a minibatch's valid steps, from the LSTM states stored in the buffer."""
+    mask = minibatch.mask > 1e-8
+    return valid_steps_distribution(network, minibatch.observations, minibatch.lstm_states, minibatch.episode_starts, mask)
+
+
 @document_decoupled_options
-class RecurrentPPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionMixin, ContribDecoupledMixin, RecurrentPPO):
+class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
     """
     RecurrentPPO-EWMA: sb3-contrib's ``RecurrentPPO`` (PPO with LSTM policies) with an exponentially weighted moving
     average (EWMA) of the policy as the proximal policy and the decoupled objectives of Hilton, Cobbe & Schulman
@@ -123,8 +130,12 @@ class RecurrentPPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionM
 
     policy: RecurrentActorCriticPolicy
     # the collector process sends the LSTM states back with each rollout
-    _collection_state_names = (*RolloutCollectionMixin._collection_state_names, "_last_lstm_states")
+    _collection_state_names = (*DecoupledAlgorithm._collection_state_names, "_last_lstm_states")
     _parent_collect_rollouts = staticmethod(RecurrentPPO.collect_rollouts)
+    _is_proximal_parameter = staticmethod(is_recurrent_policy_parameter)
+    _proximal_distribution_of = staticmethod(proximal_valid_steps_distribution)
+    # the advantages of stale data stay those computed at collection (anew, they would need the LSTM states)
+    _recompute_stale_advantages = False
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
         "MlpLstmPolicy": MlpLstmPolicy,
         "CnnLstmPolicy": CnnLstmPolicy,
@@ -170,84 +181,19 @@ class RecurrentPPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionM
         async_rollouts: bool | str = False,
         _init_setup_model: bool = True,
     ):
-        # checked before anything else is built (no environment is created or stepped on bad input)
-        check_on_policy_hyperparams(
-            learning_rate=learning_rate,
-            n_steps=n_steps,
-            batch_size=batch_size,
-            n_epochs=n_epochs,
-            gamma=gamma,
-            gae_lambda=gae_lambda,
-            normalize_advantage=normalize_advantage,
-            clip_range=clip_range,
-            clip_range_vf=clip_range_vf,
-            ent_coef=ent_coef,
-            vf_coef=vf_coef,
-            max_grad_norm=max_grad_norm,
-            target_kl=target_kl,
-            stats_window_size=stats_window_size,
-            kl_coef=kl_coef,
-            seed=seed,
-            batch_size_may_be_none=True,
-        )
-        self._set_decoupled_options(
-            ewma_decay=ewma_decay,
-            kl_coef=kl_coef,
-            kl_estimator=kl_estimator,
-            imp_samp_max=imp_samp_max,
-            normalize_advantage=normalize_advantage,
-            advantage_normalization=advantage_normalization,
-            advantage_ewma_decay=advantage_ewma_decay,
-            staleness=staleness,
-            staleness_mode=staleness_mode,
-        )
+        # the PPO hyperparameters and the decoupled options, checked before anything is built
+        options = DecoupledOptions.from_arguments(locals(), batch_size_may_be_none=True)
         check_contrib_staleness(staleness, staleness_mode)
-        check_minibatch_sampling("minibatch_sampling", minibatch_sampling, "batch_size", batch_size, n_steps)
-        # ranks other than 0 print nothing; under torchrun, CUDA means cuda:LOCAL_RANK
-        verbose, device = rank_local_settings(distributed, verbose, device)
-        self.distributed = distributed
-        check_async_rollouts(async_rollouts, staleness)
-        super().__init__(
-            policy,
-            env,
-            learning_rate=learning_rate,
-            n_steps=n_steps,
-            batch_size=batch_size,
-            n_epochs=n_epochs,
-            gamma=gamma,
-            gae_lambda=gae_lambda,
-            # None too (KL penalty only): the constructor only stores it, and ContribDecoupledMixin._setup_model gives
-            # the parent's _setup_model a placeholder (the parent's annotation has no None)
-            clip_range=cast("float | Schedule", clip_range),
-            clip_range_vf=clip_range_vf,
-            normalize_advantage=normalize_advantage,
-            ent_coef=ent_coef,
-            vf_coef=vf_coef,
-            max_grad_norm=max_grad_norm,
-            use_sde=use_sde,
-            sde_sample_freq=sde_sample_freq,
-            target_kl=target_kl,
-            stats_window_size=stats_window_size,
-            tensorboard_log=tensorboard_log,
-            policy_kwargs=policy_kwargs,
-            verbose=verbose,
-            seed=seed,
-            device=device,
-            _init_setup_model=False,
-        )
-        self.minibatch_sampling = minibatch_sampling
-        self.log_gradient_noise_scale = log_gradient_noise_scale
-        self._set_async_rollouts(async_rollouts)
+        super().__init__(**parent_arguments(RecurrentPPO, locals()))
+        self._set_decoupled_options(options)
         if _init_setup_model:
             self._setup_model()
 
-    _is_proximal_parameter = staticmethod(is_recurrent_policy_parameter)
-
     def _setup_model(self) -> None:
-        super()._setup_model()
+        self._setup_parent_model()
         # the parent's buffer, sampling the per-step tensors of the valid steps only (see ValidStepsRecurrentRolloutBuffer)
         self.rollout_buffer = self._make_rollout_buffer()
-        self._setup_data_parallel()
+        self._setup_decoupled_training()
 
     def _collect_rollout_with(
         self, policy: Any, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
@@ -287,7 +233,7 @@ class RecurrentPPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionM
         )
 
     # RecurrentPPO.train() is PPO's with the policy run on the padded sequences from the stored LSTM states and the
-    # losses averaged over the valid steps: the training iteration is PPO_EWMA's (ContribDecoupledMixin), on
+    # losses averaged over the valid steps: the training iteration is PPO_EWMA's (DecoupledAlgorithm.train), on
     # minibatches whose per-step tensors hold the valid steps only, with these two evaluations.
     def _evaluate_policy(
         self, rollout_data: Any, actions: th.Tensor
@@ -302,17 +248,6 @@ class RecurrentPPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionM
         )
         return values, log_prob, entropy, distribution if self._needs_distributions else None
 
-    def _proximal_distribution(self, rollout_data: Any) -> Distribution:
-        assert self.proximal_ewma is not None
-        return valid_steps_distribution(
-            # the EWMA's copy of the policy, built by _build_policy
-            cast(RecurrentActorCriticPolicy, self.proximal_ewma.average),
-            rollout_data.observations,
-            rollout_data.lstm_states,
-            rollout_data.episode_starts,
-            rollout_data.mask > 1e-8,
-        )
-
     def to_sb3(self) -> RecurrentPPO:
         """
         This model as a plain sb3-contrib ``RecurrentPPO`` (same policy network and optimizer state, same ``predict``;
@@ -320,22 +255,3 @@ class RecurrentPPO_EWMA(DataParallelMixin, AsyncRolloutMixin, RolloutCollectionM
         ``sb3_contrib.RecurrentPPO.load`` opens without this package. See :mod:`sb3_ewma.common.export`.
         """
         return to_parent_algorithm(self, RecurrentPPO)
-
-    def learn(
-        self: SelfRecurrentPPO_EWMA,
-        total_timesteps: int,
-        callback: MaybeCallback = None,
-        log_interval: int = 1,
-        tb_log_name: str = "RecurrentPPO_EWMA",
-        reset_num_timesteps: bool = True,
-        progress_bar: bool = False,
-    ) -> SelfRecurrentPPO_EWMA:
-        check_learn_arguments(total_timesteps, log_interval)
-        return super().learn(
-            total_timesteps=total_timesteps,
-            callback=callback,
-            log_interval=log_interval,
-            tb_log_name=tb_log_name,
-            reset_num_timesteps=reset_num_timesteps,
-            progress_bar=progress_bar,
-        )

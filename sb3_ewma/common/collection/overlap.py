@@ -22,16 +22,14 @@ Which thread does what:
 made from ``on_step`` (``CheckpointCallback``, ``EvalCallback``) sees the parameters of an iteration boundary.
 """
 
-import threading
 from typing import Any
 
 import numpy as np
-from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.type_aliases import MaybeCallback
+from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_ewma.common.collection.process import ProcessRolloutCollector, check_forkable_env, check_process_collector
 from sb3_ewma.common.collection.thread import RolloutCollector
-from sb3_ewma.common.host import HostAlgorithm
 
 ASYNC_ROLLOUTS = (False, True, "thread", "process")
 """The values of ``async_rollouts``: off, a collector thread (``True`` or ``"thread"``) or a collector process."""
@@ -58,135 +56,79 @@ def rollout_collector_kind(async_rollouts: object) -> str | None:
     return "process" if async_rollouts == "process" else "thread"
 
 
-class AsyncRolloutMixin(HostAlgorithm):
+def rollout_settings(async_rollouts: bool | str, env: VecEnv | None) -> tuple[bool, str]:
     """
-    Mixed into every algorithm (after data-parallel training in the bases): with ``async_rollouts=True``, ``learn``
-    overlaps the collection of the next rollout with training on the current one (see
-    :mod:`sb3_ewma.common.collection.overlap`). The algorithm provides ``async_rollouts``, ``_build_policy`` and the
-    rollout loop (:class:`~sb3_ewma.common.collection.rollout.RolloutCollectionMixin`).
+    For an algorithm's constructor: ``(async_rollouts, rollout_collector)``, a bool and ``"thread"`` or ``"process"``,
+    after checking that a collector process can fork here and copy ``env`` (checked again by ``learn``).
     """
+    kind = rollout_collector_kind(async_rollouts)
+    if kind == "process":
+        check_process_collector()
+        check_forkable_env(env)
+    return kind is not None, kind or "thread"
 
-    async_rollouts: bool
-    rollout_collector: str
 
-    def _set_async_rollouts(self, async_rollouts: bool | str) -> None:
-        """Set ``async_rollouts`` (a bool) and ``rollout_collector`` (``"thread"`` or ``"process"``), checked."""
-
-        kind = rollout_collector_kind(async_rollouts)
-        if kind == "process":
-            check_process_collector()
-            check_forkable_env(self.env)  # checked again by learn() (after set_env)
-        self.async_rollouts = kind is not None
-        self.rollout_collector = kind or "thread"
-
-    @property
-    def _rollout_staleness(self) -> int:
-        """Iterations between the parameters that collected the data trained on and those being trained."""
-        return int(getattr(self, "staleness", 0)) + int(self.async_rollouts)
-
-    @property
-    def _training_lock(self) -> threading.RLock:
-        """Held by the main thread during ``train()`` under ``async_rollouts``; ``save`` and ``predict`` take it."""
-        lock = self.__dict__.get("_train_lock")
-        if lock is None:
-            lock = self.__dict__["_train_lock"] = threading.RLock()
-        return lock
-
-    def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_train_lock"]
-
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        with self._training_lock:
-            super().save(*args, **kwargs)
-
-    def predict(self, *args: Any, **kwargs: Any) -> Any:
-        with self._training_lock:
-            return super().predict(*args, **kwargs)
-
-    def learn(
-        self,
-        total_timesteps: int,
-        callback: MaybeCallback = None,
-        log_interval: int = 1,
-        tb_log_name: str = "OnPolicyAlgorithm",
-        reset_num_timesteps: bool = True,
-        progress_bar: bool = False,
-    ) -> Any:
-        """
-        The parent's ``learn`` (its arguments passed by name: ``MaskablePPO``'s has one more, ``use_masking``, which
-        the algorithm hands to its rollout loop itself), or with ``async_rollouts`` its loop with overlapped rollouts.
-        """
-        if not self.async_rollouts:
-            return super().learn(
-                total_timesteps=total_timesteps,
-                callback=callback,
-                log_interval=log_interval,
-                tb_log_name=tb_log_name,
-                reset_num_timesteps=reset_num_timesteps,
-                progress_bar=progress_bar,
-            )
-        return self._learn_async(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
-
-    def _learn_async(
-        self,
-        total_timesteps: int,
-        callback: MaybeCallback,
-        log_interval: int,
-        tb_log_name: str,
-        reset_num_timesteps: bool,
-        progress_bar: bool,
-    ) -> Any:
-        """SB3's ``OnPolicyAlgorithm.learn`` loop with the next rollout collected during ``train()``."""
-        algorithm: Any = self
-        iteration = 0
-        setup: tuple[int, BaseCallback] = algorithm._setup_learn(
-            total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
+def learn_with_overlapped_rollouts(
+    algorithm: Any,
+    total_timesteps: int,
+    callback: MaybeCallback,
+    log_interval: int,
+    tb_log_name: str,
+    reset_num_timesteps: bool,
+    progress_bar: bool,
+) -> None:
+    """
+    SB3's ``OnPolicyAlgorithm.learn`` loop for ``algorithm`` (an algorithm with ``async_rollouts``), with the next
+    rollout collected by a collector (``algorithm.rollout_collector``: a thread or a forked process) during
+    ``train()``, which runs under ``algorithm._training_lock``.
+    """
+    iteration = 0
+    total_timesteps, learn_callback = algorithm._setup_learn(
+        total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
+    )
+    learn_callback.on_training_start(locals(), globals())
+    env = algorithm.env
+    assert env is not None
+    if algorithm.rollout_collector == "process":
+        collector: RolloutCollector = ProcessRolloutCollector(algorithm, learn_callback)
+    else:
+        collector = RolloutCollector(algorithm, learn_callback)
+    training_buffer, next_buffer = algorithm.rollout_buffer, algorithm._make_rollout_buffer()
+    try:
+        continue_training = algorithm.num_timesteps < total_timesteps and algorithm._synchronize_iteration(
+            collector.collect(env, training_buffer)
         )
-        total_timesteps, learn_callback = setup
-        learn_callback.on_training_start(locals(), globals())
-        env = algorithm.env
-        assert env is not None
-        if getattr(self, "rollout_collector", "thread") == "process":
-            collector: RolloutCollector = ProcessRolloutCollector(self, learn_callback)
-        else:
-            collector = RolloutCollector(self, learn_callback)
-        training_buffer, next_buffer = self.rollout_buffer, self._make_rollout_buffer()
-        try:
-            continue_training = algorithm.num_timesteps < total_timesteps and algorithm._synchronize_iteration(
-                collector.collect(env, training_buffer)
-            )
-            while continue_training:
-                # the hand-off: the collector is joined, this thread owns the environments and the model
-                iteration += 1
-                self._on_hand_off(collector, iteration, total_timesteps, log_interval)
-                collecting = algorithm.num_timesteps < total_timesteps
-                if collecting:
-                    collector.start(env, next_buffer)
-                self.rollout_buffer = training_buffer
-                with self._training_lock:
-                    algorithm.train()
-                if not collecting:
-                    break
-                # every rank's decision, episode statistics and VecNormalize pooled (data-parallel training)
-                continue_training = algorithm._synchronize_iteration(collector.hand_off())
-                training_buffer, next_buffer = next_buffer, training_buffer
-        except BaseException:
-            collector.stop()
-            env.close()
-            raise
-        collector.close()
-        learn_callback.on_training_end()
-        return self
+        while continue_training:
+            # the hand-off: the collector is joined, this thread owns the environments and the model
+            iteration += 1
+            _on_hand_off(algorithm, collector, iteration, total_timesteps, log_interval)
+            collecting = algorithm.num_timesteps < total_timesteps
+            if collecting:
+                collector.start(env, next_buffer)
+            algorithm.rollout_buffer = training_buffer
+            with algorithm._training_lock:
+                algorithm.train()
+            if not collecting:
+                break
+            # every rank's decision, episode statistics and VecNormalize pooled (data-parallel training)
+            continue_training = algorithm._synchronize_iteration(collector.hand_off())
+            training_buffer, next_buffer = next_buffer, training_buffer
+    except BaseException:
+        collector.stop()
+        env.close()
+        raise
+    collector.close()
+    learn_callback.on_training_end()
 
-    def _on_hand_off(self, collector: RolloutCollector, iteration: int, total_timesteps: int, log_interval: int) -> None:
-        """
-        The one point of an iteration where no rollout is being collected: progress, logs (``dump_logs``), and the
-        collection times of the rollout about to be trained on. Per-iteration synchronization belongs here.
-        """
-        algorithm: Any = self
-        algorithm._update_current_progress_remaining(algorithm.num_timesteps, total_timesteps)
-        algorithm.logger.record("time/collection_s", collector.collection_seconds)
-        algorithm.logger.record("time/collection_wait_s", collector.wait_seconds)
-        if log_interval is not None and iteration % log_interval == 0:
-            assert algorithm.ep_info_buffer is not None
-            algorithm.dump_logs(iteration)
+
+def _on_hand_off(algorithm: Any, collector: RolloutCollector, iteration: int, total_timesteps: int, log_interval: int) -> None:
+    """
+    The one point of an iteration where no rollout is being collected: progress, logs (``dump_logs``), and the
+    collection times of the rollout about to be trained on. Per-iteration synchronization belongs here.
+    """
+    algorithm._update_current_progress_remaining(algorithm.num_timesteps, total_timesteps)
+    algorithm.logger.record("time/collection_s", collector.collection_seconds)
+    algorithm.logger.record("time/collection_wait_s", collector.wait_seconds)
+    if log_interval is not None and iteration % log_interval == 0:
+        assert algorithm.ep_info_buffer is not None
+        algorithm.dump_logs(iteration)

@@ -10,16 +10,11 @@ where ``num_timesteps`` is global). With ``self.policy`` acting on one process, 
 model its parent trains, by construction.
 """
 
-from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 import torch as th
 from stable_baselines3.common.buffers import RolloutBuffer
-from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
-from stable_baselines3.common.vec_env import VecEnv
-
-from sb3_ewma.common.host import HostAlgorithm
 
 
 def tensors_to(value: Any, device: th.device) -> Any:
@@ -67,86 +62,16 @@ class RolloutView:
         setattr(algorithm, name, value)
 
 
-def collect_rollout(
-    parent_collect_rollouts: Callable[..., bool],
-    algorithm: OnPolicyAlgorithm,
-    policy: Any,
-    env: VecEnv,
-    callback: BaseCallback,
-    rollout_buffer: RolloutBuffer,
-    n_rollout_steps: int,
-    timesteps_per_step: int,
-    **kwargs: Any,
-) -> bool:
-    """
-    Fill ``rollout_buffer`` with ``n_rollout_steps`` steps of every environment by the parent's loop
-    (``parent_collect_rollouts``, e.g. ``OnPolicyAlgorithm.collect_rollouts``), acting with ``policy`` and counting
-    ``timesteps_per_step`` environment steps per vectorized step. Reads and advances the algorithm's ``_last_obs``,
-    ``_last_episode_starts``, ``num_timesteps`` and episode statistics (and what else the loop carries, such as LSTM
-    states), as the parent does.
-
-    :param kwargs: further arguments of the parent's loop (``MaskablePPO``'s ``use_masking``)
-    :return: False if a callback stopped the rollout early, True otherwise
-    """
-    view = RolloutView(algorithm, policy, timesteps_per_step)
-    return parent_collect_rollouts(view, env, callback, rollout_buffer, n_rollout_steps, **kwargs)
-
-
-class RolloutCollectionMixin(HostAlgorithm):
-    """
-    Mixed into an SB3 ``OnPolicyAlgorithm`` (before it in the bases): routes ``collect_rollouts`` through
-    :meth:`_collect_rollout_with` with ``self.policy`` acting and ``_timesteps_per_env_step`` environment steps counted
-    per vectorized step. The rollout loop is the parent's (:attr:`_parent_collect_rollouts`, run by
-    :func:`collect_rollout`): an algorithm whose parent has a loop of its own (sb3-contrib's LSTM states, action masks)
-    names it there, and the state it advances in :attr:`_collection_state_names`. The collectors of overlapped rollouts
-    (:mod:`sb3_ewma.common.collection.overlap`) collect through the same method with a snapshot of the policy.
-    """
-
-    policy: Any  # an ActorCriticPolicy
-    _parent_collect_rollouts: ClassVar[Callable[..., bool]] = staticmethod(OnPolicyAlgorithm.collect_rollouts)
-    """The parent's rollout loop, which :meth:`_collect_rollout_with` runs (sb3-contrib's algorithms name theirs)."""
-    _collection_state_names: ClassVar[tuple[str, ...]] = ("_last_obs", "_last_episode_starts")
-    """The attributes a rollout advances besides ``num_timesteps`` and the episode statistics (a collector process sends
-    them back with its rollout)."""
-
-    @property
-    def _timesteps_per_env_step(self) -> int:
-        """Environment steps that one vectorized step of this process counts for in ``num_timesteps``."""
-        return self.n_envs
-
-    def _synchronize_iteration(self, continue_training: bool) -> bool:
-        """
-        Once per iteration, on the main thread, after the rollout (the environments idle) and before ``train()``:
-        whether training goes on. Data-parallel training synchronizes the ranks here
-        (:class:`sb3_ewma.common.distributed.DataParallelMixin`); overlapped rollouts call it at their hand-off.
-        """
-        return continue_training
-
-    def _collect_rollout_with(
-        self, policy: Any, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
-    ) -> bool:
-        """
-        Fill ``rollout_buffer`` with ``n_rollout_steps`` steps of every environment, acting with ``policy``
-        (``self.policy`` or a snapshot of it, of the same structure), as the parent's ``collect_rollouts`` does with
-        ``self.policy``. Returns False if a callback stopped the rollout early.
-        """
-        return collect_rollout(
-            type(self)._parent_collect_rollouts,
-            self,
-            policy,
-            env,
-            callback,
-            rollout_buffer,
-            n_rollout_steps,
-            self._timesteps_per_env_step,
-            **self._rollout_loop_kwargs(),
-        )
-
-    def _rollout_loop_kwargs(self) -> dict[str, Any]:
-        """Further arguments of the parent's rollout loop (``MaskablePPO``'s ``use_masking``); none here."""
-        return {}
-
-    def collect_rollouts(
-        self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
-    ) -> bool:
-        return self._collect_rollout_with(self.policy, env, callback, rollout_buffer, n_rollout_steps)
+def new_rollout_buffer(algorithm: OnPolicyAlgorithm) -> RolloutBuffer:
+    """A new rollout buffer like ``algorithm.rollout_buffer`` (SB3's construction in ``_setup_model``)."""
+    assert algorithm.rollout_buffer_class is not None, "chosen by OnPolicyAlgorithm._setup_model"
+    return algorithm.rollout_buffer_class(
+        algorithm.n_steps,
+        algorithm.observation_space,
+        algorithm.action_space,
+        device=algorithm.device,
+        gamma=algorithm.gamma,
+        gae_lambda=algorithm.gae_lambda,
+        n_envs=algorithm.n_envs,
+        **algorithm.rollout_buffer_kwargs,
+    )

@@ -69,7 +69,7 @@ class RolloutCollector:
     the caller's (:meth:`collect`). One rollout at a time; :meth:`hand_off` waits for it and re-raises, on the
     caller's thread, any exception the collection raised (with its traceback).
 
-    :param algorithm: the algorithm (a :class:`~sb3_ewma.common.collection.rollout.RolloutCollectionMixin`) whose
+    :param algorithm: the algorithm (a :class:`~sb3_ewma.common.decoupled.algorithm.DecoupledAlgorithm`) whose
         environment and state the rollouts advance
     :param callback: the ``learn`` call's callback
     :param acting_device: the device of the behavior policy (default: the algorithm's); the parameters are copied

@@ -5,10 +5,9 @@ The decoupled PPO training core that every algorithm of this package shares (Hil
 - :mod:`~sb3_ewma.common.decoupled.objective`: the decoupled policy objective of a minibatch;
 - :mod:`~sb3_ewma.common.decoupled.advantages`: advantage normalization (per minibatch or by EWMA moments);
 - :mod:`~sb3_ewma.common.decoupled.proximal`: the proximal policy's network and its persistence;
-- :mod:`~sb3_ewma.common.host`: what the mixins expect of the algorithm they are mixed into;
-- :mod:`~sb3_ewma.common.decoupled.mixin`: the proximal policy and the policy terms of a minibatch;
-- :mod:`~sb3_ewma.common.decoupled.training`: PPO's training iteration with the decoupled objective;
-- :mod:`~sb3_ewma.common.decoupled.contrib`: the same for sb3-contrib's PPO variants.
+- :mod:`~sb3_ewma.common.decoupled.logs`: the clip-range schedules and the logs of a training iteration;
+- :mod:`~sb3_ewma.common.decoupled.algorithm`: :class:`DecoupledAlgorithm`, the one class between every algorithm and
+  its parent (PPO's training iteration with the decoupled objective, and the collaborators it calls).
 """
 
 # files saved before the training core became a package pickle the normalizer as

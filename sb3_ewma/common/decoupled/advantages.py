@@ -2,7 +2,7 @@
 
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -46,6 +46,17 @@ class AdvantageNormalizer:
     def pools_minibatches(self) -> bool:
         """Whether each minibatch is normalized by moments pooled over processes (``"minibatch"`` with a reducer)."""
         return self.reducer is not None and self.enabled and self.mode == "minibatch"
+
+    def epoch(self, minibatches: Iterator[Any]) -> Iterator[Any]:
+        """
+        The minibatches of an epoch (each with ``advantages``), as given; when pooling over processes, taken all at
+        once first so that their advantage moments are reduced in one collective (:meth:`pool_epoch`).
+        """
+        if not self.pools_minibatches:
+            return minibatches
+        epoch = list(minibatches)
+        self.pool_epoch([minibatch.advantages for minibatch in epoch])
+        return iter(epoch)
 
     def pool_epoch(self, minibatch_advantages: list[th.Tensor]) -> None:
         """

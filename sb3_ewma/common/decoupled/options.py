@@ -1,15 +1,21 @@
 """
-The options of the decoupled objective that every algorithm of this package takes: their allowed values, their check,
-their shared documentation, and what they resolve to (the EWMA decay, whether the proximal policy needs a network).
+The options that every algorithm of this package adds to its parent's (:class:`DecoupledOptions`): their allowed
+values, their check, their shared documentation, and what they resolve to (the EWMA decay, whether the proximal policy
+needs a network); and how a constructor hands its parent the parent's own arguments (:func:`parent_arguments`).
 """
 
-from typing import TypeVar
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any, TypeVar
 
 import numpy as np
 
-from sb3_ewma.common.checks import check_number, warn_at_caller
+from sb3_ewma.common.checks import arguments_for, check_number, check_on_policy_hyperparams, warn_at_caller
+from sb3_ewma.common.collection.overlap import check_async_rollouts
+from sb3_ewma.common.distributed.process_group import check_distributed_argument, rank_local_settings
 from sb3_ewma.common.ewma import check_decay
 from sb3_ewma.common.ewma_age import EWMA_DECAY_NAMES, ewma_decay_by_rule
+from sb3_ewma.common.minibatches import check_minibatch_sampling
 
 KL_ESTIMATORS = ("sample", "exact")
 ADVANTAGE_NORMALIZATIONS = ("minibatch", "ewma")
@@ -117,3 +123,75 @@ def uses_proximal_network(ewma_decay: float | None, staleness: int, staleness_mo
     if ewma_decay is not None or exact_kl:
         return True
     return staleness > 0 and staleness_mode == "decoupled"
+
+
+@dataclass(frozen=True)
+class DecoupledOptions:
+    """
+    The options every algorithm of this package takes besides its parent's, with their defaults (their meaning is in
+    each algorithm's docstring; the shared ``:param`` text in :data:`DECOUPLED_OPTIONS_DOC`). Made by
+    :meth:`from_arguments`, which checks them; the algorithm stores each as an attribute of the same name (SB3's
+    convention for hyperparameters, which ``save`` and ``load`` keep).
+    """
+
+    ewma_decay: float | str | None = "auto"
+    kl_coef: float = 0.0
+    kl_estimator: str = "sample"
+    imp_samp_max: float = 100.0
+    advantage_normalization: str = "minibatch"
+    advantage_ewma_decay: float = 0.0
+    staleness: int = 0
+    staleness_mode: str = "decoupled"
+    minibatch_sampling: str = "steps"
+    log_gradient_noise_scale: bool = False
+    distributed: bool | None = None
+    async_rollouts: bool | str = False
+
+    @classmethod
+    def from_arguments(cls, arguments: Mapping[str, Any], **hyperparameter_checks: Any) -> "DecoupledOptions":
+        """
+        The options among a constructor's arguments (its ``locals()``), after checking them and the parent's PPO
+        hyperparameters among the same arguments: a ``ValueError`` names the first one out of range, before anything
+        is built (no environment is created on bad input).
+
+        :param arguments: the constructor's arguments by name (options it lacks keep their defaults)
+        :param hyperparameter_checks: options of :func:`check_on_policy_hyperparams` (``batch_size_may_be_none``,
+            ``min_n_epochs``)
+        """
+        check_on_policy_hyperparams(**arguments_for(check_on_policy_hyperparams, arguments), **hyperparameter_checks)
+        options = cls(**{field.name: arguments[field.name] for field in fields(cls) if field.name in arguments})
+        check_decoupled_options(**arguments_for(check_decoupled_options, {**arguments, **options.as_dict()}))
+        batch_size, n_steps = arguments["batch_size"], arguments["n_steps"]
+        check_minibatch_sampling("minibatch_sampling", options.minibatch_sampling, "batch_size", batch_size, n_steps)
+        check_distributed_argument(options.distributed)
+        check_async_rollouts(options.async_rollouts, options.staleness)
+        return options
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parent_arguments(parent: type, arguments: Mapping[str, Any], **overrides: Any) -> dict[str, Any]:
+    """
+    The keyword arguments of ``parent``'s constructor, taken by name from a constructor's ``arguments`` (its
+    ``locals()``), then ``overrides``: the model is not built yet (``_init_setup_model=False``: the algorithm builds
+    it once its own options are set), and the verbosity and device are this rank's (:func:`rank_local_settings`).
+    """
+    keywords = arguments_for(parent, arguments)
+    keywords["verbose"], keywords["device"] = rank_local_settings(
+        arguments.get("distributed"), arguments["verbose"], arguments["device"]
+    )
+    return {**keywords, "_init_setup_model": False, **overrides}
+
+
+def check_contrib_staleness(staleness: int, staleness_mode: str) -> None:
+    """
+    Artificial staleness in the sb3-contrib variants: ``"decoupled"`` and ``"behavior"`` only. The ``"proximal"`` mode
+    needs the recent policy's log-probabilities on the stored data, which these policies only give with the LSTM states
+    or action masks of the rollout.
+    """
+    if staleness > 0 and staleness_mode == "proximal":
+        raise ValueError(
+            "staleness_mode must be 'decoupled' or 'behavior' with staleness > 0 for RecurrentPPO_EWMA and "
+            f"MaskablePPO_EWMA ('proximal' is PPO_EWMA's only), got {staleness_mode!r}"
+        )

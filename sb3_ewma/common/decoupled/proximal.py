@@ -5,7 +5,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, cast
 
 import torch as th
 from stable_baselines3.common.base_class import maybe_make_env
@@ -14,8 +14,8 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.type_aliases import PyTorchObs
 
+from sb3_ewma.common.decoupled.options import resolve_ewma_decay, uses_proximal_network
 from sb3_ewma.common.ewma import ParameterEWMA
-from sb3_ewma.common.host import HostAlgorithm
 from sb3_ewma.common.saved_files import check_saved_algorithm, read_saved_value
 
 # the attribute (hence ``data`` entry) that holds the proximal policy's state in a saved file
@@ -78,12 +78,6 @@ def make_proximal_ewma(
 
 
 @th.no_grad()
-def proximal_distribution(proximal: ParameterEWMA, obs: PyTorchObs) -> Distribution:
-    """The action distribution of the proximal policy (no gradients)."""
-    return proximal.average.get_distribution(obs)  # type: ignore[operator]
-
-
-@th.no_grad()
 def proximal_action_log_prob(proximal: ParameterEWMA, obs: PyTorchObs, actions: th.Tensor) -> th.Tensor:
     """
     The log-probabilities of ``actions`` under the proximal policy (no gradients): what the decoupled objective needs
@@ -118,92 +112,183 @@ def warn_missing_proximal(algorithm_name: str) -> None:
         f"The loaded parameters have no proximal policy (a file saved by another algorithm, e.g. SB3 PPO): "
         f"{algorithm_name} starts its EWMA from the loaded policy.",
         UserWarning,
-        stacklevel=3,
+        stacklevel=4,  # the caller of set_parameters
     )
 
 
-class ProximalSaveMixin(HostAlgorithm):
+class ProximalPolicy:
     """
-    Save/load support for algorithms holding ``self.proximal_ewma`` (a :class:`ParameterEWMA` or ``None``):
-    its averaged weights and EWMA weight are saved with the other state dicts.
+    The proximal policy ``pi_prox`` of the decoupled objective, of one of three kinds (:attr:`kind`):
 
-    Parameters without the proximal policy follow SB3's contract: ``set_parameters(..., exact_match=True)`` raises a
-    ``ValueError`` like for any other missing module, and ``exact_match=False`` restarts the EWMA from the given policy
-    (with a warning). ``load`` of a file saved by another algorithm (SB3's PPO, for instance) restarts the EWMA from
-    the loaded policy with a warning instead of failing.
+    - ``"behavior"``: no network of its own; its log-probabilities are those of the rollout buffer (SB3's PPO);
+    - ``"snapshot"``: without an EWMA, a copy of the policy taken at the start of each iteration, when the loss
+      needs a network (the exact KL penalty, stale data anchored at the recent policy);
+    - ``"ewma"``: the EWMA of the policy's parameters (``decay``), moved after every policy optimizer step.
+
+    :param ewma: the network (:func:`make_proximal_ewma`), or None for ``"behavior"``
+    :param decay: the EWMA decay, or None (no EWMA)
+    :param distribution: ``distribution(network, minibatch)``, the network's action distribution on a minibatch, for
+        policies that take more than the observations (LSTM states, action masks); None: the observations alone,
+        and the lean log-probability pass (:func:`proximal_action_log_prob`)
     """
 
-    proximal_ewma: ParameterEWMA | None
-    # modules of saved policy classes that `load` accepts besides those of the algorithm's own policy aliases
-    loadable_parent_policy_modules: tuple[str, ...] = ()
+    def __init__(
+        self,
+        ewma: ParameterEWMA | None,
+        decay: float | None,
+        distribution: Callable[[Any, Any], Distribution] | None = None,
+    ) -> None:
+        self.ewma = ewma
+        self.decay = decay
+        self._distribution = distribution
 
     @classmethod
-    def load(cls, path: Any, *args: Any, **kwargs: Any) -> Any:
+    def of(cls, algorithm: Any) -> "ProximalPolicy":
         """
-        SB3's ``load`` (same arguments), after checking that the file was saved by an algorithm whose files this one
-        opens; ``env`` may also be a registered environment id, made as the constructor makes it (SB3's
-        ``maybe_make_env``: ``gym.make``, then the ``Monitor`` and ``DummyVecEnv`` wrappers).
+        The proximal policy of an algorithm (:class:`~sb3_ewma.common.decoupled.algorithm.DecoupledAlgorithm`): its
+        EWMA (``ewma_decay`` resolved), or without it a snapshot of the policy when the loss needs a network. The EWMA
+        is the clipping anchor in every staleness mode, as in the authors' code.
         """
-        own_modules = tuple(policy.__module__ for policy in getattr(cls, "policy_aliases", {}).values())
-        data = check_saved_algorithm(cls.__name__, (*own_modules, *cls.loadable_parent_policy_modules), path)
-        if data is not None:
-            cls._check_saved_data(data, path)
-        if args and isinstance(args[0], str):
-            args = (maybe_make_env(args[0], kwargs.get("verbose", (data or {}).get("verbose", 0))), *args[1:])
-        elif isinstance(kwargs.get("env"), str):
-            kwargs["env"] = maybe_make_env(kwargs["env"], kwargs.get("verbose", (data or {}).get("verbose", 0)))
-        with loading_from_file():
-            return super().load(path, *args, **kwargs)
+        decay = resolve_ewma_decay(algorithm.ewma_decay, algorithm.minibatches_per_epoch, algorithm.n_epochs)
+        ewma = None
+        if uses_proximal_network(
+            decay, algorithm._rollout_staleness, algorithm.staleness_mode, algorithm._needs_distributions
+        ):
+            include = type(algorithm)._is_proximal_parameter
+            ewma = make_proximal_ewma(algorithm.policy, algorithm._build_policy, decay or 0.0, include)
+        return cls(ewma, decay, type(algorithm)._proximal_distribution_of)
 
-    @classmethod
-    def _check_saved_data(cls, data: dict[str, Any], path: Any) -> None:
-        """Further checks of a saved file's ``data`` JSON before ``load`` (values serialized); none here."""
+    @property
+    def kind(self) -> str:
+        if self.ewma is None:
+            return "behavior"
+        return "snapshot" if self.decay is None else "ewma"
 
-    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
-        state_dicts, torch_variables = super()._get_torch_save_params()
-        if getattr(self, "proximal_ewma", None) is not None and not _SAVING_TO_FILE.get():
-            state_dicts = [*state_dicts, "proximal_ewma"]
-        return state_dicts, torch_variables
+    @property
+    def network(self) -> BasePolicy | None:
+        """The network that gives the proximal policy's distribution (None: the behavior policy's log-probabilities)."""
+        return None if self.ewma is None else cast(BasePolicy, self.ewma.average)
 
-    def save(self, *args: Any, **kwargs: Any) -> None:
+    def start_iteration(self) -> None:
+        """At the start of a training iteration: a snapshot proximal policy becomes the current policy."""
+        if self.kind == "snapshot":
+            self.restart()
+
+    def restart(self) -> None:
+        """The network becomes the current policy (an EWMA restarts from it)."""
+        if self.ewma is not None:
+            self.ewma.reset()
+
+    def step(self) -> None:
+        """After each policy optimizer step: the EWMA takes in the new parameters."""
+        if self.kind == "ewma":
+            assert self.ewma is not None
+            self.ewma.update()
+
+    @th.no_grad()
+    def distribution(self, minibatch: Any) -> Distribution:
+        """The proximal network's action distribution on a minibatch of the rollout buffer (no gradients)."""
+        network = self.network
+        assert network is not None, "the behavior policy has no network here"
+        if self._distribution is None:
+            return network.get_distribution(minibatch.observations)  # type: ignore[operator]
+        return self._distribution(network, minibatch)
+
+    @th.no_grad()
+    def log_prob(
+        self, minibatch: Any, actions: th.Tensor, behavior_log_prob: th.Tensor, with_distribution: bool = False
+    ) -> tuple[th.Tensor, Distribution | None]:
         """
-        SB3's ``save``, with the proximal policy's state in the file's ``data`` (``proximal_policy_state``) rather
-        than among the modules' parameters, where SB3's parent ``load`` (``stable_baselines3.PPO.load``) would refuse
-        an unknown module: SB3 sets unknown ``data`` entries as attributes and ignores them.
+        The proximal policy's log-probabilities of ``actions`` on a minibatch (the behavior policy's are
+        ``behavior_log_prob``), and its distribution when ``with_distribution`` (the exact KL penalty) and it has one.
         """
-        if getattr(self, "proximal_ewma", None) is None:
-            super().save(*args, **kwargs)
-            return
-        state = {name: value.detach().cpu() for name, value in self.proximal_ewma.state_dict().items()}  # type: ignore[union-attr]
-        self.__dict__[PROXIMAL_STATE_KEY] = state
-        token = _SAVING_TO_FILE.set(True)
-        try:
-            super().save(*args, **kwargs)
-        finally:
-            _SAVING_TO_FILE.reset(token)
-            del self.__dict__[PROXIMAL_STATE_KEY]
+        if self.ewma is None:
+            return behavior_log_prob, None
+        if with_distribution or self._distribution is not None:
+            distribution = self.distribution(minibatch)
+            return distribution.log_prob(actions), distribution if with_distribution else None
+        return proximal_action_log_prob(self.ewma, minibatch.observations, actions), None
 
-    def set_parameters(self, load_path_or_dict, exact_match: bool = True, device: th.device | str = "auto") -> None:
-        # during `load`, the file's data (set as attributes) brings the proximal state; a path given here is read for it
-        saved_state = self.__dict__.pop(PROXIMAL_STATE_KEY, None)
-        if isinstance(load_path_or_dict, dict):
-            params = load_path_or_dict
-        else:
-            _, params, _ = load_from_zip_file(load_path_or_dict, device=device, load_data=False)
-            saved_state = read_saved_value(load_path_or_dict, PROXIMAL_STATE_KEY)
-        if "proximal_ewma" not in params and saved_state is not None:
-            # the saved proximal policy goes with the modules' parameters, as in files of version 0.1.0
-            params = {**params, "proximal_ewma": saved_state}
-        if self.proximal_ewma is not None and "proximal_ewma" not in params and "policy" in params:
-            if exact_match and not is_loading_from_file():
-                raise ValueError(
-                    "Names of parameters do not match agents' parameters: the parameters have no 'proximal_ewma' "
-                    "(use exact_match=False to restart the EWMA from the given policy)"
-                )
-            warn_missing_proximal(type(self).__name__)
-            params = {**params, "proximal_ewma": self.proximal_ewma.state_dict_from_source(params["policy"])}
-        elif self.proximal_ewma is None and "proximal_ewma" in params:
-            # e.g. a PPO_EWMA file loaded with ewma_decay=None: this model has no proximal network to fill
-            warnings.warn(f"{type(self).__name__} has no proximal policy: the saved one is ignored", UserWarning, stacklevel=2)
-            params = {name: value for name, value in params.items() if name != "proximal_ewma"}
-        super().set_parameters(params, exact_match=exact_match, device=device)
+
+def prepare_load(algorithm: type, path: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """
+    Before SB3's ``load`` of ``algorithm``: check that the file was saved by an algorithm whose files this one opens
+    (its own policies' modules, then ``loadable_parent_policy_modules``), run the algorithm's ``_check_saved_data``,
+    and make an ``env`` given as a registered id (SB3's ``maybe_make_env``). Returns the positional arguments
+    (``kwargs`` is updated in place).
+    """
+    own_modules = tuple(policy.__module__ for policy in getattr(algorithm, "policy_aliases", {}).values())
+    parent_modules = getattr(algorithm, "loadable_parent_policy_modules", ())
+    data = check_saved_algorithm(algorithm.__name__, (*own_modules, *parent_modules), path)
+    if data is not None:
+        algorithm._check_saved_data(data, path)  # type: ignore[attr-defined]
+    verbose = kwargs.get("verbose", (data or {}).get("verbose", 0))
+    if args and isinstance(args[0], str):
+        args = (maybe_make_env(args[0], verbose), *args[1:])
+    elif isinstance(kwargs.get("env"), str):
+        kwargs["env"] = maybe_make_env(kwargs["env"], verbose)
+    return args
+
+
+@contextmanager
+def proximal_state_in_data(algorithm: Any, proximal: "ProximalPolicy | None") -> Iterator[None]:
+    """
+    While SB3's ``save`` runs: the proximal policy's state goes into the file's ``data`` (``proximal_policy_state``)
+    rather than among the modules' parameters, where SB3's parent ``load`` (``stable_baselines3.PPO.load``) would
+    refuse an unknown module (SB3 sets unknown ``data`` entries as attributes and ignores them).
+    """
+    if proximal is None or proximal.ewma is None:
+        yield
+        return
+    algorithm.__dict__[PROXIMAL_STATE_KEY] = {name: value.detach().cpu() for name, value in proximal.ewma.state_dict().items()}
+    token = _SAVING_TO_FILE.set(True)
+    try:
+        yield
+    finally:
+        _SAVING_TO_FILE.reset(token)
+        del algorithm.__dict__[PROXIMAL_STATE_KEY]
+
+
+def torch_save_names(state_dicts: list[str], proximal: "ProximalPolicy | None") -> list[str]:
+    """SB3's state-dict names, with the proximal network's (``proximal_ewma``) except while a file is written."""
+    if proximal is not None and proximal.ewma is not None and not _SAVING_TO_FILE.get():
+        return [*state_dicts, "proximal_ewma"]
+    return state_dicts
+
+
+def parameters_with_proximal_state(
+    algorithm: Any, load_path_or_dict: Any, exact_match: bool, device: th.device | str
+) -> dict[str, Any]:
+    """
+    The parameters for SB3's ``set_parameters``, with the proximal policy's state: from the file's ``data`` (set as
+    an attribute during ``load``, or read from the path given), or restarted from the given policy.
+
+    Parameters without the proximal policy follow SB3's contract: ``exact_match=True`` raises a ``ValueError`` like
+    for any other missing module, and ``exact_match=False`` restarts the EWMA from the given policy (with a warning).
+    ``load`` of a file saved by another algorithm (SB3's PPO) restarts the EWMA with a warning instead of failing.
+    """
+    saved_state = algorithm.__dict__.pop(PROXIMAL_STATE_KEY, None)
+    if isinstance(load_path_or_dict, dict):
+        params = load_path_or_dict
+    else:
+        _, params, _ = load_from_zip_file(load_path_or_dict, device=device, load_data=False)
+        saved_state = read_saved_value(load_path_or_dict, PROXIMAL_STATE_KEY)
+    if "proximal_ewma" not in params and saved_state is not None:
+        # the saved proximal policy goes with the modules' parameters, as in files of version 0.1.0
+        params = {**params, "proximal_ewma": saved_state}
+    ewma = algorithm.proximal_ewma
+    if ewma is not None and "proximal_ewma" not in params and "policy" in params:
+        if exact_match and not is_loading_from_file():
+            raise ValueError(
+                "Names of parameters do not match agents' parameters: the parameters have no 'proximal_ewma' "
+                "(use exact_match=False to restart the EWMA from the given policy)"
+            )
+        warn_missing_proximal(type(algorithm).__name__)
+        params = {**params, "proximal_ewma": ewma.state_dict_from_source(params["policy"])}
+    elif ewma is None and "proximal_ewma" in params:
+        # e.g. a PPO_EWMA file loaded with ewma_decay=None: this model has no proximal network to fill
+        warnings.warn(
+            f"{type(algorithm).__name__} has no proximal policy: the saved one is ignored", UserWarning, stacklevel=3
+        )
+        params = {name: value for name, value in params.items() if name != "proximal_ewma"}
+    return params

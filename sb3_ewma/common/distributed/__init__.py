@@ -16,12 +16,11 @@ process would with ``world_size * n_envs`` environments. What keeps the ranks id
 Rank 0 alone logs, saves, runs the callbacks (checkpoints, evaluation) and shows the progress bar; episode statistics
 of all ranks, and the mean over the ranks of the losses and diagnostics ``train()`` recorded, are gathered on it once
 per iteration (in the same collective). Collectives are issued only from the main thread, in ``train()``
-and in :meth:`DataParallelMixin._synchronize_iteration` (once per iteration, after the rollout), never while the
+and in :meth:`DataParallelTraining.synchronize_iteration` (once per iteration, after the rollout), never while the
 environments are being stepped.
 """
 
 from sb3_ewma.common.distributed.collectives import DataParallelContext, RunningStatisticsPool
-from sb3_ewma.common.distributed.mixin import DataParallelMixin, mean_over_ranks, training_diagnostics, warn_world_size_change
 from sb3_ewma.common.distributed.process_group import (
     PER_RANK_SAMPLE_COUNTS,
     RANK_LOCAL_SETTINGS,
@@ -41,23 +40,33 @@ from sb3_ewma.common.distributed.process_group import (
     ranks_share_a_gpu,
     wants_data_parallel,
 )
+from sb3_ewma.common.distributed.training import (
+    DataParallelTraining,
+    data_parallel_settings,
+    mean_over_ranks,
+    note_world_size,
+    training_diagnostics,
+    warn_world_size_change,
+)
 
 __all__ = [
     "PER_RANK_SAMPLE_COUNTS",
     "RANK_LOCAL_SETTINGS",
     "SAME_SETTINGS_ADVICE",
     "DataParallelContext",
-    "DataParallelMixin",
+    "DataParallelTraining",
     "RunningStatisticsPool",
     "broadcast_from_rank0",
     "check_distributed_argument",
     "current_rank",
     "data_parallel_device",
+    "data_parallel_settings",
     "init_process_group",
     "is_main_process",
     "join_torchrun",
     "local_world_size",
     "mean_over_ranks",
+    "note_world_size",
     "per_rank_hyperparams",
     "process_group_backend",
     "quiet_unless_rank0",

@@ -1,0 +1,201 @@
+"""The algorithm side of data-parallel training: :class:`DataParallelTraining` and the per-iteration diagnostics."""
+
+import warnings
+from typing import Any
+
+import numpy as np
+import torch as th
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import Logger
+from stable_baselines3.common.save_util import recursive_getattr
+from stable_baselines3.common.vec_env import VecEnv, unwrap_vec_normalize
+
+from sb3_ewma.common.checks import caller_stacklevel
+from sb3_ewma.common.distributed.collectives import DataParallelContext, RunningStatisticsPool
+from sb3_ewma.common.distributed.process_group import RANK_LOCAL_SETTINGS
+
+
+class _NoCallback(BaseCallback):
+    """What runs in place of the user's callbacks on ranks other than 0."""
+
+    def _on_step(self) -> bool:
+        return True
+
+
+def data_parallel_settings(algorithm: Any) -> dict[str, Any]:
+    """The settings every rank must share: the plain-valued hyperparameters, spaces and parameter shapes."""
+    settings: dict[str, Any] = {
+        "algorithm": type(algorithm).__name__,
+        "observation_space": repr(algorithm.observation_space),
+        "action_space": repr(algorithm.action_space),
+        "policy parameters": [(name, tuple(p.shape)) for name, p in algorithm.policy.named_parameters()],
+    }
+    for key, value in vars(algorithm).items():
+        plain = value is None or isinstance(value, (bool, int, float, str))
+        if not key.startswith("_") and key not in RANK_LOCAL_SETTINGS and plain:
+            settings[key] = value
+    return settings
+
+
+class DataParallelTraining:
+    """
+    Data-parallel training of one algorithm over the ranks of the default process group (see
+    :mod:`sb3_ewma.common.distributed`): what the algorithm calls, at each point of its life, when it trains on
+    several processes (``algorithm.data_parallel``; None otherwise).
+
+    - once the model is built (and after every ``set_parameters``): :meth:`setup`, :meth:`broadcast_state`;
+    - at the start of ``learn``: :meth:`start_learn`; rank 0 alone logs, saves and runs the callbacks;
+    - during the rollout: :meth:`record_episodes`;
+    - once per iteration, after the rollout and before ``train()``: :meth:`synchronize_iteration`;
+    - inside ``train()``: :meth:`average_gradients` before each optimizer step, :meth:`mean_kl` for ``target_kl``.
+
+    :param device: the model's device (the process group's backend follows it)
+    """
+
+    def __init__(self, device: th.device) -> None:
+        self.context = DataParallelContext(device)
+        self.pending_episodes: list[tuple[list[Any], list[Any]]] = []
+        self.vec_normalize_pool = RunningStatisticsPool()
+
+    @property
+    def world_size(self) -> int:
+        return self.context.world_size
+
+    @property
+    def rank(self) -> int:
+        return self.context.rank
+
+    def setup(self, algorithm: Any) -> None:
+        """
+        At the end of ``_setup_model`` (also when loading): check that every rank has the same settings, give every
+        rank rank 0's parameters, optimizer states and proximal EWMA, and pool the advantage moments.
+        """
+        self.context.check_same_settings(data_parallel_settings(algorithm))
+        self.broadcast_state(algorithm)
+        algorithm.advantage_normalizer.reducer = self.context.all_reduce_sum
+
+    def broadcast_state(self, algorithm: Any) -> None:
+        """Rank 0's parameters, optimizer states and proximal EWMA on every rank."""
+        names, _ = algorithm._get_torch_save_params()
+        self.context.broadcast_state_dicts({name: recursive_getattr(algorithm, name) for name in names})
+
+    def start_learn(self, algorithm: Any, total_timesteps: int) -> None:
+        """Before SB3's ``_setup_learn``: the ranks agree on the budget; ranks other than 0 log nothing."""
+        # before anything is collected: a rank that would stop early would leave the others waiting
+        self.context.check_same_settings(
+            {"total_timesteps (learn)": total_timesteps, "num_timesteps (start of learn)": algorithm.num_timesteps},
+            advice="call learn() with the same total_timesteps on every rank (and the same model state)",
+        )
+        if self.rank != 0:
+            # a logger with no output; SB3 then creates no log folder on this rank
+            algorithm.set_logger(Logger(folder=None, output_formats=[]))
+
+    def start_vec_normalize(self, env: VecEnv | None) -> None:
+        """After SB3's ``_setup_learn``: ``VecNormalize`` statistics start from rank 0's."""
+        vec_normalize = unwrap_vec_normalize(env) if env is not None else None
+        if vec_normalize is not None:
+            self.vec_normalize_pool.start(vec_normalize, self.context)
+
+    def learn_callback(self, callback: Any, progress_bar: bool) -> tuple[Any, bool]:
+        """The callback and progress bar of this rank: no checkpoints, evaluations or progress bar but on rank 0."""
+        return (callback, progress_bar) if self.rank == 0 else (_NoCallback(), False)
+
+    def record_episodes(self, infos: list[dict[str, Any]], dones: np.ndarray | None) -> None:
+        """The episodes ended and successes of a step, for rank 0's statistics at the next synchronization."""
+        episodes = [info["episode"] for info in infos if info.get("episode") is not None]
+        successes = [
+            info["is_success"]
+            for index, info in enumerate(infos)
+            if info.get("is_success") is not None and (dones is None or dones[index])
+        ]
+        if episodes or successes:
+            self.pending_episodes.append((episodes, successes))
+
+    def synchronize_iteration(self, algorithm: Any, continue_training: bool) -> bool:
+        """
+        Once per iteration, on the main thread, after the rollout (the environments idle) and before ``train()``:
+        the decision to go on (training stops on every rank when a callback of rank 0 stopped its rollout: the
+        decision is synchronized here, once per iteration, not at every step, so a stopped rank 0 waits for the
+        others' rollouts to end), rank 0 gathers the episode statistics of all ranks, and ``VecNormalize``
+        statistics are pooled. Returns the global decision.
+        """
+        context = self.context
+        logger = algorithm.logger
+        diagnostics = training_diagnostics(logger.name_to_value)
+        gathered = context.all_gather_objects((continue_training, self.pending_episodes, diagnostics))
+        self.pending_episodes = []
+        if context.rank == 0:
+            for rank, (_, pending, _) in enumerate(gathered):
+                if rank == 0:
+                    continue  # already in this rank's buffers
+                for episodes, successes in pending:
+                    algorithm.ep_info_buffer.extend(episodes)
+                    algorithm.ep_success_buffer.extend(successes)
+            # the last train()'s losses and diagnostics, not yet dumped: their mean over the ranks
+            logger.name_to_value.update(mean_over_ranks([ranks_diagnostics for _, _, ranks_diagnostics in gathered]))
+        vec_normalize = unwrap_vec_normalize(algorithm.env) if algorithm.env is not None else None
+        if vec_normalize is not None and vec_normalize.training:
+            self.vec_normalize_pool.pool(vec_normalize, context)
+        logger.record("time/communication_s", context.take_communication_time())
+        logger.record("time/world_size", context.world_size)
+        return all(flag for flag, _, _ in gathered)
+
+    def average_gradients(self, optimizer: th.optim.Optimizer) -> None:
+        """Before the clip and the step: the gradients of ``optimizer``'s parameters averaged over the ranks."""
+        self.context.average_gradients(param for group in optimizer.param_groups for param in group["params"])
+
+    def mean_kl(self, approx_kl_div: float) -> float:
+        """The approximate KL averaged over the ranks, so that every rank stops at the same minibatch (``target_kl``)."""
+        return self.context.mean_scalar(approx_kl_div)
+
+
+DIAGNOSTIC_PREFIXES = ("train/", "aux/")
+"""The logger keys of ``train()`` (policy phase, and PPG's auxiliary phase) that are averaged over the ranks."""
+
+
+def training_diagnostics(name_to_value: dict[str, Any]) -> dict[str, float]:
+    """The numbers recorded by ``train()`` and not dumped yet (``train/...``, ``aux/...``), from a logger's values."""
+    return {
+        key: float(value)
+        for key, value in name_to_value.items()
+        if key.startswith(DIAGNOSTIC_PREFIXES) and isinstance(value, (int, float, np.integer, np.floating))
+    }
+
+
+def mean_over_ranks(diagnostics: list[dict[str, float]]) -> dict[str, float]:
+    """
+    The mean over the ranks of each diagnostic that every rank recorded and that differs between ranks (losses,
+    clip fractions, explained variance: each rank's own data). Values equal on all ranks (learning rate, update
+    count, the gradient noise scale of the averaged gradients) are left out, so they keep their type.
+    """
+    common = set(diagnostics[0]).intersection(*diagnostics[1:])
+    return {
+        key: float(np.mean([ranks[key] for ranks in diagnostics]))
+        for key in sorted(common)
+        if len({ranks[key] for ranks in diagnostics}) > 1
+    }
+
+
+def note_world_size(algorithm: Any) -> None:
+    """
+    At the end of ``_setup_model``: ``algorithm.trained_world_size`` becomes this run's world size, and a loaded model
+    that continues at another one is marked for :func:`warn_world_size_change` (when training continues, not on a
+    load for prediction).
+    """
+    previous_world_size = algorithm.__dict__.get("trained_world_size")  # set by `load`
+    if previous_world_size is not None and previous_world_size != algorithm.world_size:
+        algorithm._world_size_change = (previous_world_size, algorithm.world_size)
+    algorithm.trained_world_size = algorithm.world_size
+
+
+def warn_world_size_change(previous_world_size: int, world_size: int, n_envs: int) -> None:
+    """Loading a model at another world size with the same per-rank settings changes the total number of envs."""
+    warnings.warn(
+        f"this model was trained on {previous_world_size} rank(s) and continues on {world_size}: with n_envs={n_envs} "
+        f"per rank the total number of environments goes from {previous_world_size * n_envs} to {world_size * n_envs}, "
+        "which changes c (batch size-invariance). To keep the training dynamics, rescale the hyperparameters for the "
+        f"new total: sb3_ewma.scale_hyperparams(..., n_envs={world_size * n_envs}) or "
+        f"python -m sb3_ewma.scale --n-envs {world_size * n_envs}",
+        UserWarning,
+        stacklevel=caller_stacklevel(),
+    )

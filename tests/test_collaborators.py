@@ -1,0 +1,142 @@
+"""The pieces DecoupledAlgorithm composes: the proximal policy, the options object and the constructors' helpers."""
+
+import inspect
+
+import pytest
+import torch as th
+from stable_baselines3 import PPO
+
+from sb3_ewma import PPG, PPO_EWMA, MaskablePPO_EWMA
+from sb3_ewma.common.decoupled.options import DecoupledOptions, parent_arguments
+from sb3_ewma.common.decoupled.proximal import ProximalPolicy
+
+SMALL = dict(n_steps=16, batch_size=8, n_epochs=2, device="cpu", seed=0)
+
+
+def parameters(module: th.nn.Module) -> list[th.Tensor]:
+    return [param.detach().clone() for param in module.parameters()]
+
+
+def move_policy(model: PPO_EWMA) -> None:
+    with th.no_grad():
+        for param in model.policy.parameters():
+            param.add_(0.5)
+
+
+def test_an_ewma_proximal_policy_moves_only_on_step():
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", ewma_decay=0.5, **SMALL)
+    proximal = model.proximal
+    assert proximal.kind == "ewma" and proximal.decay == 0.5 and proximal.network is model.proximal_ewma.average
+    before = parameters(proximal.network)
+    move_policy(model)
+    proximal.start_iteration()  # an EWMA is not a snapshot: the start of an iteration leaves it
+    assert all(th.equal(a, b) for a, b in zip(before, parameters(proximal.network)))
+    proximal.step()
+    # bias-corrected EWMA of (theta_0, theta_0 + 0.5) with decay 0.5: weights 0.5 and 1 -> theta_0 + 0.5 / 1.5
+    for initial, averaged, name in zip(before, parameters(proximal.network), dict(proximal.network.named_parameters())):
+        if not name.startswith(("value_net.", "mlp_extractor.value_net.")):
+            th.testing.assert_close(averaged, initial + 0.5 / 1.5)
+    proximal.restart()  # PPG's phase start: the EWMA restarts from the policy
+    policy_state = model.policy.state_dict()
+    for name, value in proximal.network.state_dict().items():
+        if not name.startswith(("value_net.", "mlp_extractor.value_net.")):
+            th.testing.assert_close(value, policy_state[name])
+
+
+def test_a_snapshot_proximal_policy_follows_the_start_of_each_iteration():
+    # without an EWMA, the exact KL penalty needs the proximal distribution: a snapshot of the policy
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", ewma_decay=None, kl_coef=0.1, kl_estimator="exact", **SMALL)
+    proximal = model.proximal
+    assert proximal.kind == "snapshot" and proximal.decay is None
+    move_policy(model)
+    proximal.step()  # no EWMA: a step leaves the snapshot
+    assert not th.equal(next(proximal.network.parameters()), next(model.policy.parameters()))
+    proximal.start_iteration()
+    assert th.equal(next(proximal.network.parameters()), next(model.policy.parameters()))
+
+
+def test_the_behavior_proximal_policy_is_the_buffers_log_probabilities():
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", ewma_decay=None, **SMALL)
+    proximal = model.proximal
+    assert proximal.kind == "behavior" and proximal.network is None and model.proximal_ewma is None
+    behavior_log_prob = th.tensor([-0.1, -2.0])
+    log_prob, distribution = proximal.log_prob(None, th.tensor([0, 1]), behavior_log_prob)
+    assert log_prob is behavior_log_prob and distribution is None
+    proximal.start_iteration(), proximal.step(), proximal.restart()  # nothing to move
+
+
+def test_the_proximal_log_prob_is_the_networks_with_or_without_its_distribution():
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", ewma_decay=0.5, **SMALL)
+    model.learn(16)
+    rollout_data = next(model.rollout_buffer.get(8))
+    actions = rollout_data.actions.long().flatten()
+    lean, none = model.proximal.log_prob(rollout_data, actions, rollout_data.old_log_prob)
+    full, distribution = model.proximal.log_prob(rollout_data, actions, rollout_data.old_log_prob, with_distribution=True)
+    assert none is None and distribution is not None
+    th.testing.assert_close(lean, full, rtol=0, atol=1e-6)
+    th.testing.assert_close(full, model.proximal.distribution(rollout_data).log_prob(actions))
+
+
+def test_a_proximal_policy_with_its_own_distribution_uses_it():
+    calls = []
+
+    class Network(th.nn.Module):
+        pass
+
+    class EWMA:
+        average = Network()
+
+    def distribution(network, minibatch):
+        calls.append((network, minibatch))
+        return th.distributions.Categorical(logits=th.zeros(2, 3))
+
+    proximal = ProximalPolicy(EWMA(), 0.5, distribution)  # type: ignore[arg-type]
+    log_prob, none = proximal.log_prob("minibatch", th.tensor([0, 2]), th.zeros(2))
+    assert none is None and calls == [(EWMA.average, "minibatch")]
+    th.testing.assert_close(log_prob, th.log(th.full((2,), 1 / 3)))
+
+
+def test_the_options_take_a_constructors_arguments_and_check_them():
+    arguments = dict(n_steps=16, batch_size=8, n_epochs=2, normalize_advantage=True, kl_coef=0.1, staleness=1)
+    options = DecoupledOptions.from_arguments({**inspect_defaults(PPO_EWMA), **arguments})
+    assert options.kl_coef == 0.1 and options.staleness == 1 and options.ewma_decay == "auto"
+    assert options.as_dict()["async_rollouts"] is False
+    with pytest.raises(ValueError, match=r"kl_estimator must be one of \('sample', 'exact'\), got 'approx'"):
+        DecoupledOptions.from_arguments({**inspect_defaults(PPO_EWMA), "kl_estimator": "approx"})
+    # the parent's hyperparameters are checked with the options
+    with pytest.raises(ValueError, match="gamma"):
+        DecoupledOptions.from_arguments({**inspect_defaults(PPO_EWMA), "gamma": 1.5})
+    with pytest.raises(ValueError, match="async_rollouts"):
+        DecoupledOptions.from_arguments({**inspect_defaults(PPO_EWMA), "async_rollouts": True, "staleness": 1})
+
+
+def inspect_defaults(algorithm: type) -> dict:
+    return {
+        name: parameter.default
+        for name, parameter in inspect.signature(algorithm).parameters.items()
+        if parameter.default is not inspect.Parameter.empty
+    }
+
+
+def test_every_option_is_a_constructor_argument_of_each_ppo_like_algorithm():
+    fields = set(DecoupledOptions.__dataclass_fields__)
+    for algorithm in (PPO_EWMA, MaskablePPO_EWMA):
+        assert fields <= set(inspect.signature(algorithm).parameters), algorithm.__name__
+    assert fields - set(inspect.signature(PPG).parameters) == {"staleness", "staleness_mode"}
+
+
+def test_parent_arguments_are_the_parents_own_by_name():
+    arguments = {**inspect_defaults(PPO_EWMA), "policy": "MlpPolicy", "env": "CartPole-v1", "self": None}
+    arguments.update(n_steps=32, verbose=1, kl_coef=0.3)
+    keywords = parent_arguments(PPO, arguments, seed=7)
+    assert set(keywords) == set(inspect.signature(PPO).parameters)
+    assert keywords["n_steps"] == 32 and keywords["verbose"] == 1 and keywords["seed"] == 7
+    assert keywords["_init_setup_model"] is False  # the algorithm builds the model once its options are set
+    assert "kl_coef" not in keywords
+
+
+def test_learn_names_an_unknown_keyword():
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL)
+    with pytest.raises(TypeError, match=r"PPO_EWMA.learn\(\) got unexpected keyword arguments \['use_masking'\]"):
+        model.learn(16, use_masking=False)
+    assert model.num_timesteps == 0

@@ -5,22 +5,9 @@ every flag of ``python -m rl_zoo3.enjoy`` and knows every algorithm of this pack
 native vectorized environment).
 """
 
-import sys
-from collections.abc import Sequence
+from sb3_ewma._command import zoo_command
 
-PROG = "python -m sb3_ewma.enjoy"
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """
-    Command line entry point.
-
-    :param argv: the arguments (default: ``sys.argv[1:]``)
-    """
-    from sb3_ewma import zoo
-
-    zoo.enjoy(sys.argv[1:] if argv is None else argv, prog=PROG)
-
+main = zoo_command("enjoy")
 
 if __name__ == "__main__":
     main()

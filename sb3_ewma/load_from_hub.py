@@ -6,22 +6,9 @@ folder as a run of ``train``, for ``python -m sb3_ewma.enjoy`` (:func:`sb3_ewma.
 downloads only where the environment sets ``TRUST_REMOTE_CODE=True``: the files are loaded with ``pickle``.
 """
 
-import sys
-from collections.abc import Sequence
+from sb3_ewma._command import zoo_command
 
-PROG = "python -m sb3_ewma.load_from_hub"
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """
-    Command line entry point.
-
-    :param argv: the arguments (default: ``sys.argv[1:]``)
-    """
-    from sb3_ewma import zoo
-
-    zoo.load_from_hub(sys.argv[1:] if argv is None else argv, prog=PROG)
-
+main = zoo_command("load_from_hub")
 
 if __name__ == "__main__":
     main()

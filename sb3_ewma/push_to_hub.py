@@ -6,22 +6,9 @@ flag of ``python -m rl_zoo3.push_to_hub`` and knows this package's algorithms an
 Needs a Hub token with write access (``hf auth login``).
 """
 
-import sys
-from collections.abc import Sequence
+from sb3_ewma._command import zoo_command
 
-PROG = "python -m sb3_ewma.push_to_hub"
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """
-    Command line entry point.
-
-    :param argv: the arguments (default: ``sys.argv[1:]``)
-    """
-    from sb3_ewma import zoo
-
-    zoo.push_to_hub(sys.argv[1:] if argv is None else argv, prog=PROG)
-
+main = zoo_command("push_to_hub")
 
 if __name__ == "__main__":
     main()

@@ -5,22 +5,9 @@ of ``python -m rl_zoo3.record_video`` and knows this package's algorithms and th
 Procgen ids ``procgen-<game>-<easy|hard>`` (procgen renders 512 x 512 frames). Needs ``moviepy``.
 """
 
-import sys
-from collections.abc import Sequence
+from sb3_ewma._command import zoo_command
 
-PROG = "python -m sb3_ewma.record_video"
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """
-    Command line entry point.
-
-    :param argv: the arguments (default: ``sys.argv[1:]``)
-    """
-    from sb3_ewma import zoo
-
-    zoo.record_video(sys.argv[1:] if argv is None else argv, prog=PROG)
-
+main = zoo_command("record_video")
 
 if __name__ == "__main__":
     main()

@@ -15,22 +15,9 @@ data-parallel: rank 0 chooses the run folder and the seed and alone writes and p
 the total number of environments of all ranks (see the documentation's guide, "Data-Parallel Training").
 """
 
-import sys
-from collections.abc import Sequence
+from sb3_ewma._command import zoo_command
 
-PROG = "python -m sb3_ewma.train"
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """
-    Command line entry point.
-
-    :param argv: the arguments (default: ``sys.argv[1:]``)
-    """
-    from sb3_ewma import zoo
-
-    zoo.train(sys.argv[1:] if argv is None else argv, prog=PROG)
-
+main = zoo_command("train")
 
 if __name__ == "__main__":
     main()

@@ -325,10 +325,10 @@ def test_an_unknown_policy_name_gets_the_algorithms_names(name: str, policy: str
         (
             "PPG_EWMA",
             {"staleness": 2},
-            r"PPG_EWMA has no argument staleness=2: it is an argument of PPO_EWMA, RecurrentPPO_EWMA and "
-            r"MaskablePPO_EWMA \(PPG_EWMA and PPG train on data one iteration stale with async_rollouts=True\)",
+            r"PPG_EWMA has no argument staleness=2: artificial staleness is an ablation: "
+            r"sb3_ewma.ablations.with_staleness\(model, staleness, mode\)",
         ),
-        ("PPG", {"staleness_mode": "behavior"}, r"PPG has no argument staleness_mode='behavior': it is an argument of"),
+        ("PPO_EWMA", {"staleness_mode": "behavior"}, r"PPO_EWMA has no argument staleness_mode='behavior': artificial"),
         ("PPO_EWMA", {"n_aux_epochs": 2}, r"PPO_EWMA has no argument n_aux_epochs=2: it is an argument of PPG_EWMA and PPG"),
         ("PPO_EWMA", {"learnin_rate": 1e-3}, r"PPO_EWMA has no argument learnin_rate=0.001: did you mean 'learning_rate'\?"),
         ("MaskablePPO_EWMA", {"use_sde": True}, r"MaskablePPO_EWMA has no argument use_sde=True: it is an argument of "),

@@ -97,9 +97,11 @@ def test_a_proximal_policy_with_its_own_distribution_uses_it():
 
 
 def test_the_options_take_a_constructors_arguments_and_check_them():
-    arguments = dict(n_steps=16, batch_size=8, n_epochs=2, normalize_advantage=True, kl_coef=0.1, staleness=1)
+    arguments = dict(
+        n_steps=16, batch_size=8, n_epochs=2, normalize_advantage=True, kl_coef=0.1, minibatch_sampling="rollouts"
+    )
     options = DecoupledOptions.from_arguments({**inspect_defaults(PPO_EWMA), **arguments})
-    assert options.kl_coef == 0.1 and options.staleness == 1 and options.ewma_decay == "auto"
+    assert options.kl_coef == 0.1 and options.minibatch_sampling == "rollouts" and options.ewma_decay == "auto"
     assert options.as_dict()["async_rollouts"] is False
     with pytest.raises(ValueError, match=r"kl_estimator must be one of \('sample', 'exact'\), got 'approx'"):
         DecoupledOptions.from_arguments({**inspect_defaults(PPO_EWMA), "kl_estimator": "approx"})
@@ -107,7 +109,7 @@ def test_the_options_take_a_constructors_arguments_and_check_them():
     with pytest.raises(ValueError, match="gamma"):
         DecoupledOptions.from_arguments({**inspect_defaults(PPO_EWMA), "gamma": 1.5})
     with pytest.raises(ValueError, match="async_rollouts"):
-        DecoupledOptions.from_arguments({**inspect_defaults(PPO_EWMA), "async_rollouts": True, "staleness": 1})
+        DecoupledOptions.from_arguments({**inspect_defaults(PPO_EWMA), "async_rollouts": "yes"})
 
 
 def inspect_defaults(algorithm: type) -> dict:
@@ -120,9 +122,8 @@ def inspect_defaults(algorithm: type) -> dict:
 
 def test_every_option_is_a_constructor_argument_of_each_ppo_like_algorithm():
     fields = set(DecoupledOptions.__dataclass_fields__)
-    for algorithm in (PPO_EWMA, MaskablePPO_EWMA):
+    for algorithm in (PPO_EWMA, MaskablePPO_EWMA, PPG):
         assert fields <= set(inspect.signature(algorithm).parameters), algorithm.__name__
-    assert fields - set(inspect.signature(PPG).parameters) == {"staleness", "staleness_mode"}
 
 
 def test_parent_arguments_are_the_parents_own_by_name():

@@ -26,6 +26,7 @@ from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 from sb3_ewma import MaskablePPO_EWMA, RecurrentPPO_EWMA, scale_hyperparams, zoo
+from sb3_ewma.ablations import with_staleness
 
 SMALL = dict(n_steps=32, batch_size=16, n_epochs=2, seed=0, device="cpu")
 SMALL_LSTM = dict(lstm_hidden_size=8, net_arch=[16])
@@ -160,11 +161,12 @@ def test_maskable_proximal_policy_is_the_masked_ewma_distribution():
 def test_exact_kl_penalty_staleness_and_diagnostics(algorithm, tmp_path):
     if algorithm == "recurrent":
         model = RecurrentPPO_EWMA(
-            "MlpLstmPolicy", "CartPole-v1", kl_coef=1.0, kl_estimator="exact", staleness=1, policy_kwargs=SMALL_LSTM, **SMALL
+            "MlpLstmPolicy", "CartPole-v1", kl_coef=1.0, kl_estimator="exact", policy_kwargs=SMALL_LSTM, **SMALL
         )
     else:
         env = DummyVecEnv([lambda: InvalidActionEnvMultiDiscrete(dims=[3, 4], n_invalid_actions=3)])
-        model = MaskablePPO_EWMA("MlpPolicy", env, kl_coef=1.0, kl_estimator="exact", staleness=1, **SMALL)
+        model = MaskablePPO_EWMA("MlpPolicy", env, kl_coef=1.0, kl_estimator="exact", **SMALL)
+    with_staleness(model, 1)
     model.set_logger(configure(str(tmp_path), ["csv"]))
     model.learn(96)
     assert model._n_updates == 2 * 2  # the first iteration only buffers
@@ -204,8 +206,6 @@ class CountingEnv(gym.Env):
         ({"ewma_decay": 1.0}, r"ewma_decay must be .*\[0, 1\)"),
         ({"kl_estimator": "mc"}, r"kl_estimator must be one of \('sample', 'exact'\)"),
         ({"imp_samp_max": 1}, r"imp_samp_max must be 0 \(no cap\) or a number > 1"),
-        ({"staleness": -1}, r"staleness must be an integer >= 0"),
-        ({"staleness": 1, "staleness_mode": "proximal"}, r"staleness_mode must be 'decoupled' or 'behavior'"),
         ({"advantage_normalization": "batch"}, r"advantage_normalization must be one of \('minibatch', 'ewma'\)"),
         ({"clip_range": 1.5}, r"clip_range must be None \(no clipping\), a schedule or a number in \(0, 1\)"),
     ],

@@ -23,6 +23,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import Logger, configure
 
 from sb3_ewma import PPG_EWMA, PPO_EWMA, MaskablePPO_EWMA, RecurrentPPO_EWMA
+from sb3_ewma.ablations import with_staleness
 
 ALGORITHMS = (PPO_EWMA, PPG_EWMA, RecurrentPPO_EWMA, MaskablePPO_EWMA)
 FEATURES = (
@@ -324,8 +325,10 @@ def test_overlapped_maskable_rollouts_never_take_an_invalid_action():
 
 def test_async_rollouts_and_staleness_are_refused_by_the_contrib_algorithms():
     for algorithm in (RecurrentPPO_EWMA, MaskablePPO_EWMA):
-        with pytest.raises(ValueError, match="it needs staleness=0"):
-            make_model(algorithm, async_rollouts=True, staleness=1)
+        with pytest.raises(ValueError, match="artificial staleness needs a model with async_rollouts=False"):
+            with_staleness(make_model(algorithm, async_rollouts=True), 1)
+        with pytest.raises(ValueError, match=r"staleness_mode must be 'decoupled' or 'behavior' with staleness > 0"):
+            with_staleness(make_model(algorithm), 1, "proximal")
         with pytest.raises(ValueError, match="async_rollouts must be False, True"):
             make_model(algorithm, async_rollouts="fork")
 

@@ -18,7 +18,7 @@ from sb3_ewma.common.host import PPOHost
 
 PACKAGE_DIR = Path(sb3_ewma.__file__).parent
 # what sb3_ewma.common must never import: the algorithms and the entry points built on them
-ABOVE_COMMON = ("ppo_ewma", "ppg_ewma", "recurrent_ppo_ewma", "maskable_ppo_ewma", "zoo", "scale", "train")
+ABOVE_COMMON = ("ppo_ewma", "ppg_ewma", "recurrent_ppo_ewma", "maskable_ppo_ewma", "ablations", "zoo", "scale", "train")
 
 
 def imported_modules(path: Path) -> set[str]:

@@ -20,7 +20,8 @@ from stable_baselines3.common.envs import (
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-from sb3_ewma import PPO_EWMA, center_of_mass_from_ewma_decay
+from sb3_ewma import PPG_EWMA, PPO_EWMA, center_of_mass_from_ewma_decay
+from sb3_ewma.ablations import with_staleness
 from sb3_ewma.common.decoupled.proximal import is_policy_parameter
 
 SMALL = dict(n_steps=32, batch_size=16, n_epochs=2, seed=0, device="cpu")
@@ -265,8 +266,6 @@ class CountingEnv(gym.Env):
         ({"imp_samp_max": 0.5}, r"imp_samp_max must be 0 \(no cap\) or a number > 1"),
         ({"imp_samp_max": 1}, r"imp_samp_max must be 0 \(no cap\) or a number > 1"),
         ({"imp_samp_max": -3}, r"imp_samp_max must be 0 \(no cap\) or a number > 1"),
-        ({"staleness_mode": "recent"}, r"staleness_mode must be one of \('decoupled', 'behavior', 'proximal'\)"),
-        ({"staleness": -1}, r"staleness must be an integer >= 0"),
         ({"advantage_ewma_decay": 1.0}, r"advantage_ewma_decay must be a number in \[0, 1\)"),
         ({"advantage_normalization": "batch"}, r"advantage_normalization must be one of \('minibatch', 'ewma'\)"),
         ({"clip_range": 1.5}, r"clip_range must be None \(no clipping\), a schedule or a number in \(0, 1\)"),
@@ -280,8 +279,38 @@ def test_bad_input_raises_before_the_environment_is_used(kwargs, message):
     assert CountingEnv.calls == 0
 
 
+@pytest.mark.parametrize(
+    "staleness, mode, message",
+    [
+        (2, "recent", r"staleness_mode must be one of \('decoupled', 'behavior', 'proximal'\), got 'recent'"),
+        (-1, "decoupled", r"staleness must be an integer >= 0 \(iterations\), got -1"),
+        (True, "decoupled", r"staleness must be an integer >= 0 \(iterations\), got True"),
+    ],
+)
+def test_bad_staleness_changes_nothing(staleness, mode, message):
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL)
+    with pytest.raises(ValueError, match=message):
+        with_staleness(model, staleness, mode)
+    assert model.staleness == 0 and "staleness" not in vars(model)
+
+
+def test_staleness_is_saved_with_the_model_and_can_be_removed(tmp_path):
+    model = with_staleness(PPO_EWMA("MlpPolicy", "CartPole-v1", ewma_decay=None, **SMALL), 2, "decoupled")
+    assert model.proximal.kind == "snapshot"  # stale data is anchored at the recent policy: a network of its own
+    model.save(tmp_path / "stale.zip")
+    loaded = PPO_EWMA.load(tmp_path / "stale.zip", device="cpu")
+    assert (loaded.staleness, loaded.staleness_mode, loaded.proximal.kind) == (2, "decoupled", "snapshot")
+    with_staleness(loaded, 0)
+    assert loaded.proximal.kind == "behavior" and loaded.staleness == 0  # the buffer's log-probabilities again
+
+
+def test_staleness_refuses_ppg():
+    with pytest.raises(ValueError, match=r"model must be a PPO_EWMA, RecurrentPPO_EWMA or MaskablePPO_EWMA, got PPG_EWMA"):
+        with_staleness(PPG_EWMA("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, device="cpu"), 1)
+
+
 def test_staleness_trains_on_the_buffer_collected_k_iterations_ago():
-    model = PPO_EWMA("MlpPolicy", "CartPole-v1", staleness=2, **SMALL)
+    model = with_staleness(PPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL), 2)
     first_buffer = model.rollout_buffer
     initial = model.policy.parameters_to_vector()
     model.learn(64)  # 2 iterations: only buffering
@@ -295,7 +324,7 @@ def test_staleness_trains_on_the_buffer_collected_k_iterations_ago():
 
 @pytest.mark.parametrize("mode", ["decoupled", "behavior", "proximal"])
 def test_staleness_modes_without_ewma(mode):
-    model = PPO_EWMA("MlpPolicy", "CartPole-v1", ewma_decay=None, staleness=1, staleness_mode=mode, **SMALL)
+    model = with_staleness(PPO_EWMA("MlpPolicy", "CartPole-v1", ewma_decay=None, **SMALL), 1, mode)
     # "behavior" and "proximal" read the log-probabilities in the buffer (the behavior policy's, or the recent policy's
     # written over them); "decoupled" anchors at the recent policy, a snapshot network
     assert (model.proximal_ewma is None) == (mode != "decoupled")
@@ -334,7 +363,8 @@ def test_load_with_the_ewma_turned_off_ignores_the_saved_proximal_policy(tmp_pat
 
 def test_behavior_mode_keeps_the_ewma_as_the_anchor(tmp_path):
     # as in the authors' code, the EWMA replaces the clipping anchor in every staleness mode
-    model = PPO_EWMA("MlpPolicy", "CartPole-v1", staleness_mode="behavior", kl_coef=1.0, kl_estimator="exact", **SMALL)
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", kl_coef=1.0, kl_estimator="exact", **SMALL)
+    with_staleness(model, 0, "behavior")
     assert model.proximal_decay is not None and model.proximal_ewma is not None
     model.set_logger(configure(str(tmp_path), ["csv"]))
     model.learn(64)

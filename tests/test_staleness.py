@@ -7,6 +7,7 @@ import pytest
 import torch as th
 
 from sb3_ewma import PPO_EWMA
+from sb3_ewma.ablations import with_staleness
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
 
 SMALL = dict(n_steps=32, batch_size=16, n_epochs=1, seed=0, device="cpu")
@@ -17,7 +18,9 @@ MODES = ["decoupled", "behavior", "proximal"]
 def test_the_three_modes_are_one_loss_at_staleness_0(ewma_decay):
     finals = []
     for mode in MODES:
-        model = PPO_EWMA("MlpPolicy", "CartPole-v1", ewma_decay=ewma_decay, staleness_mode=mode, **{**SMALL, "n_epochs": 2})
+        model = with_staleness(
+            PPO_EWMA("MlpPolicy", "CartPole-v1", ewma_decay=ewma_decay, **{**SMALL, "n_epochs": 2}), 0, mode
+        )
         model.learn(96)
         finals.append(model.policy.parameters_to_vector())
     np.testing.assert_array_equal(finals[0], finals[1])
@@ -36,7 +39,7 @@ def test_anchor_and_importance_sampling_policies_of_stale_data(monkeypatch, mode
     staleness 1, one epoch of 2 minibatches: iteration 3 trains on the rollout of iteration 2, collected by the initial
     policy P0 (the behavior policy); at its first minibatch the policy is still P1, the recent policy.
     """
-    model = PPO_EWMA("MlpPolicy", "CartPole-v1", ewma_decay=ewma_decay, staleness=1, staleness_mode=mode, **SMALL)
+    model = with_staleness(PPO_EWMA("MlpPolicy", "CartPole-v1", ewma_decay=ewma_decay, **SMALL), 1, mode)
     behavior_policy = copy.deepcopy(model.policy)
     calls = []
     minibatches = []
@@ -80,7 +83,7 @@ def test_anchor_and_importance_sampling_policies_of_stale_data(monkeypatch, mode
 
 def test_stale_advantages_bootstrap_from_the_current_value_function():
     gamma, gae_lambda = 0.9, 0.8
-    model = PPO_EWMA("MlpPolicy", "CartPole-v1", staleness=1, gamma=gamma, gae_lambda=gae_lambda, **SMALL)
+    model = with_staleness(PPO_EWMA("MlpPolicy", "CartPole-v1", gamma=gamma, gae_lambda=gae_lambda, **SMALL), 1)
     model.learn(32)  # one rollout, buffered
     stale = model._stale_buffers[0]
     before = stale.buffer.advantages.copy()[:, 0]

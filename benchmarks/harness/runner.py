@@ -127,7 +127,14 @@ def build_model(spec: RunSpec, env: Any) -> Any:
     if "log_gradient_noise_scale" in inspect.signature(algorithm).parameters:
         # the evaluation rows hold it (the batch size-invariance experiments read it)
         hyperparams.setdefault("log_gradient_noise_scale", True)
-    return algorithm(policy, env, policy_kwargs=policy_kwargs, seed=spec.seed, device=spec.device, verbose=0, **hyperparams)
+    # artificial staleness is set on the model (an ablation, not a constructor argument)
+    staleness = {key: hyperparams.pop(key) for key in ("staleness", "staleness_mode") if key in hyperparams}
+    model = algorithm(policy, env, policy_kwargs=policy_kwargs, seed=spec.seed, device=spec.device, verbose=0, **hyperparams)
+    if staleness:
+        from sb3_ewma.ablations import with_staleness
+
+        with_staleness(model, staleness.get("staleness", 0), staleness.get("staleness_mode", "decoupled"))
+    return model
 
 
 def final_return(rows: Sequence[dict[str, Any]], total_timesteps: int, fraction: float = FINAL_FRACTION) -> float:

@@ -65,8 +65,6 @@ if TYPE_CHECKING:
         imp_samp_max: float
         advantage_normalization: str
         advantage_ewma_decay: float
-        staleness: int
-        staleness_mode: str
         minibatch_sampling: str
         log_gradient_noise_scale: bool
         distributed: bool | None

@@ -12,10 +12,10 @@ import inspect
 from collections.abc import Iterable
 from typing import Any
 
-# where a class lacks an option, the nearest thing it has
-_ALTERNATIVES: dict[str, str] = {
-    "staleness": "PPG_EWMA and PPG train on data one iteration stale with async_rollouts=True",
-    "staleness_mode": "PPG_EWMA and PPG train on data one iteration stale with async_rollouts=True",
+# options that no constructor takes, and where they are
+_MOVED: dict[str, str] = {
+    "staleness": "artificial staleness is an ablation: sb3_ewma.ablations.with_staleness(model, staleness, mode)",
+    "staleness_mode": "artificial staleness is an ablation: sb3_ewma.ablations.with_staleness(model, staleness, mode)",
 }
 
 
@@ -81,11 +81,12 @@ def unknown_keyword_message(algorithm: type, name: str, value: Any, other_names:
     policies = _policies(algorithm)
     if policies and all(takes_policy_keyword(policy, name) for policy in policies):
         return f"{message}: it is a keyword of its policy, pass policy_kwargs=dict({name}={value!r})"
+    if name in _MOVED:
+        return f"{message}: {_MOVED[name]}"
     others = _other_algorithms(algorithm)
     takers = [other.__name__ for other in others if name in (constructor_keywords(other) or ())]
     if takers:
-        note = f" ({_ALTERNATIVES[name]})" if name in _ALTERNATIVES else ""
-        return f"{message}: it is an argument of {_join(takers)}{note}"
+        return f"{message}: it is an argument of {_join(takers)}"
     policy_takers = _policy_keyword_takers(others, name)
     if policy_takers:
         return (

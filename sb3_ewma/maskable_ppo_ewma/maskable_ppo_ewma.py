@@ -17,7 +17,6 @@ from sb3_ewma.common.checks import warn_at_caller
 from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
 from sb3_ewma.common.decoupled.options import (
     DecoupledOptions,
-    check_contrib_staleness,
     document_decoupled_options,
     parent_arguments,
 )
@@ -48,7 +47,7 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):  # type: ignore[misc]
     Schulman (2021, https://arxiv.org/abs/2110.00641), as :class:`sb3_ewma.PPO_EWMA` does for PPO.
 
     The proximal log-probabilities are those of the EWMA network's masked action distribution, with the action masks
-    stored in the rollout buffer. With ``ewma_decay=None`` (and no staleness) it is ``MaskablePPO``, up to the
+    stored in the rollout buffer. With ``ewma_decay=None`` it is ``MaskablePPO``, up to the
     importance-sampling cap ``imp_samp_max``.
 
     :param policy: The policy model to use (MlpPolicy, CnnPolicy, ...)
@@ -93,13 +92,6 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):  # type: ignore[misc]
         proximal policy is
         the behavior policy (the parent algorithm).
     :decoupled options:
-    :param staleness: Artificial staleness for experiments (paper section 5.1): the data of an iteration is trained on
-        ``staleness`` iterations after it was collected (no training during the first ``staleness`` iterations).
-    :param staleness_mode: Which policies the loss uses with stale data: ``"decoupled"`` (behavior policy for
-        importance sampling, the proximal policy to limit the update; without an EWMA the proximal policy is the
-        policy at the start of the iteration), ``"behavior"`` (PPO with the behavior policy as the old policy) or
-        ``"proximal"`` (PPO with the proximal policy as the old policy, also for importance sampling; PPO_EWMA only: not
-        with ``staleness > 0`` here). Unlike PPO_EWMA, the advantages of stale data are those computed at collection.
     :param minibatch_sampling: How each epoch is split into minibatches: ``"steps"`` (default, SB3's: random steps)
         or ``"rollouts"`` (the authors': whole ``n_steps``-step rollouts of ``batch_size / n_steps`` environments per
         minibatch, environments in random order; ``batch_size`` must be a multiple of ``n_steps``, or divide it: then
@@ -113,7 +105,7 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):  # type: ignore[misc]
     :param async_rollouts: Overlap rollouts with training, as :class:`sb3_ewma.PPO_EWMA` (``True`` or ``"thread"``: a
         collector thread; ``"process"``: a forked collector process, CPU policies only): the collector asks the
         environments for the action masks at every step (``learn(use_masking=False)`` turns them off, as in
-        ``MaskablePPO``). Needs ``staleness=0``.
+        ``MaskablePPO``).
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -162,8 +154,6 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):  # type: ignore[misc]
         imp_samp_max: float = 100.0,
         advantage_normalization: str = "minibatch",
         advantage_ewma_decay: float = 0.0,
-        staleness: int = 0,
-        staleness_mode: str = "decoupled",
         minibatch_sampling: str = "steps",
         log_gradient_noise_scale: bool = False,
         distributed: bool | None = None,
@@ -172,7 +162,6 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):  # type: ignore[misc]
     ):
         # the PPO hyperparameters and the decoupled options, checked before anything is built
         options = DecoupledOptions.from_arguments(locals(), batch_size_may_be_none=True)
-        check_contrib_staleness(staleness, staleness_mode)
         super().__init__(**parent_arguments(MaskablePPO, locals()))
         self._set_decoupled_options(options)
         self._warn_without_action_masks()

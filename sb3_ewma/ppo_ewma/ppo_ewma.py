@@ -23,7 +23,7 @@ class PPO_EWMA(DecoupledAlgorithm, PPO):
     (see :func:`sb3_ewma.scale_hyperparams`) and robust to stale data.
 
     A drop-in replacement for SB3's ``PPO``: same arguments with the same defaults and meaning, then the new ones.
-    With ``ewma_decay=None`` (and no staleness) it is SB3's PPO, up to the importance-sampling cap ``imp_samp_max``
+    With ``ewma_decay=None`` it is SB3's PPO, up to the importance-sampling cap ``imp_samp_max``
     (which only acts on samples whose ratio ``pi / pi_behav`` exceeds it; ``imp_samp_max=0`` removes it).
 
     :param policy: The policy model to use (MlpPolicy, CnnPolicy, ...)
@@ -72,15 +72,6 @@ class PPO_EWMA(DecoupledAlgorithm, PPO):
         proximal policy is
         the behavior policy (SB3's PPO).
     :decoupled options:
-    :param staleness: Artificial staleness for experiments (paper section 5.1): the data of an iteration is trained on
-        ``staleness`` iterations after it was collected (no training during the first ``staleness`` iterations). As
-        the authors, the advantages of stale data are computed when it is used, bootstrapped from the current value
-        function (the values along the rollout are the ones predicted at collection).
-    :param staleness_mode: Which policies the loss uses with stale data (``staleness > 0``; at staleness 0 the three
-        modes are the same loss), as the authors define them: ``"decoupled"`` (importance sampling with the behavior
-        policy, clipping anchored at the recent policy, the policy at the start of the iteration), ``"behavior"``
-        (both with the behavior policy: PPO on stale data) or ``"proximal"`` (both with the recent policy). With an
-        EWMA (``ewma_decay`` not None) the EWMA replaces only the clipping anchor, in every mode.
     :param minibatch_sampling: How each epoch is split into minibatches: ``"steps"`` (default, SB3's: random steps)
         or ``"rollouts"`` (the authors': whole ``n_steps``-step rollouts of ``batch_size / n_steps`` environments per
         minibatch, environments in random order; ``batch_size`` must be a multiple of ``n_steps``, or divide it:
@@ -105,7 +96,7 @@ class PPO_EWMA(DecoupledAlgorithm, PPO):
         environments release the GIL: larger networks, C++ environments); ``"process"``: a forked collector process
         (CPU policies; for Python-heavy loops such as CartPole with a small MLP), whose rollouts are replayed to the
         callbacks at the hand-off, the next ``learn`` call starting with ``env.reset()`` (documentation: "Overlapped
-        Rollouts"). Needs ``staleness=0``.
+        Rollouts"). Not with artificial staleness (:func:`sb3_ewma.ablations.with_staleness`).
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -150,8 +141,6 @@ class PPO_EWMA(DecoupledAlgorithm, PPO):
         imp_samp_max: float = 100.0,
         advantage_normalization: str = "minibatch",
         advantage_ewma_decay: float = 0.0,
-        staleness: int = 0,
-        staleness_mode: str = "decoupled",
         minibatch_sampling: str = "steps",
         log_gradient_noise_scale: bool = False,
         distributed: bool | None = None,

@@ -16,7 +16,6 @@ from sb3_ewma.common.collection.rollout import tensors_to
 from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
 from sb3_ewma.common.decoupled.options import (
     DecoupledOptions,
-    check_contrib_staleness,
     document_decoupled_options,
     parent_arguments,
 )
@@ -52,7 +51,7 @@ class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
     The proximal (EWMA) network is run on the same padded sequences as the current policy, starting from the LSTM
     states stored in the rollout buffer; the EWMA covers the actor's LSTM and heads (and the shared LSTM with
     ``shared_lstm=True``), not the critic's own LSTM or layers. Losses are means over the valid (unpadded) steps, as in
-    ``RecurrentPPO``. With ``ewma_decay=None`` (and no staleness) it is ``RecurrentPPO``, up to the
+    ``RecurrentPPO``. With ``ewma_decay=None`` it is ``RecurrentPPO``, up to the
     importance-sampling cap ``imp_samp_max``.
 
     :param policy: The policy model to use (MlpLstmPolicy, CnnLstmPolicy, ...)
@@ -100,13 +99,6 @@ class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
         proximal policy is
         the behavior policy (the parent algorithm).
     :decoupled options:
-    :param staleness: Artificial staleness for experiments (paper section 5.1): the data of an iteration is trained on
-        ``staleness`` iterations after it was collected (no training during the first ``staleness`` iterations).
-    :param staleness_mode: Which policies the loss uses with stale data: ``"decoupled"`` (behavior policy for
-        importance sampling, the proximal policy to limit the update; without an EWMA the proximal policy is the
-        policy at the start of the iteration), ``"behavior"`` (PPO with the behavior policy as the old policy) or
-        ``"proximal"`` (PPO with the proximal policy as the old policy, also for importance sampling; PPO_EWMA only: not
-        with ``staleness > 0`` here). Unlike PPO_EWMA, the advantages of stale data are those computed at collection.
     :param minibatch_sampling: How each epoch is split into minibatches: ``"steps"`` (default, sb3-contrib's: the
         rollout's steps in time order from a random split point, cut into ``batch_size`` steps) or ``"rollouts"`` (the
         authors': whole ``n_steps``-step rollouts of ``batch_size / n_steps`` environments per minibatch, environments
@@ -123,8 +115,7 @@ class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
         model.
     :param async_rollouts: Overlap rollouts with training, as :class:`sb3_ewma.PPO_EWMA` (``True`` or ``"thread"``: a
         collector thread; ``"process"``: a forked collector process, CPU policies only): the collector carries the
-        LSTM states from one rollout to the next (a collector process sends them back with each rollout). Needs
-        ``staleness=0``.
+        LSTM states from one rollout to the next (a collector process sends them back with each rollout).
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -173,8 +164,6 @@ class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
         imp_samp_max: float = 100.0,
         advantage_normalization: str = "minibatch",
         advantage_ewma_decay: float = 0.0,
-        staleness: int = 0,
-        staleness_mode: str = "decoupled",
         minibatch_sampling: str = "steps",
         log_gradient_noise_scale: bool = False,
         distributed: bool | None = None,
@@ -183,7 +172,6 @@ class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
     ):
         # the PPO hyperparameters and the decoupled options, checked before anything is built
         options = DecoupledOptions.from_arguments(locals(), batch_size_may_be_none=True)
-        check_contrib_staleness(staleness, staleness_mode)
         super().__init__(**parent_arguments(RecurrentPPO, locals()))
         self._set_decoupled_options(options)
         if _init_setup_model:

@@ -35,17 +35,12 @@ ASYNC_ROLLOUTS = (False, True, "thread", "process")
 """The values of ``async_rollouts``: off, a collector thread (``True`` or ``"thread"``) or a collector process."""
 
 
-def check_async_rollouts(async_rollouts: object, staleness: int = 0) -> None:
-    """Raise a ``ValueError`` for an ``async_rollouts`` not in :data:`ASYNC_ROLLOUTS` or combined with staleness."""
+def check_async_rollouts(async_rollouts: object) -> None:
+    """Raise a ``ValueError`` for an ``async_rollouts`` not in :data:`ASYNC_ROLLOUTS`."""
     if not (isinstance(async_rollouts, (bool, np.bool_)) or async_rollouts in ("thread", "process")):
         raise ValueError(
             "async_rollouts must be False, True (a collector thread), 'thread' or 'process' (a collector process), "
             f"got {async_rollouts!r}"
-        )
-    if async_rollouts and staleness > 0:
-        raise ValueError(
-            f"async_rollouts={async_rollouts!r} trains on data one iteration stale already; it needs staleness=0, "
-            f"got {staleness}"
         )
 
 

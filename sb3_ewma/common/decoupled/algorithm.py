@@ -79,7 +79,10 @@ class DecoupledAlgorithm(HostAlgorithm):
     _unsaved_attributes: ClassVar[tuple[str, ...]] = ()
     loadable_parent_policy_modules: ClassVar[tuple[str, ...]] = ()
 
-    # the decoupled options are attributes (typed in sb3_ewma.common.host), set by _set_decoupled_options
+    # the decoupled options are attributes (typed in sb3_ewma.common.host), set by _set_decoupled_options; artificial
+    # staleness (an ablation: sb3_ewma.ablations.with_staleness) is off unless set on the model
+    staleness: int = 0
+    staleness_mode: str = "decoupled"
     advantage_normalizer: AdvantageNormalizer
     # the collaborators, set by _setup_model
     proximal: ProximalPolicy
@@ -96,7 +99,6 @@ class DecoupledAlgorithm(HostAlgorithm):
         """Store the (checked) options as attributes; after the parent's constructor (a collector process checks the env)."""
         for name, value in options.as_dict().items():
             setattr(self, name, value)
-        self.staleness = int(options.staleness)
         self.async_rollouts, self.rollout_collector = rollout_settings(options.async_rollouts, self.env)
         # created here, not in _setup_model, so that `load` restores the saved moments
         self.advantage_normalizer = AdvantageNormalizer(

@@ -8,8 +8,6 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, TypeVar
 
-import numpy as np
-
 from sb3_ewma.common.checks import arguments_for, check_number, check_on_policy_hyperparams, warn_at_caller
 from sb3_ewma.common.collection.overlap import check_async_rollouts
 from sb3_ewma.common.distributed.process_group import check_distributed_argument, rank_local_settings
@@ -19,7 +17,6 @@ from sb3_ewma.common.minibatches import check_minibatch_sampling
 
 KL_ESTIMATORS = ("sample", "exact")
 ADVANTAGE_NORMALIZATIONS = ("minibatch", "ewma")
-STALENESS_MODES = ("decoupled", "behavior", "proximal")
 
 DECOUPLED_OPTIONS_DOC = """\
     :param kl_coef: Coefficient ``beta`` of the decoupled KL penalty ``KL[pi_prox, pi]`` (0: no penalty). Use it alone
@@ -63,8 +60,6 @@ def check_decoupled_options(
     normalize_advantage: bool,
     advantage_normalization: str,
     advantage_ewma_decay: float,
-    staleness: int,
-    staleness_mode: str,
 ) -> None:
     """
     Raise a ``ValueError`` naming the first decoupled option outside its allowed range (the options are documented in
@@ -89,15 +84,6 @@ def check_decoupled_options(
         )
     if advantage_normalization == "ewma" and not normalize_advantage:
         raise ValueError("advantage_normalization='ewma' needs normalize_advantage=True")
-    if isinstance(staleness, bool) or not isinstance(staleness, (int, np.integer)) or staleness < 0:
-        raise ValueError(f"staleness must be an integer >= 0 (iterations), got {staleness!r}")
-    if staleness_mode not in STALENESS_MODES:
-        raise ValueError(f"staleness_mode must be one of {STALENESS_MODES}, got {staleness_mode!r}")
-    if ewma_decay is None and staleness > 0 and staleness_mode == "behavior" and kl_coef > 0 and kl_estimator == "exact":
-        raise ValueError(
-            "kl_estimator='exact' needs the proximal policy's distribution, which staleness_mode='behavior' with "
-            "staleness > 0 and ewma_decay=None does not keep: use kl_estimator='sample'"
-        )
 
 
 def resolve_ewma_decay(ewma_decay: float | str | None, minibatches_per_epoch: int, n_epochs: int = 1) -> float | None:
@@ -140,8 +126,6 @@ class DecoupledOptions:
     imp_samp_max: float = 100.0
     advantage_normalization: str = "minibatch"
     advantage_ewma_decay: float = 0.0
-    staleness: int = 0
-    staleness_mode: str = "decoupled"
     minibatch_sampling: str = "steps"
     log_gradient_noise_scale: bool = False
     distributed: bool | None = None
@@ -164,7 +148,7 @@ class DecoupledOptions:
         batch_size, n_steps = arguments["batch_size"], arguments["n_steps"]
         check_minibatch_sampling("minibatch_sampling", options.minibatch_sampling, "batch_size", batch_size, n_steps)
         check_distributed_argument(options.distributed)
-        check_async_rollouts(options.async_rollouts, options.staleness)
+        check_async_rollouts(options.async_rollouts)
         return options
 
     def as_dict(self) -> dict[str, Any]:
@@ -182,16 +166,3 @@ def parent_arguments(parent: type, arguments: Mapping[str, Any], **overrides: An
         arguments.get("distributed"), arguments["verbose"], arguments["device"]
     )
     return {**keywords, "_init_setup_model": False, **overrides}
-
-
-def check_contrib_staleness(staleness: int, staleness_mode: str) -> None:
-    """
-    Artificial staleness in the sb3-contrib variants: ``"decoupled"`` and ``"behavior"`` only. The ``"proximal"`` mode
-    needs the recent policy's log-probabilities on the stored data, which these policies only give with the LSTM states
-    or action masks of the rollout.
-    """
-    if staleness > 0 and staleness_mode == "proximal":
-        raise ValueError(
-            "staleness_mode must be 'decoupled' or 'behavior' with staleness > 0 for RecurrentPPO_EWMA and "
-            f"MaskablePPO_EWMA ('proximal' is PPO_EWMA's only), got {staleness_mode!r}"
-        )

@@ -735,3 +735,16 @@ def test_throughput_timer_synchronizes_before_and_after_each_part(monkeypatch):
     throughput.TrainTimer(model)
     model.train()
     assert events == ["train", "proximal", "ewma"]
+
+
+def test_train_step_measures_each_format_on_the_same_parameters_and_data(tmp_path, capsys):
+    from benchmarks.timing import train_step
+
+    results = train_step.main(["--preset", "smoke", "--repeats", "1", "--algos", "ppo_ewma", "--out", str(tmp_path)])
+    variants = results["ppo_ewma"]
+    assert list(variants) == list(train_step.VARIANTS) and all(values["seconds"] > 0 for values in variants.values())
+    assert variants["float32"]["loss_change"] == 0.0  # the reference against itself
+    assert variants["channels_last"]["loss_change"] < 1e-5  # the same numbers up to the order of the sums
+    assert 0 < variants["bfloat16"]["loss_change"] < 5e-2  # bfloat16's 8 bits of mantissa
+    table = (tmp_path / "train_step" / "smoke" / "results.md").read_text()
+    assert "| ppo_ewma | channels_last_bfloat16 |" in table and "python -m benchmarks.timing.train_step" in table

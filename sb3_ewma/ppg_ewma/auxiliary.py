@@ -65,7 +65,8 @@ def auxiliary_phase(model: Any) -> None:
             model.aux_optimizer.zero_grad()
             for start_idx in range(0, len(minibatch), model.aux_micro_batch_size):
                 indices = minibatch[start_idx : start_idx + model.aux_micro_batch_size]
-                losses = auxiliary_losses(model.policy, buffer, indices, model.beta_clone)
+                with model.training_precision.forward(model.device):
+                    losses = auxiliary_losses(model.policy, buffer, indices, model.beta_clone)
                 # the minibatch loss is the mean over its samples: weight each micro-batch by its share
                 (losses[-1] * (len(indices) / len(minibatch))).backward()
                 for key, value in zip(stats, losses):

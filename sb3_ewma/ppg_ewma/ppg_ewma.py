@@ -403,7 +403,8 @@ class PPG_EWMA(DecoupledAlgorithm, OnPolicyAlgorithm):
                     break
                 loss, values = th.zeros((), device=self.device), None
                 if train_policy:
-                    policy_loss, entropy_loss, values, approx_kl_div = self._policy_terms(rollout_data, policy_objective)
+                    with self.training_precision.forward(self.device):
+                        policy_loss, entropy_loss, values, approx_kl_div = self._policy_terms(rollout_data, policy_objective)
                     approx_kl_divs.append(approx_kl_div)
                     if self._kl_exceeds_target(approx_kl_div):
                         # stop the policy epochs of this iteration; the value epochs go on
@@ -415,7 +416,8 @@ class PPG_EWMA(DecoupledAlgorithm, OnPolicyAlgorithm):
                         entropy_losses.append(entropy_loss.detach())
                 if train_value:
                     if values is None:
-                        values = self.policy.predict_values(rollout_data.observations).flatten()
+                        with self.training_precision.forward(self.device):
+                            values = self.policy.predict_values(rollout_data.observations).flatten()
                     value_loss = self._value_loss(values, rollout_data, clip_range_vf)
                     value_losses.append(value_loss.detach())
                     loss = loss + self.vf_coef * value_loss

@@ -47,6 +47,7 @@ from sb3_ewma.common.keywords import check_keywords, check_policy_keywords, unkn
 from sb3_ewma.common.losses import clipped_values
 from sb3_ewma.common.minibatches import rollout_minibatches
 from sb3_ewma.common.optim import clip_grad_norm, prefer_foreach
+from sb3_ewma.common.precision import FLOAT32, TrainingPrecision
 from sb3_ewma.common.staleness import take_stale_rollout
 
 
@@ -84,9 +85,10 @@ class DecoupledAlgorithm(HostAlgorithm):
     staleness: int = 0
     staleness_mode: str = "decoupled"
     advantage_normalizer: AdvantageNormalizer
-    # the collaborators, set by _setup_model
+    # the collaborators, set by _setup_model, and the numeric format of train() (sb3_ewma.common.precision)
     proximal: ProximalPolicy
     data_parallel: DataParallelTraining | None = None
+    training_precision: TrainingPrecision = FLOAT32
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         # before the constructor runs: a keyword it does not take (or a policy keyword of another algorithm's
@@ -125,6 +127,7 @@ class DecoupledAlgorithm(HostAlgorithm):
         """
         self.advantage_normalizer.configure(self.normalize_advantage, self.advantage_normalization, self.advantage_ewma_decay)
         self.proximal = ProximalPolicy.of(self)
+        self.training_precision.prepare(self.policy, self.proximal.network)
         self._stale_buffers: deque[Any] = deque()
         data_parallel = self._join_data_parallel()
         note_world_size(self)
@@ -343,8 +346,8 @@ class DecoupledAlgorithm(HostAlgorithm):
 
     def _excluded_save_params(self) -> list[str]:
         # the collaborators (rebuilt by _setup_model), this run's state (stale rollouts, epoch in progress), the lock
-        unsaved = ["proximal", "data_parallel", "distributed", "_world_size_change", "_stale_buffers", "_gradient_noise"]
-        return [*super()._excluded_save_params(), *unsaved, "_train_lock", *type(self)._unsaved_attributes]
+        unsaved = ["proximal", "data_parallel", "training_precision", "distributed", "_world_size_change", "_stale_buffers"]
+        return [*super()._excluded_save_params(), *unsaved, "_gradient_noise", "_train_lock", *type(self)._unsaved_attributes]
 
     def train(self) -> None:
         """SB3 PPO's ``train`` with the decoupled objective, on the rollout buffer (or the one ``staleness`` ago)."""
@@ -372,7 +375,8 @@ class DecoupledAlgorithm(HostAlgorithm):
             # Do a complete pass on the rollout buffer
             for rollout_data in self._minibatches(buffer):
                 # [decoupled] the policy loss: importance sampling with the behavior policy, clipping at the proximal
-                policy_loss, entropy_loss, values, approx_kl_div = self._policy_terms(rollout_data, policy_objective)
+                with self.training_precision.forward(self.device):
+                    policy_loss, entropy_loss, values, approx_kl_div = self._policy_terms(rollout_data, policy_objective)
                 entropy_losses.append(entropy_loss.detach())
                 approx_kl_divs.append(approx_kl_div)
 
@@ -427,8 +431,7 @@ class DecoupledAlgorithm(HostAlgorithm):
         return self.advantage_normalizer.epoch(buffer.get(self.batch_size))
 
     def _rollout_minibatches(self, buffer: RolloutBuffer) -> Iterator[RolloutBufferSamples]:
-        """An epoch in minibatches of whole rollouts (``minibatch_sampling="rollouts"``)."""
-        return rollout_minibatches(buffer, self._minibatch_size)
+        return rollout_minibatches(buffer, self._minibatch_size)  # minibatch_sampling="rollouts"
 
     def _policy_terms(
         self, rollout_data: RolloutBufferSamples, policy_objective: DecoupledPolicyObjective

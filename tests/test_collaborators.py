@@ -4,7 +4,9 @@ import inspect
 
 import pytest
 import torch as th
+from sb3_contrib import MaskablePPO
 from stable_baselines3 import PPO
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from sb3_ewma import PPG, PPO_EWMA, MaskablePPO_EWMA
 from sb3_ewma.common.decoupled.options import DecoupledOptions, parent_arguments
@@ -141,3 +143,68 @@ def test_learn_names_an_unknown_keyword():
     with pytest.raises(TypeError, match=r"PPO_EWMA.learn\(\) got unexpected keyword arguments \['use_masking'\]"):
         model.learn(16, use_masking=False)
     assert model.num_timesteps == 0
+
+
+@pytest.mark.parametrize("algorithm, parent", [(PPO_EWMA, PPO), (MaskablePPO_EWMA, MaskablePPO), (PPG, OnPolicyAlgorithm)])
+def test_every_constructor_argument_reaches_the_parent_or_an_option(algorithm, parent):
+    """What parent_arguments does not hand the parent is a decoupled option or the algorithm's own (none is lost)."""
+    own = set(inspect.signature(algorithm).parameters) - set(DecoupledOptions.__dataclass_fields__)
+    own -= set(inspect.signature(parent).parameters)
+    ppg_own = {"n_value_epochs", "n_policy_iterations", "n_aux_epochs", "beta_clone", "arch", "aux_learning_rate"}
+    ppg_own |= {"aux_batch_size", "aux_micro_batch_size", "aux_optimizer_kwargs", "aux_minibatch_sampling"}
+    # PPO's hyperparameters that OnPolicyAlgorithm lacks: PPG_EWMA sets them itself
+    ppg_own |= {"batch_size", "n_epochs", "clip_range", "clip_range_vf", "normalize_advantage", "target_kl"}
+    assert own == (ppg_own if algorithm is PPG else set())
+
+
+def test_maskable_learn_takes_use_masking_where_maskable_ppo_does(monkeypatch):
+    """MaskablePPO's positional order (..., reset_num_timesteps, use_masking, progress_bar) means the same here."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # CartPole has no action masks: a warning at construction
+        model = MaskablePPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL)
+    model.learn(16, None, 1, "run", True, False)  # use_masking=False: trains without the masks CartPole lacks
+    assert model.num_timesteps == 16
+    with pytest.raises(ValueError, match=r"or call learn\(use_masking=False\) to train without masks"):
+        model.learn(16, None, 1, "run", True, True)
+
+
+def test_the_tensorboard_run_is_named_after_the_packages_class(monkeypatch):
+    from stable_baselines3.common import base_class
+
+    names = []
+    configure = base_class.utils.configure_logger
+
+    def record(verbose, tensorboard_log, tb_log_name, *args, **kwargs):
+        names.append(tb_log_name)
+        return configure(verbose, tensorboard_log, tb_log_name, *args, **kwargs)
+
+    monkeypatch.setattr(base_class.utils, "configure_logger", record)
+
+    class MyPPO(PPO_EWMA):
+        pass
+
+    MyPPO("MlpPolicy", "CartPole-v1", **SMALL).learn(16)
+    PPG("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, device="cpu").learn(16)
+    PPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL).learn(16, tb_log_name="mine")
+    assert names == ["PPO_EWMA", "PPG", "mine"]
+
+
+def test_ranks_must_agree_on_staleness_when_learn_starts():
+    from sb3_ewma.ablations import with_staleness
+    from sb3_ewma.common.distributed import DataParallelTraining
+
+    checked = []
+
+    class Context:
+        rank = 0
+
+        def check_same_settings(self, settings, advice=""):
+            checked.append(settings)
+
+    data_parallel = object.__new__(DataParallelTraining)
+    data_parallel.context = Context()
+    model = with_staleness(PPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL), 2, "behavior")
+    data_parallel.start_learn(model, 64)
+    assert checked[0]["staleness"] == 2 and checked[0]["staleness_mode"] == "behavior"

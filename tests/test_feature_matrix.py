@@ -327,7 +327,7 @@ def test_async_rollouts_and_staleness_are_refused_by_the_contrib_algorithms():
     for algorithm in (RecurrentPPO_EWMA, MaskablePPO_EWMA):
         with pytest.raises(ValueError, match="artificial staleness needs a model with async_rollouts=False"):
             with_staleness(make_model(algorithm, async_rollouts=True), 1)
-        with pytest.raises(ValueError, match=r"staleness_mode must be 'decoupled' or 'behavior' with staleness > 0"):
+        with pytest.raises(ValueError, match=r"mode must be 'decoupled' or 'behavior' with staleness > 0"):
             with_staleness(make_model(algorithm), 1, "proximal")
         with pytest.raises(ValueError, match="async_rollouts must be False, True"):
             make_model(algorithm, async_rollouts="fork")

@@ -282,7 +282,7 @@ def test_bad_input_raises_before_the_environment_is_used(kwargs, message):
 @pytest.mark.parametrize(
     "staleness, mode, message",
     [
-        (2, "recent", r"staleness_mode must be one of \('decoupled', 'behavior', 'proximal'\), got 'recent'"),
+        (2, "recent", r"mode must be one of \('decoupled', 'behavior', 'proximal'\), got 'recent'"),
         (-1, "decoupled", r"staleness must be an integer >= 0 \(iterations\), got -1"),
         (True, "decoupled", r"staleness must be an integer >= 0 \(iterations\), got True"),
     ],

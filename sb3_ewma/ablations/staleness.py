@@ -37,13 +37,13 @@ def check_staleness(model: Any, staleness: Any, mode: Any) -> None:
     if isinstance(staleness, bool) or not isinstance(staleness, (int, np.integer)) or staleness < 0:
         raise ValueError(f"staleness must be an integer >= 0 (iterations), got {staleness!r}")
     if mode not in STALENESS_MODES:
-        raise ValueError(f"staleness_mode must be one of {STALENESS_MODES}, got {mode!r}")
+        raise ValueError(f"mode must be one of {STALENESS_MODES}, got {mode!r}")
     if staleness == 0:
         return
     if mode == "proximal" and not isinstance(model, PPO_EWMA):
         # the recent policy's log-probabilities on stored data need the rollout's LSTM states or action masks
         raise ValueError(
-            "staleness_mode must be 'decoupled' or 'behavior' with staleness > 0 for RecurrentPPO_EWMA and "
+            "mode must be 'decoupled' or 'behavior' with staleness > 0 for RecurrentPPO_EWMA and "
             f"MaskablePPO_EWMA ('proximal' is PPO_EWMA's only), got {mode!r}"
         )
     if model.async_rollouts:

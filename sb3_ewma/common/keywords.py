@@ -13,10 +13,12 @@ from collections.abc import Iterable
 from typing import Any
 
 # options that no constructor takes, and where they are
-_MOVED: dict[str, str] = {
-    "staleness": "artificial staleness is an ablation: sb3_ewma.ablations.with_staleness(model, staleness, mode)",
-    "staleness_mode": "artificial staleness is an ablation: sb3_ewma.ablations.with_staleness(model, staleness, mode)",
-}
+_STALENESS = (
+    "artificial staleness is an ablation: sb3_ewma.ablations.with_staleness(model, staleness, mode) sets it on a "
+    "PPO_EWMA, RecurrentPPO_EWMA or MaskablePPO_EWMA (PPG_EWMA and PPG train on data one iteration stale with "
+    "async_rollouts=True)"
+)
+_MOVED: dict[str, str] = {"staleness": _STALENESS, "staleness_mode": _STALENESS}
 
 
 def _join(names: Iterable[str], conjunction: str = "and") -> str:

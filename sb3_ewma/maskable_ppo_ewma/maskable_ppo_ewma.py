@@ -1,6 +1,6 @@
 import contextlib
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import torch as th
 from sb3_contrib import MaskablePPO
@@ -10,7 +10,7 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import GymEnv, Schedule
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_ewma.common.checks import warn_at_caller
@@ -23,6 +23,8 @@ from sb3_ewma.common.decoupled.options import (
 from sb3_ewma.common.distributions import policy_latents
 from sb3_ewma.common.export import to_parent_algorithm
 from sb3_ewma.maskable_ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
+
+SelfMaskablePPO_EWMA = TypeVar("SelfMaskablePPO_EWMA", bound="MaskablePPO_EWMA")
 
 NO_ACTION_MASKS = (
     "MaskablePPO_EWMA asks the environment for the valid actions at every step of learn(), and this environment has no"
@@ -38,9 +40,7 @@ def proximal_masked_distribution(network: MaskableActorCriticPolicy, minibatch: 
 
 
 @document_decoupled_options
-# learn() is DecoupledAlgorithm's: SB3's signature, with MaskablePPO's use_masking by keyword (MaskablePPO puts it before
-# progress_bar, so no signature fits both bases; MaskablePPO's own learn needs the same ignore)
-class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):  # type: ignore[misc]
+class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
     """
     MaskablePPO-EWMA: sb3-contrib's ``MaskablePPO`` (PPO with invalid-action masking) with an exponentially weighted
     moving average (EWMA) of the policy as the proximal policy and the decoupled objectives of Hilton, Cobbe &
@@ -230,9 +230,26 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):  # type: ignore[misc]
         """
         return to_parent_algorithm(self, MaskablePPO)
 
+    # MaskablePPO.learn's signature (use_masking before progress_bar, as positional callers of MaskablePPO pass it), which
+    # MaskablePPO itself declares with the same ignore: SB3's BaseAlgorithm.learn has progress_bar in that position
+    def learn(  # type: ignore[override]
+        self: SelfMaskablePPO_EWMA,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        log_interval: int = 1,
+        tb_log_name: str | None = None,
+        reset_num_timesteps: bool = True,
+        use_masking: bool = True,
+        progress_bar: bool = False,
+    ) -> SelfMaskablePPO_EWMA:
+        """``DecoupledAlgorithm.learn`` with ``MaskablePPO``'s arguments, in its order."""
+        return super().learn(
+            total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar, use_masking=use_masking
+        )
+
     @contextlib.contextmanager
     def _learning(self, use_masking: bool = True, **parent_kwargs: Any) -> Iterator[None]:
-        """``learn`` takes ``MaskablePPO``'s ``use_masking`` (by keyword), for the rollout loop (also a collector's)."""
+        """``learn``'s ``use_masking``, for the rollout loop (also a collector's): the masks when the env has them."""
         if use_masking and self.env is not None and not is_masking_supported(self.env):
             raise ValueError(f"{NO_ACTION_MASKS}; or call learn(use_masking=False) to train without masks")
         self._use_masking = use_masking

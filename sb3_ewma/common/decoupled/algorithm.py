@@ -8,7 +8,7 @@ import contextlib
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import torch as th
 from gymnasium import spaces
@@ -49,6 +49,8 @@ from sb3_ewma.common.minibatches import rollout_minibatches
 from sb3_ewma.common.optim import clip_grad_norm, prefer_foreach
 from sb3_ewma.common.precision import FLOAT32, TrainingPrecision
 from sb3_ewma.common.staleness import take_stale_rollout
+
+SelfAlgorithm = TypeVar("SelfAlgorithm", bound="DecoupledAlgorithm")
 
 
 class DecoupledAlgorithm(HostAlgorithm):
@@ -121,11 +123,10 @@ class DecoupledAlgorithm(HostAlgorithm):
         setup_clip_schedules(self)
 
     def _setup_decoupled_training(self) -> None:
-        """
-        After the parent's ``_setup_model`` (also when loading): the advantage options, the proximal policy, the queue
-        of stale rollouts, and data-parallel training (every rank gets rank 0's state).
-        """
+        """After the parent's ``_setup_model`` (also on load): advantages, proximal policy, stale rollouts, ranks."""
         self.advantage_normalizer.configure(self.normalize_advantage, self.advantage_normalization, self.advantage_ewma_decay)
+        for stale in ("proximal_ewma", "proximal_decay"):  # attributes of files saved before, set by `load`
+            self.__dict__.pop(stale, None)
         self.proximal = ProximalPolicy.of(self)
         self.training_precision.prepare(self.policy, self.proximal.network)
         self._stale_buffers: deque[Any] = deque()
@@ -225,7 +226,7 @@ class DecoupledAlgorithm(HostAlgorithm):
         super().set_random_seed(None if seed is None else seed + self.rank * self.n_envs)
 
     def learn(
-        self,
+        self: SelfAlgorithm,
         total_timesteps: int,
         callback: MaybeCallback = None,
         log_interval: int = 1,
@@ -233,11 +234,12 @@ class DecoupledAlgorithm(HostAlgorithm):
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
         **parent_kwargs: Any,
-    ) -> Any:
-        """SB3's ``learn`` (TensorBoard run: the class's name), overlapped with ``async_rollouts``; ``parent_kwargs``:
+    ) -> SelfAlgorithm:
+        """SB3's ``learn`` (TensorBoard run: the algorithm's name), overlapped with ``async_rollouts``; ``parent_kwargs``:
         the parent's further arguments (``MaskablePPO``'s ``use_masking``)."""
         check_learn_arguments(total_timesteps, log_interval)
-        tb_log_name = type(self).__name__ if tb_log_name is None else tb_log_name
+        if tb_log_name is None:  # the package's class, also for a user's subclass of it
+            tb_log_name = next(klass.__name__ for klass in type(self).__mro__ if klass.__module__.startswith("sb3_ewma."))
         with self._learning(**parent_kwargs):
             if self.async_rollouts:
                 learn_with_overlapped_rollouts(
@@ -290,10 +292,7 @@ class DecoupledAlgorithm(HostAlgorithm):
     def _collect_rollout_with(
         self, policy: Any, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
     ) -> bool:
-        """
-        Fill ``rollout_buffer`` with ``n_rollout_steps`` steps of every environment by the parent's rollout loop,
-        acting with ``policy`` (``self.policy`` or a copy of it). Returns False if a callback stopped the rollout.
-        """
+        """The parent's rollout loop acting with ``policy`` (``self.policy`` or a copy); False if a callback stopped it."""
         view = RolloutView(self, policy, self._timesteps_per_env_step)
         loop = type(self)._parent_collect_rollouts
         return loop(view, env, callback, rollout_buffer, n_rollout_steps, **self._rollout_loop_kwargs())
@@ -304,9 +303,8 @@ class DecoupledAlgorithm(HostAlgorithm):
 
     def _synchronize_iteration(self, continue_training: bool) -> bool:
         """Once per iteration, after the rollout: whether training goes on (on every rank, when data-parallel)."""
-        if self.data_parallel is None:
-            return continue_training
-        return self.data_parallel.synchronize_iteration(self, continue_training)
+        data_parallel = self.data_parallel
+        return continue_training if data_parallel is None else data_parallel.synchronize_iteration(self, continue_training)
 
     def predict(self, *args: Any, **kwargs: Any) -> Any:
         with self._training_lock:  # the parameters of an iteration boundary under async_rollouts
@@ -347,7 +345,9 @@ class DecoupledAlgorithm(HostAlgorithm):
     def _excluded_save_params(self) -> list[str]:
         # the collaborators (rebuilt by _setup_model), this run's state (stale rollouts, epoch in progress), the lock
         unsaved = ["proximal", "data_parallel", "training_precision", "distributed", "_world_size_change", "_stale_buffers"]
-        return [*super()._excluded_save_params(), *unsaved, "_gradient_noise", "_train_lock", *type(self)._unsaved_attributes]
+        # proximal_ewma and proximal_decay: properties now; attributes of files saved before (pickled in their data)
+        unsaved += ["_gradient_noise", "_train_lock", "proximal_ewma", "proximal_decay", *type(self)._unsaved_attributes]
+        return [*super()._excluded_save_params(), *unsaved]
 
     def train(self) -> None:
         """SB3 PPO's ``train`` with the decoupled objective, on the rollout buffer (or the one ``staleness`` ago)."""

@@ -83,7 +83,13 @@ class DataParallelTraining:
         """Before SB3's ``_setup_learn``: the ranks agree on the budget; ranks other than 0 log nothing."""
         # before anything is collected: a rank that would stop early would leave the others waiting
         self.context.check_same_settings(
-            {"total_timesteps (learn)": total_timesteps, "num_timesteps (start of learn)": algorithm.num_timesteps},
+            {
+                "total_timesteps (learn)": total_timesteps,
+                "num_timesteps (start of learn)": algorithm.num_timesteps,
+                # set on the model after its setup (sb3_ewma.ablations.with_staleness): not among setup's settings
+                "staleness": algorithm.staleness,
+                "staleness_mode": algorithm.staleness_mode,
+            },
             advice="call learn() with the same total_timesteps on every rank (and the same model state)",
         )
         if self.rank != 0:

@@ -748,3 +748,18 @@ def test_train_step_measures_each_format_on_the_same_parameters_and_data(tmp_pat
     assert 0 < variants["bfloat16"]["loss_change"] < 5e-2  # bfloat16's 8 bits of mantissa
     table = (tmp_path / "train_step" / "smoke" / "results.md").read_text()
     assert "| ppo_ewma | channels_last_bfloat16 |" in table and "python -m benchmarks.timing.train_step" in table
+
+
+def test_throughput_measures_the_fast_training_step_beside_the_plain_one(tmp_path):
+    assert throughput.base_algorithm("ppo_ewma_async_fast") == ("ppo_ewma", True)
+    assert throughput.training_precision_for("ppo_ewma") is None
+    fast = throughput.training_precision_for("ppg_ewma_fast")
+    assert str(fast.autocast_dtype) == "torch.bfloat16" and fast.channels_last
+    with pytest.raises(ValueError, match="ppo_fast: SB3's PPO has no training_precision"):
+        throughput.main(["--preset", "smoke", "--out", str(tmp_path), "--algos", "ppo_fast"])
+    medians = throughput.main(
+        ["--preset", "smoke", "--iterations", "1", "--out", str(tmp_path), "--algos", "ppo_ewma,ppo_ewma_fast"]
+    )
+    assert set(medians) == {"ppo_ewma", "ppo_ewma_fast"}
+    results = (tmp_path / "throughput" / "smoke" / "results.md").read_text()
+    assert "channels_last + bf16 training step (speed-up of learn over the same algorithm): ppo_ewma_fast: " in results

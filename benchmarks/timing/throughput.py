@@ -21,7 +21,10 @@ epochs, 1 policy epoch for PPG), scaled to the machine::
 
 An algorithm name ending in ``_async`` (``ppo_ewma_async``, ``ppg_async``, ``ppg_ewma_async``) runs with
 ``async_rollouts=True`` (a collector thread), one ending in ``_process`` with ``async_rollouts="process"`` (a collector
-process); ``--algos all`` runs every one. ``ppo_foreach`` is SB3's PPO with Adam's foreach step
+process); a name ending in ``_fast`` (``ppo_ewma_fast``, ``ppo_ewma_async_fast``, ``ppg_ewma_fast``) trains with
+``channels_last`` weights and the forward passes under bfloat16 autocast (``sb3_ewma.common.precision``, a GPU's
+means: measured here end to end, and one by one by ``benchmarks.timing.train_step``); ``--algos all`` runs every one
+but those. ``ppo_foreach`` is SB3's PPO with Adam's foreach step
 (``optimizer_kwargs=dict(eps=1e-5, foreach=True)``): what the sb3_ewma algorithms use on CPU, so that the EWMA's own
 cost reads as ``ppo_ewma`` against ``ppo_foreach``. Besides steps per second, each measurement splits the timed ``learn``
 into exposed collection (``learn`` minus ``train``: what the main thread spends outside training, i.e. rollouts,
@@ -102,6 +105,8 @@ CONFIG_KEYS = (
 )
 ASYNC_SUFFIX = "_async"
 PROCESS_SUFFIX = "_process"
+FAST_SUFFIX = "_fast"
+"""channels_last weights and bfloat16 autocast in train() (a GPU's means; see training_precision_for)."""
 SB3_FOREACH = "ppo_foreach"
 """SB3's PPO with the foreach Adam step of the sb3_ewma algorithms (sb3_ewma.common.optim; SB3's numbers bit for bit)."""
 ALL_ALGORITHMS = (
@@ -123,6 +128,8 @@ def base_algorithm(name: str) -> tuple[str, bool | str]:
     """
     if name == SB3_FOREACH:
         return "ppo", False
+    if name.endswith(FAST_SUFFIX):
+        name = name[: -len(FAST_SUFFIX)]
     for suffix, mode in ((ASYNC_SUFFIX, True), (PROCESS_SUFFIX, "process")):
         if name.endswith(suffix) and name != "ppo" + suffix:
             return name[: -len(suffix)], mode
@@ -130,6 +137,13 @@ def base_algorithm(name: str) -> tuple[str, bool | str]:
 
 
 """The settings a measurement depends on (hashed: measurements made with other settings are not reused)."""
+
+
+def training_precision_for(name: str) -> Any:
+    """The numeric format of ``train()`` for an algorithm name: the ``_fast`` one, or None (the algorithm's own)."""
+    from sb3_ewma.common.precision import TrainingPrecision
+
+    return TrainingPrecision(th.bfloat16, channels_last=True) if name.endswith(FAST_SUFFIX) else None
 
 
 def settings_for(name: str, config: dict[str, Any]) -> dict[str, Any]:
@@ -224,6 +238,10 @@ def measure(name: str, repeat: int, config: dict[str, Any]) -> dict[str, Any]:
     env = make_env(config["env"], config["n_envs"], seed=repeat)
     policy = policy_for(config["features"])[0]
     model = algorithm_class(base_algorithm(name)[0])(policy, env, **settings_for(name, config))
+    precision = training_precision_for(name)
+    if precision is not None:
+        model.training_precision = precision
+        precision.prepare(model.policy, model.proximal.network)
     model.learn(config["n_envs"] * config["n_steps"])
     timer = TrainTimer(model)
     steps = config["n_envs"] * config["n_steps"] * config["iterations"]
@@ -262,6 +280,8 @@ def run(config: dict[str, Any], csv_path: Path | None = None) -> dict[str, dict[
     apply_malloc(config["malloc"])
     for name in names:
         algorithm_class(base_algorithm(name)[0])  # fail early on an unknown name
+        if base_algorithm(name)[0] == "ppo" and training_precision_for(name) is not None:
+            raise ValueError(f"{name}: SB3's PPO has no training_precision (the _fast algorithms are this package's)")
     digest = config_hash(config)
     rows = [row for row in read_csv(csv_path) if row["config_hash"] == digest] if csv_path else []
     done = {(int(row["repeat"]), row["algo"]) for row in rows}
@@ -326,6 +346,13 @@ def report(medians: dict[str, dict[str, float]], baseline: str = "ppo") -> str:
     ]
     if overlapped:
         lines += ["", "Overlapped rollouts (time of learn): " + "; ".join(overlapped)]
+    fast = [
+        f"{name}: {medians[name[: -len(FAST_SUFFIX)]]['total'] / value['total']:.3f}"
+        for name, value in medians.items()
+        if name.endswith(FAST_SUFFIX) and name[: -len(FAST_SUFFIX)] in medians
+    ]
+    if fast:
+        lines += ["", "channels_last + bf16 training step (speed-up of learn over the same algorithm): " + "; ".join(fast)]
     return "\n".join(lines)
 
 

@@ -64,7 +64,8 @@ def test_the_behavior_proximal_policy_is_the_buffers_log_probabilities():
     behavior_log_prob = th.tensor([-0.1, -2.0])
     log_prob, distribution = proximal.log_prob(None, th.tensor([0, 1]), behavior_log_prob)
     assert log_prob is behavior_log_prob and distribution is None
-    proximal.start_iteration(), proximal.step(), proximal.restart()  # nothing to move
+    proximal.start_iteration(), proximal.step(), proximal.restart()  # nothing to move, nothing built
+    assert proximal.kind == "behavior" and proximal.network is None
 
 
 def test_the_proximal_log_prob_is_the_networks_with_or_without_its_distribution():

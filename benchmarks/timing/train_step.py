@@ -55,9 +55,8 @@ def build(algo: str, variant: str, preset: str, device: str) -> Any:
         # every train() ends a phase: the auxiliary phase is timed with the policy phase
         settings.update(n_policy_iterations=1, n_aux_epochs=2)
     algorithm = PPG_EWMA if algo == "ppg_ewma" else PPO_EWMA
-    model = algorithm(policy, env, policy_kwargs=policy_kwargs, _init_setup_model=False, **settings)
-    model.training_precision = precision_of(variant)
-    model._setup_model()
+    model = algorithm(policy, env, policy_kwargs=policy_kwargs, **settings)
+    precision_of(variant).apply_to(model)
     model.learn(shape["n_envs"] * shape["n_steps"])
     return model
 

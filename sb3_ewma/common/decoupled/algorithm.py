@@ -345,8 +345,7 @@ class DecoupledAlgorithm(HostAlgorithm):
     def _excluded_save_params(self) -> list[str]:
         # the collaborators (rebuilt by _setup_model), this run's state (stale rollouts, epoch in progress), the lock
         unsaved = ["proximal", "data_parallel", "training_precision", "distributed", "_world_size_change", "_stale_buffers"]
-        # proximal_ewma and proximal_decay: properties now; attributes of files saved before (pickled in their data)
-        unsaved += ["_gradient_noise", "_train_lock", "proximal_ewma", "proximal_decay", *type(self)._unsaved_attributes]
+        unsaved += ["_gradient_noise", "_train_lock", *type(self)._unsaved_attributes]
         return [*super()._excluded_save_params(), *unsaved]
 
     def train(self) -> None:

@@ -17,6 +17,8 @@ INSTALL_REQUIRES = [
     "numpy",
     # scale.py reads rl-zoo3 YAML entries
     "PyYAML",
+    # the constructors' keyword arguments (TypedDict and Unpack, PEP 692) on Python 3.10
+    "typing_extensions>=4.10",
 ]
 
 EXTRAS = {

@@ -1,6 +1,6 @@
 """PPO-EWMA and PPG-EWMA (Hilton, Cobbe & Schulman, *Batch size-invariance for policy optimization*) for Stable-Baselines3."""
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # first: silences the legacy gym package's banner, which SB3's import would print (see the module)
 import sb3_ewma._quiet  # noqa: F401
@@ -12,6 +12,12 @@ from sb3_ewma.common.ewma import (
 )
 from sb3_ewma.ppg_ewma import PPG, PPG_EWMA
 from sb3_ewma.ppo_ewma import PPO_EWMA
+
+if TYPE_CHECKING:
+    # what type checkers see of the names that __getattr__ imports on first use
+    from sb3_ewma.maskable_ppo_ewma import MaskablePPO_EWMA
+    from sb3_ewma.recurrent_ppo_ewma import RecurrentPPO_EWMA
+    from sb3_ewma.scale import scale_hyperparams, scale_hyperparams_with_report
 
 
 def __getattr__(name: str) -> Any:
@@ -33,7 +39,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'sb3_ewma' has no attribute {name!r}")
 
 
-del Any  # only for the annotation: the package's namespace holds what it offers (see __dir__)
+del TYPE_CHECKING, Any  # only for the annotations: the package's namespace holds what it offers (see __dir__)
 
 
 def _read_version() -> str:

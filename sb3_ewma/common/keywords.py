@@ -112,6 +112,25 @@ def check_keywords(algorithm: type, kwargs: dict[str, Any]) -> None:
             raise TypeError(unknown_keyword_message(algorithm, name, value))
 
 
+def check_positional_arguments(algorithm: type, args: tuple[Any, ...]) -> None:
+    """
+    Raise a ``TypeError`` for arguments given by position where the constructor takes keywords (after ``policy`` and
+    ``env``), naming the keyword of each in the constructor's order (the parent's, for a drop-in of SB3's ``PPO``).
+    """
+    parameters = list(inspect.signature(algorithm).parameters.values())
+    if any(parameter.kind is inspect.Parameter.VAR_POSITIONAL for parameter in parameters):
+        return
+    by_position = [parameter.name for parameter in parameters if parameter.kind is not inspect.Parameter.KEYWORD_ONLY]
+    keyword_only = [parameter.name for parameter in parameters if parameter.kind is inspect.Parameter.KEYWORD_ONLY]
+    extra = args[len(by_position) :]
+    if extra and len(extra) <= len(keyword_only):
+        keywords = ", ".join(f"{name}={value!r}" for name, value in zip(keyword_only, extra))
+        raise TypeError(
+            f"{algorithm.__name__} takes {_join(by_position)} by position and its other arguments by keyword: "
+            f"{len(extra)} more given by position, pass them as {keywords}"
+        )
+
+
 def check_policy_keywords(algorithm: type, policy: Any, policy_kwargs: Any) -> None:
     """
     Raise a ``TypeError`` for a keyword of ``policy_kwargs`` that the algorithm's own policy (``policy``, one of its

@@ -10,7 +10,7 @@ imported without it.
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -168,30 +168,32 @@ def check_procgen_args(
         )
 
 
-def _make_procgen(
-    num: int,
-    env_name: str,
-    distribution_mode: str,
-    num_levels: int,
-    start_level: int,
-    rand_seed: int,
-    render_mode: str | None,
-    procgen_kwargs: dict[str, Any],
-) -> Any:
-    """Create procgen's gym3 environment (the one that ``procgen.ProcgenEnv`` wraps)."""
+class ProcgenSettings(Protocol):
+    """The settings of a procgen environment, as the wrappers of this package keep them."""
+
+    env_name: str
+    distribution_mode: str
+    num_levels: int
+    start_level: int
+    render_mode: str | None
+    procgen_kwargs: dict[str, Any]
+
+
+def _make_procgen(num: int, rand_seed: int, settings: ProcgenSettings) -> Any:
+    """Create procgen's gym3 environment (the one that ``procgen.ProcgenEnv`` wraps) of ``num`` copies."""
     env_class = _procgen_env_class()
-    kwargs = dict(procgen_kwargs)
-    if distribution_mode != "exploration":
+    kwargs = dict(settings.procgen_kwargs)
+    if settings.distribution_mode != "exploration":
         # exploration mode sets them itself and refuses them as arguments
-        kwargs.update(num_levels=int(num_levels), start_level=int(start_level))
+        kwargs.update(num_levels=int(settings.num_levels), start_level=int(settings.start_level))
     try:
         # procgen loads its environment library (libenv.so, through cffi) here, not when it is imported
         return env_class(
             num=int(num),
-            env_name=env_name,
-            distribution_mode=distribution_mode,
+            env_name=settings.env_name,
+            distribution_mode=settings.distribution_mode,
             rand_seed=int(rand_seed),
-            render_mode=render_mode,
+            render_mode=settings.render_mode,
             **kwargs,
         )
     except OSError as error:
@@ -287,16 +289,7 @@ class ProcgenVecEnv(VecEnv):
         if self._env is not None:
             self._env.close()
             self._env = None
-        self._env = _make_procgen(
-            self._num,
-            self.env_name,
-            self.distribution_mode,
-            self.num_levels,
-            self.start_level,
-            rand_seed,
-            self.render_mode,
-            self.procgen_kwargs,
-        )
+        self._env = _make_procgen(self._num, rand_seed, self)
         self.current_seed = rand_seed
         _, ob, _ = self._env.observe()
         self._obs: np.ndarray = ob["rgb"]

@@ -71,16 +71,7 @@ class ProcgenGymnasiumEnv(gym.Env):
         if self._env is not None:
             self._env.close()
             self._env = None
-        self._env = native._make_procgen(
-            1,
-            self.env_name,
-            self.distribution_mode,
-            self.num_levels,
-            self.start_level,
-            rand_seed,
-            self.render_mode,
-            self.procgen_kwargs,
-        )
+        self._env = native._make_procgen(1, rand_seed, self)
         _, ob, _ = self._env.observe()
         self._obs = ob["rgb"][0]
         self._level_seed = int(self._env.get_info()[0]["level_seed"])

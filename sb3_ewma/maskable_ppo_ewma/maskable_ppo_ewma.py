@@ -10,16 +10,20 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 from stable_baselines3.common.vec_env import VecEnv
+from typing_extensions import Unpack
 
 from sb3_ewma.common.checks import warn_at_caller
 from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
-from sb3_ewma.common.decoupled.options import (
-    DecoupledOptions,
-    document_decoupled_options,
-    parent_arguments,
+from sb3_ewma.common.decoupled.arguments import (
+    DecoupledArguments,
+    PPOArguments,
+    constructor_arguments,
+    document_arguments,
+    keyword_signature,
 )
+from sb3_ewma.common.decoupled.options import DecoupledOptions, parent_arguments
 from sb3_ewma.common.distributions import policy_latents
 from sb3_ewma.common.export import to_parent_algorithm
 from sb3_ewma.maskable_ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
@@ -39,7 +43,15 @@ def proximal_masked_distribution(network: MaskableActorCriticPolicy, minibatch: 
     return network.get_distribution(minibatch.observations, action_masks=minibatch.action_masks)
 
 
-@document_decoupled_options
+class MaskablePPOEWMAArguments(PPOArguments, DecoupledArguments, total=False):
+    """The keyword arguments of :class:`MaskablePPO_EWMA`: sb3-contrib's ``MaskablePPO``'s and the decoupled options."""
+
+    batch_size: int | None
+    rollout_buffer_class: type[RolloutBuffer] | None
+    rollout_buffer_kwargs: dict[str, Any] | None
+
+
+@document_arguments(MaskablePPO)
 class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
     """
     MaskablePPO-EWMA: sb3-contrib's ``MaskablePPO`` (PPO with invalid-action masking) with an exponentially weighted
@@ -50,48 +62,9 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
     stored in the rollout buffer. With ``ewma_decay=None`` it is ``MaskablePPO``, up to the
     importance-sampling cap ``imp_samp_max``.
 
-    :param policy: The policy model to use (MlpPolicy, CnnPolicy, ...)
-    :param env: The environment to learn from (if registered in Gym, can be str)
-    :param learning_rate: The learning rate, it can be a function
-        of the current progress remaining (from 1 to 0)
-    :param n_steps: The number of steps to run for each environment per update
-        (i.e. batch size is n_steps * n_env where n_env is number of environment copies running in parallel)
     :param batch_size: Minibatch size (``None``: the whole rollout)
-    :param n_epochs: Number of epoch when optimizing the surrogate loss (batch size-invariance needs 1)
-    :param gamma: Discount factor
-    :param gae_lambda: Factor for trade-off of bias vs variance for Generalized Advantage Estimator
-    :param clip_range: Clipping parameter ``eps`` of the ratio ``pi / pi_prox``, it can be a function of the current
-        progress remaining (from 1 to 0). ``None`` turns clipping off (use the KL penalty ``kl_coef`` instead).
-    :param clip_range_vf: Clipping parameter for the value function,
-        it can be a function of the current progress remaining (from 1 to 0).
-        If None is passed (default), no clipping will be done on the value function.
-        IMPORTANT: this clipping depends on the reward scaling.
-    :param normalize_advantage: Whether to normalize or not the advantage (see ``advantage_normalization``)
-    :param ent_coef: Entropy coefficient for the loss calculation
-    :param vf_coef: Value function coefficient for the loss calculation
-    :param max_grad_norm: The maximum value for the gradient clipping
     :param rollout_buffer_class: Rollout buffer class to use. If ``None``, it will be automatically selected.
     :param rollout_buffer_kwargs: Keyword arguments to pass to the rollout buffer on creation
-    :param target_kl: Limit the KL divergence between updates: stop the iteration's epochs when the estimated
-        KL from the behavior policy (as in SB3) exceeds ``1.5 * target_kl``. By default, there is no limit.
-    :param stats_window_size: Window size for the rollout logging, specifying the number of episodes to average
-        the reported success rate, mean episode length, and mean reward over
-    :param tensorboard_log: the log location for tensorboard (if None, no logging)
-    :param policy_kwargs: additional arguments to be passed to the policy on creation
-    :param verbose: Verbosity level: 0 for no output, 1 for info messages (such as device or wrappers used), 2 for
-        debug messages
-    :param seed: Seed for the pseudo random generators
-    :param device: Device (cpu, cuda, ...) on which the code should be run.
-        Setting it to auto, the code will be run on the GPU if possible.
-    :param ewma_decay: Decay ``beta_prox`` in [0, 1) of the EWMA of the policy parameters that serves as the proximal
-        policy, updated after every optimizer step; its center of mass (age in optimizer steps) is
-        ``beta / (1 - beta)`` (see :func:`sb3_ewma.ewma_decay_from_center_of_mass`). A name
-        (:mod:`sb3_ewma.common.ewma_age`) sets the center of mass from the minibatches per epoch ``M`` and the
-        epochs ``E``: ``"paper"`` ``M`` (the paper's setting), ``"max_age"`` ``E * M``, ``"mean_age"`` ``E * M / 2``;
-        ``"auto"`` (default) is ``"mean_age"`` with several epochs, ``"paper"`` with one. ``None``: no EWMA, the
-        proximal policy is
-        the behavior policy (the parent algorithm).
-    :decoupled options:
     :param minibatch_sampling: How each epoch is split into minibatches: ``"steps"`` (default, SB3's: random steps)
         or ``"rollouts"`` (the authors': whole ``n_steps``-step rollouts of ``batch_size / n_steps`` environments per
         minibatch, environments in random order; ``batch_size`` must be a multiple of ``n_steps``, or divide it: then
@@ -106,8 +79,13 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
         collector thread; ``"process"``: a forked collector process, CPU policies only): the collector asks the
         environments for the action masks at every step (``learn(use_masking=False)`` turns them off, as in
         ``MaskablePPO``).
-    :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
+
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
+        "MlpPolicy": MlpPolicy,
+        "CnnPolicy": CnnPolicy,
+        "MultiInputPolicy": MultiInputPolicy,
+    }
 
     # learn()'s use_masking during a learn call (True otherwise), read by the rollout loop, also when a collector runs it
     _use_masking: bool = True
@@ -117,55 +95,15 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
     # the advantages of stale data stay those computed at collection, as RecurrentPPO_EWMA's
     _recompute_stale_advantages = False
 
-    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
-        "MlpPolicy": MlpPolicy,
-        "CnnPolicy": CnnPolicy,
-        "MultiInputPolicy": MultiInputPolicy,
-    }
-
-    def __init__(
-        self,
-        policy: str | type[MlpPolicy],
-        env: GymEnv | str,
-        learning_rate: float | Schedule = 3e-4,
-        n_steps: int = 2048,
-        batch_size: int | None = 64,
-        n_epochs: int = 10,
-        gamma: float = 0.99,
-        gae_lambda: float = 0.95,
-        clip_range: float | Schedule | None = 0.2,
-        clip_range_vf: float | Schedule | None = None,
-        normalize_advantage: bool = True,
-        ent_coef: float = 0.0,
-        vf_coef: float = 0.5,
-        max_grad_norm: float = 0.5,
-        rollout_buffer_class: type[RolloutBuffer] | None = None,
-        rollout_buffer_kwargs: dict[str, Any] | None = None,
-        target_kl: float | None = None,
-        stats_window_size: int = 100,
-        tensorboard_log: str | None = None,
-        policy_kwargs: dict[str, Any] | None = None,
-        verbose: int = 0,
-        seed: int | None = None,
-        device: th.device | str = "auto",
-        ewma_decay: float | str | None = "auto",
-        kl_coef: float = 0.0,
-        kl_estimator: str = "sample",
-        imp_samp_max: float = 100.0,
-        advantage_normalization: str = "minibatch",
-        advantage_ewma_decay: float = 0.0,
-        minibatch_sampling: str = "steps",
-        log_gradient_noise_scale: bool = False,
-        distributed: bool | None = None,
-        async_rollouts: bool | str = False,
-        _init_setup_model: bool = True,
-    ):
-        # the PPO hyperparameters and the decoupled options, checked before anything is built
-        options = DecoupledOptions.from_arguments(locals(), batch_size_may_be_none=True)
-        super().__init__(**parent_arguments(MaskablePPO, locals()))
+    @keyword_signature(MaskablePPOEWMAArguments, parent=MaskablePPO)
+    def __init__(self, policy: str | type[MlpPolicy], env: GymEnv | str, **kwargs: Unpack[MaskablePPOEWMAArguments]) -> None:
+        # MaskablePPO's arguments (with its defaults) and the decoupled options, checked before anything is built
+        arguments = constructor_arguments(MaskablePPO_EWMA, locals(), kwargs)
+        options = DecoupledOptions.from_arguments(arguments, batch_size_may_be_none=True)
+        super().__init__(**parent_arguments(MaskablePPO, arguments))
         self._set_decoupled_options(options)
         self._warn_without_action_masks()
-        if _init_setup_model:
+        if arguments["_init_setup_model"]:
             self._setup_model()
 
     def set_env(self, env: GymEnv | str, force_reset: bool = True) -> None:

@@ -13,12 +13,19 @@ from stable_baselines3.common.type_aliases import GymEnv, RolloutBufferSamples, 
 from stable_baselines3.common.utils import FloatSchedule
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
+from typing_extensions import Unpack
 
 from sb3_ewma.common.checks import arguments_for
 from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
+from sb3_ewma.common.decoupled.arguments import (
+    DecoupledArguments,
+    constructor_arguments,
+    document_arguments,
+    keyword_signature,
+)
 from sb3_ewma.common.decoupled.logs import record_train_logs
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
-from sb3_ewma.common.decoupled.options import DecoupledOptions, document_decoupled_options, parent_arguments
+from sb3_ewma.common.decoupled.options import DecoupledOptions, parent_arguments
 from sb3_ewma.common.decoupled.proximal import is_loading_from_file
 from sb3_ewma.common.format import human_bytes
 from sb3_ewma.common.losses import clipped_values
@@ -35,7 +42,7 @@ from sb3_ewma.ppg_ewma.policies import (
 )
 
 
-@document_decoupled_options
+@document_arguments(PPO)
 class PPG_EWMA(DecoupledAlgorithm, OnPolicyAlgorithm):
     """
     PPG-EWMA: Phasic Policy Gradient (Cobbe et al. 2020, https://arxiv.org/abs/2009.04416) whose policy phase uses the
@@ -66,7 +73,6 @@ class PPG_EWMA(DecoupledAlgorithm, OnPolicyAlgorithm):
     ``aux_batch_size=4 * 256`` (4 rollouts of one environment), no gradient clipping (``max_grad_norm=float("inf")``).
 
     :param policy: The policy model to use (MlpPolicy, CnnPolicy, MultiInputPolicy or a :class:`PPGPolicy` subclass)
-    :param env: The environment to learn from (if registered in Gym, can be str)
     :param learning_rate: The learning rate of the policy phase, it can be a function
         of the current progress remaining (from 1 to 0)
     :param n_steps: The number of steps to run for each environment per iteration
@@ -75,36 +81,16 @@ class PPG_EWMA(DecoupledAlgorithm, OnPolicyAlgorithm):
     :param n_epochs: Number of policy epochs ``E_pi`` per iteration (optimizing the policy objective and entropy)
     :param n_value_epochs: Number of value epochs ``E_V`` per iteration (optimizing the value loss). The first
         ``min(E_pi, E_V)`` epochs optimize the sum of both losses in the same steps.
-    :param gamma: Discount factor
-    :param gae_lambda: Factor for trade-off of bias vs variance for Generalized Advantage Estimator
-    :param clip_range: Clipping parameter ``eps`` of the ratio ``pi / pi_prox``, it can be a function of the current
-        progress remaining (from 1 to 0). ``None`` turns clipping off (use the KL penalty ``kl_coef`` instead).
     :param clip_range_vf: Clipping parameter for the value function in the policy phase,
         it can be a function of the current progress remaining (from 1 to 0).
         If None is passed (default), no clipping will be done on the value function.
         IMPORTANT: this clipping depends on the reward scaling.
-    :param normalize_advantage: Whether to normalize or not the advantage (see ``advantage_normalization``)
-    :param ent_coef: Entropy coefficient for the loss calculation
     :param vf_coef: Value function coefficient of the policy phase's loss
     :param max_grad_norm: The maximum value for the gradient clipping (both phases)
-    :param use_sde: Whether to use generalized State Dependent Exploration (gSDE)
-        instead of action noise exploration (default: False)
-    :param sde_sample_freq: Sample a new noise matrix every n steps when using gSDE
-        Default: -1 (only sample at the beginning of the rollout)
-    :param rollout_buffer_class: Rollout buffer class to use. If ``None``, it will be automatically selected.
-    :param rollout_buffer_kwargs: Keyword arguments to pass to the rollout buffer on creation
     :param target_kl: Limit the KL divergence between updates: stop the iteration's policy epochs when the estimated
         KL from the behavior policy (as in SB3) exceeds ``1.5 * target_kl`` (value epochs go on). No limit by default.
-    :param stats_window_size: Window size for the rollout logging, specifying the number of episodes to average
-        the reported success rate, mean episode length, and mean reward over
-    :param tensorboard_log: the log location for tensorboard (if None, no logging)
     :param policy_kwargs: additional arguments to be passed to the policy on creation (``arch`` is set by the
         argument of the same name)
-    :param verbose: Verbosity level: 0 for no output, 1 for info messages (such as device or wrappers used), 2 for
-        debug messages
-    :param seed: Seed for the pseudo random generators
-    :param device: Device (cpu, cuda, ...) on which the code should be run.
-        Setting it to auto, the code will be run on the GPU if possible.
     :param ewma_decay: Decay ``beta_prox`` in [0, 1) of the EWMA of the policy parameters (trunk and policy head)
         that serves as the proximal policy, updated after every optimizer step on the policy loss and reset at the start
         of every policy phase that follows an auxiliary phase; its center of mass is ``beta / (1 - beta)`` optimizer
@@ -113,7 +99,6 @@ class PPG_EWMA(DecoupledAlgorithm, OnPolicyAlgorithm):
         ``"max_age"`` ``E * M``, ``"mean_age"`` ``E * M / 2``; ``"auto"`` (default) is ``"mean_age"`` with
         several epochs, ``"paper"`` with one. ``None``: no
         EWMA, the proximal policy is the behavior policy (plain PPG).
-    :decoupled options:
     :param n_policy_iterations: Iterations (rollouts) per policy phase ``N_pi``; an auxiliary phase follows each
         policy phase. The auxiliary buffer holds ``N_pi * n_steps * n_envs`` steps.
     :param n_aux_epochs: Epochs ``E_aux`` over the auxiliary buffer in each auxiliary phase (0: no auxiliary phase,
@@ -147,12 +132,6 @@ class PPG_EWMA(DecoupledAlgorithm, OnPolicyAlgorithm):
         :mod:`sb3_ewma.common.gradient_noise`). It approximates the critical batch size, below which the batch
         size-invariance rules hold. Needs at least 2 minibatches per epoch; costs one copy of the gradient and one
         norm per optimizer step, so it is off by default.
-    :param distributed: Data-parallel training on ``torch.distributed`` (documentation: "Data-Parallel
-        Training"): ``None`` (default) joins, or creates from torchrun's environment, the default process group when
-        ``WORLD_SIZE > 1``; ``True`` requires it (also with one rank); ``False`` never (each process trains its own
-        model). Hyperparameters are per rank (``n_envs``, ``n_steps``, ``batch_size``); gradients are averaged over
-        the ranks; ``num_timesteps`` and ``total_timesteps`` count the environment steps of all ranks; rank 0 alone
-        logs, saves and runs the callbacks. Not saved with the model.
     :param async_rollouts: Overlap rollouts with training: each policy-phase iteration trains on the rollout collected
         by the parameters of the previous iteration while a collector collects the next one with a snapshot of
         the current parameters (staleness of exactly one iteration; the first rollout of each ``learn`` call is fresh).
@@ -163,7 +142,6 @@ class PPG_EWMA(DecoupledAlgorithm, OnPolicyAlgorithm):
         forked collector process (CPU policies; for Python-heavy loops such as CartPole with a small MLP), whose
         rollouts are replayed to the callbacks at the hand-off, the next ``learn`` call then starting with
         ``env.reset()`` (documentation: "Overlapped Rollouts").
-    :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
     # PPO's hyperparameters, which this algorithm sets itself (its parent is OnPolicyAlgorithm)
@@ -184,10 +162,12 @@ class PPG_EWMA(DecoupledAlgorithm, OnPolicyAlgorithm):
     # the auxiliary buffer is not saved: a loaded model restarts its current policy phase
     _unsaved_attributes = ("aux_buffer", "aux_lr_schedule")
 
+    @keyword_signature(DecoupledArguments)
     def __init__(
         self,
         policy: str | type[PPGPolicy],
         env: GymEnv | str,
+        *,
         learning_rate: float | Schedule = 3e-4,
         n_steps: int = 2048,
         batch_size: int = 64,
@@ -212,12 +192,6 @@ class PPG_EWMA(DecoupledAlgorithm, OnPolicyAlgorithm):
         verbose: int = 0,
         seed: int | None = None,
         device: th.device | str = "auto",
-        ewma_decay: float | str | None = "auto",
-        kl_coef: float = 0.0,
-        kl_estimator: str = "sample",
-        imp_samp_max: float = 100.0,
-        advantage_normalization: str = "minibatch",
-        advantage_ewma_decay: float = 0.0,
         n_policy_iterations: int = 32,
         n_aux_epochs: int = 6,
         beta_clone: float = 1.0,
@@ -226,20 +200,18 @@ class PPG_EWMA(DecoupledAlgorithm, OnPolicyAlgorithm):
         aux_batch_size: int | None = None,
         aux_micro_batch_size: int | None = None,
         aux_optimizer_kwargs: dict[str, Any] | None = None,
-        minibatch_sampling: str = "steps",
         aux_minibatch_sampling: str = "steps",
-        log_gradient_noise_scale: bool = False,
-        distributed: bool | None = None,
-        async_rollouts: bool | str = False,
         _init_setup_model: bool = True,
-    ):
+        **options: Unpack[DecoupledArguments],
+    ) -> None:
         # the PPO hyperparameters, the decoupled options and PPG's, checked before anything is built
-        options = DecoupledOptions.from_arguments(locals(), min_n_epochs=0)
-        check_ppg_hyperparams(**arguments_for(check_ppg_hyperparams, locals()))
+        arguments = constructor_arguments(PPG_EWMA, locals(), options)
+        decoupled_options = DecoupledOptions.from_arguments(arguments, min_n_epochs=0)
+        check_ppg_hyperparams(**arguments_for(check_ppg_hyperparams, arguments))
         super().__init__(
             **parent_arguments(
                 OnPolicyAlgorithm,
-                locals(),
+                arguments,
                 policy_kwargs={**(policy_kwargs or {}), "arch": arch},
                 supported_action_spaces=(spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary),
             )
@@ -261,9 +233,8 @@ class PPG_EWMA(DecoupledAlgorithm, OnPolicyAlgorithm):
         self.aux_batch_size = int(batch_size if aux_batch_size is None else aux_batch_size)
         self.aux_micro_batch_size = int(self.aux_batch_size if aux_micro_batch_size is None else aux_micro_batch_size)
         self.aux_optimizer_kwargs = aux_optimizer_kwargs
-        self.minibatch_sampling = minibatch_sampling
         self.aux_minibatch_sampling = aux_minibatch_sampling
-        self._set_decoupled_options(options)
+        self._set_decoupled_options(decoupled_options)
         # the position in the phase schedule, saved with the model
         self.phase = 0  # index of the current policy phase
         self.phase_iteration = 0  # policy iterations done in the current policy phase

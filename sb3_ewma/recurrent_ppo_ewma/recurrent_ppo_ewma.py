@@ -9,16 +9,20 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import GymEnv, Schedule
+from stable_baselines3.common.type_aliases import GymEnv
 from stable_baselines3.common.vec_env import VecEnv
+from typing_extensions import Unpack
 
 from sb3_ewma.common.collection.rollout import tensors_to
 from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
-from sb3_ewma.common.decoupled.options import (
-    DecoupledOptions,
-    document_decoupled_options,
-    parent_arguments,
+from sb3_ewma.common.decoupled.arguments import (
+    DecoupledArguments,
+    PPOArguments,
+    constructor_arguments,
+    document_arguments,
+    keyword_signature,
 )
+from sb3_ewma.common.decoupled.options import DecoupledOptions, parent_arguments
 from sb3_ewma.common.export import to_parent_algorithm
 from sb3_ewma.common.minibatches import rollout_minibatches
 from sb3_ewma.recurrent_ppo_ewma.buffers import ValidStepsRecurrentDictRolloutBuffer, ValidStepsRecurrentRolloutBuffer
@@ -41,7 +45,15 @@ def proximal_valid_steps_distribution(network: RecurrentActorCriticPolicy, minib
     return valid_steps_distribution(network, minibatch.observations, minibatch.lstm_states, minibatch.episode_starts, mask)
 
 
-@document_decoupled_options
+class RecurrentPPOEWMAArguments(PPOArguments, DecoupledArguments, total=False):
+    """The keyword arguments of :class:`RecurrentPPO_EWMA`: sb3-contrib's ``RecurrentPPO``'s and the decoupled options."""
+
+    batch_size: int | None
+    use_sde: bool
+    sde_sample_freq: int
+
+
+@document_arguments(RecurrentPPO)
 class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
     """
     RecurrentPPO-EWMA: sb3-contrib's ``RecurrentPPO`` (PPO with LSTM policies) with an exponentially weighted moving
@@ -55,50 +67,13 @@ class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
     importance-sampling cap ``imp_samp_max``.
 
     :param policy: The policy model to use (MlpLstmPolicy, CnnLstmPolicy, ...)
-    :param env: The environment to learn from (if registered in Gym, can be str)
-    :param learning_rate: The learning rate, it can be a function
-        of the current progress remaining (from 1 to 0)
-    :param n_steps: The number of steps to run for each environment per update
-        (i.e. batch size is n_steps * n_env where n_env is number of environment copies running in parallel)
     :param batch_size: Minibatch size (``None``: the whole rollout)
-    :param n_epochs: Number of epoch when optimizing the surrogate loss (batch size-invariance needs 1)
-    :param gamma: Discount factor
-    :param gae_lambda: Factor for trade-off of bias vs variance for Generalized Advantage Estimator
-    :param clip_range: Clipping parameter ``eps`` of the ratio ``pi / pi_prox``, it can be a function of the current
-        progress remaining (from 1 to 0). ``None`` turns clipping off (use the KL penalty ``kl_coef`` instead).
-    :param clip_range_vf: Clipping parameter for the value function,
-        it can be a function of the current progress remaining (from 1 to 0).
-        If None is passed (default), no clipping will be done on the value function.
-        IMPORTANT: this clipping depends on the reward scaling.
-    :param normalize_advantage: Whether to normalize or not the advantage (see ``advantage_normalization``)
-    :param ent_coef: Entropy coefficient for the loss calculation
-    :param vf_coef: Value function coefficient for the loss calculation
-    :param max_grad_norm: The maximum value for the gradient clipping
     :param use_sde: Whether to use generalized State Dependent Exploration (gSDE)
         instead of action noise exploration (default: False)
     :param sde_sample_freq: Sample a new noise matrix every n steps when using gSDE
         Default: -1 (only sample at the beginning of the rollout)
-    :param target_kl: Limit the KL divergence between updates: stop the iteration's epochs when the estimated
-        KL from the behavior policy (as in SB3) exceeds ``1.5 * target_kl``. By default, there is no limit.
-    :param stats_window_size: Window size for the rollout logging, specifying the number of episodes to average
-        the reported success rate, mean episode length, and mean reward over
-    :param tensorboard_log: the log location for tensorboard (if None, no logging)
     :param policy_kwargs: additional arguments to be passed to the policy on creation (``lstm_hidden_size``,
         ``n_lstm_layers``, ``shared_lstm``, ``enable_critic_lstm``, ...)
-    :param verbose: Verbosity level: 0 for no output, 1 for info messages (such as device or wrappers used), 2 for
-        debug messages
-    :param seed: Seed for the pseudo random generators
-    :param device: Device (cpu, cuda, ...) on which the code should be run.
-        Setting it to auto, the code will be run on the GPU if possible.
-    :param ewma_decay: Decay ``beta_prox`` in [0, 1) of the EWMA of the policy parameters that serves as the proximal
-        policy, updated after every optimizer step; its center of mass (age in optimizer steps) is
-        ``beta / (1 - beta)`` (see :func:`sb3_ewma.ewma_decay_from_center_of_mass`). A name
-        (:mod:`sb3_ewma.common.ewma_age`) sets the center of mass from the minibatches per epoch ``M`` and the
-        epochs ``E``: ``"paper"`` ``M`` (the paper's setting), ``"max_age"`` ``E * M``, ``"mean_age"`` ``E * M / 2``;
-        ``"auto"`` (default) is ``"mean_age"`` with several epochs, ``"paper"`` with one. ``None``: no EWMA, the
-        proximal policy is
-        the behavior policy (the parent algorithm).
-    :decoupled options:
     :param minibatch_sampling: How each epoch is split into minibatches: ``"steps"`` (default, sb3-contrib's: the
         rollout's steps in time order from a random split point, cut into ``batch_size`` steps) or ``"rollouts"`` (the
         authors': whole ``n_steps``-step rollouts of ``batch_size / n_steps`` environments per minibatch, environments
@@ -116,8 +91,13 @@ class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
     :param async_rollouts: Overlap rollouts with training, as :class:`sb3_ewma.PPO_EWMA` (``True`` or ``"thread"``: a
         collector thread; ``"process"``: a forked collector process, CPU policies only): the collector carries the
         LSTM states from one rollout to the next (a collector process sends them back with each rollout).
-    :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
+
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
+        "MlpLstmPolicy": MlpLstmPolicy,
+        "CnnLstmPolicy": CnnLstmPolicy,
+        "MultiInputLstmPolicy": MultiInputLstmPolicy,
+    }
 
     policy: RecurrentActorCriticPolicy
     # the collector process sends the LSTM states back with each rollout
@@ -127,54 +107,17 @@ class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
     _proximal_distribution_of = staticmethod(proximal_valid_steps_distribution)
     # the advantages of stale data stay those computed at collection (anew, they would need the LSTM states)
     _recompute_stale_advantages = False
-    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
-        "MlpLstmPolicy": MlpLstmPolicy,
-        "CnnLstmPolicy": CnnLstmPolicy,
-        "MultiInputLstmPolicy": MultiInputLstmPolicy,
-    }
 
+    @keyword_signature(RecurrentPPOEWMAArguments, parent=RecurrentPPO)
     def __init__(
-        self,
-        policy: str | type[MlpLstmPolicy],
-        env: GymEnv | str,
-        learning_rate: float | Schedule = 3e-4,
-        n_steps: int = 128,
-        batch_size: int | None = 128,
-        n_epochs: int = 10,
-        gamma: float = 0.99,
-        gae_lambda: float = 0.95,
-        clip_range: float | Schedule | None = 0.2,
-        clip_range_vf: float | Schedule | None = None,
-        normalize_advantage: bool = True,
-        ent_coef: float = 0.0,
-        vf_coef: float = 0.5,
-        max_grad_norm: float = 0.5,
-        use_sde: bool = False,
-        sde_sample_freq: int = -1,
-        target_kl: float | None = None,
-        stats_window_size: int = 100,
-        tensorboard_log: str | None = None,
-        policy_kwargs: dict[str, Any] | None = None,
-        verbose: int = 0,
-        seed: int | None = None,
-        device: th.device | str = "auto",
-        ewma_decay: float | str | None = "auto",
-        kl_coef: float = 0.0,
-        kl_estimator: str = "sample",
-        imp_samp_max: float = 100.0,
-        advantage_normalization: str = "minibatch",
-        advantage_ewma_decay: float = 0.0,
-        minibatch_sampling: str = "steps",
-        log_gradient_noise_scale: bool = False,
-        distributed: bool | None = None,
-        async_rollouts: bool | str = False,
-        _init_setup_model: bool = True,
-    ):
-        # the PPO hyperparameters and the decoupled options, checked before anything is built
-        options = DecoupledOptions.from_arguments(locals(), batch_size_may_be_none=True)
-        super().__init__(**parent_arguments(RecurrentPPO, locals()))
+        self, policy: str | type[MlpLstmPolicy], env: GymEnv | str, **kwargs: Unpack[RecurrentPPOEWMAArguments]
+    ) -> None:
+        # RecurrentPPO's arguments (with its defaults) and the decoupled options, checked before anything is built
+        arguments = constructor_arguments(RecurrentPPO_EWMA, locals(), kwargs)
+        options = DecoupledOptions.from_arguments(arguments, batch_size_may_be_none=True)
+        super().__init__(**parent_arguments(RecurrentPPO, arguments))
         self._set_decoupled_options(options)
-        if _init_setup_model:
+        if arguments["_init_setup_model"]:
             self._setup_model()
 
     def _setup_model(self) -> None:

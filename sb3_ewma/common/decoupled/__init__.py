@@ -1,7 +1,9 @@
 """
 The decoupled PPO training core that every algorithm of this package shares (Hilton, Cobbe & Schulman 2021):
 
-- :mod:`~sb3_ewma.common.decoupled.options`: the decoupled options, their check and their shared documentation;
+- :mod:`~sb3_ewma.common.decoupled.options`: the decoupled options and their check;
+- :mod:`~sb3_ewma.common.decoupled.arguments`: the constructors' keyword arguments (typed, the signature built from the
+  parent's) and their shared documentation;
 - :mod:`~sb3_ewma.common.decoupled.objective`: the decoupled policy objective of a minibatch;
 - :mod:`~sb3_ewma.common.decoupled.advantages`: advantage normalization (per minibatch or by EWMA moments);
 - :mod:`~sb3_ewma.common.decoupled.proximal`: the proximal policy's network and its persistence;

@@ -43,7 +43,7 @@ from sb3_ewma.common.distributions import evaluate_actions_with_distribution
 from sb3_ewma.common.ewma import ParameterEWMA
 from sb3_ewma.common.gradient_noise import observe_gradient_noise
 from sb3_ewma.common.host import HostAlgorithm
-from sb3_ewma.common.keywords import check_keywords, check_policy_keywords, unknown_policy_message
+from sb3_ewma.common.keywords import check_keywords, check_policy_keywords, check_positional_arguments, unknown_policy_message
 from sb3_ewma.common.losses import clipped_values
 from sb3_ewma.common.minibatches import rollout_minibatches
 from sb3_ewma.common.optim import clip_grad_norm, prefer_foreach
@@ -93,8 +93,10 @@ class DecoupledAlgorithm(HostAlgorithm):
     training_precision: TrainingPrecision = FLOAT32
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        # before the constructor runs: a keyword it does not take (or a policy keyword of another algorithm's
-        # policies) gets a message that says which class or option takes it (sb3_ewma.common.keywords)
+        # before the constructor runs: a hyperparameter given by position gets the keyword to use, a keyword it does not
+        # take (or a policy keyword of another algorithm's policies) a message that says which class or option takes it
+        # (sb3_ewma.common.keywords)
+        check_positional_arguments(cls, args)
         check_keywords(cls, kwargs)
         check_policy_keywords(cls, kwargs.get("policy", args[0] if args else None), kwargs.get("policy_kwargs"))
         return super().__new__(cls)

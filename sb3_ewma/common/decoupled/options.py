@@ -1,12 +1,12 @@
 """
 The options that every algorithm of this package adds to its parent's (:class:`DecoupledOptions`): their allowed
-values, their check, their shared documentation, and what they resolve to (the EWMA decay, whether the proximal policy
+values, their check, and what they resolve to (the EWMA decay, whether the proximal policy
 needs a network); and how a constructor hands its parent the parent's own arguments (:func:`parent_arguments`).
 """
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import Any, TypeVar
+from typing import Any
 
 from sb3_ewma.common.checks import arguments_for, check_number, check_on_policy_hyperparams, warn_at_caller
 from sb3_ewma.common.collection.overlap import check_async_rollouts
@@ -17,38 +17,6 @@ from sb3_ewma.common.minibatches import check_minibatch_sampling
 
 KL_ESTIMATORS = ("sample", "exact")
 ADVANTAGE_NORMALIZATIONS = ("minibatch", "ewma")
-
-DECOUPLED_OPTIONS_DOC = """\
-    :param kl_coef: Coefficient ``beta`` of the decoupled KL penalty ``KL[pi_prox, pi]`` (0: no penalty). Use it alone
-        with ``clip_range=None`` for the decoupled KL-penalized objective, or together with clipping.
-    :param kl_estimator: How the KL penalty is computed: ``"sample"`` (the authors' ``0.5 * mean(log(pi/pi_prox)^2)``
-        over the taken actions) or ``"exact"`` (the KL divergence of the two action distributions).
-    :param imp_samp_max: Cap on the importance weight ``pi / pi_behav`` (paper: 100), 0 for no cap; must be > 1.
-    :param advantage_normalization: ``"minibatch"`` (SB3's, each minibatch by its own statistics; default) or
-        ``"ewma"`` (the paper's: each iteration by the mean and std of EWMA moments over iterations). Only used when
-        ``normalize_advantage=True``.
-    :param advantage_ewma_decay: Decay in [0, 1) per iteration of the advantage moments for
-        ``advantage_normalization="ewma"`` (0: the current iteration only; span ``2 / (1 - decay) - 1`` iterations).
-"""
-"""The ``:param`` text of the decoupled options that all the algorithms share, written once (see
-:func:`document_decoupled_options`)."""
-
-DECOUPLED_OPTIONS_MARKER = "    :decoupled options:\n"
-"""The line of an algorithm's docstring that :func:`document_decoupled_options` replaces."""
-
-AlgorithmClass = TypeVar("AlgorithmClass", bound=type)
-
-
-def document_decoupled_options(cls: AlgorithmClass) -> AlgorithmClass:
-    """
-    Class decorator: the class docstring with its ``:decoupled options:`` line replaced by
-    :data:`DECOUPLED_OPTIONS_DOC` (what ``help()`` and the API documentation show).
-    """
-    doc = cls.__doc__ or ""
-    if DECOUPLED_OPTIONS_MARKER not in doc:
-        raise ValueError(f"the docstring of {cls.__name__} has no {DECOUPLED_OPTIONS_MARKER.strip()!r} line")
-    cls.__doc__ = doc.replace(DECOUPLED_OPTIONS_MARKER, DECOUPLED_OPTIONS_DOC)
-    return cls
 
 
 def check_decoupled_options(
@@ -62,8 +30,8 @@ def check_decoupled_options(
     advantage_ewma_decay: float,
 ) -> None:
     """
-    Raise a ``ValueError`` naming the first decoupled option outside its allowed range (the options are documented in
-    :data:`DECOUPLED_OPTIONS_DOC`; ``normalize_advantage`` is the parent's).
+    Raise a ``ValueError`` naming the first decoupled option outside its allowed range (``normalize_advantage`` is the
+    parent's).
     """
     if ewma_decay is not None and ewma_decay not in EWMA_DECAY_NAMES:
         if isinstance(ewma_decay, str):
@@ -111,11 +79,12 @@ def uses_proximal_network(ewma_decay: float | None, staleness: int, staleness_mo
     return staleness > 0 and staleness_mode == "decoupled"
 
 
-@dataclass(frozen=True)
+@dataclass
 class DecoupledOptions:
     """
     The options every algorithm of this package takes besides its parent's, with their defaults (their meaning is in
-    each algorithm's docstring; the shared ``:param`` text in :data:`DECOUPLED_OPTIONS_DOC`). Made by
+    each algorithm's docstring; the shared ``:param`` text in
+    :data:`~sb3_ewma.common.decoupled.arguments.SHARED_ARGUMENTS_DOC`). Made by
     :meth:`from_arguments`, which checks them; the algorithm stores each as an attribute of the same name (SB3's
     convention for hyperparameters, which ``save`` and ``load`` keep).
     """

@@ -169,6 +169,32 @@ def test_maskable_learn_takes_use_masking_where_maskable_ppo_does(monkeypatch):
     assert model.num_timesteps == 16
     with pytest.raises(ValueError, match=r"or call learn\(use_masking=False\) to train without masks"):
         model.learn(16, None, 1, "run", True, True)
+    model.learn(16, None, 1, "run", False, False, False)  # and progress_bar after it
+    assert model.num_timesteps == 32
+    with pytest.raises(TypeError, match=r"MaskablePPO_EWMA.learn\(\) takes 7 positional arguments, 8 were given"):
+        model.learn(16, None, 1, "run", False, False, False, True)
+    with pytest.raises(TypeError, match="learn\\(\\) got multiple values for use_masking"):
+        model.learn(16, None, 1, "run", False, False, use_masking=False)
+
+
+def test_learn_takes_progress_bar_by_position_as_sb3_does(monkeypatch):
+    shown = []
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL)
+    original = type(model)._init_callback
+
+    def init_callback(self, callback, progress_bar=False):
+        shown.append(progress_bar)
+        return original(self, callback, False)  # no bar drawn in the test's output
+
+    monkeypatch.setattr(type(model), "_init_callback", init_callback)
+    model.learn(16, None, 1, "run", True, True)  # SB3's order: progress_bar after reset_num_timesteps
+    model.learn(16, None, 1, "run", False, progress_bar=True)
+    model.learn(16, None, 1, "run", False)
+    assert shown == [True, True, False]
+    with pytest.raises(TypeError, match=r"PPO_EWMA.learn\(\) takes 6 positional arguments, 7 were given"):
+        model.learn(16, None, 1, "run", False, False, True)
+    with pytest.raises(TypeError, match="learn\\(\\) got multiple values for progress_bar"):
+        model.learn(16, None, 1, "run", False, True, progress_bar=True)
 
 
 def test_the_tensorboard_run_is_named_after_the_packages_class(monkeypatch):

@@ -154,6 +154,17 @@ def check_policy_keywords(algorithm: type, policy: Any, policy_kwargs: Any) -> N
             )
 
 
+def check_constructor_call(algorithm: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """
+    The checks of a call to an algorithm's constructor, before it runs: a hyperparameter given by position gets the
+    keyword to use; a keyword it does not take, or a policy keyword of another algorithm's policies, a message that
+    says which class or option takes it.
+    """
+    check_positional_arguments(algorithm, args)
+    check_keywords(algorithm, kwargs)
+    check_policy_keywords(algorithm, kwargs.get("policy", args[0] if args else None), kwargs.get("policy_kwargs"))
+
+
 def unknown_policy_message(algorithm: type, policy_name: str) -> str:
     """
     SB3's "Policy X unknown", with the algorithm's policy names, the nearest one and the algorithms whose policy

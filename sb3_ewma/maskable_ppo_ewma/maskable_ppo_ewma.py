@@ -10,7 +10,7 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
+from stable_baselines3.common.type_aliases import GymEnv
 from stable_baselines3.common.vec_env import VecEnv
 from typing_extensions import Unpack
 
@@ -167,23 +167,6 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
         ``sb3_contrib.MaskablePPO.load`` opens without this package. See :mod:`sb3_ewma.common.export`.
         """
         return to_parent_algorithm(self, MaskablePPO)
-
-    # MaskablePPO.learn's signature (use_masking before progress_bar, as positional callers of MaskablePPO pass it), which
-    # MaskablePPO itself declares with the same ignore: SB3's BaseAlgorithm.learn has progress_bar in that position
-    def learn(  # type: ignore[override]
-        self: SelfMaskablePPO_EWMA,
-        total_timesteps: int,
-        callback: MaybeCallback = None,
-        log_interval: int = 1,
-        tb_log_name: str | None = None,
-        reset_num_timesteps: bool = True,
-        use_masking: bool = True,
-        progress_bar: bool = False,
-    ) -> SelfMaskablePPO_EWMA:
-        """``DecoupledAlgorithm.learn`` with ``MaskablePPO``'s arguments, in its order."""
-        return super().learn(
-            total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar, use_masking=use_masking
-        )
 
     @contextlib.contextmanager
     def _learning(self, use_masking: bool = True, **parent_kwargs: Any) -> Iterator[None]:

@@ -26,6 +26,7 @@ from sb3_ewma.common.checks import check_learn_arguments
 from sb3_ewma.common.collection.overlap import learn_with_overlapped_rollouts, rollout_settings
 from sb3_ewma.common.collection.rollout import RolloutView, new_rollout_buffer
 from sb3_ewma.common.decoupled.advantages import AdvantageNormalizer
+from sb3_ewma.common.decoupled.arguments import learn_arguments
 from sb3_ewma.common.decoupled.logs import record_train_logs, schedule_value, setup_clip_schedules
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
 from sb3_ewma.common.decoupled.options import DecoupledOptions
@@ -43,7 +44,7 @@ from sb3_ewma.common.distributions import evaluate_actions_with_distribution
 from sb3_ewma.common.ewma import ParameterEWMA
 from sb3_ewma.common.gradient_noise import observe_gradient_noise
 from sb3_ewma.common.host import HostAlgorithm
-from sb3_ewma.common.keywords import check_keywords, check_policy_keywords, check_positional_arguments, unknown_policy_message
+from sb3_ewma.common.keywords import check_constructor_call, unknown_policy_message
 from sb3_ewma.common.losses import clipped_values
 from sb3_ewma.common.minibatches import rollout_minibatches
 from sb3_ewma.common.optim import clip_grad_norm, prefer_foreach
@@ -93,12 +94,8 @@ class DecoupledAlgorithm(HostAlgorithm):
     training_precision: TrainingPrecision = FLOAT32
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        # before the constructor runs: a hyperparameter given by position gets the keyword to use, a keyword it does not
-        # take (or a policy keyword of another algorithm's policies) a message that says which class or option takes it
-        # (sb3_ewma.common.keywords)
-        check_positional_arguments(cls, args)
-        check_keywords(cls, kwargs)
-        check_policy_keywords(cls, kwargs.get("policy", args[0] if args else None), kwargs.get("policy_kwargs"))
+        # before the constructor runs: clear errors for what it does not take (sb3_ewma.common.keywords)
+        check_constructor_call(cls, args, kwargs)
         return super().__new__(cls)
 
     def _set_decoupled_options(self, options: DecoupledOptions) -> None:
@@ -234,11 +231,14 @@ class DecoupledAlgorithm(HostAlgorithm):
         log_interval: int = 1,
         tb_log_name: str | None = None,
         reset_num_timesteps: bool = True,
+        *parent_args: Any,
         progress_bar: bool = False,
         **parent_kwargs: Any,
     ) -> SelfAlgorithm:
-        """SB3's ``learn`` (TensorBoard run: the algorithm's name), overlapped with ``async_rollouts``; ``parent_kwargs``:
-        the parent's further arguments (``MaskablePPO``'s ``use_masking``)."""
+        """SB3's ``learn`` (TensorBoard run: the algorithm's name), overlapped with ``async_rollouts``; after
+        ``reset_num_timesteps``, the parent's arguments in its order (``MaskablePPO``: ``use_masking, progress_bar``)."""
+        if parent_args:
+            progress_bar, parent_kwargs = learn_arguments(super().learn, parent_args, progress_bar, parent_kwargs)
         check_learn_arguments(total_timesteps, log_interval)
         if tb_log_name is None:  # the package's class, also for a user's subclass of it
             tb_log_name = next(klass.__name__ for klass in type(self).__mro__ if klass.__module__.startswith("sb3_ewma."))

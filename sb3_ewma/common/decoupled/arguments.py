@@ -198,3 +198,27 @@ def document_arguments(docs_of: type) -> Callable[[AlgorithmClass], AlgorithmCla
         return cls
 
     return decorate
+
+
+def learn_arguments(
+    parent_learn: Callable[..., Any], parent_args: tuple[Any, ...], progress_bar: bool, parent_kwargs: dict[str, Any]
+) -> tuple[bool, dict[str, Any]]:
+    """
+    ``learn``'s arguments after ``reset_num_timesteps`` given by position, named as the parent's ``learn`` names them
+    (SB3's: ``progress_bar``; ``MaskablePPO``'s: ``use_masking``, ``progress_bar``).
+
+    :param parent_learn: the parent's ``learn``, bound to the model (``super().learn``)
+    :param parent_args: the arguments given by position after ``reset_num_timesteps``
+    :param progress_bar: ``progress_bar`` given by keyword (or its default)
+    :param parent_kwargs: the parent's other arguments given by keyword
+    :return: ``progress_bar`` and the parent's other arguments by name
+    """
+    names = list(inspect.signature(parent_learn).parameters)[5:]  # after total_timesteps, ..., reset_num_timesteps
+    owner = type(getattr(parent_learn, "__self__", None)).__name__
+    if len(parent_args) > len(names):
+        raise TypeError(f"{owner}.learn() takes {5 + len(names)} positional arguments, {5 + len(parent_args)} were given")
+    given = dict(zip(names, parent_args))
+    repeated = sorted(set(given) & {*parent_kwargs, *(["progress_bar"] if progress_bar else [])})
+    if repeated:
+        raise TypeError(f"learn() got multiple values for {', '.join(repeated)}")
+    return bool(given.pop("progress_bar", progress_bar)), {**given, **parent_kwargs}

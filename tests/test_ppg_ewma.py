@@ -136,6 +136,24 @@ def test_policy_must_be_a_ppg_policy():
         make_model(policy=ActorCriticPolicy)
 
 
+def test_each_policy_has_sb3s_default_features_extractor():
+    from stable_baselines3.common.torch_layers import CombinedExtractor, FlattenExtractor, NatureCNN
+
+    lr = lambda _: 1e-3  # noqa: E731
+    image = gym.spaces.Box(0, 255, (3, 36, 36), np.uint8)  # channel first, as VecTransposeImage gives it
+    discrete = gym.spaces.Discrete(3)
+    assert type(MlpPolicy(gym.spaces.Box(-1, 1, (4,)), discrete, lr).pi_features_extractor) is FlattenExtractor
+    cnn = CnnPolicy(image, discrete, lr)
+    assert type(cnn.pi_features_extractor) is NatureCNN and cnn.net_arch == []  # SB3's CnnPolicy: no MLP after the CNN
+    dict_space = gym.spaces.Dict({"image": image, "vector": gym.spaces.Box(-1, 1, (2,))})
+    assert type(MultiInputPolicy(dict_space, discrete, lr).pi_features_extractor) is CombinedExtractor
+    # an explicit extractor is taken as given
+    assert (
+        type(CnnPolicy(image, discrete, lr, features_extractor_class=FlattenExtractor).pi_features_extractor)
+        is FlattenExtractor
+    )
+
+
 def test_no_aux_buffer_check_without_aux_phase():
     # with E_aux = 0 nothing is stored, so the auxiliary minibatch size is irrelevant
     model = make_model(n_aux_epochs=0, aux_batch_size=10 * ROLLOUT)

@@ -129,7 +129,9 @@ class PPGPolicy(HeadInitMixin, ActorCriticPolicy):
         above zero and prevent it from growing too fast. In practice, ``exp()`` is usually enough.
     :param squash_output: Whether to squash the output using a tanh function,
         this allows to ensure boundaries when using gSDE.
-    :param features_extractor_class: Features extractor to use.
+    :param features_extractor_class: Features extractor to use; ``None`` (default): the policy's own
+        (:attr:`default_features_extractor_class`: ``FlattenExtractor``, ``NatureCNN`` for ``CnnPolicy``,
+        ``CombinedExtractor`` for ``MultiInputPolicy``, as SB3's)
     :param features_extractor_kwargs: Keyword arguments
         to pass to the features extractor.
     :param share_features_extractor: Set by the architecture (``False`` for ``"dual"``, ``True`` otherwise); ``None``
@@ -148,6 +150,7 @@ class PPGPolicy(HeadInitMixin, ActorCriticPolicy):
     """
 
     mlp_extractor: PPGMlpExtractor
+    default_features_extractor_class: type[BaseFeaturesExtractor] = FlattenExtractor
 
     def __init__(
         self,
@@ -162,7 +165,7 @@ class PPGPolicy(HeadInitMixin, ActorCriticPolicy):
         full_std: bool = True,
         use_expln: bool = False,
         squash_output: bool = False,
-        features_extractor_class: type[BaseFeaturesExtractor] = FlattenExtractor,
+        features_extractor_class: type[BaseFeaturesExtractor] | None = None,
         features_extractor_kwargs: dict[str, Any] | None = None,
         share_features_extractor: bool | None = None,
         normalize_images: bool = True,
@@ -172,6 +175,7 @@ class PPGPolicy(HeadInitMixin, ActorCriticPolicy):
         head_init_scale: float | None = None,
     ):
         check_arch(arch)
+        features_extractor_class = features_extractor_class or self.default_features_extractor_class
         shared = arch != "dual"
         if share_features_extractor is not None and share_features_extractor != shared:
             raise ValueError(
@@ -241,104 +245,19 @@ class PPGPolicy(HeadInitMixin, ActorCriticPolicy):
 
 class PPGCnnPolicy(PPGPolicy):
     """
-    :class:`PPGPolicy` with SB3's ``NatureCNN`` features extractor by default (see :class:`PPGPolicy` for the
-    parameters).
+    :class:`PPGPolicy` with SB3's ``NatureCNN`` features extractor by default (same parameters).
     """
 
-    def __init__(
-        self,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        lr_schedule: Schedule,
-        net_arch: list[int] | dict[str, list[int]] | None = None,
-        activation_fn: type[nn.Module] = nn.Tanh,
-        ortho_init: bool = True,
-        use_sde: bool = False,
-        log_std_init: float = 0.0,
-        full_std: bool = True,
-        use_expln: bool = False,
-        squash_output: bool = False,
-        features_extractor_class: type[BaseFeaturesExtractor] = NatureCNN,
-        features_extractor_kwargs: dict[str, Any] | None = None,
-        share_features_extractor: bool | None = None,
-        normalize_images: bool = True,
-        optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
-        optimizer_kwargs: dict[str, Any] | None = None,
-        arch: str = "dual",
-        head_init_scale: float | None = None,
-    ):
-        super().__init__(
-            observation_space,
-            action_space,
-            lr_schedule,
-            net_arch,
-            activation_fn,
-            ortho_init,
-            use_sde,
-            log_std_init,
-            full_std,
-            use_expln,
-            squash_output,
-            features_extractor_class,
-            features_extractor_kwargs,
-            share_features_extractor,
-            normalize_images,
-            optimizer_class,
-            optimizer_kwargs,
-            arch,
-            head_init_scale,
-        )
+    default_features_extractor_class = NatureCNN
 
 
 class PPGMultiInputPolicy(PPGPolicy):
     """
-    :class:`PPGPolicy` for ``Dict`` observation spaces, with SB3's ``CombinedExtractor`` by default (see
-    :class:`PPGPolicy` for the parameters).
+    :class:`PPGPolicy` for ``Dict`` observation spaces, with SB3's ``CombinedExtractor`` by default (same
+    parameters).
     """
 
-    def __init__(
-        self,
-        observation_space: spaces.Dict,
-        action_space: spaces.Space,
-        lr_schedule: Schedule,
-        net_arch: list[int] | dict[str, list[int]] | None = None,
-        activation_fn: type[nn.Module] = nn.Tanh,
-        ortho_init: bool = True,
-        use_sde: bool = False,
-        log_std_init: float = 0.0,
-        full_std: bool = True,
-        use_expln: bool = False,
-        squash_output: bool = False,
-        features_extractor_class: type[BaseFeaturesExtractor] = CombinedExtractor,
-        features_extractor_kwargs: dict[str, Any] | None = None,
-        share_features_extractor: bool | None = None,
-        normalize_images: bool = True,
-        optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
-        optimizer_kwargs: dict[str, Any] | None = None,
-        arch: str = "dual",
-        head_init_scale: float | None = None,
-    ):
-        super().__init__(
-            observation_space,
-            action_space,
-            lr_schedule,
-            net_arch,
-            activation_fn,
-            ortho_init,
-            use_sde,
-            log_std_init,
-            full_std,
-            use_expln,
-            squash_output,
-            features_extractor_class,
-            features_extractor_kwargs,
-            share_features_extractor,
-            normalize_images,
-            optimizer_class,
-            optimizer_kwargs,
-            arch,
-            head_init_scale,
-        )
+    default_features_extractor_class = CombinedExtractor
 
 
 MlpPolicy = PPGPolicy

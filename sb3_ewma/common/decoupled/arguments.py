@@ -12,6 +12,9 @@ them, checked against each other by the tests:
   the constructor's own, for ``PPG_EWMA``), then the options, then ``_init_setup_model``, keyword-only after ``env``.
 
 :func:`constructor_arguments` binds a call to that signature: every argument by name, the defaults filled in.
+:func:`document_arguments` completes the docstrings the same way: the class's own text, then the text the algorithms
+share (:data:`SHARED_ARGUMENTS_DOC`), then the parent's. :func:`learn_arguments` names ``learn``'s arguments given by
+position as the parent's ``learn`` does.
 """
 
 import inspect

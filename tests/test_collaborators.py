@@ -171,7 +171,7 @@ def test_maskable_learn_takes_use_masking_where_maskable_ppo_does(monkeypatch):
         model.learn(16, None, 1, "run", True, True)
     model.learn(16, None, 1, "run", False, False, False)  # and progress_bar after it
     assert model.num_timesteps == 32
-    with pytest.raises(TypeError, match=r"MaskablePPO_EWMA.learn\(\) takes 7 positional arguments, 8 were given"):
+    with pytest.raises(TypeError, match=r"MaskablePPO_EWMA.learn\(\) takes from 2 to 8 positional arguments but 9 were given"):
         model.learn(16, None, 1, "run", False, False, False, True)
     with pytest.raises(TypeError, match="learn\\(\\) got multiple values for use_masking"):
         model.learn(16, None, 1, "run", False, False, use_masking=False)
@@ -191,7 +191,7 @@ def test_learn_takes_progress_bar_by_position_as_sb3_does(monkeypatch):
     model.learn(16, None, 1, "run", False, progress_bar=True)
     model.learn(16, None, 1, "run", False)
     assert shown == [True, True, False]
-    with pytest.raises(TypeError, match=r"PPO_EWMA.learn\(\) takes 6 positional arguments, 7 were given"):
+    with pytest.raises(TypeError, match=r"PPO_EWMA.learn\(\) takes from 2 to 7 positional arguments but 8 were given"):
         model.learn(16, None, 1, "run", False, False, True)
     with pytest.raises(TypeError, match="learn\\(\\) got multiple values for progress_bar"):
         model.learn(16, None, 1, "run", False, True, progress_bar=True)

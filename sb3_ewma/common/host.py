@@ -50,16 +50,25 @@ class PPOHost(Protocol):
 
 
 if TYPE_CHECKING:
-    from sb3_ewma.common.decoupled.options import DecoupledOptions
 
-    class HostAlgorithm(OnPolicyAlgorithm, PPOHost, DecoupledOptions):
+    class HostAlgorithm(OnPolicyAlgorithm, PPOHost):
         """
         The parent as type checkers see it: the base of ``DecoupledAlgorithm``, so that its uses of the parent's
         attributes and its ``super()`` calls are checked against SB3's ``OnPolicyAlgorithm`` and :class:`PPOHost`;
-        with the decoupled options, which ``DecoupledAlgorithm._set_decoupled_options`` stores as attributes, typed by
-        the fields of :class:`~sb3_ewma.common.decoupled.options.DecoupledOptions` (declared once, there).
+        with the decoupled options (:class:`~sb3_ewma.common.decoupled.options.DecoupledOptions`), which
+        ``DecoupledAlgorithm._set_decoupled_options`` stores as attributes.
         """
 
+        ewma_decay: float | str | None
+        kl_coef: float
+        kl_estimator: str
+        imp_samp_max: float
+        advantage_normalization: str
+        advantage_ewma_decay: float
+        minibatch_sampling: str
+        log_gradient_noise_scale: bool
+        distributed: bool | None
+        async_rollouts: bool
         rollout_collector: str  # "thread" or "process"
 
 else:

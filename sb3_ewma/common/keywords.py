@@ -40,9 +40,13 @@ def constructor_keywords(algorithm: type) -> set[str] | None:
 
 def takes_policy_keyword(policy_class: type, name: str) -> bool:
     """Whether a constructor of the policy class or of one of its bases names the keyword ``name``."""
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     for klass in policy_class.__mro__:
         init = vars(klass).get("__init__")
-        if init is not None and klass is not object and name in inspect.signature(init).parameters:
+        if init is None or klass is object or name == "self":
+            continue
+        parameter = inspect.signature(init).parameters.get(name)
+        if parameter is not None and parameter.kind in named:
             return True
     return False
 
@@ -120,7 +124,8 @@ def check_positional_arguments(algorithm: type, args: tuple[Any, ...]) -> None:
     parameters = list(inspect.signature(algorithm).parameters.values())
     if any(parameter.kind is inspect.Parameter.VAR_POSITIONAL for parameter in parameters):
         return
-    by_position = [parameter.name for parameter in parameters if parameter.kind is not inspect.Parameter.KEYWORD_ONLY]
+    named = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    by_position = [parameter.name for parameter in parameters if parameter.kind in named]
     keyword_only = [parameter.name for parameter in parameters if parameter.kind is inspect.Parameter.KEYWORD_ONLY]
     extra = args[len(by_position) :]
     if extra and len(extra) <= len(keyword_only):

@@ -13,7 +13,7 @@ class PPG(PPG_EWMA):
     turned off by default (``ewma_decay=None``: the proximal policy is the behavior policy, the policy phase is PPO's
     clipped objective). Takes the same arguments as :class:`PPG_EWMA`.
 
-    :param args: positional arguments of :class:`PPG_EWMA` (``policy``, ``env``, ...)
+    :param args: ``policy`` and ``env``, as :class:`PPG_EWMA` takes them
     :param ewma_decay: ``None`` only (PPG has no EWMA; :class:`PPG_EWMA` has one)
     :param kwargs: keyword arguments of :class:`PPG_EWMA`
     """

@@ -49,8 +49,7 @@ SHARED_ARGUMENTS_DOC = """\
         (:mod:`sb3_ewma.common.ewma_age`) sets the center of mass from the minibatches per epoch ``M`` and the
         epochs ``E``: ``"paper"`` ``M`` (the paper's setting), ``"max_age"`` ``E * M``, ``"mean_age"`` ``E * M / 2``;
         ``"auto"`` (default) is ``"mean_age"`` with several epochs, ``"paper"`` with one. ``None``: no EWMA, the
-        proximal policy is the behavior policy (the parent algorithm: SB3's ``PPO``, sb3-contrib's ``RecurrentPPO``,
-        ``MaskablePPO``).
+        proximal policy is the behavior policy, as in the parent algorithm (SB3's ``PPO`` for ``PPO_EWMA``).
     :param kl_coef: Coefficient ``beta`` of the decoupled KL penalty ``KL[pi_prox, pi]`` (0: no penalty). Use it alone
         with ``clip_range=None`` for the decoupled KL-penalized objective, or together with clipping.
     :param kl_estimator: How the KL penalty is computed: ``"sample"`` (the authors' ``0.5 * mean(log(pi/pi_prox)^2)``
@@ -175,28 +174,36 @@ def _parameter_docs(docstring: str) -> tuple[str, dict[str, str]]:
     return before, {entry.split(":")[1].split()[1]: entry.rstrip() for entry in entries}
 
 
+DOCUMENTATION_PROBLEMS: dict[type, list[str]] = {}
+"""What :func:`document_arguments` found wrong in a class's documentation: arguments that neither the class, the shared
+text nor the parent describes, entries of the class's docstring that are no arguments (the tests assert none)."""
+
+
 def document_arguments(docs_of: type) -> Callable[[AlgorithmClass], AlgorithmClass]:
     """
     Class decorator: the class docstring's ``:param`` entries completed and put in the order of its constructor's
     signature (what ``help()`` and the API documentation show). An argument that the docstring does not describe
     takes its entry in :data:`SHARED_ARGUMENTS_DOC` or, failing that, in ``docs_of``'s docstring (SB3's or
-    sb3-contrib's own text for the parent's hyperparameters). A ``ValueError`` at import names an argument that has no
-    entry anywhere, or an entry of the class's that is no argument.
+    sb3-contrib's own text for the parent's hyperparameters). What is missing or left over is recorded in
+    :data:`DOCUMENTATION_PROBLEMS`, not raised: a release of the parent that adds an argument without documenting it
+    does not stop the import.
 
     :param docs_of: the algorithm whose documentation of the parent's hyperparameters the class reuses
     """
 
     def decorate(cls: AlgorithmClass) -> AlgorithmClass:
-        before, own = _parameter_docs(cls.__doc__ or "")
+        if cls.__doc__ is None:  # python -OO: no docstrings to complete
+            return cls
+        before, own = _parameter_docs(cls.__doc__)
         shared = _parameter_docs(SHARED_ARGUMENTS_DOC)[1]
         parents = _parameter_docs(docs_of.__doc__ or "")[1]
         names = list(inspect.signature(cls).parameters)
-        if set(own) - set(names):
-            raise ValueError(f"the docstring of {cls.__name__} describes {sorted(set(own) - set(names))}, no arguments of it")
-        missing = [name for name in names if not {**parents, **shared, **own}.get(name)]
-        if missing:
-            raise ValueError(f"no documentation of the arguments {missing} of {cls.__name__}")
-        entries = [own.get(name) or shared.get(name) or parents[name] for name in names]
+        described = {**parents, **shared, **own}
+        problems = [f"{name}: not described" for name in names if name not in described]
+        problems += [f"{name}: described, but no argument" for name in own if name not in names]
+        if problems:
+            DOCUMENTATION_PROBLEMS[cls] = problems
+        entries = [described.get(name, f":param {name}: see ``{docs_of.__name__}``") for name in names]
         cls.__doc__ = textwrap.indent("\n" + before.rstrip() + "\n\n" + "\n".join(entries) + "\n", "    ")
         return cls
 
@@ -219,7 +226,8 @@ def learn_arguments(
     names = list(inspect.signature(parent_learn).parameters)[5:]  # after total_timesteps, ..., reset_num_timesteps
     owner = type(getattr(parent_learn, "__self__", None)).__name__
     if len(parent_args) > len(names):
-        raise TypeError(f"{owner}.learn() takes {5 + len(names)} positional arguments, {5 + len(parent_args)} were given")
+        most, count = 6 + len(names), 6 + len(parent_args)  # with self, as Python counts them
+        raise TypeError(f"{owner}.learn() takes from 2 to {most} positional arguments but {count} were given")
     given = dict(zip(names, parent_args))
     repeated = sorted(set(given) & {*parent_kwargs, *(["progress_bar"] if progress_bar else [])})
     if repeated:

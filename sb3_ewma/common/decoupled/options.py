@@ -79,7 +79,7 @@ def uses_proximal_network(ewma_decay: float | None, staleness: int, staleness_mo
     return staleness > 0 and staleness_mode == "decoupled"
 
 
-@dataclass
+@dataclass(frozen=True)
 class DecoupledOptions:
     """
     The options every algorithm of this package takes besides its parent's, with their defaults (their meaning is in

@@ -191,3 +191,12 @@ def test_document_arguments_records_a_missing_or_an_unknown_entry():
     assert ":param gone:" not in unknown.__doc__
     # python -OO: no docstring, nothing to complete
     assert document_arguments(PPO)(documented(None)).__doc__ is None
+
+
+def test_the_package_imports_without_docstrings():
+    """``python -OO`` strips the docstrings that document_arguments completes: the import must not depend on them."""
+    import subprocess
+    import sys
+
+    code = "import sb3_ewma, sb3_ewma.recurrent_ppo_ewma, sb3_ewma.maskable_ppo_ewma; assert sb3_ewma.PPO_EWMA.__doc__ is None"
+    subprocess.run([sys.executable, "-OO", "-c", code], check=True, timeout=120)

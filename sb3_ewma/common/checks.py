@@ -163,5 +163,5 @@ def check_learn_arguments(total_timesteps: Any, log_interval: Any) -> None:
 
 
 def arguments_for(function: Callable[..., Any], arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """The entries of ``arguments`` (a constructor's ``locals()``) that ``function`` takes by name."""
+    """The entries of ``arguments`` (a constructor's arguments by name) that ``function`` takes by name."""
     return {name: arguments[name] for name in inspect.signature(function).parameters if name in arguments}

@@ -30,7 +30,7 @@ from stable_baselines3.common.type_aliases import Schedule
 from typing_extensions import TypedDict
 
 from sb3_ewma.common.decoupled.options import DecoupledOptions
-from sb3_ewma.common.keywords import unknown_keyword_message
+from sb3_ewma.common.keywords import check_keywords
 
 Init = TypeVar("Init", bound=Callable[..., None])
 AlgorithmClass = TypeVar("AlgorithmClass", bound=type)
@@ -155,12 +155,10 @@ def constructor_arguments(algorithm: type, named: Mapping[str, Any], keywords: M
     :param algorithm: the class whose ``__init__`` was called
     :param named: the constructor's ``locals()``: its named parameters (``policy``, ``env``, its own)
     :param keywords: its ``**kwargs``; a ``TypeError`` names one that the signature lacks, and says who takes it
-        (:func:`~sb3_ewma.common.keywords.unknown_keyword_message`)
+        (:func:`~sb3_ewma.common.keywords.check_keywords`)
     """
+    check_keywords(algorithm, dict(keywords))  # the keywords of its signature, by __signature__
     signature = inspect.signature(vars(algorithm)["__init__"])
-    for name, value in keywords.items():
-        if name not in signature.parameters:
-            raise TypeError(unknown_keyword_message(algorithm, name, value))
     given = {name: value for name, value in named.items() if name in signature.parameters and name != "self"}
     bound = signature.bind(None, **given, **keywords)
     bound.apply_defaults()

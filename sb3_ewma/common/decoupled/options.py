@@ -103,7 +103,8 @@ class DecoupledOptions:
     @classmethod
     def from_arguments(cls, arguments: Mapping[str, Any], **hyperparameter_checks: Any) -> "DecoupledOptions":
         """
-        The options among a constructor's arguments (its ``locals()``), after checking them and the parent's PPO
+        The options among a constructor's arguments (bound by
+        :func:`~sb3_ewma.common.decoupled.arguments.constructor_arguments`), after checking them and the parent's PPO
         hyperparameters among the same arguments: a ``ValueError`` names the first one out of range, before anything
         is built (no environment is created on bad input).
 
@@ -126,9 +127,10 @@ class DecoupledOptions:
 
 def parent_arguments(parent: type, arguments: Mapping[str, Any], **overrides: Any) -> dict[str, Any]:
     """
-    The keyword arguments of ``parent``'s constructor, taken by name from a constructor's ``arguments`` (its
-    ``locals()``), then ``overrides``: the model is not built yet (``_init_setup_model=False``: the algorithm builds
-    it once its own options are set), and the verbosity and device are this rank's (:func:`rank_local_settings`).
+    The keyword arguments of ``parent``'s constructor, taken by name from a constructor's ``arguments`` (bound by
+    :func:`~sb3_ewma.common.decoupled.arguments.constructor_arguments`), then ``overrides``: the model is not built
+    yet (``_init_setup_model=False``: the algorithm builds it once its own options are set), and the verbosity and
+    device are this rank's (:func:`rank_local_settings`).
     """
     keywords = arguments_for(parent, arguments)
     keywords["verbose"], keywords["device"] = rank_local_settings(

@@ -54,6 +54,7 @@ EXTRAS["tests"] = [
     "ruff",
     "black",
     "mypy",
+    "pyright",  # with mypy, checks tests/static_typing/user_script.py as a user's editor would (.ci/run)
     "build",
     "tensorboard",
     "tqdm",

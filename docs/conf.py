@@ -6,7 +6,6 @@ Build it from the repository root with warnings as errors, as CI does (``pip ins
 """
 
 import datetime
-import inspect
 import os
 import sys
 
@@ -60,22 +59,5 @@ html_title = f"sb3-ewma {__version__}"
 htmlhelp_basename = "sb3ewmadoc"
 
 
-def constructor_signature(app, what, name, obj, options, signature, return_annotation):  # type: ignore[no-untyped-def]
-    """
-    An algorithm's signature as ``inspect.signature`` gives it (its constructor's ``__signature__``: the parent's
-    arguments, then the options), not that of ``DecoupledAlgorithm.__new__`` (``*args, **kwargs``), which autodoc
-    looks at first. The types are in the parameters' description (``autodoc_typehints``).
-    """
-    from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
-
-    if what != "class" or not (isinstance(obj, type) and issubclass(obj, DecoupledAlgorithm)):
-        return None
-    parameters = [
-        parameter.replace(annotation=inspect.Parameter.empty) for parameter in inspect.signature(obj).parameters.values()
-    ]
-    return str(inspect.Signature(parameters)), return_annotation
-
-
 def setup(app):  # type: ignore[no-untyped-def]
     app.add_css_file("css/sb3_ewma.css")
-    app.connect("autodoc-process-signature", constructor_signature)

@@ -195,7 +195,7 @@ def test_batch_size_invariance_rescaling_and_ablations():
     assert "ewma_decay" not in specs[("no_ewma", 1, 0)].hyperparams  # "auto": 8 minibatches at every batch size
     assert specs[("no_adv", 1, 0)].hyperparams["advantage_ewma_decay"] == 0.0
     ppg = specs[("ppg", 1, 0)]
-    assert ppg.algo == "ppg" and ppg.hyperparams["ewma_decay"] is None
+    assert ppg.algo == "ppg" and "ewma_decay" not in ppg.hyperparams  # PPG has no EWMA
     assert math.isclose(ppg.hyperparams["learning_rate"], full["learning_rate"])
     for spec in specs.values():
         # several auxiliary phases in every run, whatever the batch size
@@ -273,7 +273,7 @@ def test_evaluation_rows_hold_the_gradient_noise_scale():
     )
     assert math.isnan(runner.gradient_noise_scale(model))
     model.learn(32)
-    assert runner.gradient_noise_scale(model) == pytest.approx(model._gradient_noise["train"].latest.noise_scale, abs=1e-4)
+    assert runner.gradient_noise_scale(model) == pytest.approx(model.gradient_noise.latest.noise_scale, abs=1e-4)
 
 
 def test_scaling_summary_efficiency_and_curves():
@@ -686,6 +686,9 @@ class _TimedProximal:
     def __init__(self, events: list) -> None:
         self.events = events
 
+    def log_prob(self) -> None:
+        self.events.append("proximal")
+
     def step(self) -> None:
         self.events.append("ewma")
 
@@ -703,11 +706,8 @@ class _TimedModel:
 
     def train(self) -> None:
         self.events.append("train")
-        self._proximal_log_prob()
+        self.proximal.log_prob()
         self.proximal.step()
-
-    def _proximal_log_prob(self) -> None:
-        self.events.append("proximal")
 
 
 def test_throughput_timer_synchronizes_before_and_after_each_part(monkeypatch):

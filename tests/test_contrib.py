@@ -123,14 +123,14 @@ def test_recurrent_proximal_policy_runs_on_the_stored_lstm_states():
         actions = discrete_actions(rollout_data)
         # before any update the proximal (EWMA) policy is the behavior policy: same log-probabilities, if and only if
         # the same sequences are run from the same LSTM states
-        proximal_log_prob, _ = model._proximal_log_prob(rollout_data, actions, rollout_data.old_log_prob)
+        proximal_log_prob, _ = model.proximal.log_prob(rollout_data, actions, rollout_data.old_log_prob)
         np.testing.assert_allclose(proximal_log_prob.numpy(), rollout_data.old_log_prob.numpy(), rtol=1e-5, atol=1e-5)
         _, log_prob, _, _ = model._evaluate_policy(rollout_data, actions)
         np.testing.assert_allclose(log_prob.detach().numpy(), rollout_data.old_log_prob.numpy(), rtol=1e-5, atol=1e-5)
         # from zero LSTM states instead, the log-probabilities differ (the states matter)
         zero_states = rollout_data.lstm_states._replace(pi=tuple(map(th.zeros_like, rollout_data.lstm_states.pi)))
         zeroed_data = rollout_data._replace(lstm_states=zero_states)
-        zeroed, _ = model._proximal_log_prob(zeroed_data, actions, rollout_data.old_log_prob)
+        zeroed, _ = model.proximal.log_prob(zeroed_data, actions, rollout_data.old_log_prob)
         assert not th.allclose(zeroed, rollout_data.old_log_prob, atol=1e-5)
     assert n_padded > 0
 
@@ -150,7 +150,7 @@ def test_maskable_proximal_policy_is_the_masked_ewma_distribution():
     buffer = collected_rollout(model)
     for rollout_data in buffer.get(model.batch_size):
         actions = discrete_actions(rollout_data)
-        proximal_log_prob, _ = model._proximal_log_prob(rollout_data, actions, rollout_data.old_log_prob)
+        proximal_log_prob, _ = model.proximal.log_prob(rollout_data, actions, rollout_data.old_log_prob)
         np.testing.assert_allclose(proximal_log_prob.numpy(), rollout_data.old_log_prob.numpy(), rtol=1e-5, atol=1e-5)
         probs = model.proximal.distribution(rollout_data).distribution.probs
         assert th.all(probs[rollout_data.action_masks == 0] == 0)

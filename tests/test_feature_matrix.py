@@ -195,7 +195,7 @@ def test_gradient_noise_scale_of_the_contrib_algorithms(algorithm, tmp_path):
         params.append(model.policy.parameters_to_vector())
         if flag:
             # one tracker of the policy phase: minibatches of batch_size (valid) steps, 4 per epoch
-            tracker = model._gradient_noise["train"]
+            tracker = model.gradient_noise
             assert (tracker.batch_size, tracker.steps_per_epoch) == (N_STEPS, 4)
             assert tracker.latest is not None and np.isfinite(tracker.latest.noise_trace)
     # measuring changes nothing

@@ -172,7 +172,7 @@ def test_defaults_and_ppo_compatible_settings():
     assert isinstance(model.policy, MlpPolicy)
     plain = PPG("MlpPolicy", make_vec_env("CartPole-v1", n_envs=4), n_steps=128, batch_size=64, device="cpu")
     assert plain.ewma_decay is None and plain.proximal_ewma is None
-    assert isinstance(plain, PPG_EWMA)
+    assert isinstance(plain, PPG) and not isinstance(plain, PPG_EWMA) and issubclass(PPG_EWMA, PPG)
 
 
 # --- schedule -----------------------------------------------------------------------------------------------------
@@ -328,18 +328,22 @@ def test_clone_term_holds_the_policy_and_aux_value_error_falls():
         assert result["aux_error_after"] < 0.8 * result["aux_error"]
 
 
-def test_old_policy_is_the_policy_before_the_phase():
+def test_old_policy_is_the_policy_before_the_phase(monkeypatch):
+    from sb3_ewma.ppg_ewma import ppg
+
     model = make_model()
     captured = {}
+    compute_old_policy = ppg.compute_old_policy
 
-    def capture(result):
+    def capture(*args):
+        compute_old_policy(*args)
         buffer = model.aux_buffer
         indices = np.arange(buffer.size)
         with th.no_grad():
             distribution = model.policy.get_distribution(buffer.observations(indices))
         captured["kl"] = float(kl_from_parameters(buffer.old_policy(indices), distribution).abs().max())
 
-    spy(model, "_compute_old_policy", after=capture)
+    monkeypatch.setattr(ppg, "compute_old_policy", capture)
     model.learn(2 * ROLLOUT)
     assert captured["kl"] < 1e-6
 

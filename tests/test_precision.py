@@ -2,6 +2,7 @@
 
 import pytest
 import torch as th
+from minibatch import policy_terms
 from stable_baselines3.common.envs import FakeImageEnv
 from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -46,7 +47,7 @@ def test_channels_last_computes_the_same_gradients(device):
     for model in (contiguous, channels_last):
         model.proximal.restart()
         model.policy.optimizer.zero_grad()
-        policy_loss, _, values, _ = model._policy_terms(rollout_data, DecoupledPolicyObjective(0.2))
+        policy_loss, _, values = policy_terms(model, rollout_data, DecoupledPolicyObjective(0.2))
         (policy_loss + ((values - rollout_data.returns) ** 2).mean()).backward()
         gradients.append([param.grad.clone() for param in model.policy.parameters()])
     # the same numbers, up to the order of the convolutions' floating-point sums
@@ -65,9 +66,9 @@ def test_bfloat16_autocast_runs_the_forward_passes_in_bfloat16(device):
     model.learn(32)  # a filled buffer (and one update)
     rollout_data = next(model.rollout_buffer.get(16))
     objective = DecoupledPolicyObjective(0.2)
-    exact = model._policy_terms(rollout_data, objective)
+    exact = policy_terms(model, rollout_data, objective)
     with model.training_precision.forward(model.device):
-        approximate = model._policy_terms(rollout_data, objective)
+        approximate = policy_terms(model, rollout_data, objective)
     assert exact[2].dtype == th.float32 and approximate[2].dtype == th.bfloat16  # the values' linear layer ran in bf16
     # bfloat16 keeps 8 bits of mantissa: the losses agree to about 1e-2
     for exact_term, approximate_term in zip(exact, approximate):

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch as th
+from minibatch import policy_terms
 from stable_baselines3.common.envs import IdentityEnvMultiDiscrete
 
 from sb3_ewma import PPO_EWMA
@@ -47,9 +48,9 @@ def test_policy_loss_unchanged_by_the_lean_pass():
     model = PPO_EWMA("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=64, seed=0, device="cpu")
     model.learn(64)  # a filled buffer, and the EWMA away from the policy
     rollout_data = next(model.rollout_buffer.get(64))
-    lean = model._policy_terms(rollout_data, DecoupledPolicyObjective(0.2))
+    lean = policy_terms(model, rollout_data, DecoupledPolicyObjective(0.2))
     # the distribution path, as the exact KL takes it (and benchmarks.timing.proximal_pass times it)
     distribution_pass(model)
-    reference = model._policy_terms(rollout_data, DecoupledPolicyObjective(0.2))
+    reference = policy_terms(model, rollout_data, DecoupledPolicyObjective(0.2))
     for first, second in zip(lean, reference, strict=True):
         assert th.equal(first, second)

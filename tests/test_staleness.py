@@ -43,13 +43,13 @@ def test_anchor_and_importance_sampling_policies_of_stale_data(monkeypatch, mode
     behavior_policy = copy.deepcopy(model.policy)
     calls = []
     minibatches = []
-    policy_terms = model._policy_terms
+    evaluate_policy = model._evaluate_policy
 
-    def record_minibatch(rollout_data, objective):
+    def record_minibatch(rollout_data, actions):
         minibatches.append(rollout_data)
-        return policy_terms(rollout_data, objective)
+        return evaluate_policy(rollout_data, actions)
 
-    model._policy_terms = record_minibatch  # type: ignore[method-assign]
+    model._evaluate_policy = record_minibatch  # type: ignore[method-assign]
     original_call = DecoupledPolicyObjective.__call__
 
     def record_call(self, advantages, log_prob_, proximal_log_prob, behavior_log_prob, *args):

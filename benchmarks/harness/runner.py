@@ -26,7 +26,7 @@ from benchmarks.harness.common import FINAL_FRACTION, RunSpec, algorithm_class, 
 
 def gradient_noise_scale(model: Any) -> float:
     """The latest smoothed B_simple of the policy(-phase) optimizer, NaN before the first full epoch."""
-    tracker = getattr(model, "_gradient_noise", {}).get("train")
+    tracker = getattr(model, "gradient_noise", None)
     estimate = None if tracker is None or tracker.latest is None else tracker.latest.noise_scale
     return math.nan if estimate is None else round(float(estimate), 4)
 

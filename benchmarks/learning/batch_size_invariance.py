@@ -60,7 +60,8 @@ def variant_hyperparams(reference: dict[str, Any], variant: str, n_envs: int) ->
     then the ablated hyperparameter put back to its reference value (absent: the class default).
     """
     algo = "ppg" if variant == "ppg" else "ppg_ewma"
-    base = dict(reference, ewma_decay=None) if variant == "ppg" else reference
+    # PPG has no EWMA (no ewma_decay): the reference's other settings
+    base = {key: value for key, value in reference.items() if key != "ewma_decay"} if variant == "ppg" else reference
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the ablations are not invariant, and say so
         scaled = scale_hyperparams(base, n_envs, algo=algo)

@@ -27,6 +27,7 @@ import torch as th
 
 from benchmarks.harness.common import RESULTS_DIR, add_malloc_argument, apply_malloc
 from benchmarks.harness.envs import default_env_id, make_env, policy_for
+from sb3_ewma.common.decoupled.proximal import ProximalPolicy
 
 NAME = "proximal_pass"
 NETWORKS: dict[str, dict[str, Any]] = {
@@ -36,13 +37,20 @@ NETWORKS: dict[str, dict[str, Any]] = {
 VARIANTS = ("ppo", "ppo_ewma_lean", "ppo_ewma_distribution")
 
 
+class DistributionProximalPolicy(ProximalPolicy):
+    """The proximal policy whose log-probabilities always go through a distribution object (no lean pass)."""
+
+    def log_prob(
+        self, minibatch: Any, actions: th.Tensor, behavior_log_prob: th.Tensor, with_distribution: bool = False
+    ) -> tuple[th.Tensor, Any]:
+        distribution = self.distribution(minibatch)
+        return distribution.log_prob(actions), distribution if with_distribution else None
+
+
 def distribution_pass(model: Any) -> None:
-    """Replace the model's lean proximal pass by the one through a distribution object."""
-
-    def proximal_log_prob(rollout_data: Any, actions: th.Tensor, behavior_log_prob: th.Tensor) -> Any:
-        return model.proximal.distribution(rollout_data).log_prob(actions), None
-
-    model._proximal_log_prob = proximal_log_prob
+    """Give the model a proximal policy whose pass goes through a distribution object (the same network)."""
+    proximal = model.proximal
+    model.proximal = DistributionProximalPolicy(proximal.ewma, proximal.decay, type(model)._proximal_distribution_of)
 
 
 def _minor_page_faults() -> int:

@@ -116,7 +116,7 @@ def worker(settings: dict[str, Any], out_file: Path) -> None:
     model.learn(settings["timesteps"], callback=curve)
     elapsed = time.perf_counter() - start
     iterations = model.num_timesteps // (settings["n_steps"] * n_envs * model.world_size)
-    context = None if model.data_parallel is None else model.data_parallel.context
+    context = getattr(model.data_parallel, "context", None)  # None on one process (SingleProcessTraining)
     communication = 0.0 if context is None else context.total_communication_time
     all_reduce_seconds = 0.0 if context is None else all_reduce_latency(sum(p.numel() for p in model.policy.parameters()))
     if model.rank == 0:

@@ -191,9 +191,9 @@ def synchronize(device: th.device | str) -> None:
 class TrainTimer:
     """
     Wraps ``model.train`` to add up the time spent optimizing, and within it the proximal pass
-    (``_proximal_log_prob``) and the EWMA update (``proximal.step``). On CUDA every timed part synchronizes
-    the model's device when it starts and when it ends, so that kernels queued before a part (the backward pass and
-    the optimizer step before the EWMA update) are not counted in it.
+    (``proximal.log_prob``) and the EWMA update (``proximal.step``), the methods of the model's proximal policy. On
+    CUDA every timed part synchronizes the model's device when it starts and when it ends, so that kernels queued
+    before a part (the backward pass and the optimizer step before the EWMA update) are not counted in it.
 
     :param model: the algorithm whose methods are wrapped (in place)
     """
@@ -202,10 +202,8 @@ class TrainTimer:
         self.seconds = {"train": 0.0, "proximal": 0.0, "ewma": 0.0}
         self.device = th.device(model.device)
         self._wrap(model, "train", "train")
-        for owner, method, key in (
-            (model, "_proximal_log_prob", "proximal"),
-            (getattr(model, "proximal", None), "step", "ewma"),
-        ):
+        proximal = getattr(model, "proximal", None)
+        for owner, method, key in ((proximal, "log_prob", "proximal"), (proximal, "step", "ewma")):
             if owner is not None and hasattr(owner, method):
                 self._wrap(owner, method, key)
 

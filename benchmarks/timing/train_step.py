@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch as th
+from gymnasium import spaces
 
 from benchmarks.harness.common import RESULTS_DIR
 from benchmarks.harness.envs import default_env_id, make_env, policy_for
@@ -70,8 +71,16 @@ def minibatch_losses(model: Any, rollout_data: Any) -> th.Tensor:
     """The policy loss, entropy loss and mean value of a minibatch, in the model's format."""
     from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
 
+    actions = rollout_data.actions
+    if isinstance(model.action_space, spaces.Discrete):
+        actions = rollout_data.actions.long().flatten()
     with th.no_grad(), model.training_precision.forward(model.device):
-        policy_loss, entropy_loss, values, _ = model._policy_terms(rollout_data, DecoupledPolicyObjective(0.2))
+        values, log_prob, entropy, _ = model._evaluate_policy(rollout_data, actions)
+        proximal_log_prob, _ = model.proximal.log_prob(rollout_data, actions, rollout_data.old_log_prob)
+        policy_loss = DecoupledPolicyObjective(0.2)(
+            rollout_data.advantages, log_prob, proximal_log_prob, rollout_data.old_log_prob, None, None
+        )
+        entropy_loss = -th.mean(-log_prob) if entropy is None else -th.mean(entropy)
     return th.stack([policy_loss.float(), entropy_loss.float(), values.float().mean()]).cpu()
 
 

@@ -18,6 +18,7 @@ loading it needs ``sb3_ewma`` importable, as for any custom class in SB3.
 """
 
 import inspect
+import math
 from typing import Any, Protocol, TypeVar, cast
 
 import torch as th
@@ -159,7 +160,8 @@ def to_parent_algorithm(
         if name not in _NOT_COPIED and hasattr(model, name)
     }
     clip_range = getattr(model, "clip_range", None)
-    if clip_range is None:
+    # no clipping: None, or the infinite clip range it is stored as
+    if clip_range is None or (callable(clip_range) and math.isinf(clip_range(1.0))):
         warn_at_caller(
             f"{type(model).__name__} has clip_range=None (KL penalty only), which {target} cannot take: the exported "
             f"{target} gets the default clip_range=0.2 (used only if it is trained further)"

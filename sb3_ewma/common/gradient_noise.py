@@ -17,7 +17,6 @@ critical batch size is about ``B_simple``); the batch size-invariance rules hold
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch as th
 
@@ -121,29 +120,15 @@ class GradientNoiseScale:
         )
         return self.latest
 
-
-def observe_gradient_noise(algorithm: Any, optimizer: th.optim.Optimizer) -> None:
-    """
-    Feed the minibatch gradient of ``optimizer``'s parameters (before clipping; under data-parallel training already
-    averaged over the ranks: the gradient of a global minibatch of ``world_size * batch_size`` samples) to the
-    :class:`GradientNoiseScale` of its phase (``algorithm._gradient_noise_batching``), and log the estimate after each
-    epoch as ``<phase>/gradient_noise_scale``.
-    """
-    batching = algorithm._gradient_noise_batching(optimizer)
-    if batching is None:
-        return
-    batch_size, steps_per_epoch, prefix = batching
-    batch_size *= algorithm.world_size
-    trackers: dict[str, GradientNoiseScale] = algorithm.__dict__.setdefault("_gradient_noise", {})
-    tracker = trackers.get(prefix)
-    if tracker is None or (tracker.batch_size, tracker.steps_per_epoch) != (batch_size, steps_per_epoch):
-        tracker = trackers[prefix] = GradientNoiseScale(batch_size, steps_per_epoch)
-    gradients = [
-        param.grad if param.grad is not None else th.zeros_like(param)
-        for group in optimizer.param_groups
-        for param in group["params"]
-    ]
-    # the number of steps taken identifies the iteration (an epoch cut short by target_kl is dropped)
-    estimate = tracker.observe(gradients, tag=algorithm.num_timesteps)
-    if estimate is not None and estimate.noise_scale is not None:
-        algorithm.logger.record(f"{prefix}/gradient_noise_scale", estimate.noise_scale)
+    def observe_optimizer(self, optimizer: th.optim.Optimizer, tag: object = None) -> NoiseScaleEstimate | None:
+        """
+        :meth:`observe` the gradient of ``optimizer``'s parameters (a parameter without a gradient counts as zeros):
+        right after ``backward()``, before clipping; under data-parallel training, once averaged over the ranks (the
+        gradient of a global minibatch, ``batch_size`` counting every rank's samples).
+        """
+        gradients = [
+            param.grad if param.grad is not None else th.zeros_like(param)
+            for group in optimizer.param_groups
+            for param in group["params"]
+        ]
+        return self.observe(gradients, tag)

@@ -1,8 +1,9 @@
 """
-Clear errors for what an algorithm of this package does not take, raised before anything is built: a keyword argument
-of the constructor (one that another algorithm, or the policy, takes; or a misspelt one), a policy keyword that the
-chosen policy lacks, and a policy name of another algorithm. Python's and SB3's own errors name the keyword or the
-policy only; these also say which class or option takes it, and suggest the nearest name.
+Clear errors for what an algorithm of this package does not take, raised before anything is built: a hyperparameter
+of an rl-zoo3 entry or of ``-params`` that the constructor does not take (one that another algorithm, or the policy,
+takes; or a misspelt one), a policy keyword that the chosen policy lacks, and a policy name of another algorithm.
+Python's and SB3's own errors name the keyword or the policy only; these also say which class or option takes it, and
+suggest the nearest name.
 
 The other algorithms are those of :data:`sb3_ewma.algorithms.ALGORITHMS`, imported only to explain an error.
 """
@@ -103,39 +104,6 @@ def unknown_keyword_message(algorithm: type, name: str, value: Any, other_names:
     return message + (f": did you mean {close[0]!r}?" if close else "")
 
 
-def check_keywords(algorithm: type, kwargs: dict[str, Any]) -> None:
-    """
-    Raise a ``TypeError`` (the error Python would raise) with :func:`unknown_keyword_message` for the first keyword
-    argument that the algorithm's constructor does not take.
-    """
-    known = constructor_keywords(algorithm)
-    if known is None:
-        return
-    for name, value in kwargs.items():
-        if name not in known:
-            raise TypeError(unknown_keyword_message(algorithm, name, value))
-
-
-def check_positional_arguments(algorithm: type, args: tuple[Any, ...]) -> None:
-    """
-    Raise a ``TypeError`` for arguments given by position where the constructor takes keywords (after ``policy`` and
-    ``env``), naming the keyword of each in the constructor's order (the parent's, for a drop-in of SB3's ``PPO``).
-    """
-    parameters = list(inspect.signature(algorithm).parameters.values())
-    if any(parameter.kind is inspect.Parameter.VAR_POSITIONAL for parameter in parameters):
-        return
-    named = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    by_position = [parameter.name for parameter in parameters if parameter.kind in named]
-    keyword_only = [parameter.name for parameter in parameters if parameter.kind is inspect.Parameter.KEYWORD_ONLY]
-    extra = args[len(by_position) :]
-    if extra and len(extra) <= len(keyword_only):
-        keywords = ", ".join(f"{name}={value!r}" for name, value in zip(keyword_only, extra))
-        raise TypeError(
-            f"{algorithm.__name__} takes {_join(by_position)} by position and its other arguments by keyword: "
-            f"{len(extra)} more given by position, pass them as {keywords}"
-        )
-
-
 def check_policy_keywords(algorithm: type, policy: Any, policy_kwargs: Any) -> None:
     """
     Raise a ``TypeError`` for a keyword of ``policy_kwargs`` that the algorithm's own policy (``policy``, one of its
@@ -157,17 +125,6 @@ def check_policy_keywords(algorithm: type, policy: Any, policy_kwargs: Any) -> N
                 f"{algorithm.__name__}'s policy {policy_name} has no keyword {name}={value!r} (in policy_kwargs): "
                 f"only the policies of {_join(takers)} take it: remove it, or use {_join(takers, 'or')}"
             )
-
-
-def check_constructor_call(algorithm: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """
-    The checks of a call to an algorithm's constructor, before it runs: a hyperparameter given by position gets the
-    keyword to use; a keyword it does not take, or a policy keyword of another algorithm's policies, a message that
-    says which class or option takes it.
-    """
-    check_positional_arguments(algorithm, args)
-    check_keywords(algorithm, kwargs)
-    check_policy_keywords(algorithm, kwargs.get("policy", args[0] if args else None), kwargs.get("policy_kwargs"))
 
 
 def unknown_policy_message(algorithm: type, policy_name: str) -> str:

@@ -1,4 +1,4 @@
-from sb3_ewma.maskable_ppo_ewma.maskable_ppo_ewma import MaskablePPO_EWMA, MaskablePPOEWMAArguments
+from sb3_ewma.maskable_ppo_ewma.maskable_ppo_ewma import MaskablePPO_EWMA
 from sb3_ewma.maskable_ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
-__all__ = ["CnnPolicy", "MaskablePPOEWMAArguments", "MaskablePPO_EWMA", "MlpPolicy", "MultiInputPolicy"]
+__all__ = ["CnnPolicy", "MaskablePPO_EWMA", "MlpPolicy", "MultiInputPolicy"]

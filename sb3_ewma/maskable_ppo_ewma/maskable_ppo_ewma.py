@@ -1,7 +1,7 @@
-import contextlib
-from collections.abc import Iterator
+import math
 from typing import Any, ClassVar, TypeVar
 
+import numpy as np
 import torch as th
 from sb3_contrib import MaskablePPO
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
@@ -10,22 +10,16 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import GymEnv
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.vec_env import VecEnv
-from typing_extensions import Unpack
 
-from sb3_ewma.common.checks import warn_at_caller
+from sb3_ewma.common.checks import check_on_policy_hyperparams, warn_at_caller
 from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
-from sb3_ewma.common.decoupled.arguments import (
-    DecoupledArguments,
-    PPOArguments,
-    constructor_arguments,
-    document_arguments,
-    keyword_signature,
-)
-from sb3_ewma.common.decoupled.options import DecoupledOptions, parent_arguments
+from sb3_ewma.common.decoupled.options import check_decoupled_options
+from sb3_ewma.common.distributed import rank_local_settings
 from sb3_ewma.common.distributions import policy_latents
 from sb3_ewma.common.export import to_parent_algorithm
+from sb3_ewma.common.keywords import check_policy_keywords
 from sb3_ewma.maskable_ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
 SelfMaskablePPO_EWMA = TypeVar("SelfMaskablePPO_EWMA", bound="MaskablePPO_EWMA")
@@ -43,15 +37,6 @@ def proximal_masked_distribution(network: MaskableActorCriticPolicy, minibatch: 
     return network.get_distribution(minibatch.observations, action_masks=minibatch.action_masks)
 
 
-class MaskablePPOEWMAArguments(PPOArguments, DecoupledArguments, total=False):
-    """The keyword arguments of :class:`MaskablePPO_EWMA`: sb3-contrib's ``MaskablePPO``'s and the decoupled options."""
-
-    batch_size: int | None
-    rollout_buffer_class: type[RolloutBuffer] | None
-    rollout_buffer_kwargs: dict[str, Any] | None
-
-
-@document_arguments(MaskablePPO)
 class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
     """
     MaskablePPO-EWMA: sb3-contrib's ``MaskablePPO`` (PPO with invalid-action masking) with an exponentially weighted
@@ -62,9 +47,56 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
     stored in the rollout buffer. With ``ewma_decay=None`` it is ``MaskablePPO``, up to the
     importance-sampling cap ``imp_samp_max``.
 
+    :param policy: The policy model to use (MlpPolicy, CnnPolicy, ...)
+    :param env: The environment to learn from (if registered in Gym, can be str)
+    :param learning_rate: The learning rate, it can be a function
+        of the current progress remaining (from 1 to 0)
+    :param n_steps: The number of steps to run for each environment per update
+        (i.e. batch size is n_steps * n_env where n_env is number of environment copies running in parallel)
     :param batch_size: Minibatch size (``None``: the whole rollout)
+    :param n_epochs: Number of epoch when optimizing the surrogate loss (batch size-invariance needs 1)
+    :param gamma: Discount factor
+    :param gae_lambda: Factor for trade-off of bias vs variance for Generalized Advantage Estimator
+    :param clip_range: Clipping parameter ``eps`` of the ratio ``pi / pi_prox``, it can be a function of the current
+        progress remaining (from 1 to 0). ``None`` turns clipping off (use the KL penalty ``kl_coef`` instead).
+    :param clip_range_vf: Clipping parameter for the value function,
+        it can be a function of the current progress remaining (from 1 to 0).
+        This is a parameter specific to the OpenAI implementation. If None is passed (default),
+        no clipping will be done on the value function.
+        IMPORTANT: this clipping depends on the reward scaling.
+    :param normalize_advantage: Whether to normalize or not the advantage (see ``advantage_normalization``)
+    :param ent_coef: Entropy coefficient for the loss calculation
+    :param vf_coef: Value function coefficient for the loss calculation
+    :param max_grad_norm: The maximum value for the gradient clipping
     :param rollout_buffer_class: Rollout buffer class to use. If ``None``, it will be automatically selected.
     :param rollout_buffer_kwargs: Keyword arguments to pass to the rollout buffer on creation
+    :param target_kl: Limit the KL divergence between updates: stop the iteration's epochs when the estimated
+        KL from the behavior policy (as in SB3) exceeds ``1.5 * target_kl``. By default, there is no limit.
+    :param stats_window_size: Window size for the rollout logging, specifying the number of episodes to average
+        the reported success rate, mean episode length, and mean reward over
+    :param tensorboard_log: the log location for tensorboard (if None, no logging)
+    :param policy_kwargs: additional arguments to be passed to the policy on creation
+    :param verbose: the verbosity level: 0 no output, 1 info, 2 debug
+    :param seed: Seed for the pseudo random generators
+    :param device: Device (cpu, cuda, ...) on which the code should be run.
+        Setting it to auto, the code will be run on the GPU if possible.
+    :param ewma_decay: Decay ``beta_prox`` in [0, 1) of the EWMA of the policy parameters that serves as the proximal
+        policy, updated after every optimizer step; its center of mass (age in optimizer steps) is
+        ``beta / (1 - beta)`` (see :func:`sb3_ewma.ewma_decay_from_center_of_mass`). A name
+        (:mod:`sb3_ewma.common.ewma_age`) sets the center of mass from the minibatches per epoch ``M`` and the
+        epochs ``E``: ``"paper"`` ``M`` (the paper's setting), ``"max_age"`` ``E * M``, ``"mean_age"`` ``E * M / 2``;
+        ``"auto"`` (default) is ``"mean_age"`` with several epochs, ``"paper"`` with one. ``None``: no EWMA, the
+        proximal policy is the behavior policy, as in the parent algorithm (SB3's ``PPO`` for ``PPO_EWMA``).
+    :param kl_coef: Coefficient ``beta`` of the decoupled KL penalty ``KL[pi_prox, pi]`` (0: no penalty). Use it alone
+        with ``clip_range=None`` for the decoupled KL-penalized objective, or together with clipping.
+    :param kl_estimator: How the KL penalty is computed: ``"sample"`` (the authors' ``0.5 * mean(log(pi/pi_prox)^2)``
+        over the taken actions) or ``"exact"`` (the KL divergence of the two action distributions).
+    :param imp_samp_max: Cap on the importance weight ``pi / pi_behav`` (paper: 100), 0 for no cap; must be > 1.
+    :param advantage_normalization: ``"minibatch"`` (SB3's, each minibatch by its own statistics; default) or
+        ``"ewma"`` (the paper's: each iteration by the mean and std of EWMA moments over iterations). Only used when
+        ``normalize_advantage=True``.
+    :param advantage_ewma_decay: Decay in [0, 1) per iteration of the advantage moments for
+        ``advantage_normalization="ewma"`` (0: the current iteration only; span ``2 / (1 - decay) - 1`` iterations).
     :param minibatch_sampling: How each epoch is split into minibatches: ``"steps"`` (default, SB3's: random steps)
         or ``"rollouts"`` (the authors': whole ``n_steps``-step rollouts of ``batch_size / n_steps`` environments per
         minibatch, environments in random order; ``batch_size`` must be a multiple of ``n_steps``, or divide it: then
@@ -79,6 +111,7 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
         collector thread; ``"process"``: a forked collector process, CPU policies only): the collector asks the
         environments for the action masks at every step (``learn(use_masking=False)`` turns them off, as in
         ``MaskablePPO``).
+    :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
@@ -95,15 +128,126 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
     # the advantages of stale data stay those computed at collection, as RecurrentPPO_EWMA's
     _recompute_stale_advantages = False
 
-    @keyword_signature(MaskablePPOEWMAArguments, parent=MaskablePPO)
-    def __init__(self, policy: str | type[MlpPolicy], env: GymEnv | str, **kwargs: Unpack[MaskablePPOEWMAArguments]) -> None:
-        # MaskablePPO's arguments (with its defaults) and the decoupled options, checked before anything is built
-        arguments = constructor_arguments(MaskablePPO_EWMA, locals(), kwargs)
-        options = DecoupledOptions.from_arguments(arguments, batch_size_may_be_none=True)
-        super().__init__(**parent_arguments(MaskablePPO, arguments))
-        self._set_decoupled_options(options)
+    def __init__(
+        self,
+        policy: str | type[MaskableActorCriticPolicy],
+        env: GymEnv | str,
+        learning_rate: float | Schedule = 3e-4,
+        n_steps: int = 2048,
+        batch_size: int | None = 64,
+        n_epochs: int = 10,
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
+        clip_range: float | Schedule | None = 0.2,
+        clip_range_vf: float | Schedule | None = None,
+        normalize_advantage: bool = True,
+        ent_coef: float = 0.0,
+        vf_coef: float = 0.5,
+        max_grad_norm: float = 0.5,
+        rollout_buffer_class: type[RolloutBuffer] | None = None,
+        rollout_buffer_kwargs: dict[str, Any] | None = None,
+        target_kl: float | None = None,
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        policy_kwargs: dict[str, Any] | None = None,
+        verbose: int = 0,
+        seed: int | None = None,
+        device: th.device | str = "auto",
+        ewma_decay: float | str | None = "auto",
+        kl_coef: float = 0.0,
+        kl_estimator: str = "sample",
+        imp_samp_max: float = 100.0,
+        advantage_normalization: str = "minibatch",
+        advantage_ewma_decay: float = 0.0,
+        minibatch_sampling: str = "steps",
+        log_gradient_noise_scale: bool = False,
+        distributed: bool | None = None,
+        async_rollouts: bool | str = False,
+        _init_setup_model: bool = True,
+    ) -> None:
+        # checked before anything is built: no environment is made for bad input
+        check_on_policy_hyperparams(
+            learning_rate=learning_rate,
+            n_steps=n_steps,
+            batch_size=batch_size,
+            n_epochs=n_epochs,
+            gamma=gamma,
+            gae_lambda=gae_lambda,
+            normalize_advantage=normalize_advantage,
+            clip_range=clip_range,
+            clip_range_vf=clip_range_vf,
+            ent_coef=ent_coef,
+            vf_coef=vf_coef,
+            max_grad_norm=max_grad_norm,
+            target_kl=target_kl,
+            stats_window_size=stats_window_size,
+            kl_coef=kl_coef,
+            seed=seed,
+            batch_size_may_be_none=True,
+        )
+        check_decoupled_options(
+            ewma_decay=ewma_decay,
+            kl_coef=kl_coef,
+            kl_estimator=kl_estimator,
+            imp_samp_max=imp_samp_max,
+            normalize_advantage=normalize_advantage,
+            advantage_normalization=advantage_normalization,
+            advantage_ewma_decay=advantage_ewma_decay,
+            minibatch_sampling=minibatch_sampling,
+            log_gradient_noise_scale=log_gradient_noise_scale,
+            distributed=distributed,
+            async_rollouts=async_rollouts,
+            batch_size=batch_size,
+            n_steps=n_steps,
+        )
+        check_policy_keywords(MaskablePPO_EWMA, policy, policy_kwargs)
+        # ranks other than 0 print nothing; each rank on its own GPU
+        verbose, device = rank_local_settings(distributed, verbose, device)
+
+        super().__init__(
+            policy,
+            env,
+            learning_rate=learning_rate,
+            n_steps=n_steps,
+            batch_size=batch_size,
+            n_epochs=n_epochs,
+            gamma=gamma,
+            gae_lambda=gae_lambda,
+            # no clipping: an infinite clip range
+            clip_range=math.inf if clip_range is None else clip_range,
+            clip_range_vf=clip_range_vf,
+            normalize_advantage=normalize_advantage,
+            ent_coef=ent_coef,
+            vf_coef=vf_coef,
+            max_grad_norm=max_grad_norm,
+            rollout_buffer_class=rollout_buffer_class,
+            rollout_buffer_kwargs=rollout_buffer_kwargs,
+            target_kl=target_kl,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            policy_kwargs=policy_kwargs,
+            verbose=verbose,
+            seed=seed,
+            device=device,
+            _init_setup_model=False,
+        )
+
+        self._set_decoupled_options(
+            ewma_decay=ewma_decay,
+            kl_coef=kl_coef,
+            kl_estimator=kl_estimator,
+            imp_samp_max=imp_samp_max,
+            advantage_normalization=advantage_normalization,
+            advantage_ewma_decay=advantage_ewma_decay,
+            minibatch_sampling=minibatch_sampling,
+            log_gradient_noise_scale=log_gradient_noise_scale,
+            distributed=distributed,
+            async_rollouts=async_rollouts,
+        )
+
         self._warn_without_action_masks()
-        if arguments["_init_setup_model"]:
+
+        if _init_setup_model:
             self._setup_model()
 
     def set_env(self, env: GymEnv | str, force_reset: bool = True) -> None:
@@ -168,14 +312,36 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
         """
         return to_parent_algorithm(self, MaskablePPO)
 
-    @contextlib.contextmanager
-    def _learning(self, use_masking: bool = True, **parent_kwargs: Any) -> Iterator[None]:
-        """``learn``'s ``use_masking``, for the rollout loop (also a collector's): the masks when the env has them."""
+    def learn(  # type: ignore[override]  # MaskablePPO's order: use_masking before progress_bar
+        self: SelfMaskablePPO_EWMA,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        log_interval: int = 1,
+        tb_log_name: str | None = None,
+        reset_num_timesteps: bool = True,
+        use_masking: bool = True,
+        progress_bar: bool = False,
+    ) -> SelfMaskablePPO_EWMA:
+        """
+        ``MaskablePPO.learn`` (same arguments, in its order), overlapped with ``async_rollouts``: ``use_masking`` asks
+        the environments for their action masks at every step, also on a collector.
+        """
         if use_masking and self.env is not None and not is_masking_supported(self.env):
             raise ValueError(f"{NO_ACTION_MASKS}; or call learn(use_masking=False) to train without masks")
         self._use_masking = use_masking
         try:
-            with super()._learning(**parent_kwargs):
-                yield
+            return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
         finally:
             del self._use_masking  # back to the class's True
+
+    def predict(  # type: ignore[override]
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+        action_masks: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        """``MaskablePPO.predict``, with the parameters of an iteration boundary under ``async_rollouts``."""
+        with self._training_lock:
+            return MaskablePPO.predict(self, observation, state, episode_start, deterministic, action_masks)

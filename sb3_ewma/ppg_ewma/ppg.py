@@ -1,38 +1,611 @@
-"""Phasic Policy Gradient without the EWMA: :class:`PPG`."""
+"""Phasic Policy Gradient (Cobbe et al. 2020): :class:`PPG`, its policy phase and its auxiliary phase."""
 
-import inspect
+import math
 import os
-from typing import Any
+import time
+import warnings
+from typing import Any, ClassVar
 
-from sb3_ewma.ppg_ewma.ppg_ewma import PPG_EWMA
+import torch as th
+from gymnasium import spaces
+from stable_baselines3 import PPO
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import GymEnv, RolloutBufferSamples, Schedule
+from stable_baselines3.common.utils import FloatSchedule, update_learning_rate
+from stable_baselines3.common.vec_env import VecEnv
+from torch.nn import functional as F
+
+from sb3_ewma.common.checks import check_on_policy_hyperparams
+from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
+from sb3_ewma.common.decoupled.logs import record_train_logs
+from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective, mean_of
+from sb3_ewma.common.decoupled.options import check_decoupled_options
+from sb3_ewma.common.decoupled.proximal import is_loading_from_file
+from sb3_ewma.common.distributed import rank_local_settings
+from sb3_ewma.common.format import human_bytes
+from sb3_ewma.common.keywords import check_policy_keywords
+from sb3_ewma.common.losses import clipped_values
+from sb3_ewma.ppg_ewma.auxiliary import auxiliary_losses, compute_old_policy
+from sb3_ewma.ppg_ewma.buffers import AuxiliaryBuffer
+from sb3_ewma.ppg_ewma.checks import aux_batch_size_problem, check_ppg_hyperparams
+from sb3_ewma.ppg_ewma.export import ppg_to_sb3_ppo
+from sb3_ewma.ppg_ewma.policies import (
+    CnnPolicy,
+    MlpPolicy,
+    MultiInputPolicy,
+    PPGPolicy,
+    is_ppg_policy_parameter,
+)
 
 
-class PPG(PPG_EWMA):
+class PPG(DecoupledAlgorithm):
     """
-    Phasic Policy Gradient (Cobbe et al. 2020, https://arxiv.org/abs/2009.04416): :class:`PPG_EWMA` with the EWMA
-    turned off by default (``ewma_decay=None``: the proximal policy is the behavior policy, the policy phase is PPO's
-    clipped objective). Takes the same arguments as :class:`PPG_EWMA`.
+    Phasic Policy Gradient (PPG; Cobbe et al. 2020, https://arxiv.org/abs/2009.04416): PPO's policy phase (the proximal
+    policy is the behavior policy, as in PPO) alternating with an auxiliary phase that distills the value function into
+    the policy network. :class:`PPG_EWMA` adds an EWMA of the policy as the proximal policy.
 
-    :param args: ``policy`` and ``env``, as :class:`PPG_EWMA` takes them
-    :param ewma_decay: ``None`` only (PPG has no EWMA; :class:`PPG_EWMA` has one)
-    :param kwargs: keyword arguments of :class:`PPG_EWMA`
+    Training alternates two phases:
+
+    - policy phase, ``n_policy_iterations`` (``N_pi``) iterations, each a rollout followed by ``n_epochs`` (``E_pi``)
+      epochs on the policy loss (decoupled clipped or KL-penalized objective, plus entropy) and ``n_value_epochs``
+      (``E_V``) epochs on the value loss. The states and value targets of every iteration are stored in a host-memory
+      auxiliary buffer (observations in their own dtype).
+    - auxiliary phase: the policy's outputs ``pi_old`` are computed once on all stored states, then
+      ``n_aux_epochs`` (``E_aux``) epochs minimize ``0.5 * MSE(aux value head, V_targ) + beta_clone * KL[pi_old, pi]
+      + 0.5 * MSE(value head, V_targ)`` with an Adam optimizer of its own, in minibatches of ``aux_batch_size`` that
+      are accumulated from micro-batches of ``aux_micro_batch_size`` (only one micro-batch is on the device at a time).
+      The value targets are not recomputed.
+
+    The network architecture is chosen with ``arch`` (see :mod:`sb3_ewma.ppg_ewma.policies`): ``"dual"`` (separate
+    policy and value networks), ``"shared"`` or ``"detach"`` (one network, value head on the detached trunk); the
+    auxiliary value head always sits on the policy trunk.
+
+    The policy-phase arguments have the names, defaults and meaning of SB3's ``PPO``, except
+    ``n_epochs`` (PPG's ``E_pi``, default 1). The paper's Procgen settings: ``n_steps=256`` with 64 environments per
+    process, ``batch_size=2048`` (8 minibatches), ``learning_rate=5e-4``, ``gamma=0.999``, ``ent_coef=0.01``,
+    ``aux_batch_size=4 * 256`` (4 rollouts of one environment), no gradient clipping (``max_grad_norm=float("inf")``).
+
+    :param policy: The policy model to use (MlpPolicy, CnnPolicy, MultiInputPolicy or a :class:`PPGPolicy` subclass)
+    :param env: The environment to learn from (if registered in Gym, can be str)
+    :param learning_rate: The learning rate of the policy phase, it can be a function
+        of the current progress remaining (from 1 to 0)
+    :param n_steps: The number of steps to run for each environment per iteration
+        (i.e. rollout buffer size is n_steps * n_envs where n_envs is number of environment copies running in parallel)
+    :param batch_size: Minibatch size of the policy phase
+    :param n_epochs: Number of policy epochs ``E_pi`` per iteration (optimizing the policy objective and entropy)
+    :param n_value_epochs: Number of value epochs ``E_V`` per iteration (optimizing the value loss). The first
+        ``min(E_pi, E_V)`` epochs optimize the sum of both losses in the same steps.
+    :param gamma: Discount factor
+    :param gae_lambda: Factor for trade-off of bias vs variance for Generalized Advantage Estimator
+    :param clip_range: Clipping parameter ``eps`` of the ratio ``pi / pi_prox``, it can be a function of the current
+        progress remaining (from 1 to 0). ``None`` turns clipping off (use the KL penalty ``kl_coef`` instead).
+    :param clip_range_vf: Clipping parameter for the value function in the policy phase,
+        it can be a function of the current progress remaining (from 1 to 0).
+        If None is passed (default), no clipping will be done on the value function.
+        IMPORTANT: this clipping depends on the reward scaling.
+    :param normalize_advantage: Whether to normalize or not the advantage (see ``advantage_normalization``)
+    :param ent_coef: Entropy coefficient for the loss calculation
+    :param vf_coef: Value function coefficient of the policy phase's loss
+    :param max_grad_norm: The maximum value for the gradient clipping (both phases)
+    :param use_sde: Whether to use generalized State Dependent Exploration (gSDE)
+        instead of action noise exploration (default: False)
+    :param sde_sample_freq: Sample a new noise matrix every n steps when using gSDE
+        Default: -1 (only sample at the beginning of the rollout)
+    :param rollout_buffer_class: Rollout buffer class to use. If ``None``, it will be automatically selected.
+    :param rollout_buffer_kwargs: Keyword arguments to pass to the rollout buffer on creation
+    :param target_kl: Limit the KL divergence between updates: stop the iteration's policy epochs when the estimated
+        KL from the behavior policy (as in SB3) exceeds ``1.5 * target_kl`` (value epochs go on). No limit by default.
+    :param stats_window_size: Window size for the rollout logging, specifying the number of episodes to average
+        the reported success rate, mean episode length, and mean reward over
+    :param tensorboard_log: the log location for tensorboard (if None, no logging)
+    :param policy_kwargs: additional arguments to be passed to the policy on creation (``arch`` is set by the
+        argument of the same name)
+    :param verbose: Verbosity level: 0 for no output, 1 for info messages (such as device or wrappers used), 2 for
+        debug messages
+    :param seed: Seed for the pseudo random generators
+    :param device: Device (cpu, cuda, ...) on which the code should be run.
+        Setting it to auto, the code will be run on the GPU if possible.
+    :param n_policy_iterations: Iterations (rollouts) per policy phase ``N_pi``; an auxiliary phase follows each
+        policy phase. The auxiliary buffer holds ``N_pi * n_steps * n_envs`` steps.
+    :param n_aux_epochs: Epochs ``E_aux`` over the auxiliary buffer in each auxiliary phase (0: no auxiliary phase,
+        nothing is stored).
+    :param beta_clone: Weight of the behavioral-cloning term ``KL[pi_old, pi]`` of the auxiliary phase, ``>= 0``.
+        It is weighed against ``0.5 * MSE`` of the returns, so the paper's 1 assumes returns of order one, as with
+        normalized rewards (``VecNormalize(norm_reward=True)``, the paper's runs): with raw returns of order 100 the
+        auxiliary phase can move the policy far (logged as ``aux/clone_kl``).
+    :param arch: Network architecture: ``"dual"`` (default), ``"shared"`` or ``"detach"``.
+    :param aux_learning_rate: Learning rate of the auxiliary phase's Adam optimizer (a number or a schedule of the
+        progress remaining); ``None`` (default): the policy phase's ``learning_rate``.
+    :param aux_batch_size: Minibatch size (per optimizer step) of the auxiliary phase; must divide the buffer size
+        ``N_pi * n_steps * n_envs``. ``None`` (default): ``batch_size``, i.e. ``N_pi * n_steps * n_envs / batch_size``
+        auxiliary steps per epoch. The paper used 4 rollouts of one environment (``4 * n_steps``).
+    :param aux_micro_batch_size: Largest number of samples sent to the device at once in the auxiliary phase (also
+        when computing ``pi_old``): each minibatch's gradient is accumulated over micro-batches of this size, so that
+        ``aux_batch_size`` does not bound device memory. ``None`` (default): ``aux_batch_size``.
+    :param aux_optimizer_kwargs: Keyword arguments of the auxiliary phase's optimizer (the policy's
+        ``optimizer_class``), e.g. ``dict(eps=1e-8)``; ``None`` (default): the policy's ``optimizer_kwargs`` (SB3's
+        Adam default ``eps=1e-5``; the authors use PyTorch's ``1e-8`` in both optimizers).
+    :param aux_minibatch_sampling: The same for the auxiliary phase: ``"steps"`` (default, random steps) or
+        ``"rollouts"`` (the authors': whole rollouts of one environment, ``aux_batch_size / n_steps`` per minibatch;
+        ``aux_batch_size`` must be a multiple or a divisor of ``n_steps``).
+    :param kl_coef: Coefficient ``beta`` of the decoupled KL penalty ``KL[pi_prox, pi]`` (0: no penalty). Use it alone
+        with ``clip_range=None`` for the decoupled KL-penalized objective, or together with clipping.
+    :param kl_estimator: How the KL penalty is computed: ``"sample"`` (the authors' ``0.5 * mean(log(pi/pi_prox)^2)``
+        over the taken actions) or ``"exact"`` (the KL divergence of the two action distributions).
+    :param imp_samp_max: Cap on the importance weight ``pi / pi_behav`` (paper: 100), 0 for no cap; must be > 1.
+    :param advantage_normalization: ``"minibatch"`` (SB3's, each minibatch by its own statistics; default) or
+        ``"ewma"`` (the paper's: each iteration by the mean and std of EWMA moments over iterations). Only used when
+        ``normalize_advantage=True``.
+    :param advantage_ewma_decay: Decay in [0, 1) per iteration of the advantage moments for
+        ``advantage_normalization="ewma"`` (0: the current iteration only; span ``2 / (1 - decay) - 1`` iterations).
+    :param minibatch_sampling: How each policy epoch is split into minibatches: ``"steps"`` (default, SB3's: random steps)
+        or ``"rollouts"`` (the authors': whole ``n_steps``-step rollouts of ``batch_size / n_steps`` environments per
+        minibatch, environments in random order; ``batch_size`` must be a multiple of ``n_steps``, or divide it:
+        then each minibatch is a contiguous piece of one environment's rollout).
+    :param log_gradient_noise_scale: Log the gradient noise scale ``B_simple`` (McCandlish et al. 2018) as
+        ``train/gradient_noise_scale`` (policy phase) and ``aux/gradient_noise_scale`` (auxiliary phase), estimated
+        after every epoch from the minibatch gradients of the epoch and their mean, smoothed with EMAs (see
+        :mod:`sb3_ewma.common.gradient_noise`). It approximates the critical batch size, below which the batch
+        size-invariance rules hold. Needs at least 2 minibatches per epoch; costs one copy of the gradient and one
+        norm per optimizer step, so it is off by default.
+    :param distributed: Data-parallel training on ``torch.distributed`` (documentation: "Data-Parallel
+        Training"): ``None`` (default) joins, or creates from torchrun's environment, the default process group when
+        ``WORLD_SIZE > 1``; ``True`` requires it (also with one rank); ``False`` never (each process trains its own
+        model). Hyperparameters are per rank (``n_envs``, ``n_steps``, ``batch_size``); gradients are averaged over
+        the ranks; ``num_timesteps`` and ``total_timesteps`` count the environment steps of all ranks; rank 0 alone
+        logs, saves and runs the callbacks. Not saved with the model.
+    :param async_rollouts: Overlap rollouts with training: each policy-phase iteration trains on the rollout collected
+        by the parameters of the previous iteration while a collector collects the next one with a snapshot of
+        the current parameters (staleness of exactly one iteration; the first rollout of each ``learn`` call is fresh).
+        The behavior log-probabilities are those stored at collection; the proximal policy is the policy at the start of the
+        iteration (:class:`PPG_EWMA`: the EWMA). Collection goes on during the auxiliary phase.
+        ``True`` or ``"thread"``: a collector thread, whose callbacks' ``on_step`` runs on that thread (it overlaps
+        where torch and the environments release the GIL: larger networks, C++ environments); ``"process"``: a
+        forked collector process (CPU policies; for Python-heavy loops such as CartPole with a small MLP), whose
+        rollouts are replayed to the callbacks at the hand-off, the next ``learn`` call then starting with
+        ``env.reset()`` (documentation: "Overlapped Rollouts").
+    :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
-    def __init__(self, *args: Any, ewma_decay: None = None, **kwargs: Any):
-        if ewma_decay is not None:
-            raise ValueError(
-                f"PPG has no EWMA proximal policy: ewma_decay must be None, got {ewma_decay!r}. "
-                "For PPG with an EWMA proximal policy use PPG_EWMA(..., ewma_decay=...)."
+    batch_size: int
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
+        "MlpPolicy": MlpPolicy,
+        "CnnPolicy": CnnPolicy,
+        "MultiInputPolicy": MultiInputPolicy,
+    }
+    policy: PPGPolicy
+    aux_buffer: AuxiliaryBuffer | None
+    _is_proximal_parameter = staticmethod(is_ppg_policy_parameter)
+    # the auxiliary buffer is not saved: a loaded model restarts its current policy phase
+    _unsaved_attributes = ("aux_buffer", "aux_lr_schedule", "aux_gradient_noise")
+
+    def __init__(
+        self,
+        policy: str | type[PPGPolicy],
+        env: GymEnv | str,
+        learning_rate: float | Schedule = 3e-4,
+        n_steps: int = 2048,
+        batch_size: int = 64,
+        n_epochs: int = 1,
+        n_value_epochs: int = 1,
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
+        clip_range: float | Schedule | None = 0.2,
+        clip_range_vf: float | Schedule | None = None,
+        normalize_advantage: bool = True,
+        ent_coef: float = 0.0,
+        vf_coef: float = 0.5,
+        max_grad_norm: float = 0.5,
+        use_sde: bool = False,
+        sde_sample_freq: int = -1,
+        rollout_buffer_class: type[RolloutBuffer] | None = None,
+        rollout_buffer_kwargs: dict[str, Any] | None = None,
+        target_kl: float | None = None,
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        policy_kwargs: dict[str, Any] | None = None,
+        verbose: int = 0,
+        seed: int | None = None,
+        device: th.device | str = "auto",
+        n_policy_iterations: int = 32,
+        n_aux_epochs: int = 6,
+        beta_clone: float = 1.0,
+        arch: str = "dual",
+        aux_learning_rate: float | Schedule | None = None,
+        aux_batch_size: int | None = None,
+        aux_micro_batch_size: int | None = None,
+        aux_optimizer_kwargs: dict[str, Any] | None = None,
+        aux_minibatch_sampling: str = "steps",
+        kl_coef: float = 0.0,
+        kl_estimator: str = "sample",
+        imp_samp_max: float = 100.0,
+        advantage_normalization: str = "minibatch",
+        advantage_ewma_decay: float = 0.0,
+        minibatch_sampling: str = "steps",
+        log_gradient_noise_scale: bool = False,
+        distributed: bool | None = None,
+        async_rollouts: bool | str = False,
+        _init_setup_model: bool = True,
+    ) -> None:
+        # checked before anything is built: no environment is made for bad input
+        check_on_policy_hyperparams(
+            learning_rate=learning_rate,
+            n_steps=n_steps,
+            batch_size=batch_size,
+            n_epochs=n_epochs,
+            gamma=gamma,
+            gae_lambda=gae_lambda,
+            normalize_advantage=normalize_advantage,
+            clip_range=clip_range,
+            clip_range_vf=clip_range_vf,
+            ent_coef=ent_coef,
+            vf_coef=vf_coef,
+            max_grad_norm=max_grad_norm,
+            target_kl=target_kl,
+            stats_window_size=stats_window_size,
+            kl_coef=kl_coef,
+            seed=seed,
+            min_n_epochs=0,
+        )
+        check_decoupled_options(
+            ewma_decay=None,
+            kl_coef=kl_coef,
+            kl_estimator=kl_estimator,
+            imp_samp_max=imp_samp_max,
+            normalize_advantage=normalize_advantage,
+            advantage_normalization=advantage_normalization,
+            advantage_ewma_decay=advantage_ewma_decay,
+            minibatch_sampling=minibatch_sampling,
+            log_gradient_noise_scale=log_gradient_noise_scale,
+            distributed=distributed,
+            async_rollouts=async_rollouts,
+            batch_size=batch_size,
+            n_steps=n_steps,
+        )
+        check_ppg_hyperparams(
+            n_steps=n_steps,
+            batch_size=batch_size,
+            n_value_epochs=n_value_epochs,
+            n_policy_iterations=n_policy_iterations,
+            n_aux_epochs=n_aux_epochs,
+            beta_clone=beta_clone,
+            arch=arch,
+            aux_learning_rate=aux_learning_rate,
+            aux_batch_size=aux_batch_size,
+            aux_micro_batch_size=aux_micro_batch_size,
+            aux_optimizer_kwargs=aux_optimizer_kwargs,
+            minibatch_sampling=minibatch_sampling,
+            aux_minibatch_sampling=aux_minibatch_sampling,
+            policy_kwargs=policy_kwargs,
+        )
+        check_policy_keywords(type(self), policy, policy_kwargs)
+        # ranks other than 0 print nothing; each rank on its own GPU
+        verbose, device = rank_local_settings(distributed, verbose, device)
+
+        super().__init__(
+            policy,
+            env,
+            learning_rate=learning_rate,
+            n_steps=n_steps,
+            gamma=gamma,
+            gae_lambda=gae_lambda,
+            ent_coef=ent_coef,
+            vf_coef=vf_coef,
+            max_grad_norm=max_grad_norm,
+            use_sde=use_sde,
+            sde_sample_freq=sde_sample_freq,
+            rollout_buffer_class=rollout_buffer_class,
+            rollout_buffer_kwargs=rollout_buffer_kwargs,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            policy_kwargs={**(policy_kwargs or {}), "arch": arch},
+            verbose=verbose,
+            seed=seed,
+            device=device,
+            _init_setup_model=False,
+            supported_action_spaces=(spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary),
+        )
+        if not (isinstance(self.policy_class, type) and issubclass(self.policy_class, PPGPolicy)):
+            raise ValueError(f"policy must be a PPGPolicy (MlpPolicy, CnnPolicy, MultiInputPolicy), got {self.policy_class}")
+
+        self.batch_size = batch_size
+        self.n_epochs = n_epochs
+        self.n_value_epochs = n_value_epochs
+        # no clipping: an infinite clip range
+        self.clip_range = math.inf if clip_range is None else clip_range
+        self.clip_range_vf = clip_range_vf
+        self.normalize_advantage = normalize_advantage
+        self.target_kl = target_kl
+        self.n_policy_iterations = int(n_policy_iterations)
+        self.n_aux_epochs = int(n_aux_epochs)
+        self.beta_clone = float(beta_clone)
+        self.arch = arch
+        self.aux_learning_rate = aux_learning_rate
+        self.aux_batch_size = int(batch_size if aux_batch_size is None else aux_batch_size)
+        self.aux_micro_batch_size = int(self.aux_batch_size if aux_micro_batch_size is None else aux_micro_batch_size)
+        self.aux_optimizer_kwargs = aux_optimizer_kwargs
+        self.aux_minibatch_sampling = aux_minibatch_sampling
+        self._set_decoupled_options(
+            ewma_decay=None,
+            kl_coef=kl_coef,
+            kl_estimator=kl_estimator,
+            imp_samp_max=imp_samp_max,
+            advantage_normalization=advantage_normalization,
+            advantage_ewma_decay=advantage_ewma_decay,
+            minibatch_sampling=minibatch_sampling,
+            log_gradient_noise_scale=log_gradient_noise_scale,
+            distributed=distributed,
+            async_rollouts=async_rollouts,
+        )
+        # the position in the phase schedule, saved with the model
+        self.phase = 0  # index of the current policy phase
+        self.phase_iteration = 0  # policy iterations done in the current policy phase
+        self.n_aux_phases = 0  # auxiliary phases done (fewer than the phases with n_aux_epochs=0)
+        self._policy_phase_time = 0.0  # seconds of rollouts and updates in the current policy phase
+
+        if _init_setup_model:
+            self._setup_model()
+
+    def _check_buffer_sizes(self) -> None:
+        """Checks that need the number of environments, before anything is built (the environment is not stepped)."""
+        rollout_size = self.n_steps * self.n_envs
+        if self.normalize_advantage and rollout_size <= 1:
+            raise ValueError(f"n_steps * n_envs must be > 1 with normalize_advantage=True, got {rollout_size}")
+        if rollout_size % self.batch_size > 0:
+            warnings.warn(
+                f"You have specified a mini-batch size of {self.batch_size},"
+                f" but because the `RolloutBuffer` is of size `n_steps * n_envs = {rollout_size}`,"
+                f" after every {rollout_size // self.batch_size} untruncated mini-batches,"
+                f" there will be a truncated mini-batch of size {rollout_size % self.batch_size}\n"
+                f"We recommend using a `batch_size` that is a factor of `n_steps * n_envs`.\n"
+                f"Info: (n_steps={self.n_steps} and n_envs={self.n_envs})"
             )
-        super().__init__(*args, ewma_decay=None, **kwargs)  # type: ignore[misc]
+        problem = self._aux_batch_size_problem()
+        if problem is None:
+            return
+        if not is_loading_from_file():
+            raise ValueError(problem)
+        # a saved model loaded with fewer environments (to predict, evaluate, record videos): it cannot learn as it is
+        warnings.warn(f"{problem}; learn() will raise until then", UserWarning, stacklevel=2)
 
-    # for `inspect.signature(PPG)` and `help(PPG)`: PPG_EWMA's parameters, with ewma_decay=None
-    __init__.__signature__ = inspect.signature(PPG_EWMA.__init__).replace(  # type: ignore[attr-defined]
-        parameters=[
-            param.replace(default=None) if param.name == "ewma_decay" else param
-            for param in inspect.signature(PPG_EWMA.__init__).parameters.values()
-        ]
-    )
+    def _aux_batch_size_problem(self) -> str | None:
+        """Why ``aux_batch_size`` does not fit the auxiliary buffer of this number of environments, or None."""
+        if self.n_aux_epochs == 0:
+            return None
+        return aux_batch_size_problem(
+            type(self).__name__, self.n_policy_iterations, self.n_steps, self.n_envs, self.batch_size, self.aux_batch_size
+        )
+
+    def _setup_model(self) -> None:
+        self._check_buffer_sizes()
+        super()._setup_model()
+
+    def _setup_decoupled_training(self) -> None:
+        """
+        After ``OnPolicyAlgorithm._setup_model`` (also on load): PPO's clip-range schedules, the auxiliary phase's
+        optimizer and buffer, then the decoupled training (the proximal policy; the ranks, which share the auxiliary
+        optimizer's state too).
+        """
+        # Initialize schedules for policy/value clipping
+        self.clip_range = FloatSchedule(self.clip_range)  # type: ignore[arg-type]
+        if self.clip_range_vf is not None:
+            self.clip_range_vf = FloatSchedule(self.clip_range_vf)
+        # the auxiliary buffer is not saved: a loaded model restarts its current policy phase (a no-op when building)
+        self.phase_iteration = 0
+        self._policy_phase_time = 0.0
+
+        self.aux_lr_schedule = self.lr_schedule if self.aux_learning_rate is None else FloatSchedule(self.aux_learning_rate)
+        aux_optimizer_kwargs = self.policy.optimizer_kwargs if self.aux_optimizer_kwargs is None else self.aux_optimizer_kwargs
+        self.aux_optimizer = self.policy.optimizer_class(  # type: ignore[call-arg]
+            self.policy.parameters(), lr=self.aux_lr_schedule(1), **aux_optimizer_kwargs
+        )
+        self.aux_buffer = None
+        if self.n_aux_epochs > 0:
+            self.aux_buffer = AuxiliaryBuffer(
+                self.n_policy_iterations, self.n_steps, self.n_envs, self.observation_space, device=self.device
+            )
+            if self.verbose >= 1:
+                print(
+                    f"PPG auxiliary buffer: {self.aux_buffer.capacity} steps, "
+                    f"{human_bytes(self.aux_buffer.nbytes)} of host memory (+ pi_old)"
+                )
+        super()._setup_decoupled_training()
+        aux_minibatches = self.n_policy_iterations * self.n_steps * self.n_envs // self.aux_batch_size
+        self.aux_gradient_noise = self._new_gradient_noise(self.aux_batch_size, aux_minibatches)
+
+    @property
+    def _aux_rollout_length(self) -> int | None:
+        """Rows per auxiliary minibatch unit: ``n_steps`` (whole rollouts) or None (random steps)."""
+        return self.n_steps if getattr(self, "aux_minibatch_sampling", "steps") == "rollouts" else None
+
+    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
+        state_dicts, torch_variables = super()._get_torch_save_params()
+        return [*state_dicts, "aux_optimizer"], torch_variables
+
+    def collect_rollouts(
+        self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
+    ) -> bool:
+        # unchanged, only timed (rollouts are part of the policy phase)
+        start = time.perf_counter()
+        result = super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
+        self._policy_phase_time += time.perf_counter() - start
+        return result
+
+    def _start_policy_phase(self) -> None:
+        """
+        At the first iteration of a policy phase: empty the auxiliary buffer and restart the EWMA from the policy,
+        which the auxiliary phase moved. With ``n_aux_epochs=0`` nothing moves the policy between phases: the EWMA goes
+        on as in PPO-EWMA (and a snapshot proximal policy, without an EWMA, is taken as at every iteration).
+        """
+        if self.aux_buffer is not None:
+            self.aux_buffer.reset()
+        if self.n_aux_epochs > 0:
+            self.proximal.restart()
+        else:
+            self.proximal.start_iteration()
+
+    def _value_loss(self, values: th.Tensor, rollout_data: RolloutBufferSamples, clip_range_vf: float | None) -> th.Tensor:
+        """The policy phase's value loss ``MSE(V, V_targ)``, optionally with SB3's value clipping (:func:`clipped_values`)."""
+        # Clip the difference between old and new value (depends on the reward scaling)
+        return F.mse_loss(rollout_data.returns, clipped_values(values, rollout_data.old_values, clip_range_vf))
+
+    def train(self) -> None:
+        """
+        One iteration of the policy phase on the rollout buffer (``n_epochs`` policy epochs and ``n_value_epochs``
+        value epochs), then, at the end of every ``n_policy_iterations``-th iteration, the auxiliary phase.
+        """
+        start = time.perf_counter()
+        if self.phase_iteration == 0:
+            self._start_policy_phase()
+        else:
+            self.proximal.start_iteration()
+        # Switch to train mode (this affects batch norm / dropout)
+        self.policy.set_training_mode(True)
+        # Update optimizer learning rate
+        self._update_learning_rate(self.policy.optimizer)
+        # Compute current clip ranges (None: no clipping)
+        clip_range, clip_range_vf = self._current_clip_ranges()
+
+        buffer = self.rollout_buffer
+        buffer.advantages = self.advantage_normalizer.start_iteration(buffer.advantages)
+        policy_objective = DecoupledPolicyObjective(clip_range, self.kl_coef, self.kl_estimator, self.imp_samp_max)
+
+        entropy_losses, value_losses, approx_kl_divs = [], [], []
+        loss = th.zeros(())
+        continue_training = True
+        # the first min(E_pi, E_V) epochs train both, the others only the policy or only the value function
+        for epoch in range(max(self.n_epochs, self.n_value_epochs)):
+            train_value = epoch < self.n_value_epochs
+            if not (train_value or (continue_training and epoch < self.n_epochs)):
+                break
+            for rollout_data in self._minibatches(buffer):
+                train_policy = continue_training and epoch < self.n_epochs
+                if not (train_policy or train_value):
+                    break
+                loss, values = th.zeros((), device=self.device), None
+                if train_policy:
+                    actions = rollout_data.actions
+                    if isinstance(self.action_space, spaces.Discrete):
+                        # Convert discrete action from float to long
+                        actions = rollout_data.actions.long().flatten()
+                    with self.training_precision.forward(self.device):
+                        values, log_prob, entropy, distribution = self._evaluate_policy(rollout_data, actions)
+                        values = values.flatten()
+                        # [decoupled] the proximal policy's log-probabilities (and its distribution for the exact KL)
+                        proximal_log_prob, proximal_distribution = self.proximal.log_prob(
+                            rollout_data, actions, rollout_data.old_log_prob, self._needs_distributions
+                        )
+                    advantages = self.advantage_normalizer.minibatch(rollout_data.advantages)
+                    # [decoupled] importance sampling with the behavior policy, clipping (or a KL penalty) at the proximal
+                    behavior_log_prob = rollout_data.old_log_prob
+                    policy_loss = policy_objective(
+                        advantages, log_prob, proximal_log_prob, behavior_log_prob, distribution, proximal_distribution
+                    )
+                    # Entropy loss favor exploration (approximate entropy when no analytical form)
+                    entropy_loss = -th.mean(-log_prob) if entropy is None else -th.mean(entropy)
+                    # the approximate KL from the behavior policy, as SB3's PPO
+                    with th.no_grad():
+                        log_ratio = log_prob - behavior_log_prob
+                        approx_kl_div = th.mean((th.exp(log_ratio) - 1) - log_ratio)
+                    approx_kl_divs.append(approx_kl_div)
+                    if self._kl_exceeds_target(approx_kl_div):
+                        # stop the policy epochs of this iteration; the value epochs go on
+                        train_policy = continue_training = False
+                        if self.verbose >= 1:
+                            print(f"Early stopping at step {epoch} due to reaching max kl: {approx_kl_div:.2f}")
+                    else:
+                        loss = policy_loss + self.ent_coef * entropy_loss
+                        entropy_losses.append(entropy_loss.detach())
+                if train_value:
+                    if values is None:
+                        with self.training_precision.forward(self.device):
+                            values = self.policy.predict_values(rollout_data.observations).flatten()
+                    value_loss = self._value_loss(values, rollout_data, clip_range_vf)
+                    value_losses.append(value_loss.detach())
+                    loss = loss + self.vf_coef * value_loss
+                if not (train_policy or train_value):
+                    continue
+
+                # Optimization step
+                self.policy.optimizer.zero_grad()
+                loss.backward()
+                self._apply_gradients(self.policy.optimizer, self.gradient_noise, "train")
+                if train_policy:
+                    # only steps on the policy loss (as the authors): value-only steps of a shared trunk do not count
+                    self.proximal.step()
+            self._n_updates += 1
+
+        if self.aux_buffer is not None:
+            self.aux_buffer.add(buffer)
+        self.phase_iteration += 1
+        self._policy_phase_time += time.perf_counter() - start
+        losses = {"entropy_loss": entropy_losses, "value_loss": value_losses, "approx_kl": approx_kl_divs}
+        record_train_logs(self, buffer, policy_objective.mean_stats(), losses, loss, clip_range, clip_range_vf)
+        self._record_phase_logs()
+
+        if self.phase_iteration >= self.n_policy_iterations:
+            if self.aux_buffer is not None and self.aux_buffer.size > 0:
+                self._auxiliary_phase()
+            self.phase += 1
+            self.phase_iteration = 0
+            self._policy_phase_time = 0.0
+
+    def _record_phase_logs(self) -> None:
+        """The policy phase's position and time, after the training core's logs of the iteration."""
+        # the policy phase this iteration belongs to (0, 1, ...) and its position in it (1 .. n_policy_iterations)
+        self.logger.record("train/phase", self.phase)
+        self.logger.record("train/phase_iteration", self.phase_iteration)
+        # rollouts and updates of the current policy phase so far (the whole phase at its last iteration)
+        self.logger.record("time/policy_phase_s", self._policy_phase_time)
+
+    def _auxiliary_phase(self) -> None:
+        """
+        The auxiliary phase (Cobbe et al. 2020, section 3): ``pi_old`` stored on the auxiliary buffer, then
+        ``n_aux_epochs`` epochs of the joint loss (:func:`~sb3_ewma.ppg_ewma.auxiliary.auxiliary_losses`) with the
+        auxiliary optimizer, each minibatch's gradient accumulated over micro-batches of ``aux_micro_batch_size``
+        rows; its logs under ``aux/``.
+        """
+        start = time.perf_counter()
+        buffer = self.aux_buffer
+        assert buffer is not None
+        compute_old_policy(self.policy, buffer, self.aux_micro_batch_size)
+        # Switch to train mode (this affects batch norm / dropout)
+        self.policy.set_training_mode(True)
+        learning_rate = self.aux_lr_schedule(self._current_progress_remaining)
+        update_learning_rate(self.aux_optimizer, learning_rate)
+
+        stats: dict[str, list[th.Tensor]] = {"aux_value_loss": [], "clone_kl": [], "value_loss": [], "loss": []}
+        n_updates = 0
+        for _ in range(self.n_aux_epochs):
+            for minibatch in buffer.minibatch_indices(self.aux_batch_size, self._aux_rollout_length):
+                self.aux_optimizer.zero_grad()
+                for start_index in range(0, len(minibatch), self.aux_micro_batch_size):
+                    indices = minibatch[start_index : start_index + self.aux_micro_batch_size]
+                    with self.training_precision.forward(self.device):
+                        losses = auxiliary_losses(self.policy, buffer, indices, self.beta_clone)
+                    # the minibatch loss is the mean over its samples: weight each micro-batch by its share
+                    (losses[-1] * (len(indices) / len(minibatch))).backward()
+                    for key, value in zip(stats, losses):
+                        stats[key].append(value.detach())
+                self._apply_gradients(self.aux_optimizer, self.aux_gradient_noise, "aux")
+                n_updates += 1
+
+        self.n_aux_phases += 1
+        for key, history in stats.items():
+            self.logger.record(f"aux/{key}", mean_of(history))
+        self.logger.record("aux/learning_rate", learning_rate)
+        self.logger.record("aux/n_updates", n_updates)
+        self.logger.record("aux/n_samples", buffer.size)
+        self.logger.record("aux/n_phases", self.n_aux_phases)
+        self.logger.record("time/aux_phase_s", time.perf_counter() - start)
+
+    def _check_can_learn(self) -> None:
+        # a model loaded with fewer environments may lack room for its auxiliary batches: it cannot learn as it is
+        problem = self._aux_batch_size_problem()
+        if problem is not None:
+            raise ValueError(problem)
 
     @classmethod
     def _check_saved_data(cls, data: dict[str, Any], path: Any) -> None:
@@ -43,3 +616,12 @@ class PPG(PPG_EWMA):
                 f"{os.fspath(path)} was saved by PPG_EWMA (ewma_decay={ewma_decay!r}), not by PPG: load it with "
                 "PPG_EWMA.load()"
             )
+
+    def to_sb3(self) -> PPO:
+        """
+        The policy and value networks as a plain SB3 ``PPO`` (same ``predict``; the auxiliary value head, auxiliary
+        optimizer, phases and EWMA are left out), whose ``save`` gives a zip that ``stable_baselines3.PPO.load``
+        opens. Needs a policy without shared MLP layers (``arch="dual"``, or a dict / empty ``net_arch``), else a
+        ``ValueError``; see :mod:`sb3_ewma.ppg_ewma.export`.
+        """
+        return ppg_to_sb3_ppo(self)

@@ -1,3 +1,4 @@
+import math
 from collections.abc import Iterator
 from typing import Any, ClassVar, TypeAlias, cast
 
@@ -9,21 +10,16 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import GymEnv
+from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from stable_baselines3.common.vec_env import VecEnv
-from typing_extensions import Unpack
 
+from sb3_ewma.common.checks import check_on_policy_hyperparams
 from sb3_ewma.common.collection.rollout import tensors_to
 from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
-from sb3_ewma.common.decoupled.arguments import (
-    DecoupledArguments,
-    PPOArguments,
-    constructor_arguments,
-    document_arguments,
-    keyword_signature,
-)
-from sb3_ewma.common.decoupled.options import DecoupledOptions, parent_arguments
+from sb3_ewma.common.decoupled.options import check_decoupled_options
+from sb3_ewma.common.distributed import rank_local_settings
 from sb3_ewma.common.export import to_parent_algorithm
+from sb3_ewma.common.keywords import check_policy_keywords
 from sb3_ewma.common.minibatches import rollout_minibatches
 from sb3_ewma.recurrent_ppo_ewma.buffers import ValidStepsRecurrentDictRolloutBuffer, ValidStepsRecurrentRolloutBuffer
 from sb3_ewma.recurrent_ppo_ewma.policies import (
@@ -45,15 +41,6 @@ def proximal_valid_steps_distribution(network: RecurrentActorCriticPolicy, minib
     return valid_steps_distribution(network, minibatch.observations, minibatch.lstm_states, minibatch.episode_starts, mask)
 
 
-class RecurrentPPOEWMAArguments(PPOArguments, DecoupledArguments, total=False):
-    """The keyword arguments of :class:`RecurrentPPO_EWMA`: sb3-contrib's ``RecurrentPPO``'s and the decoupled options."""
-
-    batch_size: int | None
-    use_sde: bool
-    sde_sample_freq: int
-
-
-@document_arguments(RecurrentPPO)
 class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
     """
     RecurrentPPO-EWMA: sb3-contrib's ``RecurrentPPO`` (PPO with LSTM policies) with an exponentially weighted moving
@@ -67,13 +54,58 @@ class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
     importance-sampling cap ``imp_samp_max``.
 
     :param policy: The policy model to use (MlpLstmPolicy, CnnLstmPolicy, ...)
+    :param env: The environment to learn from (if registered in Gym, can be str)
+    :param learning_rate: The learning rate, it can be a function
+        of the current progress remaining (from 1 to 0)
+    :param n_steps: The number of steps to run for each environment per update
+        (i.e. batch size is n_steps * n_env where n_env is number of environment copies running in parallel)
     :param batch_size: Minibatch size (``None``: the whole rollout)
+    :param n_epochs: Number of epoch when optimizing the surrogate loss (batch size-invariance needs 1)
+    :param gamma: Discount factor
+    :param gae_lambda: Factor for trade-off of bias vs variance for Generalized Advantage Estimator
+    :param clip_range: Clipping parameter ``eps`` of the ratio ``pi / pi_prox``, it can be a function of the current
+        progress remaining (from 1 to 0). ``None`` turns clipping off (use the KL penalty ``kl_coef`` instead).
+    :param clip_range_vf: Clipping parameter for the value function,
+        it can be a function of the current progress remaining (from 1 to 0).
+        This is a parameter specific to the OpenAI implementation. If None is passed (default),
+        no clipping will be done on the value function.
+        IMPORTANT: this clipping depends on the reward scaling.
+    :param normalize_advantage: Whether to normalize or not the advantage (see ``advantage_normalization``)
+    :param ent_coef: Entropy coefficient for the loss calculation
+    :param vf_coef: Value function coefficient for the loss calculation
+    :param max_grad_norm: The maximum value for the gradient clipping
     :param use_sde: Whether to use generalized State Dependent Exploration (gSDE)
         instead of action noise exploration (default: False)
     :param sde_sample_freq: Sample a new noise matrix every n steps when using gSDE
         Default: -1 (only sample at the beginning of the rollout)
+    :param target_kl: Limit the KL divergence between updates: stop the iteration's epochs when the estimated
+        KL from the behavior policy (as in SB3) exceeds ``1.5 * target_kl``. By default, there is no limit.
+    :param stats_window_size: Window size for the rollout logging, specifying the number of episodes to average
+        the reported success rate, mean episode length, and mean reward over
+    :param tensorboard_log: the log location for tensorboard (if None, no logging)
     :param policy_kwargs: additional arguments to be passed to the policy on creation (``lstm_hidden_size``,
         ``n_lstm_layers``, ``shared_lstm``, ``enable_critic_lstm``, ...)
+    :param verbose: the verbosity level: 0 no output, 1 info, 2 debug
+    :param seed: Seed for the pseudo random generators
+    :param device: Device (cpu, cuda, ...) on which the code should be run.
+        Setting it to auto, the code will be run on the GPU if possible.
+    :param ewma_decay: Decay ``beta_prox`` in [0, 1) of the EWMA of the policy parameters that serves as the proximal
+        policy, updated after every optimizer step; its center of mass (age in optimizer steps) is
+        ``beta / (1 - beta)`` (see :func:`sb3_ewma.ewma_decay_from_center_of_mass`). A name
+        (:mod:`sb3_ewma.common.ewma_age`) sets the center of mass from the minibatches per epoch ``M`` and the
+        epochs ``E``: ``"paper"`` ``M`` (the paper's setting), ``"max_age"`` ``E * M``, ``"mean_age"`` ``E * M / 2``;
+        ``"auto"`` (default) is ``"mean_age"`` with several epochs, ``"paper"`` with one. ``None``: no EWMA, the
+        proximal policy is the behavior policy, as in the parent algorithm (SB3's ``PPO`` for ``PPO_EWMA``).
+    :param kl_coef: Coefficient ``beta`` of the decoupled KL penalty ``KL[pi_prox, pi]`` (0: no penalty). Use it alone
+        with ``clip_range=None`` for the decoupled KL-penalized objective, or together with clipping.
+    :param kl_estimator: How the KL penalty is computed: ``"sample"`` (the authors' ``0.5 * mean(log(pi/pi_prox)^2)``
+        over the taken actions) or ``"exact"`` (the KL divergence of the two action distributions).
+    :param imp_samp_max: Cap on the importance weight ``pi / pi_behav`` (paper: 100), 0 for no cap; must be > 1.
+    :param advantage_normalization: ``"minibatch"`` (SB3's, each minibatch by its own statistics; default) or
+        ``"ewma"`` (the paper's: each iteration by the mean and std of EWMA moments over iterations). Only used when
+        ``normalize_advantage=True``.
+    :param advantage_ewma_decay: Decay in [0, 1) per iteration of the advantage moments for
+        ``advantage_normalization="ewma"`` (0: the current iteration only; span ``2 / (1 - decay) - 1`` iterations).
     :param minibatch_sampling: How each epoch is split into minibatches: ``"steps"`` (default, sb3-contrib's: the
         rollout's steps in time order from a random split point, cut into ``batch_size`` steps) or ``"rollouts"`` (the
         authors': whole ``n_steps``-step rollouts of ``batch_size / n_steps`` environments per minibatch, environments
@@ -91,6 +123,7 @@ class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
     :param async_rollouts: Overlap rollouts with training, as :class:`sb3_ewma.PPO_EWMA` (``True`` or ``"thread"``: a
         collector thread; ``"process"``: a forked collector process, CPU policies only): the collector carries the
         LSTM states from one rollout to the next (a collector process sends them back with each rollout).
+    :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
@@ -108,23 +141,130 @@ class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
     # the advantages of stale data stay those computed at collection (anew, they would need the LSTM states)
     _recompute_stale_advantages = False
 
-    @keyword_signature(RecurrentPPOEWMAArguments, parent=RecurrentPPO)
     def __init__(
-        self, policy: str | type[MlpLstmPolicy], env: GymEnv | str, **kwargs: Unpack[RecurrentPPOEWMAArguments]
+        self,
+        policy: str | type[RecurrentActorCriticPolicy],
+        env: GymEnv | str,
+        learning_rate: float | Schedule = 3e-4,
+        n_steps: int = 128,
+        batch_size: int | None = 128,
+        n_epochs: int = 10,
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
+        clip_range: float | Schedule | None = 0.2,
+        clip_range_vf: float | Schedule | None = None,
+        normalize_advantage: bool = True,
+        ent_coef: float = 0.0,
+        vf_coef: float = 0.5,
+        max_grad_norm: float = 0.5,
+        use_sde: bool = False,
+        sde_sample_freq: int = -1,
+        target_kl: float | None = None,
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        policy_kwargs: dict[str, Any] | None = None,
+        verbose: int = 0,
+        seed: int | None = None,
+        device: th.device | str = "auto",
+        ewma_decay: float | str | None = "auto",
+        kl_coef: float = 0.0,
+        kl_estimator: str = "sample",
+        imp_samp_max: float = 100.0,
+        advantage_normalization: str = "minibatch",
+        advantage_ewma_decay: float = 0.0,
+        minibatch_sampling: str = "steps",
+        log_gradient_noise_scale: bool = False,
+        distributed: bool | None = None,
+        async_rollouts: bool | str = False,
+        _init_setup_model: bool = True,
     ) -> None:
-        # RecurrentPPO's arguments (with its defaults) and the decoupled options, checked before anything is built
-        arguments = constructor_arguments(RecurrentPPO_EWMA, locals(), kwargs)
-        options = DecoupledOptions.from_arguments(arguments, batch_size_may_be_none=True)
-        super().__init__(**parent_arguments(RecurrentPPO, arguments))
-        self._set_decoupled_options(options)
-        if arguments["_init_setup_model"]:
+        # checked before anything is built: no environment is made for bad input
+        check_on_policy_hyperparams(
+            learning_rate=learning_rate,
+            n_steps=n_steps,
+            batch_size=batch_size,
+            n_epochs=n_epochs,
+            gamma=gamma,
+            gae_lambda=gae_lambda,
+            normalize_advantage=normalize_advantage,
+            clip_range=clip_range,
+            clip_range_vf=clip_range_vf,
+            ent_coef=ent_coef,
+            vf_coef=vf_coef,
+            max_grad_norm=max_grad_norm,
+            target_kl=target_kl,
+            stats_window_size=stats_window_size,
+            kl_coef=kl_coef,
+            seed=seed,
+            batch_size_may_be_none=True,
+        )
+        check_decoupled_options(
+            ewma_decay=ewma_decay,
+            kl_coef=kl_coef,
+            kl_estimator=kl_estimator,
+            imp_samp_max=imp_samp_max,
+            normalize_advantage=normalize_advantage,
+            advantage_normalization=advantage_normalization,
+            advantage_ewma_decay=advantage_ewma_decay,
+            minibatch_sampling=minibatch_sampling,
+            log_gradient_noise_scale=log_gradient_noise_scale,
+            distributed=distributed,
+            async_rollouts=async_rollouts,
+            batch_size=batch_size,
+            n_steps=n_steps,
+        )
+        check_policy_keywords(RecurrentPPO_EWMA, policy, policy_kwargs)
+        # ranks other than 0 print nothing; each rank on its own GPU
+        verbose, device = rank_local_settings(distributed, verbose, device)
+
+        super().__init__(
+            policy,
+            env,
+            learning_rate=learning_rate,
+            n_steps=n_steps,
+            batch_size=batch_size,
+            n_epochs=n_epochs,
+            gamma=gamma,
+            gae_lambda=gae_lambda,
+            # no clipping: an infinite clip range
+            clip_range=math.inf if clip_range is None else clip_range,
+            clip_range_vf=clip_range_vf,
+            normalize_advantage=normalize_advantage,
+            ent_coef=ent_coef,
+            vf_coef=vf_coef,
+            max_grad_norm=max_grad_norm,
+            use_sde=use_sde,
+            sde_sample_freq=sde_sample_freq,
+            target_kl=target_kl,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            policy_kwargs=policy_kwargs,
+            verbose=verbose,
+            seed=seed,
+            device=device,
+            _init_setup_model=False,
+        )
+
+        self._set_decoupled_options(
+            ewma_decay=ewma_decay,
+            kl_coef=kl_coef,
+            kl_estimator=kl_estimator,
+            imp_samp_max=imp_samp_max,
+            advantage_normalization=advantage_normalization,
+            advantage_ewma_decay=advantage_ewma_decay,
+            minibatch_sampling=minibatch_sampling,
+            log_gradient_noise_scale=log_gradient_noise_scale,
+            distributed=distributed,
+            async_rollouts=async_rollouts,
+        )
+
+        if _init_setup_model:
             self._setup_model()
 
     def _setup_model(self) -> None:
-        self._setup_parent_model()
+        super()._setup_model()
         # the parent's buffer, sampling the per-step tensors of the valid steps only (see ValidStepsRecurrentRolloutBuffer)
         self.rollout_buffer = self._make_rollout_buffer()
-        self._setup_decoupled_training()
 
     def _collect_rollout_with(
         self, policy: Any, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int

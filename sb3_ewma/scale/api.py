@@ -238,7 +238,7 @@ def scale_hyperparams(
         reference ``n_envs``)
     :param reference_n_envs: the number of environments the settings were tuned with, when ``hyperparams`` has no
         ``n_envs`` key (if both are given they must agree)
-    :param algo: ``"ppo_ewma"``, ``"ppg_ewma"``, ``"ppg"`` (plain PPG: its ``ewma_decay`` default may be ``None``),
+    :param algo: ``"ppo_ewma"``, ``"ppg_ewma"``, ``"ppg"`` (plain PPG, which has no ``ewma_decay``),
         ``"ppo_lstm_ewma"`` (RecurrentPPO_EWMA) or ``"ppo_mask_ewma"`` (MaskablePPO_EWMA);
         by default ``"ppg_ewma"`` if a PPG-only key (``n_policy_iterations``, ``n_value_epochs``, ``n_aux_epochs``,
         ``aux_batch_size``, ``aux_learning_rate``) is present, else ``"ppo_ewma"``

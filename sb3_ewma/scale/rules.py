@@ -142,8 +142,14 @@ def scale_proximal_ewma(
     reference_batch_size: int,
     log: ScaleLog,
 ) -> None:
+    if "ewma_decay" not in defaults:  # PPG: no EWMA
+        log.caveats.append(
+            "no EWMA (PPG): the proximal policy is the behavior policy, whose age (in environment steps) shrinks with "
+            "the iteration batch size; batch size-invariance needs the EWMA (PPG_EWMA)"
+        )
+        return
     default_note = "" if "ewma_decay" in scaled else " (default)"
-    old = scaled.get("ewma_decay", defaults.get("ewma_decay", "auto"))
+    old = scaled.get("ewma_decay", defaults["ewma_decay"])
     if old is None:
         log.caveats.append(
             "ewma_decay=None: the proximal policy is the behavior policy, whose age (in environment steps) shrinks with "

@@ -1,15 +1,19 @@
 """
 :class:`DecoupledAlgorithm`: what every algorithm of this package adds to its parent, in one class between the two:
 ``PPO_EWMA(DecoupledAlgorithm, PPO)``, and likewise with sb3-contrib's ``RecurrentPPO`` and ``MaskablePPO``, and SB3's
-``OnPolicyAlgorithm`` for PPG.
+``OnPolicyAlgorithm`` for PPG. It derives from ``OnPolicyAlgorithm``, as its parents do, so its ``super()`` calls reach
+the parent's methods (``PPO_EWMA``'s MRO: ``PPO_EWMA, DecoupledAlgorithm, PPO, OnPolicyAlgorithm, BaseAlgorithm``).
 """
 
-import contextlib
+import io
+import math
+import pathlib
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, ClassVar, TypeVar
 
+import numpy as np
 import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.base_class import maybe_make_env
@@ -18,7 +22,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, RolloutBufferSamples
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, RolloutBufferSamples, Schedule
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
 
@@ -26,44 +30,52 @@ from sb3_ewma.common.checks import check_learn_arguments
 from sb3_ewma.common.collection.overlap import learn_with_overlapped_rollouts, rollout_settings
 from sb3_ewma.common.collection.rollout import RolloutView, new_rollout_buffer
 from sb3_ewma.common.decoupled.advantages import AdvantageNormalizer
-from sb3_ewma.common.decoupled.arguments import learn_arguments
-from sb3_ewma.common.decoupled.logs import record_train_logs, schedule_value, setup_clip_schedules
+from sb3_ewma.common.decoupled.logs import record_train_logs
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
-from sb3_ewma.common.decoupled.options import DecoupledOptions
 from sb3_ewma.common.decoupled.proximal import (
     ProximalPolicy,
+    check_loadable,
     is_policy_parameter,
     loading_from_file,
     parameters_with_proximal_state,
-    prepare_load,
     proximal_state_in_data,
     torch_save_names,
 )
-from sb3_ewma.common.distributed import DataParallelTraining, note_world_size, wants_data_parallel, warn_world_size_change
+from sb3_ewma.common.distributed import (
+    DataParallelTraining,
+    SingleProcessTraining,
+    previous_world_size_change,
+    wants_data_parallel,
+    warn_world_size_change,
+)
 from sb3_ewma.common.distributions import evaluate_actions_with_distribution
 from sb3_ewma.common.ewma import ParameterEWMA
-from sb3_ewma.common.gradient_noise import observe_gradient_noise
-from sb3_ewma.common.host import HostAlgorithm
-from sb3_ewma.common.keywords import check_constructor_call, unknown_policy_message
+from sb3_ewma.common.gradient_noise import GradientNoiseScale
+from sb3_ewma.common.keywords import unknown_policy_message
 from sb3_ewma.common.losses import clipped_values
 from sb3_ewma.common.minibatches import rollout_minibatches
 from sb3_ewma.common.optim import clip_grad_norm, prefer_foreach
 from sb3_ewma.common.precision import FLOAT32, TrainingPrecision
 from sb3_ewma.common.staleness import take_stale_rollout
 
-SelfAlgorithm = TypeVar("SelfAlgorithm", bound="DecoupledAlgorithm")
+SelfDecoupledAlgorithm = TypeVar("SelfDecoupledAlgorithm", bound="DecoupledAlgorithm")
 
 
-class DecoupledAlgorithm(HostAlgorithm):
+class DecoupledAlgorithm(OnPolicyAlgorithm):
     """
     The part of every algorithm of this package that is not its parent's: the decoupled options, PPO's ``train()``
-    with the decoupled objective, and the collaborators it calls explicitly: ``self.proximal``, the proximal policy
-    (:class:`~sb3_ewma.common.decoupled.proximal.ProximalPolicy`: none, snapshot or EWMA); ``self.data_parallel``,
-    data-parallel training (:class:`~sb3_ewma.common.distributed.DataParallelTraining`, None unless the model trains
-    on several processes); the rollout collector, the parent's own rollout loop acting with an explicit policy
-    (:mod:`~sb3_ewma.common.collection.rollout`), run by ``collect_rollouts`` or, with ``async_rollouts``, by a
-    collector thread or process (:mod:`~sb3_ewma.common.collection.overlap`). It comes first in the algorithm's bases
-    (at run time it derives from ``object``: :mod:`sb3_ewma.common.host`).
+    with the decoupled objective, and the collaborators it holds:
+
+    - ``self.proximal``, the proximal policy (:class:`~sb3_ewma.common.decoupled.proximal.ProximalPolicy`: none,
+      snapshot or EWMA);
+    - ``self.data_parallel``, what training on several processes needs at each point of a run
+      (:class:`~sb3_ewma.common.distributed.DataParallelTraining`, or
+      :class:`~sb3_ewma.common.distributed.SingleProcessTraining`, which does nothing);
+    - ``self.gradient_noise``, the gradient noise scale of the policy updates, when logged
+      (:class:`~sb3_ewma.common.gradient_noise.GradientNoiseScale`);
+    - the rollout collector: the parent's own ``collect_rollouts``, acting with an explicit policy
+      (:class:`~sb3_ewma.common.collection.rollout.RolloutView`), run by ``collect_rollouts`` or, with
+      ``async_rollouts``, by a collector thread or process (:mod:`~sb3_ewma.common.collection.overlap`).
 
     An algorithm whose policy takes more than the observations overrides :meth:`_evaluate_policy` and names the
     proximal network's distribution in :attr:`_proximal_distribution_of`.
@@ -83,63 +95,93 @@ class DecoupledAlgorithm(HostAlgorithm):
     _unsaved_attributes: ClassVar[tuple[str, ...]] = ()
     loadable_parent_policy_modules: ClassVar[tuple[str, ...]] = ()
 
-    # the decoupled options are attributes (typed in sb3_ewma.common.host), set by _set_decoupled_options; artificial
-    # staleness (an ablation: sb3_ewma.ablations.with_staleness) is off unless set on the model
+    # PPO's hyperparameters, set by the parent's constructor (PPG's own); the clip ranges are schedules after
+    # _setup_model (an infinite clip_range: no clipping); sb3-contrib's batch_size may be None (the whole rollout)
+    batch_size: int | None
+    n_epochs: int
+    clip_range: float | Schedule
+    clip_range_vf: float | Schedule | None
+    normalize_advantage: bool
+    target_kl: float | None
+    # the decoupled options (_set_decoupled_options)
+    ewma_decay: float | str | None
+    kl_coef: float
+    kl_estimator: str
+    imp_samp_max: float
+    advantage_normalization: str
+    advantage_ewma_decay: float
+    minibatch_sampling: str
+    log_gradient_noise_scale: bool
+    distributed: bool | None
+    async_rollouts: bool
+    rollout_collector: str  # "thread" or "process"
+    advantage_normalizer: AdvantageNormalizer
+    # artificial staleness, an ablation (sb3_ewma.ablations.with_staleness): off unless set on the model
     staleness: int = 0
     staleness_mode: str = "decoupled"
-    advantage_normalizer: AdvantageNormalizer
-    # the collaborators, set by _setup_model, and the numeric format of train() (sb3_ewma.common.precision)
+    # the collaborators (set by the constructor and _setup_model), and the numeric format of train()
+    data_parallel: DataParallelTraining | SingleProcessTraining
     proximal: ProximalPolicy
-    data_parallel: DataParallelTraining | None = None
+    gradient_noise: GradientNoiseScale | None
     training_precision: TrainingPrecision = FLOAT32
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        # before the constructor runs: clear errors for what it does not take (sb3_ewma.common.keywords)
-        check_constructor_call(cls, args, kwargs)
-        return super().__new__(cls)
-
-    def _set_decoupled_options(self, options: DecoupledOptions) -> None:
-        """Store the (checked) options as attributes; after the parent's constructor (a collector process checks the env)."""
-        for name, value in options.as_dict().items():
-            setattr(self, name, value)
-        self.async_rollouts, self.rollout_collector = rollout_settings(options.async_rollouts, self.env)
+    def _set_decoupled_options(
+        self,
+        *,
+        ewma_decay: float | str | None,
+        kl_coef: float,
+        kl_estimator: str,
+        imp_samp_max: float,
+        advantage_normalization: str,
+        advantage_ewma_decay: float,
+        minibatch_sampling: str,
+        log_gradient_noise_scale: bool,
+        distributed: bool | None,
+        async_rollouts: bool | str,
+    ) -> None:
+        """
+        Store the (checked) options as attributes, after the parent's constructor (a collector process checks the
+        env), and join the process group of data-parallel training when ``distributed`` asks for it.
+        """
+        self.ewma_decay = ewma_decay
+        self.kl_coef = kl_coef
+        self.kl_estimator = kl_estimator
+        self.imp_samp_max = imp_samp_max
+        self.advantage_normalization = advantage_normalization
+        self.advantage_ewma_decay = advantage_ewma_decay
+        self.minibatch_sampling = minibatch_sampling
+        self.log_gradient_noise_scale = log_gradient_noise_scale
+        self.distributed = distributed
+        self.async_rollouts, self.rollout_collector = rollout_settings(async_rollouts, self.env)
         # created here, not in _setup_model, so that `load` restores the saved moments
         self.advantage_normalizer = AdvantageNormalizer(
-            self.normalize_advantage, options.advantage_normalization, options.advantage_ewma_decay
+            self.normalize_advantage, advantage_normalization, advantage_ewma_decay
         )
+        self.data_parallel = DataParallelTraining(self.device) if wants_data_parallel(distributed) else SingleProcessTraining()
 
     def _setup_model(self) -> None:
-        self._setup_parent_model()
-        self._setup_decoupled_training()
-
-    def _setup_parent_model(self) -> None:
-        # The parent's _setup_model (same random-number sequence, so ewma_decay=None reproduces the parent) turns
-        # clip_range into a schedule and cannot take None: it gets SB3's defaults, the real schedules are set after.
-        clip_ranges = {"clip_range": self.clip_range, "clip_range_vf": self.clip_range_vf}
-        self.__dict__.update(clip_range=0.2, clip_range_vf=None)
+        if self.clip_range is None:  # "no clipping" in the files of versions before 0.3.0
+            self.clip_range = math.inf
         super()._setup_model()
-        self.__dict__.update(clip_ranges)
-        setup_clip_schedules(self)
+        self._setup_decoupled_training()
 
     def _setup_decoupled_training(self) -> None:
         """After the parent's ``_setup_model`` (also on load): advantages, proximal policy, stale rollouts, ranks."""
         self.advantage_normalizer.configure(self.normalize_advantage, self.advantage_normalization, self.advantage_ewma_decay)
-        for stale in ("proximal_ewma", "proximal_decay"):  # attributes of files saved before, set by `load`
-            self.__dict__.pop(stale, None)
         self.proximal = ProximalPolicy.of(self)
         self.training_precision.prepare(self.policy, self.proximal.network)
+        self.gradient_noise = self._new_gradient_noise(self._minibatch_size, self.minibatches_per_epoch)
         self._stale_buffers: deque[Any] = deque()
-        data_parallel = self._join_data_parallel()
-        note_world_size(self)
-        if data_parallel is not None:
-            data_parallel.setup(self)
+        # a loaded model that continues at another world size is warned when it learns
+        self._world_size_change = previous_world_size_change(getattr(self, "trained_world_size", None), self.world_size)
+        self.trained_world_size = self.world_size
+        self.data_parallel.setup(self)
 
-    def _join_data_parallel(self) -> DataParallelTraining | None:
-        """Join the process group when ``self.distributed`` asks for it (once, before the policy is built)."""
-        if "data_parallel" not in self.__dict__:
-            wanted = wants_data_parallel(getattr(self, "distributed", None))
-            self.data_parallel = DataParallelTraining(self.device) if wanted else None
-        return self.data_parallel
+    def _new_gradient_noise(self, batch_size: int, minibatches_per_epoch: int) -> GradientNoiseScale | None:
+        """The gradient noise scale of a phase's minibatches (global ones: of every rank), or None when not logged."""
+        if not self.log_gradient_noise_scale:
+            return None
+        return GradientNoiseScale(batch_size * self.world_size, minibatches_per_epoch)
 
     def _build_policy(self) -> BasePolicy:
         """A new policy of the same structure as ``self.policy`` (for the proximal policy and the collectors)."""
@@ -153,23 +195,28 @@ class DecoupledAlgorithm(HostAlgorithm):
 
     @property
     def proximal_ewma(self) -> ParameterEWMA | None:
-        """The proximal policy's network (an EWMA or a snapshot of the policy), or None."""
-        return getattr(self.__dict__.get("proximal"), "ewma", None)
+        """
+        The proximal policy's network (an EWMA or a snapshot of the policy), or None. Its state is the entry
+        ``proximal_ewma`` of ``get_parameters()`` (beside SB3's ``policy`` and ``policy.optimizer``).
+        """
+        proximal: ProximalPolicy | None = getattr(self, "proximal", None)
+        return None if proximal is None else proximal.ewma
 
     @property
     def proximal_decay(self) -> float | None:
         """The resolved decay of the proximal EWMA (None: no EWMA)."""
-        return getattr(self.__dict__.get("proximal"), "decay", None)
+        proximal: ProximalPolicy | None = getattr(self, "proximal", None)
+        return None if proximal is None else proximal.decay
 
     @property
     def world_size(self) -> int:
         """Number of processes training this model (1 when not data-parallel)."""
-        return getattr(self.data_parallel, "world_size", 1)
+        return self.data_parallel.world_size
 
     @property
     def rank(self) -> int:
         """This process's rank (0 when not data-parallel); rank 0 logs and saves."""
-        return getattr(self.data_parallel, "rank", 0)
+        return self.data_parallel.rank
 
     @property
     def _timesteps_per_env_step(self) -> int:
@@ -199,7 +246,10 @@ class DecoupledAlgorithm(HostAlgorithm):
     @property
     def _training_lock(self) -> threading.RLock:
         """Held during ``train()`` under ``async_rollouts``; ``save`` and ``predict`` take it."""
-        return self.__dict__.setdefault("_train_lock", threading.RLock())
+        lock: threading.RLock | None = getattr(self, "_train_lock", None)
+        if lock is None:
+            lock = self._train_lock = threading.RLock()
+        return lock
 
     def _get_policy_from_name(self, policy_name: str) -> type[BasePolicy]:
         """SB3's, with the algorithm's policy names and the nearest one in the error for an unknown name."""
@@ -209,8 +259,7 @@ class DecoupledAlgorithm(HostAlgorithm):
 
     def _maybe_recommend_cpu(self, mlp_class_name: str = "ActorCriticPolicy") -> None:
         # SB3 recognizes its own ActorCriticPolicy by name only; this package's and sb3-contrib's MLP policies differ
-        aliases = getattr(self, "policy_aliases", {})
-        mlp_policy = aliases.get("MlpPolicy", aliases.get("MlpLstmPolicy"))
+        mlp_policy = self.policy_aliases.get("MlpPolicy", self.policy_aliases.get("MlpLstmPolicy"))
         if mlp_policy is not None and self.policy_class is mlp_policy:
             mlp_class_name = mlp_policy.__name__
         super()._maybe_recommend_cpu(mlp_class_name)
@@ -221,69 +270,67 @@ class DecoupledAlgorithm(HostAlgorithm):
 
     def set_random_seed(self, seed: int | None = None) -> None:
         """Seed as SB3 does, with ``seed + rank * n_envs`` on each rank: distinct, reproducible environments."""
-        self._join_data_parallel()
-        super().set_random_seed(None if seed is None else seed + self.rank * self.n_envs)
+        rank = self.data_parallel.rank if hasattr(self, "data_parallel") else 0
+        super().set_random_seed(None if seed is None else seed + rank * self.n_envs)
 
     def learn(
-        self: SelfAlgorithm,
+        self: SelfDecoupledAlgorithm,
         total_timesteps: int,
         callback: MaybeCallback = None,
         log_interval: int = 1,
         tb_log_name: str | None = None,
         reset_num_timesteps: bool = True,
-        *parent_args: Any,
         progress_bar: bool = False,
-        **parent_kwargs: Any,
-    ) -> SelfAlgorithm:
-        """SB3's ``learn`` (TensorBoard run: the algorithm's name), overlapped with ``async_rollouts``; after
-        ``reset_num_timesteps``, the parent's arguments in its order (``MaskablePPO``: ``use_masking, progress_bar``)."""
-        if parent_args:
-            progress_bar, parent_kwargs = learn_arguments(super().learn, parent_args, progress_bar, parent_kwargs)
+    ) -> SelfDecoupledAlgorithm:
+        """
+        SB3's ``learn``, overlapped with ``async_rollouts``.
+
+        :param tb_log_name: the name of the run for TensorBoard logging (default: the algorithm's name)
+        """
         check_learn_arguments(total_timesteps, log_interval)
+        self._check_can_learn()
         if tb_log_name is None:  # the package's class, also for a user's subclass of it
             tb_log_name = next(klass.__name__ for klass in type(self).__mro__ if klass.__module__.startswith("sb3_ewma."))
-        with self._learning(**parent_kwargs):
-            if self.async_rollouts:
-                learn_with_overlapped_rollouts(
-                    self, total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar
-                )
-                return self
-            return super().learn(
-                total_timesteps=total_timesteps,
-                callback=callback,
-                log_interval=log_interval,
-                tb_log_name=tb_log_name,
-                reset_num_timesteps=reset_num_timesteps,
-                progress_bar=progress_bar,
-                **parent_kwargs,
+        if self.async_rollouts:
+            learn_with_overlapped_rollouts(
+                self, total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar
             )
+            return self
+        return super().learn(
+            total_timesteps=total_timesteps,
+            callback=callback,
+            log_interval=log_interval,
+            tb_log_name=tb_log_name,
+            reset_num_timesteps=reset_num_timesteps,
+            progress_bar=progress_bar,
+        )
 
-    def _learning(self, **parent_kwargs: Any) -> Any:
-        """The context ``learn`` runs in, after checking the parent's further arguments (none here)."""
-        if parent_kwargs:
-            raise TypeError(f"{type(self).__name__}.learn() got unexpected keyword arguments {sorted(parent_kwargs)}")
-        return contextlib.nullcontext()
+    def _check_can_learn(self) -> None:
+        """Raise a ``ValueError`` when the model cannot learn as it is (a loaded model's settings); nothing here."""
 
-    def _setup_learn(self, total_timesteps: int, callback: MaybeCallback = None, *args: Any, **kwargs: Any) -> Any:
-        world_size_change: tuple[int, int] | None = self.__dict__.pop("_world_size_change", None)
-        if world_size_change is not None and self.rank == 0:
-            warn_world_size_change(*world_size_change, self.n_envs)
-        if self.data_parallel is not None:
-            self.data_parallel.start_learn(self, total_timesteps)
-        result = super()._setup_learn(total_timesteps, callback, *args, **kwargs)
-        if self.data_parallel is not None:
-            self.data_parallel.start_vec_normalize(self.env)
+    def _setup_learn(
+        self,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        reset_num_timesteps: bool = True,
+        tb_log_name: str = "run",
+        progress_bar: bool = False,
+    ) -> tuple[int, BaseCallback]:
+        if self._world_size_change is not None and self.rank == 0:
+            warn_world_size_change(*self._world_size_change, self.n_envs)
+        self._world_size_change = None
+        self.data_parallel.start_learn(self, total_timesteps)
+        result = super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
+        self.data_parallel.start_vec_normalize(self.env)
         return result
 
     def _init_callback(self, callback: MaybeCallback, progress_bar: bool = False) -> BaseCallback:
-        if self.data_parallel is not None:
-            callback, progress_bar = self.data_parallel.learn_callback(callback, progress_bar)
+        callback, progress_bar = self.data_parallel.learn_callback(callback, progress_bar)
         return super()._init_callback(callback, progress_bar)
 
-    def _update_info_buffer(self, infos: list[dict[str, Any]], dones: Any = None) -> None:
+    def _update_info_buffer(self, infos: list[dict[str, Any]], dones: np.ndarray | None = None) -> None:
         super()._update_info_buffer(infos, dones)
-        if self.data_parallel is not None:
-            self.data_parallel.record_episodes(infos, dones)
+        self.data_parallel.record_episodes(infos, dones)
 
     def collect_rollouts(
         self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
@@ -305,29 +352,58 @@ class DecoupledAlgorithm(HostAlgorithm):
 
     def _synchronize_iteration(self, continue_training: bool) -> bool:
         """Once per iteration, after the rollout: whether training goes on (on every rank, when data-parallel)."""
-        data_parallel = self.data_parallel
-        return continue_training if data_parallel is None else data_parallel.synchronize_iteration(self, continue_training)
+        return self.data_parallel.synchronize_iteration(self, continue_training)
 
-    def predict(self, *args: Any, **kwargs: Any) -> Any:
-        with self._training_lock:  # the parameters of an iteration boundary under async_rollouts
-            return super().predict(*args, **kwargs)
+    def predict(
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        """SB3's ``predict``, with the parameters of an iteration boundary under ``async_rollouts``."""
+        with self._training_lock:
+            return super().predict(observation, state, episode_start, deterministic)
 
-    def save(self, *args: Any, **kwargs: Any) -> None:
+    def save(
+        self,
+        path: str | pathlib.Path | io.BufferedIOBase,
+        exclude: Iterable[str] | None = None,
+        include: Iterable[str] | None = None,
+    ) -> None:
         """
         SB3's ``save``, on rank 0 only (the ranks hold the same model), with the proximal policy's state in the file's
         ``data`` (``proximal_policy_state``), where SB3's parent ``load`` ignores it.
         """
         if self.rank != 0:
             return
-        with self._training_lock, proximal_state_in_data(self, self.__dict__.get("proximal")):
-            super().save(*args, **kwargs)
+        with self._training_lock, proximal_state_in_data(self, getattr(self, "proximal", None)):
+            super().save(path, exclude, include)
 
     @classmethod
-    def load(cls, path: Any, *args: Any, **kwargs: Any) -> Any:
-        """SB3's ``load``, for files this algorithm opens (:func:`prepare_load`); ``env`` may be an environment id."""
-        args = prepare_load(cls, path, args, kwargs)
+    def load(
+        cls: type[SelfDecoupledAlgorithm],
+        path: str | pathlib.Path | io.BufferedIOBase,
+        env: GymEnv | str | None = None,
+        device: th.device | str = "auto",
+        custom_objects: dict[str, Any] | None = None,
+        print_system_info: bool = False,
+        force_reset: bool = True,
+        **kwargs: Any,
+    ) -> SelfDecoupledAlgorithm:
+        """
+        SB3's ``load``, for the files this algorithm opens (its own, and its parent's: the EWMA then starts from the
+        loaded policy); ``env`` may be a registered environment id.
+        """
+        data = check_loadable(cls, path)
+        if isinstance(env, str):
+            env = maybe_make_env(env, kwargs.get("verbose", (data or {}).get("verbose", 0)))
         with loading_from_file():
-            return super().load(path, *args, **kwargs)
+            model = super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
+        # entries of the files of version 0.1.0 that properties give now (SB3's load puts every entry in __dict__)
+        for stale in ("proximal_ewma", "proximal_decay"):
+            vars(model).pop(stale, None)
+        return model
 
     @classmethod
     def _check_saved_data(cls, data: dict[str, Any], path: Any) -> None:
@@ -335,23 +411,27 @@ class DecoupledAlgorithm(HostAlgorithm):
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         state_dicts, torch_variables = super()._get_torch_save_params()
-        return torch_save_names(state_dicts, self.__dict__.get("proximal")), torch_variables
+        return torch_save_names(state_dicts, getattr(self, "proximal", None)), torch_variables
 
-    def set_parameters(self, load_path_or_dict: Any, exact_match: bool = True, device: th.device | str = "auto") -> None:
+    def set_parameters(
+        self, load_path_or_dict: str | dict[str, th.Tensor], exact_match: bool = True, device: th.device | str = "auto"
+    ) -> None:
         params = parameters_with_proximal_state(self, load_path_or_dict, exact_match, device)
         super().set_parameters(params, exact_match=exact_match, device=device)
-        if self.data_parallel is not None:
-            # whatever each rank loaded, they continue from rank 0's
-            self.data_parallel.broadcast_state(self)
+        # whatever each rank loaded, they continue from rank 0's (nothing to do on one process)
+        self.data_parallel.broadcast_state(self)
 
     def _excluded_save_params(self) -> list[str]:
         # the collaborators (rebuilt by _setup_model), this run's state (stale rollouts, epoch in progress), the lock
-        unsaved = ["proximal", "data_parallel", "training_precision", "distributed", "_world_size_change", "_stale_buffers"]
-        unsaved += ["_gradient_noise", "_train_lock", *type(self)._unsaved_attributes]
+        unsaved = ["proximal", "data_parallel", "gradient_noise", "training_precision", "distributed"]
+        unsaved += ["_world_size_change", "_stale_buffers", "_train_lock", *type(self)._unsaved_attributes]
         return [*super()._excluded_save_params(), *unsaved]
 
     def train(self) -> None:
-        """SB3 PPO's ``train`` with the decoupled objective, on the rollout buffer (or the one ``staleness`` ago)."""
+        """
+        Update policy using the currently gathered rollout buffer: SB3 PPO's ``train`` with the decoupled objective
+        (or, with artificial staleness, on the buffer collected ``staleness`` iterations ago).
+        """
         buffer = self._take_training_buffer()
         if buffer is None:
             self.logger.record("train/stale_iterations_buffered", len(self._stale_buffers))
@@ -360,11 +440,10 @@ class DecoupledAlgorithm(HostAlgorithm):
         self.policy.set_training_mode(True)
         # Update optimizer learning rate
         self._update_learning_rate(self.policy.optimizer)
-        # Compute current clip ranges (None: no clipping)
+        # Compute current clip range (None: no clipping)
         clip_range, clip_range_vf = self._current_clip_ranges()
-
+        # [decoupled] the advantage moments of this iteration ("ewma" normalization), the proximal policy's start
         buffer.advantages = self.advantage_normalizer.start_iteration(buffer.advantages)
-        # [decoupled] the proximal policy: the EWMA, or a snapshot of the policy now
         self.proximal.start_iteration()
         policy_objective = DecoupledPolicyObjective(clip_range, self.kl_coef, self.kl_estimator, self.imp_samp_max)
 
@@ -375,22 +454,51 @@ class DecoupledAlgorithm(HostAlgorithm):
             approx_kl_divs = []
             # Do a complete pass on the rollout buffer
             for rollout_data in self._minibatches(buffer):
-                # [decoupled] the policy loss: importance sampling with the behavior policy, clipping at the proximal
-                with self.training_precision.forward(self.device):
-                    policy_loss, entropy_loss, values, approx_kl_div = self._policy_terms(rollout_data, policy_objective)
-                entropy_losses.append(entropy_loss.detach())
-                approx_kl_divs.append(approx_kl_div)
+                actions = rollout_data.actions
+                if isinstance(self.action_space, spaces.Discrete):
+                    # Convert discrete action from float to long
+                    actions = rollout_data.actions.long().flatten()
 
-                # Clip the difference between old and new value (None: no clipping; <= 0: no movement)
+                with self.training_precision.forward(self.device):
+                    values, log_prob, entropy, distribution = self._evaluate_policy(rollout_data, actions)
+                    values = values.flatten()
+                    # [decoupled] the proximal policy's log-probabilities (and its distribution for the exact KL)
+                    proximal_log_prob, proximal_distribution = self.proximal.log_prob(
+                        rollout_data, actions, rollout_data.old_log_prob, self._needs_distributions
+                    )
+                # Normalize advantage (per minibatch, or by the EWMA moments of the iteration)
+                advantages = self.advantage_normalizer.minibatch(rollout_data.advantages)
+
+                # [decoupled] importance sampling with the behavior policy, clipping (or a KL penalty) at the proximal
+                behavior_log_prob = rollout_data.old_log_prob
+                policy_loss = policy_objective(
+                    advantages, log_prob, proximal_log_prob, behavior_log_prob, distribution, proximal_distribution
+                )
+
+                # Clip the difference between old and new value (None: no clipping)
                 # NOTE: this depends on the reward scaling
                 values_pred = clipped_values(values, rollout_data.old_values, clip_range_vf)
                 # Value loss using the TD(gae_lambda) target
                 value_loss = F.mse_loss(rollout_data.returns, values_pred)
                 value_losses.append(value_loss.detach())
 
+                # Entropy loss favor exploration
+                if entropy is None:
+                    # Approximate entropy when no analytical form
+                    entropy_loss = -th.mean(-log_prob)
+                else:
+                    entropy_loss = -th.mean(entropy)
+                entropy_losses.append(entropy_loss.detach())
+
                 loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
 
-                # Early stopping on the KL from the behavior policy (read from the device only when needed)
+                # Calculate approximate form of reverse KL Divergence for early stopping (from the behavior policy),
+                # kept on the device: read only when there is a target_kl
+                with th.no_grad():
+                    log_ratio = log_prob - behavior_log_prob
+                    approx_kl_div = th.mean((th.exp(log_ratio) - 1) - log_ratio)
+                    approx_kl_divs.append(approx_kl_div)
+
                 if self._kl_exceeds_target(approx_kl_div):
                     continue_training = False
                     if self.verbose >= 1:
@@ -400,7 +508,7 @@ class DecoupledAlgorithm(HostAlgorithm):
                 # Optimization step
                 self.policy.optimizer.zero_grad()
                 loss.backward()
-                self._apply_gradients(self.policy.optimizer)
+                self._apply_gradients(self.policy.optimizer, self.gradient_noise, "train")
                 # [decoupled] the EWMA step
                 self.proximal.step()
 
@@ -423,7 +531,9 @@ class DecoupledAlgorithm(HostAlgorithm):
     def _current_clip_ranges(self) -> tuple[float | None, float | None]:
         """The clip ranges of the policy and of the value function at the current progress (``None``: no clipping)."""
         progress = self._current_progress_remaining
-        return schedule_value(self.clip_range, progress), schedule_value(self.clip_range_vf, progress)
+        clip_range = self.clip_range(progress)  # type: ignore[operator]
+        clip_range_vf = None if self.clip_range_vf is None else self.clip_range_vf(progress)  # type: ignore[operator]
+        return (None if math.isinf(clip_range) else clip_range), clip_range_vf
 
     def _minibatches(self, buffer: RolloutBuffer) -> Iterator[RolloutBufferSamples]:
         """One epoch over the rollout buffer: SB3's random steps, or whole rollouts of environments (the authors')."""
@@ -434,32 +544,6 @@ class DecoupledAlgorithm(HostAlgorithm):
     def _rollout_minibatches(self, buffer: RolloutBuffer) -> Iterator[RolloutBufferSamples]:
         return rollout_minibatches(buffer, self._minibatch_size)  # minibatch_sampling="rollouts"
 
-    def _policy_terms(
-        self, rollout_data: RolloutBufferSamples, policy_objective: DecoupledPolicyObjective
-    ) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
-        """
-        The policy loss of a minibatch (with its KL penalty), the entropy loss, the values of the same forward pass and
-        the approximate KL from the behavior policy (SB3's, for ``target_kl``). Importance sampling uses the buffer's
-        log-probabilities (the behavior policy's; the recent policy's in the ``"proximal"`` staleness mode).
-        """
-        actions = rollout_data.actions
-        if isinstance(self.action_space, spaces.Discrete):
-            # Convert discrete action from float to long
-            actions = rollout_data.actions.long().flatten()
-        values, log_prob, entropy, distribution = self._evaluate_policy(rollout_data, actions)
-        advantages = self.advantage_normalizer.minibatch(rollout_data.advantages)
-
-        behavior_log_prob = rollout_data.old_log_prob
-        proximal_log_prob, proximal_dist = self._proximal_log_prob(rollout_data, actions, behavior_log_prob)
-        policy_loss = policy_objective(advantages, log_prob, proximal_log_prob, behavior_log_prob, distribution, proximal_dist)
-        # Entropy loss favor exploration (approximate entropy when no analytical form)
-        entropy_loss = -th.mean(-log_prob) if entropy is None else -th.mean(entropy)
-        # Approximate reverse KL from the behavior policy, as in SB3's PPO (kept on the device)
-        with th.no_grad():
-            log_ratio = log_prob - rollout_data.old_log_prob
-            approx_kl_div = th.mean((th.exp(log_ratio) - 1) - log_ratio)
-        return policy_loss, entropy_loss, values.flatten(), approx_kl_div
-
     def _evaluate_policy(
         self, rollout_data: Any, actions: th.Tensor
     ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None, Distribution | None]:
@@ -469,32 +553,27 @@ class DecoupledAlgorithm(HostAlgorithm):
         values, log_prob, entropy = self.policy.evaluate_actions(rollout_data.observations, actions)
         return values, log_prob, entropy, None
 
-    def _proximal_log_prob(
-        self, rollout_data: Any, actions: th.Tensor, behavior_log_prob: th.Tensor
-    ) -> tuple[th.Tensor, Distribution | None]:
-        """The proximal policy's log-probabilities of ``actions``, and its distribution when the loss needs it."""
-        return self.proximal.log_prob(rollout_data, actions, behavior_log_prob, self._needs_distributions)
-
     def _kl_exceeds_target(self, approx_kl_div: th.Tensor) -> bool:
         """SB3's ``target_kl`` early stop on the KL from the behavior policy (its mean over the ranks, data-parallel)."""
         if self.target_kl is None:
             return False  # the KL is read from the device only with a target
-        kl = approx_kl_div.item() if self.data_parallel is None else self.data_parallel.mean_kl(approx_kl_div.item())
-        return kl > 1.5 * self.target_kl
+        return self.data_parallel.mean_kl(approx_kl_div.item()) > 1.5 * self.target_kl
 
-    def _apply_gradients(self, optimizer: th.optim.Optimizer) -> None:
-        """Every optimizer step of every phase, after ``backward()``: data-parallel averaging, clipping, the step."""
-        if self.data_parallel is not None:
-            self.data_parallel.average_gradients(optimizer)
-        if self.log_gradient_noise_scale:
-            observe_gradient_noise(self, optimizer)  # the minibatch gradient, before clipping
+    def _apply_gradients(
+        self, optimizer: th.optim.Optimizer, gradient_noise: GradientNoiseScale | None, log_prefix: str
+    ) -> None:
+        """
+        Every optimizer step of every phase, after ``backward()``: the gradients averaged over the ranks, the
+        gradient noise scale fed (before clipping; logged as ``<log_prefix>/gradient_noise_scale``), the clipping and
+        the step.
+        """
+        self.data_parallel.average_gradients(optimizer)
+        if gradient_noise is not None:
+            # the number of steps taken identifies the iteration (an epoch cut short by target_kl is dropped)
+            estimate = gradient_noise.observe_optimizer(optimizer, tag=self.num_timesteps)
+            if estimate is not None and estimate.noise_scale is not None:
+                self.logger.record(f"{log_prefix}/gradient_noise_scale", estimate.noise_scale)
         # SB3's clip_grad_norm_ and Adam step, with the same numbers in fewer calls on CPU (sb3_ewma.common.optim)
         clip_grad_norm(self.policy.parameters(), self.max_grad_norm)
         prefer_foreach(optimizer)
         optimizer.step()
-
-    def _gradient_noise_batching(self, optimizer: th.optim.Optimizer) -> tuple[int, int, str] | None:
-        """``(samples per minibatch, minibatches per epoch, log prefix)`` of the phase ``optimizer`` steps, or None."""
-        if optimizer is self.policy.optimizer:
-            return self._minibatch_size, self.minibatches_per_epoch, "train"
-        return None

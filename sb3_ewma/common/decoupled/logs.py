@@ -1,26 +1,15 @@
-"""The clip-range schedules of the decoupled objective (``None``: no clipping) and the logs of a training iteration."""
+"""The logs of a training iteration of the decoupled objective."""
 
 from typing import Any
 
 import torch as th
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.type_aliases import Schedule
-from stable_baselines3.common.utils import FloatSchedule, explained_variance
+from stable_baselines3.common.utils import explained_variance
 
 from sb3_ewma.common.decoupled.objective import mean_of
 from sb3_ewma.common.ewma import center_of_mass_from_ewma_decay
 from sb3_ewma.common.format import without_rounding_noise
-
-
-def setup_clip_schedules(algorithm: Any) -> None:
-    """PPO's clip-range schedules (``algorithm.clip_range``, ``clip_range_vf``), where ``None`` means no clipping."""
-    for name in ("clip_range", "clip_range_vf"):
-        value = getattr(algorithm, name)
-        if value is None:
-            continue
-        if name == "clip_range_vf" and isinstance(value, (float, int)):
-            assert value > 0, "`clip_range_vf` must be positive, pass `None` to deactivate vf clipping"
-        setattr(algorithm, name, FloatSchedule(value))
 
 
 def schedule_value(schedule: float | Schedule | None, progress_remaining: float) -> float | None:

@@ -8,7 +8,6 @@ from contextvars import ContextVar
 from typing import Any, cast
 
 import torch as th
-from stable_baselines3.common.base_class import maybe_make_env
 from stable_baselines3.common.distributions import CategoricalDistribution, DiagGaussianDistribution, Distribution
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.save_util import load_from_zip_file
@@ -210,24 +209,18 @@ class ProximalPolicy:
         return proximal_action_log_prob(self.ewma, minibatch.observations, actions), None
 
 
-def prepare_load(algorithm: type, path: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+def check_loadable(algorithm: type, path: Any) -> dict[str, Any] | None:
     """
     Before SB3's ``load`` of ``algorithm``: check that the file was saved by an algorithm whose files this one opens
-    (its own policies' modules, then ``loadable_parent_policy_modules``), run the algorithm's ``_check_saved_data``,
-    and make an ``env`` given as a registered id (SB3's ``maybe_make_env``). Returns the positional arguments
-    (``kwargs`` is updated in place).
+    (its own policies' modules, then ``loadable_parent_policy_modules``) and run the algorithm's
+    ``_check_saved_data``. Returns the file's ``data`` (None where it cannot be read before SB3's ``load``).
     """
     own_modules = tuple(policy.__module__ for policy in getattr(algorithm, "policy_aliases", {}).values())
     parent_modules = getattr(algorithm, "loadable_parent_policy_modules", ())
     data = check_saved_algorithm(algorithm.__name__, (*own_modules, *parent_modules), path)
     if data is not None:
         algorithm._check_saved_data(data, path)  # type: ignore[attr-defined]
-    verbose = kwargs.get("verbose", (data or {}).get("verbose", 0))
-    if args and isinstance(args[0], str):
-        args = (maybe_make_env(args[0], verbose), *args[1:])
-    elif isinstance(kwargs.get("env"), str):
-        kwargs["env"] = maybe_make_env(kwargs["env"], verbose)
-    return args
+    return data
 
 
 @contextmanager
@@ -240,13 +233,13 @@ def proximal_state_in_data(algorithm: Any, proximal: "ProximalPolicy | None") ->
     if proximal is None or proximal.ewma is None:
         yield
         return
-    algorithm.__dict__[PROXIMAL_STATE_KEY] = {name: value.detach().cpu() for name, value in proximal.ewma.state_dict().items()}
+    setattr(algorithm, PROXIMAL_STATE_KEY, {name: value.detach().cpu() for name, value in proximal.ewma.state_dict().items()})
     token = _SAVING_TO_FILE.set(True)
     try:
         yield
     finally:
         _SAVING_TO_FILE.reset(token)
-        del algorithm.__dict__[PROXIMAL_STATE_KEY]
+        delattr(algorithm, PROXIMAL_STATE_KEY)
 
 
 def torch_save_names(state_dicts: list[str], proximal: "ProximalPolicy | None") -> list[str]:
@@ -267,7 +260,9 @@ def parameters_with_proximal_state(
     for any other missing module, and ``exact_match=False`` restarts the EWMA from the given policy (with a warning).
     ``load`` of a file saved by another algorithm (SB3's PPO) restarts the EWMA with a warning instead of failing.
     """
-    saved_state = algorithm.__dict__.pop(PROXIMAL_STATE_KEY, None)
+    saved_state = getattr(algorithm, PROXIMAL_STATE_KEY, None)
+    if saved_state is not None:  # set from the file's data by `load`: used once, here
+        delattr(algorithm, PROXIMAL_STATE_KEY)
     if isinstance(load_path_or_dict, dict):
         params = load_path_or_dict
     else:

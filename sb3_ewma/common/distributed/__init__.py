@@ -42,9 +42,10 @@ from sb3_ewma.common.distributed.process_group import (
 )
 from sb3_ewma.common.distributed.training import (
     DataParallelTraining,
+    SingleProcessTraining,
     data_parallel_settings,
     mean_over_ranks,
-    note_world_size,
+    previous_world_size_change,
     training_diagnostics,
     warn_world_size_change,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "DataParallelContext",
     "DataParallelTraining",
     "RunningStatisticsPool",
+    "SingleProcessTraining",
     "broadcast_from_rank0",
     "check_distributed_argument",
     "current_rank",
@@ -66,8 +68,8 @@ __all__ = [
     "join_torchrun",
     "local_world_size",
     "mean_over_ranks",
-    "note_world_size",
     "per_rank_hyperparams",
+    "previous_world_size_change",
     "process_group_backend",
     "quiet_unless_rank0",
     "rank_local_settings",

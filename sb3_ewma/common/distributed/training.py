@@ -7,6 +7,7 @@ import numpy as np
 import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import Logger
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.save_util import recursive_getattr
 from stable_baselines3.common.vec_env import VecEnv, unwrap_vec_normalize
 
@@ -41,7 +42,8 @@ class DataParallelTraining:
     """
     Data-parallel training of one algorithm over the ranks of the default process group (see
     :mod:`sb3_ewma.common.distributed`): what the algorithm calls, at each point of its life, when it trains on
-    several processes (``algorithm.data_parallel``; None otherwise).
+    several processes (``algorithm.data_parallel``; on one process it holds a :class:`SingleProcessTraining`, which
+    has the same methods and does nothing).
 
     - once the model is built (and after every ``set_parameters``): :meth:`setup`, :meth:`broadcast_state`;
     - at the start of ``learn``: :meth:`start_learn`; rank 0 alone logs, saves and runs the callbacks;
@@ -155,6 +157,43 @@ class DataParallelTraining:
         return self.context.mean_scalar(approx_kl_div)
 
 
+class SingleProcessTraining:
+    """
+    What a model that trains on one process holds in place of :class:`DataParallelTraining`: the same methods, which
+    change nothing (rank 0 of one rank, the callbacks and the decision to go on as they are, gradients untouched).
+    """
+
+    world_size = 1
+    rank = 0
+
+    def setup(self, algorithm: OnPolicyAlgorithm) -> None:
+        """Nothing to agree on."""
+
+    def broadcast_state(self, algorithm: OnPolicyAlgorithm) -> None:
+        """Nothing to send."""
+
+    def start_learn(self, algorithm: OnPolicyAlgorithm, total_timesteps: int) -> None:
+        """This process logs."""
+
+    def start_vec_normalize(self, env: VecEnv | None) -> None:
+        """The statistics are this process's."""
+
+    def learn_callback(self, callback: Any, progress_bar: bool) -> tuple[Any, bool]:
+        return callback, progress_bar
+
+    def record_episodes(self, infos: list[dict[str, Any]], dones: np.ndarray | None) -> None:
+        """The episodes are in the model's own buffers already."""
+
+    def synchronize_iteration(self, algorithm: OnPolicyAlgorithm, continue_training: bool) -> bool:
+        return continue_training
+
+    def average_gradients(self, optimizer: th.optim.Optimizer) -> None:
+        """The gradients are this process's."""
+
+    def mean_kl(self, approx_kl_div: float) -> float:
+        return approx_kl_div
+
+
 DIAGNOSTIC_PREFIXES = ("train/", "aux/")
 """The logger keys of ``train()`` (policy phase, and PPG's auxiliary phase) that are averaged over the ranks."""
 
@@ -182,16 +221,14 @@ def mean_over_ranks(diagnostics: list[dict[str, float]]) -> dict[str, float]:
     }
 
 
-def note_world_size(algorithm: Any) -> None:
+def previous_world_size_change(trained_world_size: int | None, world_size: int) -> tuple[int, int] | None:
     """
-    At the end of ``_setup_model``: ``algorithm.trained_world_size`` becomes this run's world size, and a loaded model
-    that continues at another one is marked for :func:`warn_world_size_change` (when training continues, not on a
-    load for prediction).
+    ``(trained_world_size, world_size)`` when a loaded model, trained on ``trained_world_size`` ranks (None: a new
+    model, or a file of a version that did not record it), continues on another number of ranks; else None.
     """
-    previous_world_size = algorithm.__dict__.get("trained_world_size")  # set by `load`
-    if previous_world_size is not None and previous_world_size != algorithm.world_size:
-        algorithm._world_size_change = (previous_world_size, algorithm.world_size)
-    algorithm.trained_world_size = algorithm.world_size
+    if trained_world_size is None or trained_world_size == world_size:
+        return None
+    return trained_world_size, world_size
 
 
 def warn_world_size_change(previous_world_size: int, world_size: int, n_envs: int) -> None:

@@ -216,5 +216,7 @@ def test_ranks_must_agree_on_staleness_when_learn_starts():
     data_parallel = object.__new__(DataParallelTraining)
     data_parallel.context = Context()
     model = with_staleness(PPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL), 2, "behavior")
-    data_parallel.start_learn(model, 64)
+    model.data_parallel = data_parallel
+    model._setup_learn(64)
     assert checked[0]["staleness"] == 2 and checked[0]["staleness_mode"] == "behavior"
+    assert checked[0]["total_timesteps (learn)"] == 64

@@ -16,7 +16,6 @@ from typing import Any, TypeVar
 import numpy as np
 
 from sb3_ewma.common.decoupled.options import uses_proximal_network
-from sb3_ewma.common.decoupled.proximal import ProximalPolicy
 from sb3_ewma.maskable_ppo_ewma import MaskablePPO_EWMA
 from sb3_ewma.ppo_ewma import PPO_EWMA
 from sb3_ewma.recurrent_ppo_ewma import RecurrentPPO_EWMA
@@ -84,6 +83,6 @@ def with_staleness(model: Model, staleness: int, mode: str = "decoupled") -> Mod
         exact_kl = model._needs_distributions
         needs_network = uses_proximal_network(model.proximal_decay, model._rollout_staleness, mode, exact_kl)
         if needs_network != (model.proximal.network is not None):
-            model.proximal = ProximalPolicy.of(model)
+            model.proximal = model._new_proximal_policy()
         model._stale_buffers.clear()
     return model

@@ -19,7 +19,6 @@ from torch.nn import functional as F
 
 from sb3_ewma.common.checks import check_on_policy_hyperparams
 from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
-from sb3_ewma.common.decoupled.logs import record_train_logs
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective, mean_of
 from sb3_ewma.common.decoupled.options import check_decoupled_options
 from sb3_ewma.common.decoupled.proximal import is_loading_from_file
@@ -542,7 +541,7 @@ class PPG(DecoupledAlgorithm):
         self.phase_iteration += 1
         self._policy_phase_time += time.perf_counter() - start
         losses = {"entropy_loss": entropy_losses, "value_loss": value_losses, "approx_kl": approx_kl_divs}
-        record_train_logs(self, buffer, policy_objective.mean_stats(), losses, loss, clip_range, clip_range_vf)
+        self._record_train_logs(buffer, policy_objective.mean_stats(), losses, loss, clip_range, clip_range_vf)
         self._record_phase_logs()
 
         if self.phase_iteration >= self.n_policy_iterations:

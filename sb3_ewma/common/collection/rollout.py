@@ -35,9 +35,20 @@ def tensors_to(value: Any, device: th.device) -> Any:
 
 class RolloutView:
     """
-    The algorithm as a parent's ``collect_rollouts`` sees it: every attribute read and written is the algorithm's,
-    except ``policy`` (the acting policy), ``device`` (that policy's device) and the step count, which grows by
-    ``timesteps_per_step`` for each vectorized step where the loop adds ``env.num_envs``.
+    The algorithm as a parent's ``collect_rollouts`` sees it, so that SB3's and sb3-contrib's own rollout loops run
+    unchanged (called as ``Parent.collect_rollouts(view, env, callback, buffer, n_steps)``, the view in place of
+    ``self``). The contract:
+
+    - every attribute read is the algorithm's, and every attribute written is written on the algorithm (``_last_obs``,
+      ``_last_episode_starts``, ``_last_lstm_states``, the episode statistics through ``_update_info_buffer``), except
+      ``policy`` (the acting policy), ``device`` (that policy's device), which the view holds, and ``num_timesteps``,
+      which grows by ``timesteps_per_step`` (every rank's environments) for each vectorized step where the loop adds
+      ``env.num_envs``: one vectorized step at a time, as the parents' loops do;
+    - methods are the algorithm's, bound to the algorithm (``self._update_info_buffer`` updates the algorithm's
+      buffers), so a loop that calls ``self.policy`` gets the acting policy and one that calls a method gets the
+      algorithm's;
+    - callbacks see the view: ``locals["self"]`` in ``on_step`` is the view, whose attributes are the algorithm's but
+      ``policy``; ``callback.model`` stays the algorithm.
 
     :param algorithm: the algorithm whose state (last observation, step count, episode statistics) advances
     :param policy: the acting policy (``algorithm.policy``, or a copy of it)

@@ -23,6 +23,7 @@ from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, RolloutBufferSamples, Schedule
+from stable_baselines3.common.utils import explained_variance
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
 
@@ -30,8 +31,8 @@ from sb3_ewma.common.checks import check_learn_arguments
 from sb3_ewma.common.collection.overlap import learn_with_overlapped_rollouts, rollout_settings
 from sb3_ewma.common.collection.rollout import RolloutView, new_rollout_buffer
 from sb3_ewma.common.decoupled.advantages import AdvantageNormalizer
-from sb3_ewma.common.decoupled.logs import record_train_logs
-from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
+from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective, mean_of
+from sb3_ewma.common.decoupled.options import resolve_ewma_decay, uses_proximal_network
 from sb3_ewma.common.decoupled.proximal import (
     ProximalPolicy,
     check_loadable,
@@ -49,7 +50,8 @@ from sb3_ewma.common.distributed import (
     warn_world_size_change,
 )
 from sb3_ewma.common.distributions import evaluate_actions_with_distribution
-from sb3_ewma.common.ewma import ParameterEWMA
+from sb3_ewma.common.ewma import ParameterEWMA, center_of_mass_from_ewma_decay
+from sb3_ewma.common.format import without_rounding_noise
 from sb3_ewma.common.gradient_noise import GradientNoiseScale
 from sb3_ewma.common.keywords import unknown_policy_message
 from sb3_ewma.common.losses import clipped_values
@@ -168,7 +170,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     def _setup_decoupled_training(self) -> None:
         """After the parent's ``_setup_model`` (also on load): advantages, proximal policy, stale rollouts, ranks."""
         self.advantage_normalizer.configure(self.normalize_advantage, self.advantage_normalization, self.advantage_ewma_decay)
-        self.proximal = ProximalPolicy.of(self)
+        self.proximal = self._new_proximal_policy()
         self.training_precision.prepare(self.policy, self.proximal.network)
         self.gradient_noise = self._new_gradient_noise(self._minibatch_size, self.minibatches_per_epoch)
         self._stale_buffers: deque[Any] = deque()
@@ -176,6 +178,24 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         self._world_size_change = previous_world_size_change(getattr(self, "trained_world_size", None), self.world_size)
         self.trained_world_size = self.world_size
         self.data_parallel.setup(self)
+        self.advantage_normalizer.reducer = self.data_parallel.advantage_reducer
+
+    def _new_proximal_policy(self) -> ProximalPolicy:
+        """
+        The proximal policy of this model: the EWMA (``ewma_decay`` resolved), or without it a snapshot of the policy
+        when the loss needs a network, else the behavior policy. The EWMA is the clipping anchor in every staleness
+        mode, as in the authors' code.
+        """
+        decay = resolve_ewma_decay(self.ewma_decay, self.minibatches_per_epoch, self.n_epochs)
+        needs_network = uses_proximal_network(decay, self._rollout_staleness, self.staleness_mode, self._needs_distributions)
+        return ProximalPolicy.build(
+            self.policy,
+            self._build_policy,
+            decay,
+            needs_network,
+            include=type(self)._is_proximal_parameter,
+            distribution=type(self)._proximal_distribution_of,
+        )
 
     def _new_gradient_noise(self, batch_size: int, minibatches_per_epoch: int) -> GradientNoiseScale | None:
         """The gradient noise scale of a phase's minibatches (global ones: of every rank), or None when not logged."""
@@ -319,7 +339,10 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         if self._world_size_change is not None and self.rank == 0:
             warn_world_size_change(*self._world_size_change, self.n_envs)
         self._world_size_change = None
-        self.data_parallel.start_learn(self, total_timesteps)
+        # artificial staleness is set on a model after its setup: the ranks agree on it when learn starts
+        self.data_parallel.start_learn(
+            self, total_timesteps, {"staleness": self.staleness, "staleness_mode": self.staleness_mode}
+        )
         result = super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
         self.data_parallel.start_vec_normalize(self.env)
         return result
@@ -517,7 +540,58 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
                 break
 
         losses = {"entropy_loss": entropy_losses, "value_loss": value_losses, "approx_kl": approx_kl_divs}
-        record_train_logs(self, buffer, policy_objective.mean_stats(), losses, loss, clip_range, clip_range_vf)
+        self._record_train_logs(buffer, policy_objective.mean_stats(), losses, loss, clip_range, clip_range_vf)
+
+    def _record_train_logs(
+        self,
+        buffer: RolloutBuffer,
+        stats: dict[str, float],
+        losses: dict[str, list[th.Tensor]],
+        loss: th.Tensor,
+        clip_range: float | None,
+        clip_range_vf: float | None,
+    ) -> None:
+        """
+        SB3 PPO's logs of a training iteration, then the decoupled objective's diagnostics, the advantage statistics and
+        the EWMA's center of mass.
+
+        :param stats: the decoupled objective's mean diagnostics (``policy_gradient_loss``, ``clip_fraction``, ...)
+        :param losses: the per-minibatch ``entropy_loss``, ``value_loss`` and ``approx_kl``; one that no minibatch
+            computed (PPG's value-only epochs, a policy phase stopped by ``target_kl``) is not logged
+        :param loss: the last minibatch's total loss
+        """
+        explained_var = explained_variance(buffer.values.flatten(), buffer.returns.flatten())
+        # Logs
+        if losses["entropy_loss"]:
+            self.logger.record("train/entropy_loss", mean_of(losses["entropy_loss"]))
+        if "policy_gradient_loss" in stats:
+            self.logger.record("train/policy_gradient_loss", stats["policy_gradient_loss"])
+        if losses["value_loss"]:
+            self.logger.record("train/value_loss", mean_of(losses["value_loss"]))
+        if losses["approx_kl"]:
+            self.logger.record("train/approx_kl", mean_of(losses["approx_kl"]))
+        if clip_range is not None and "clip_fraction" in stats:
+            self.logger.record("train/clip_fraction", stats["clip_fraction"])
+        self.logger.record("train/loss", loss.item())
+        self.logger.record("train/explained_variance", explained_var)
+        if hasattr(self.policy, "log_std"):
+            self.logger.record("train/std", th.exp(self.policy.log_std).mean().item())
+
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        if clip_range is not None:
+            self.logger.record("train/clip_range", clip_range)
+        if clip_range_vf is not None:
+            self.logger.record("train/clip_range_vf", clip_range_vf)
+
+        # [decoupled] the objective's diagnostics, the advantage moments, the EWMA's age
+        for key in ("proximal_kl", "imp_samp_capped_fraction", "kl_penalty"):
+            if key in stats:
+                self.logger.record(f"train/{key}", stats[key])
+        for key, value in self.advantage_normalizer.stats().items():
+            self.logger.record(f"train/{key}", value)
+        if self.proximal.kind == "ewma" and self.proximal.decay is not None:
+            center_of_mass = center_of_mass_from_ewma_decay(self.proximal.decay)
+            self.logger.record("train/ewma_center_of_mass", without_rounding_noise(center_of_mass))
 
     def _take_training_buffer(self) -> RolloutBuffer | None:
         """

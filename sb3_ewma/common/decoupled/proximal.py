@@ -13,7 +13,6 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.type_aliases import PyTorchObs
 
-from sb3_ewma.common.decoupled.options import resolve_ewma_decay, uses_proximal_network
 from sb3_ewma.common.ewma import ParameterEWMA
 from sb3_ewma.common.saved_files import check_saved_algorithm, read_saved_value
 
@@ -142,20 +141,25 @@ class ProximalPolicy:
         self._distribution = distribution
 
     @classmethod
-    def of(cls, algorithm: Any) -> "ProximalPolicy":
+    def build(
+        cls,
+        policy: BasePolicy,
+        build_policy: Callable[[], BasePolicy],
+        decay: float | None,
+        needs_network: bool,
+        include: Callable[[str], bool] | None = is_policy_parameter,
+        distribution: Callable[[Any, Any], Distribution] | None = None,
+    ) -> "ProximalPolicy":
         """
-        The proximal policy of an algorithm (:class:`~sb3_ewma.common.decoupled.algorithm.DecoupledAlgorithm`): its
-        EWMA (``ewma_decay`` resolved), or without it a snapshot of the policy when the loss needs a network. The EWMA
-        is the clipping anchor in every staleness mode, as in the authors' code.
+        The proximal policy of ``policy``: its EWMA (``decay``), or without an EWMA a snapshot of the policy when
+        ``needs_network`` (:func:`~sb3_ewma.common.decoupled.options.uses_proximal_network`), else the behavior policy.
+
+        :param build_policy: builds a new policy of the same structure (see :func:`make_proximal_ewma`)
+        :param include: which parameters the network averages (default: those the action distribution depends on)
+        :param distribution: ``distribution(network, minibatch)`` for policies that take more than the observations
         """
-        decay = resolve_ewma_decay(algorithm.ewma_decay, algorithm.minibatches_per_epoch, algorithm.n_epochs)
-        ewma = None
-        if uses_proximal_network(
-            decay, algorithm._rollout_staleness, algorithm.staleness_mode, algorithm._needs_distributions
-        ):
-            include = type(algorithm)._is_proximal_parameter
-            ewma = make_proximal_ewma(algorithm.policy, algorithm._build_policy, decay or 0.0, include)
-        return cls(ewma, decay, type(algorithm)._proximal_distribution_of)
+        ewma = make_proximal_ewma(policy, build_policy, decay or 0.0, include) if needs_network else None
+        return cls(ewma, decay, distribution)
 
     @property
     def kind(self) -> str:

@@ -1,6 +1,7 @@
 """The algorithm side of data-parallel training: :class:`DataParallelTraining` and the per-iteration diagnostics."""
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,7 @@ class _NoCallback(BaseCallback):
         return True
 
 
-def data_parallel_settings(algorithm: Any) -> dict[str, Any]:
+def data_parallel_settings(algorithm: OnPolicyAlgorithm) -> dict[str, Any]:
     """The settings every rank must share: the plain-valued hyperparameters, spaces and parameter shapes."""
     settings: dict[str, Any] = {
         "algorithm": type(algorithm).__name__,
@@ -67,30 +68,35 @@ class DataParallelTraining:
     def rank(self) -> int:
         return self.context.rank
 
-    def setup(self, algorithm: Any) -> None:
+    @property
+    def advantage_reducer(self) -> Callable[[th.Tensor], th.Tensor]:
+        """Sums a tensor over the ranks: the advantage moments are then those of every rank's advantages."""
+        return self.context.all_reduce_sum
+
+    def setup(self, algorithm: OnPolicyAlgorithm) -> None:
         """
-        At the end of ``_setup_model`` (also when loading): check that every rank has the same settings, give every
-        rank rank 0's parameters, optimizer states and proximal EWMA, and pool the advantage moments.
+        At the end of ``_setup_model`` (also when loading): check that every rank has the same settings, and give
+        every rank rank 0's parameters, optimizer states and proximal EWMA.
         """
         self.context.check_same_settings(data_parallel_settings(algorithm))
         self.broadcast_state(algorithm)
-        algorithm.advantage_normalizer.reducer = self.context.all_reduce_sum
 
-    def broadcast_state(self, algorithm: Any) -> None:
+    def broadcast_state(self, algorithm: OnPolicyAlgorithm) -> None:
         """Rank 0's parameters, optimizer states and proximal EWMA on every rank."""
         names, _ = algorithm._get_torch_save_params()
         self.context.broadcast_state_dicts({name: recursive_getattr(algorithm, name) for name in names})
 
-    def start_learn(self, algorithm: Any, total_timesteps: int) -> None:
-        """Before SB3's ``_setup_learn``: the ranks agree on the budget; ranks other than 0 log nothing."""
+    def start_learn(self, algorithm: OnPolicyAlgorithm, total_timesteps: int, settings: dict[str, Any]) -> None:
+        """
+        Before SB3's ``_setup_learn``: the ranks agree on the budget and on ``settings`` (what was set on the model
+        after its setup); ranks other than 0 log nothing.
+        """
         # before anything is collected: a rank that would stop early would leave the others waiting
         self.context.check_same_settings(
             {
                 "total_timesteps (learn)": total_timesteps,
                 "num_timesteps (start of learn)": algorithm.num_timesteps,
-                # set on the model after its setup (sb3_ewma.ablations.with_staleness): not among setup's settings
-                "staleness": algorithm.staleness,
-                "staleness_mode": algorithm.staleness_mode,
+                **settings,
             },
             advice="call learn() with the same total_timesteps on every rank (and the same model state)",
         )
@@ -119,7 +125,7 @@ class DataParallelTraining:
         if episodes or successes:
             self.pending_episodes.append((episodes, successes))
 
-    def synchronize_iteration(self, algorithm: Any, continue_training: bool) -> bool:
+    def synchronize_iteration(self, algorithm: OnPolicyAlgorithm, continue_training: bool) -> bool:
         """
         Once per iteration, on the main thread, after the rollout (the environments idle) and before ``train()``:
         the decision to go on (training stops on every rank when a callback of rank 0 stopped its rollout: the
@@ -133,6 +139,8 @@ class DataParallelTraining:
         gathered = context.all_gather_objects((continue_training, self.pending_episodes, diagnostics))
         self.pending_episodes = []
         if context.rank == 0:
+            # set by SB3's _setup_learn, which ran before the first iteration
+            assert algorithm.ep_info_buffer is not None and algorithm.ep_success_buffer is not None
             for rank, (_, pending, _) in enumerate(gathered):
                 if rank == 0:
                     continue  # already in this rank's buffers
@@ -165,6 +173,7 @@ class SingleProcessTraining:
 
     world_size = 1
     rank = 0
+    advantage_reducer = None
 
     def setup(self, algorithm: OnPolicyAlgorithm) -> None:
         """Nothing to agree on."""
@@ -172,7 +181,7 @@ class SingleProcessTraining:
     def broadcast_state(self, algorithm: OnPolicyAlgorithm) -> None:
         """Nothing to send."""
 
-    def start_learn(self, algorithm: OnPolicyAlgorithm, total_timesteps: int) -> None:
+    def start_learn(self, algorithm: OnPolicyAlgorithm, total_timesteps: int, settings: dict[str, Any]) -> None:
         """This process logs."""
 
     def start_vec_normalize(self, env: VecEnv | None) -> None:

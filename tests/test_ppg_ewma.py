@@ -697,3 +697,11 @@ def test_ewma_is_not_reset_between_phases_without_an_auxiliary_phase():
     model.learn(5 * ROLLOUT)
     # 3 phases started, nothing moved the policy between them: one EWMA over all 5 iterations of 2 minibatches
     assert model.phase == 2 and resets == [] and model.proximal_ewma.n_updates == 10
+
+
+def test_ppg_ewma_without_the_ewma_trains_as_ppg():
+    """PPG_EWMA(PPG) only adds the EWMA: with ``ewma_decay=None`` its policy and auxiliary phases are PPG's, bit for bit."""
+    ppg = make_model(PPG).learn(3 * ROLLOUT)  # a policy phase, its auxiliary phase, and an iteration of the next
+    ppg_ewma = make_model(PPG_EWMA, ewma_decay=None).learn(3 * ROLLOUT)
+    assert ppg.proximal.kind == ppg_ewma.proximal.kind == "behavior" and ppg.n_aux_phases == ppg_ewma.n_aux_phases == 1
+    th.testing.assert_close(flat_params(ppg_ewma.policy), flat_params(ppg.policy), rtol=0, atol=0)

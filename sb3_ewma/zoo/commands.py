@@ -14,7 +14,8 @@ import torch as th
 
 from sb3_ewma._quiet import import_without_pkg_resources_warning
 from sb3_ewma.common import distributed, threads
-from sb3_ewma.zoo.arguments import TrainArgumentParser, chooses_num_threads
+from sb3_ewma.zoo.arguments import CheckedStoreDict, TrainArgumentParser, chooses_num_threads
+from sb3_ewma.zoo.checks import latest_run_with_model
 from sb3_ewma.zoo.experiment import ExperimentManager
 from sb3_ewma.zoo.install import ZOO_INSTALL_MESSAGE, import_zoo
 from sb3_ewma.zoo.patching import patched, patched_argv
@@ -41,6 +42,7 @@ def train(argv: Sequence[str], prog: str = "python -m sb3_ewma.train") -> None:
     with (
         patched(rl_zoo3.train, "ExperimentManager", ExperimentManager),
         patched(rl_zoo3.train, "argparse", _ARGPARSE_FOR_TRAIN),
+        patched(rl_zoo3.train, "StoreDict", CheckedStoreDict),
         patched_argv(prog, argv),
         distributed.quiet_unless_rank0(),
         threads.restored_num_threads(),
@@ -50,7 +52,10 @@ def train(argv: Sequence[str], prog: str = "python -m sb3_ewma.train") -> None:
 
 def enjoy(argv: Sequence[str], prog: str = "python -m sb3_ewma.enjoy") -> None:
     """
-    Run ``rl_zoo3.enjoy.enjoy()`` with :func:`register_zoo` done and Procgen ids built natively.
+    Run ``rl_zoo3.enjoy.enjoy()`` with :func:`register_zoo` done and Procgen ids built natively. Without ``--exp-id``
+    it plays the newest run that holds a model (:func:`~sb3_ewma.zoo.checks.latest_run_with_model`, which prints the
+    newer run folders it passed over), and ``--env-kwargs`` values that are not Python get an argparse error
+    (:class:`~sb3_ewma.zoo.arguments.CheckedStoreDict`).
 
     :param argv: rl-zoo3's command line arguments (without the program name)
     :param prog: the program name shown in messages
@@ -58,7 +63,13 @@ def enjoy(argv: Sequence[str], prog: str = "python -m sb3_ewma.enjoy") -> None:
     register_zoo()
     # imported here: rl-zoo3's enjoy needs `requests`, which its training does not
     zoo_enjoy = import_zoo("rl_zoo3.enjoy")
-    with patched(zoo_enjoy, "create_test_env", create_test_env), patched_argv(prog, argv), threads.restored_num_threads():
+    with (
+        patched(zoo_enjoy, "create_test_env", create_test_env),
+        patched(zoo_enjoy, "StoreDict", CheckedStoreDict),
+        patched(rl_zoo3.utils, "get_latest_run_id", latest_run_with_model),
+        patched_argv(prog, argv),
+        threads.restored_num_threads(),
+    ):
         if not chooses_num_threads(argv):
             th.set_num_threads(1)  # one observation at a time: one thread (see sb3_ewma.common.threads)
         zoo_enjoy.enjoy()
@@ -71,14 +82,21 @@ def record_video(argv: Sequence[str], prog: str = "python -m sb3_ewma.record_vid
     rl-zoo3's ``record_video`` is a script (all of it under ``if __name__ == "__main__"``), so it runs with ``runpy``,
     as ``python -m rl_zoo3.record_video`` would; it is not imported before (that makes runpy warn). It reads
     ``create_test_env`` from ``rl_zoo3.utils`` when it runs, which is replaced there for the duration of the call.
-    The video writer's ``imageio_ffmpeg`` is imported first without its ``pkg_resources`` deprecation warning.
+    The video writer's ``imageio_ffmpeg`` is imported first without its ``pkg_resources`` deprecation warning. As
+    :func:`enjoy`, it takes the newest run that holds a model and checks ``--env-kwargs``.
 
     :param argv: rl-zoo3's command line arguments (without the program name)
     :param prog: the program name shown in messages
     """
     register_zoo()
     import_without_pkg_resources_warning("imageio_ffmpeg")
-    with patched(rl_zoo3.utils, "create_test_env", create_test_env), patched_argv(prog, argv), threads.restored_num_threads():
+    with (
+        patched(rl_zoo3.utils, "create_test_env", create_test_env),
+        patched(rl_zoo3.utils, "StoreDict", CheckedStoreDict),
+        patched(rl_zoo3.utils, "get_latest_run_id", latest_run_with_model),
+        patched_argv(prog, argv),
+        threads.restored_num_threads(),
+    ):
         if not chooses_num_threads(argv):
             th.set_num_threads(1)  # one observation at a time: one thread (see sb3_ewma.common.threads)
         try:

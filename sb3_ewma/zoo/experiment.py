@@ -23,7 +23,13 @@ from sb3_ewma.common.allocator import keep_freed_memory
 from sb3_ewma.common.torch_layers import ImpalaCNN
 from sb3_ewma.scale import scale_hyperparams_with_report
 from sb3_ewma.zoo.arguments import ScaleOptions, scale_options_from_args
-from sb3_ewma.zoo.checks import check_entry_keys, check_env_spaces, missing_folders, remove_unused_run_folder
+from sb3_ewma.zoo.checks import (
+    check_async_rollouts_env,
+    check_entry_keys,
+    check_env_spaces,
+    missing_folders,
+    remove_unused_run_folder,
+)
 from sb3_ewma.zoo.derivation import EntryChoice, missing_entry_hint, normalize_settings, zoo_entry_for
 from sb3_ewma.zoo.patching import patched
 from sb3_ewma.zoo.procgen import is_procgen_env_id, make_procgen_vec_env
@@ -134,18 +140,32 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
         A start that fails (the model cannot be built, say) removes the run folder it created, when nothing but empty
         folders and monitor files without episodes is in it (:func:`~sb3_ewma.zoo.checks.remove_unused_run_folder`).
         """
-        created = missing_folders(self.save_path)  # the run folder and the folders above it that rl-zoo3 will create
+        # the run folder and the folders above it that rl-zoo3 will create
+        self._created_folders = missing_folders(self.save_path)
         try:
             result = super().setup_experiment()
         except BaseException:
-            if self.rank == 0 and created:
-                remove_unused_run_folder(created[0], created_parents=created[1:])
+            self._remove_unused_run_folder()
             raise
         if result is not None:
             count = threads.apply_num_threads(getattr(self.args, "num_threads", threads.TORCH_DEFAULT), result[0])
             if count is not None and self.verbose > 0:
                 print(f"Using {count} torch thread (--num-threads N to choose, -1 for torch's default)")
         return result
+
+    def hyperparameters_optimization(self) -> None:
+        """rl-zoo3's (``-optimize``); when it fails, the run folder is removed as :meth:`setup_experiment` removes it."""
+        try:
+            super().hyperparameters_optimization()
+        except BaseException:
+            self._remove_unused_run_folder()
+            raise
+
+    def _remove_unused_run_folder(self) -> None:
+        """After a failed start: the run folder this start created, if it holds nothing worth keeping (rank 0)."""
+        created: tuple[str, ...] = getattr(self, "_created_folders", ())
+        if self.rank == 0 and created:
+            remove_unused_run_folder(created[0], created_parents=created[1:])
 
     def read_hyperparameters(self) -> tuple[dict[str, Any], dict[str, Any]]:
         hyperparams, saved_hyperparams = self._read_scaled_hyperparameters()
@@ -246,6 +266,9 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
             algorithm = ZOO_ALGORITHMS[self.algo]
             constructor_kwargs, env_wrapper = result[0], result[1]
             check_entry_keys(self.algo, algorithm, constructor_kwargs)
+            check_async_rollouts_env(
+                self.algo, self.env_name.gym_id, self.is_procgen, constructor_kwargs, getattr(self, "env_kwargs", None)
+            )
             if not self.is_procgen:  # Procgen: 15 discrete actions, image observations
                 env_id = self.env_name.gym_id
                 policy = constructor_kwargs.get("policy")

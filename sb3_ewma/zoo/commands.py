@@ -6,7 +6,8 @@ done and this package's names in place of rl-zoo3's for the duration of the call
 import argparse
 import runpy
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import rl_zoo3.train
 import rl_zoo3.utils
@@ -14,6 +15,7 @@ import torch as th
 
 from sb3_ewma._quiet import import_without_pkg_resources_warning
 from sb3_ewma.common import distributed, threads
+from sb3_ewma.common.saved_files import check_saved_file
 from sb3_ewma.zoo.arguments import CheckedStoreDict, TrainArgumentParser, chooses_num_threads
 from sb3_ewma.zoo.checks import latest_run_with_model
 from sb3_ewma.zoo.experiment import ExperimentManager
@@ -50,6 +52,23 @@ def train(argv: Sequence[str], prog: str = "python -m sb3_ewma.train") -> None:
         rl_zoo3.train.train()
 
 
+def checked_model_path(get_model_path: Callable[..., tuple[str, str, str]]) -> Callable[..., tuple[str, str, str]]:
+    """
+    rl-zoo3's ``get_model_path`` for ``enjoy`` and ``record_video``, then the model file checked for the algorithm of
+    ``--algo`` (:func:`sb3_ewma.common.saved_files.check_saved_file`): a file of another algorithm or library, or a
+    truncated or garbled one, gets an error naming the file and what is wrong before anything is built.
+    """
+
+    def model_path(exp_id: int, folder: str, algo: str, *args: Any, **kwargs: Any) -> tuple[str, str, str]:
+        name_prefix, path, log_path = get_model_path(exp_id, folder, algo, *args, **kwargs)
+        algorithm = rl_zoo3.utils.ALGOS.get(algo)
+        if algorithm is not None:
+            check_saved_file(algorithm, path)
+        return name_prefix, path, log_path
+
+    return model_path
+
+
 def enjoy(argv: Sequence[str], prog: str = "python -m sb3_ewma.enjoy") -> None:
     """
     Run ``rl_zoo3.enjoy.enjoy()`` with :func:`register_zoo` done and Procgen ids built natively. Without ``--exp-id``
@@ -66,6 +85,7 @@ def enjoy(argv: Sequence[str], prog: str = "python -m sb3_ewma.enjoy") -> None:
     with (
         patched(zoo_enjoy, "create_test_env", create_test_env),
         patched(zoo_enjoy, "StoreDict", CheckedStoreDict),
+        patched(zoo_enjoy, "get_model_path", checked_model_path(zoo_enjoy.get_model_path)),
         patched(rl_zoo3.utils, "get_latest_run_id", latest_run_with_model),
         patched_argv(prog, argv),
         threads.restored_num_threads(),
@@ -94,6 +114,7 @@ def record_video(argv: Sequence[str], prog: str = "python -m sb3_ewma.record_vid
         patched(rl_zoo3.utils, "create_test_env", create_test_env),
         patched(rl_zoo3.utils, "StoreDict", CheckedStoreDict),
         patched(rl_zoo3.utils, "get_latest_run_id", latest_run_with_model),
+        patched(rl_zoo3.utils, "get_model_path", checked_model_path(rl_zoo3.utils.get_model_path)),
         patched_argv(prog, argv),
         threads.restored_num_threads(),
     ):

@@ -72,6 +72,7 @@ setup(
     python_requires=">=3.10",
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,
+    entry_points={"console_scripts": ["sb3-ewma=sb3_ewma.__main__:console_main"]},
     license="MIT",
     classifiers=[
         "Programming Language :: Python :: 3",

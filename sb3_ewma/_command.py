@@ -31,6 +31,15 @@ def zoo_command(name: str) -> EntryPoint:
     return main
 
 
+def has_display() -> bool:
+    """Whether a window can be shown: not on Linux without ``DISPLAY`` or ``WAYLAND_DISPLAY`` (a headless machine)."""
+    import os
+
+    if sys.platform.startswith("linux"):
+        return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+    return True
+
+
 TRACEBACK_VARIABLE = "SB3_EWMA_TRACEBACK"
 """Set (to anything but ``0`` or nothing), the commands show the whole traceback of an error instead of one line."""
 

@@ -7,7 +7,7 @@ The command line of ``python -m sb3_ewma.train``: rl-zoo3's parser with this pac
 import argparse
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, overload
+from typing import Any, NoReturn, TypeVar, overload
 
 from rl_zoo3.utils import StoreDict
 
@@ -115,6 +115,10 @@ class TrainArgumentParser(argparse.ArgumentParser):
         if num_threads < threads.TORCH_DEFAULT:
             self.error(f"argument --num-threads: must be {NUM_THREADS_CHOICES}, got {num_threads}")
         return parsed
+
+    def error(self, message: str) -> NoReturn:
+        """argparse's error (status 2), with one usage line instead of rl-zoo3's 40: ``-h`` lists the flags."""
+        self.exit(2, f"usage: {self.prog} [flags] (-h lists them)\n{self.prog}: error: {message}\n")
 
 
 # rl-zoo3's counts: flag -> (its attribute, what it allows, the values it allows besides integers >= 1)

@@ -13,6 +13,7 @@ import rl_zoo3.train
 import rl_zoo3.utils
 import torch as th
 
+from sb3_ewma._command import has_display
 from sb3_ewma._quiet import import_without_pkg_resources_warning
 from sb3_ewma.common import distributed, threads
 from sb3_ewma.common.saved_files import check_saved_file
@@ -74,12 +75,17 @@ def enjoy(argv: Sequence[str], prog: str = "python -m sb3_ewma.enjoy") -> None:
     Run ``rl_zoo3.enjoy.enjoy()`` with :func:`register_zoo` done and Procgen ids built natively. Without ``--exp-id``
     it plays the newest run that holds a model (:func:`~sb3_ewma.zoo.checks.latest_run_with_model`, which prints the
     newer run folders it passed over), and ``--env-kwargs`` values that are not Python get an argparse error
-    (:class:`~sb3_ewma.zoo.arguments.CheckedStoreDict`).
+    (:class:`~sb3_ewma.zoo.arguments.CheckedStoreDict`). On a machine without a display (Linux without ``DISPLAY``
+    or ``WAYLAND_DISPLAY``) it plays as with ``--no-render``, and says so.
 
     :param argv: rl-zoo3's command line arguments (without the program name)
     :param prog: the program name shown in messages
     """
     register_zoo()
+    if not has_display() and "--no-render" not in argv:
+        # rl-zoo3 would open a window (XDG errors) and play in real time
+        print("No display (DISPLAY is not set): playing without rendering, as with --no-render")
+        argv = [*argv, "--no-render"]
     # imported here: rl-zoo3's enjoy needs `requests`, which its training does not
     zoo_enjoy = import_zoo("rl_zoo3.enjoy")
     with (

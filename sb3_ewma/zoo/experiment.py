@@ -61,7 +61,8 @@ def zoo_hyperparams_per_rank(
     else:
         print(
             f"Data-parallel training on {world_size} ranks: n_envs={n_envs} per rank, {world_size * n_envs} environments in "
-            f"total, with hyperparameters written for {n_envs}: c = {world_size} (batch size-invariance). To train as "
+            f"total, with hyperparameters written for {n_envs}: c = reference / target = {n_envs} / {world_size * n_envs} = "
+            f"{1 / world_size:g} (batch size-invariance, as the rescaling report defines c). To train as "
             f"the entry does with {n_envs} environments in total, add --scale-n-envs {n_envs}; to rescale it for all "
             f"{world_size * n_envs}, add --scale-n-envs {world_size * n_envs}"
         )

@@ -1,7 +1,7 @@
 """The ``main`` of the command-line entry points ``python -m sb3_ewma.<command>`` (rl-zoo3's scripts)."""
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 
@@ -77,7 +77,9 @@ def error_line(error: BaseException) -> str:
     return message
 
 
-def run_command(main: EntryPoint, argv: Sequence[str] | None = None, prog: str | None = None) -> None:
+def run_command(
+    main: Callable[[Sequence[str] | None], object], argv: Sequence[str] | None = None, prog: str | None = None
+) -> None:
     """
     Run a command line entry point as a program: an error of what the user gave it (:data:`USER_ERRORS`, a network
     error) is printed as ``<prog>: error: <message>`` on stderr, without a traceback, and the program exits with

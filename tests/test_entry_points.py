@@ -36,6 +36,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
 def test_python_m_sb3_ewma_lists_and_dispatches_the_commands(tmp_path: Path) -> None:
     result = run("-m", "sb3_ewma")
     assert result.returncode == 2
+    assert "Gym has been unmaintained" not in result.stderr  # the legacy gym banner (tests/test_quiet.py)
     for command in ("train", "enjoy", "record_video", "push_to_hub", "load_from_hub", "scale", "plots"):
         assert re.search(rf"^  {command} +\S", result.stdout, re.MULTILINE), result.stdout
     # a command's own errors, with its name
@@ -206,3 +207,17 @@ def test_torchrun_c_is_the_scale_reports_c(capsys: pytest.CaptureFixture[str]) -
     with pytest.warns(UserWarning, match="batch size-invariance needs"):  # n_epochs, advantage_normalization
         _, report = scale_hyperparams_with_report(entry, 16, algo="ppo_ewma")
     assert "n_envs: 8 -> 16 (c = reference / target = 0.5)" in report
+
+
+def test_install_page_says_why_the_gym_banner_has_no_root_fix_and_how_to_silence_it() -> None:
+    # tests/test_quiet.py::test_importing_sb3_first_prints_the_banner: SB3's patch_gym imports gym whenever installed
+    page = (DOCS / "guide" / "install.md").read_text()
+    section = page[page.index("### The legacy gym banner") : page.index("## Check the install")]
+    sources = ("stable_baselines3/common/vec_env/patch_gym.py", "procgen/gym_registration.py")
+    for statement in (*sources, "import `sb3_ewma` first"):
+        assert statement in section
+    assert "`pip uninstall gym-notices`" in section and "`pip uninstall gym`" in section
+    gym = pytest.importorskip("gym")
+    # gym's own import of its notices is optional: without gym_notices, gym imports and prints nothing
+    assert "import gym_notices.notices as notices" in Path(gym.__file__).read_text()
+    assert "except Exception:" in Path(gym.__file__).read_text()

@@ -12,6 +12,7 @@ without it the figure is shown, which needs a display.
 """
 
 import argparse
+import importlib.util
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sb3_ewma._command import has_display, run_command
+from sb3_ewma.common.install import install_hint
 
 X_AXES = {
     "steps": ("timesteps", "Timesteps"),
@@ -125,6 +127,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     :param argv: the arguments (default: ``sys.argv[1:]``)
     """
     args = _parser().parse_args(argv)
+    for module in ("matplotlib", "pandas"):
+        if importlib.util.find_spec(module) is None:
+            raise ImportError(f"python -m sb3_ewma.plots needs {module}, of the plots extra: {install_hint('plots')}")
     output = args.output
     if output is not None and os.path.exists(output):
         raise FileExistsError(f"-o {output}: the file exists; choose another name (nothing is overwritten)")

@@ -7,6 +7,7 @@ against the code (the wheel's version, the logs of the recurrent and maskable al
 """
 
 import importlib
+import importlib.util
 import os
 import re
 import subprocess
@@ -106,6 +107,16 @@ def test_plots_writes_the_figure_and_overwrites_nothing(tmp_path: Path, capsys: 
     with pytest.raises(FileNotFoundError, match=r"no folder .*ppg: -f is the log folder of train"):
         plots.main(["-a", "ppg", "-e", "CartPole-v1", "-f", str(tmp_path), "-o", str(tmp_path / "other.png")])
     assert sorted(path.name for path in tmp_path.iterdir()) == ["curves.png", "ppo_ewma"]
+
+
+def test_plots_without_matplotlib_says_which_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real_find_spec(name, *a)
+    )
+    with pytest.raises(ImportError, match=r"needs matplotlib, of the plots extra: `pip install -e \".\[plots\]\"`"):
+        plots.main(["-a", "ppo_ewma", "-e", "CartPole-v1", "-f", str(tmp_path), "-o", str(tmp_path / "x.png")])
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_plots_without_a_display_asks_for_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -31,6 +31,7 @@ from sb3_ewma.common.checks import (
     check_policy_argument,
     check_policy_kwargs,
     check_verbose,
+    count_observations,
     warn_cuda_unavailable,
 )
 from sb3_ewma.common.decoupled.arguments import constructor_arguments
@@ -166,6 +167,14 @@ def test_masks_maskable_predict_takes_pass() -> None:
     check_action_masks(np.stack([masks, masks]), model.action_space, 2)
     check_action_masks(None, model.action_space, 1)
     model.predict(observation, action_masks=masks)  # what passes the check, predict takes
+    # how predict would call it
+    assert count_observations(observation, model.observation_space) == 1
+    assert count_observations(np.stack([observation] * 3), model.observation_space) == 3
+    assert count_observations(np.zeros((7, 2)), model.observation_space) is None  # predict's own error
+    with pytest.raises(ValueError, match=r"hold masks for 2 observation\(s\), and predict was given 1"):
+        check_action_masks(
+            np.stack([masks, masks]), model.action_space, count_observations(observation, model.observation_space)
+        )
     with pytest.raises(ValueError, match=r"each observation needs 5 mask entries"):
         check_action_masks(masks[:3], model.action_space, 1)
 

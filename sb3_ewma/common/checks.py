@@ -339,6 +339,31 @@ def check_action_masks(action_masks: object, action_space: object, n_observation
         )
 
 
+def count_observations(observation: object, observation_space: object) -> int | None:
+    """
+    The number of observations given to ``predict`` (1 for a single one, the batch size for a batch, as SB3's
+    ``is_vectorized_observation`` reads them), or None when they do not fit the space (``predict`` reports that).
+    """
+    from gymnasium import spaces
+    from stable_baselines3.common.preprocessing import is_image_space
+    from stable_baselines3.common.utils import is_vectorized_observation
+
+    try:
+        if isinstance(observation_space, spaces.Dict) and isinstance(observation, dict):
+            key = next(iter(observation_space.spaces))
+            single = observation_space.spaces[key]
+            value = np.asarray(observation[key])
+        else:
+            single, value = observation_space, np.asarray(observation)  # type: ignore[assignment]
+        if isinstance(single, spaces.Box) and is_image_space(single) and value.shape[-3:] != single.shape:
+            return None  # channels last against channels first: predict transposes, and reports a mismatch
+        if not is_vectorized_observation(value, single):  # type: ignore[arg-type]
+            return 1
+        return int(value.shape[0]) if value.ndim > 0 else 1
+    except (ValueError, TypeError, StopIteration):
+        return None
+
+
 _CUDA_FALLBACK_WARNED = False
 
 

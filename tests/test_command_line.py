@@ -13,7 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gymnasium as gym
 import pytest
+import yaml
 
 pytest.importorskip("rl_zoo3")
 
@@ -181,6 +183,34 @@ def test_a_failed_optimization_removes_its_run_folder_and_no_other(tmp_path: Pat
         train(tmp_path, "-n", "64", "-optimize", "--n-trials", "1", "--storage", "nosuchdb://nowhere")
     assert [path.name for path in (tmp_path / "ppo_ewma").iterdir()] == ["CartPole-v1_1"]
     assert (older / "0.monitor.csv").read_text() == MONITOR_HEADER
+
+
+class ResetFails(gym.Env):
+    """An environment that cannot start: its first reset raises (SB3 resets at the start of learn)."""
+
+    observation_space = gym.spaces.Box(-1, 1, (2,))
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:
+        raise RuntimeError("the simulator is not running")
+
+
+def test_a_start_that_fails_at_the_first_step_removes_its_run_folder(tmp_path: Path) -> None:
+    # rl-zoo3 writes config.yml, args.yml and command.txt once the model is built, then learn() fails at reset
+    env_id = "Sb3EwmaTestResetFails-v0"
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point=ResetFails)
+    conf = tmp_path / "conf.yml"
+    conf.write_text(yaml.safe_dump({env_id: {"policy": "MlpPolicy", "n_timesteps": 64, "n_steps": 32, "batch_size": 32}}))
+    log_folder = tmp_path / "logs"
+    older = log_folder / "ppo_ewma" / f"{env_id}_1" / env_id
+    older.mkdir(parents=True)
+    (older / "config.yml").write_text("the user's\n")  # an older run's configuration: never touched
+    arguments = ["--algo", "ppo_ewma", "--env", env_id, "-f", str(log_folder), "-conf", str(conf), "--eval-freq", "-1"]
+    with pytest.raises(RuntimeError, match="the simulator is not running"):
+        zoo.train(arguments)
+    assert [path.name for path in (log_folder / "ppo_ewma").iterdir()] == [f"{env_id}_1"]
+    assert (older / "config.yml").read_text() == "the user's\n"
 
 
 # enjoy and record_video: the newest run with a model

@@ -158,24 +158,29 @@ def missing_folders(path: str) -> tuple[str, ...]:
     return tuple(missing)
 
 
-def remove_unused_run_folder(path: str, created_parents: tuple[str, ...] = ()) -> bool:
+def remove_unused_run_folder(path: str, created_parents: tuple[str, ...] = (), written_files: tuple[str, ...] = ()) -> bool:
     """
     Remove the run folder ``path`` of a start that failed before training, if nothing in it is worth keeping: it may
-    hold empty folders and ``Monitor`` files without episodes (what rl-zoo3 writes before the model is built); any
-    other file keeps the folder untouched. Then the folders of ``created_parents`` that are left empty.
+    hold empty folders, ``Monitor`` files without episodes (what rl-zoo3 writes before the model is built) and the
+    files of ``written_files`` (the configuration this start wrote); any other file keeps the folder untouched. Then
+    the folders of ``created_parents`` that are left empty.
 
     :param path: the run folder, created by the failed start
     :param created_parents: folders above it that the failed start created (``<log-folder>/<algo>``, the log folder),
         innermost first
+    :param written_files: files that the failed start wrote in it, which may go with it
     :return: whether the run folder was removed
     """
     if not os.path.isdir(path) or os.path.islink(path):
         return False
+    removable = {os.path.abspath(file) for file in written_files}
     for root, folders, files in os.walk(path):
         if any(os.path.islink(os.path.join(root, name)) for name in (*folders, *files)):
             return False
-        if any(not _is_unused_monitor_file(os.path.join(root, name)) for name in files):
-            return False
+        for name in files:
+            file = os.path.join(root, name)
+            if os.path.abspath(file) not in removable and not _is_unused_monitor_file(file):
+                return False
     try:
         for root, folders, files in os.walk(path, topdown=False):
             for name in files:

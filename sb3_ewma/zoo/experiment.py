@@ -4,6 +4,7 @@ This package's rl-zoo3 ``ExperimentManager``: its hyperparameter files or entrie
 torchrun.
 """
 
+import os
 import tempfile
 import warnings
 from collections import OrderedDict
@@ -34,6 +35,9 @@ from sb3_ewma.zoo.derivation import EntryChoice, missing_entry_hint, normalize_s
 from sb3_ewma.zoo.patching import patched
 from sb3_ewma.zoo.procgen import is_procgen_env_id, make_procgen_vec_env
 from sb3_ewma.zoo.registry import ZOO_ALGORITHMS, ZOO_ALGOS, default_conf_file
+
+CONFIG_FILES = ("config.yml", "args.yml", "command.txt")
+"""What rl-zoo3 writes in ``<run>/<env>/`` once the model is built (``_save_config``), before training."""
 
 POLICY_KWARGS_NAMESPACE: dict[str, Any] = {"ImpalaCNN": ImpalaCNN, "nn": nn, "th": th}
 """Names available to ``policy_kwargs`` strings, besides those rl-zoo3 provides."""
@@ -162,11 +166,25 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
             self._remove_unused_run_folder()
             raise
 
-    def _remove_unused_run_folder(self) -> None:
+    def learn(self, model: BaseAlgorithm) -> None:
+        """
+        rl-zoo3's; when it fails before the first step (an environment that cannot start, a setting the algorithm
+        refuses when it starts to learn), the run folder is removed with the configuration this start wrote in it,
+        as :meth:`setup_experiment` removes it.
+        """
+        try:
+            super().learn(model)
+        except BaseException:
+            if model.num_timesteps == 0:
+                written = tuple(os.path.join(self.params_path, name) for name in CONFIG_FILES)
+                self._remove_unused_run_folder(written_files=written)
+            raise
+
+    def _remove_unused_run_folder(self, written_files: tuple[str, ...] = ()) -> None:
         """After a failed start: the run folder this start created, if it holds nothing worth keeping (rank 0)."""
         created: tuple[str, ...] = getattr(self, "_created_folders", ())
         if self.rank == 0 and created:
-            remove_unused_run_folder(created[0], created_parents=created[1:])
+            remove_unused_run_folder(created[0], created_parents=created[1:], written_files=written_files)
 
     def read_hyperparameters(self) -> tuple[dict[str, Any], dict[str, Any]]:
         hyperparams, saved_hyperparams = self._read_scaled_hyperparameters()

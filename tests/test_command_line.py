@@ -254,6 +254,25 @@ def test_enjoy_plays_the_newest_run_with_a_model(entry_point: str, tmp_path: Pat
     assert f"Loading {tmp_path / 'ppo_ewma' / 'CartPole-v1_1' / 'CartPole-v1.zip'}" in out
 
 
+@pytest.mark.parametrize("entry_point", ["enjoy", "record_video"])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["-n", "0"], "-n/--n-timesteps: must be a number of steps to play >= 1, got 0"),
+        (["--n-envs", "-1"], "--n-envs: must be a number of environments >= 1, got -1"),
+    ],
+)
+def test_enjoy_counts_are_refused_before_anything_is_loaded(
+    entry_point: str, flags: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # rl-zoo3's enjoy plays nothing for -n 0, without a word
+    with pytest.raises(SystemExit) as exit_info:
+        getattr(zoo, entry_point)(["--algo", "ppo_ewma", "--env", "CartPole-v1", "-f", str(tmp_path), *flags])
+    assert exit_info.value.code == 2
+    assert f"error: argument {message}" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 # one line, not a traceback
 
 

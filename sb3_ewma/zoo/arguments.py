@@ -169,6 +169,27 @@ def check_train_counts(args: argparse.Namespace) -> None:
             raise ValueError(f"argument {flag}: must be {allowed}, got {value}")
 
 
+def check_play_counts(argv: Sequence[str], prog: str) -> None:
+    """
+    ``enjoy`` / ``record_video``: ``-n`` (steps to play) and ``--n-envs`` must be >= 1 (rl-zoo3 plays nothing for
+    ``-n 0``, and fails to build ``--n-envs 0`` environments), checked before rl-zoo3 loads anything; an argparse
+    error (status 2) otherwise. Values that are not integers are left to rl-zoo3's parser.
+    """
+    parser = argparse.ArgumentParser(prog=prog, add_help=False, allow_abbrev=False)
+    parser.add_argument("-n", "--n-timesteps", type=int, default=1)
+    parser.add_argument("--n-envs", type=int, default=1)
+    try:
+        known, _ = parser.parse_known_args(list(argv))
+    except SystemExit:
+        return  # rl-zoo3's parser says what is wrong
+    for flag, value, what in (
+        ("-n/--n-timesteps", known.n_timesteps, "steps to play"),
+        ("--n-envs", known.n_envs, "environments"),
+    ):
+        if value < 1:
+            parser.exit(2, f"{prog}: error: argument {flag}: must be a number of {what} >= 1, got {value}\n")
+
+
 NUM_THREADS_CHOICES = (
     "0 (the default: one thread, or torch's default when the model reads images on the CPU; torch follows "
     "OMP_NUM_THREADS or MKL_NUM_THREADS instead when either is set), -1 (torch's default, one thread per core) or a "

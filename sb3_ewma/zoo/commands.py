@@ -17,7 +17,7 @@ from sb3_ewma._command import has_display
 from sb3_ewma._quiet import import_without_pkg_resources_warning
 from sb3_ewma.common import distributed, threads
 from sb3_ewma.common.saved_files import check_saved_file
-from sb3_ewma.zoo.arguments import CheckedStoreDict, TrainArgumentParser, chooses_num_threads
+from sb3_ewma.zoo.arguments import CheckedStoreDict, TrainArgumentParser, check_play_counts, chooses_num_threads
 from sb3_ewma.zoo.checks import latest_run_with_model
 from sb3_ewma.zoo.experiment import ExperimentManager
 from sb3_ewma.zoo.install import ZOO_INSTALL_MESSAGE, import_zoo
@@ -82,6 +82,7 @@ def enjoy(argv: Sequence[str], prog: str = "python -m sb3_ewma.enjoy") -> None:
     :param prog: the program name shown in messages
     """
     register_zoo()
+    check_play_counts(argv, prog)
     if not has_display() and "--no-render" not in argv:
         # rl-zoo3 would open a window (XDG errors) and play in real time
         print("No display (DISPLAY is not set): playing without rendering, as with --no-render")
@@ -115,6 +116,7 @@ def record_video(argv: Sequence[str], prog: str = "python -m sb3_ewma.record_vid
     :param prog: the program name shown in messages
     """
     register_zoo()
+    check_play_counts(argv, prog)
     import_without_pkg_resources_warning("imageio_ffmpeg")
     with (
         patched(rl_zoo3.utils, "create_test_env", create_test_env),

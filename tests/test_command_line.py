@@ -325,6 +325,33 @@ def test_a_network_error_is_one_line(capsys: pytest.CaptureFixture[str], monkeyp
     assert _command.error_line(AssertionError("The folder was not found")) == "AssertionError: The folder was not found"
 
 
+def test_load_from_hub_without_a_network_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # huggingface_hub (through httpx) raises a ConnectError, an 80-line traceback through rl-zoo3's script
+    httpx = pytest.importorskip("httpx2")
+    huggingface_hub = pytest.importorskip("huggingface_hub")
+    from sb3_ewma.load_from_hub import main
+
+    def hf_hub_download(*args: object, **kwargs: object) -> str:
+        raise httpx.ConnectError("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", hf_hub_download)
+    monkeypatch.setenv("TRUST_REMOTE_CODE", "True")
+    monkeypatch.delenv(_command.TRACEBACK_VARIABLE, raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        _command.run_command(
+            main, ["--algo", "ppo_ewma", "--env", "CartPole-v1", "-orga", "someone", "-f", str(tmp_path)], prog="load"
+        )
+    assert exit_info.value.code == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "load: error: cannot reach the network (ConnectError: [Errno -2] Name or service not known): check the "
+        "connection, or the proxy",
+        "(SB3_EWMA_TRACEBACK=1 shows the traceback)",
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_program_prints_one_line(tmp_path: Path) -> None:
     args = ("--algo", "ppo_ewma", "--env", "CartPole-v1", "-f", str(tmp_path), "-params", "foo_bar:1")
     result = command("sb3_ewma.train", *args)

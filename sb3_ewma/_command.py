@@ -1,5 +1,9 @@
-"""The ``main`` of the command-line entry points ``python -m sb3_ewma.<command>`` (rl-zoo3's scripts)."""
+"""
+The ``main`` of the command-line entry points ``python -m sb3_ewma.<command>`` (rl-zoo3's scripts), and how a program
+runs them (:func:`run_command`: one line for what the user got wrong, ``SB3_EWMA_TRACEBACK=1`` for the traceback).
+"""
 
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -33,8 +37,6 @@ def zoo_command(name: str) -> EntryPoint:
 
 def has_display() -> bool:
     """Whether a window can be shown: not on Linux without ``DISPLAY`` or ``WAYLAND_DISPLAY`` (a headless machine)."""
-    import os
-
     if sys.platform.startswith("linux"):
         return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
     return True
@@ -91,8 +93,6 @@ def run_command(
     :param argv: its arguments (default: ``sys.argv[1:]``)
     :param prog: the program name shown in the message (default: ``sys.argv[0]``'s)
     """
-    import os
-
     try:
         main(argv)
     except Exception as error:

@@ -199,6 +199,9 @@ def test_every_constructors_arguments_fit_the_check(algorithm: type) -> None:
     policy = "MlpLstmPolicy" if algorithm is RecurrentPPO_EWMA else "MlpPolicy"
     bound = constructor_arguments(algorithm, {"policy": policy, "env": "CartPole-v1"}, {})
     check_constructor_arguments(**arguments_for(check_constructor_arguments, bound))
+    # as load() builds a model: the saved policy class, no environment yet
+    bound = constructor_arguments(algorithm, {"policy": ActorCriticPolicy, "env": None}, {"_init_setup_model": False})
+    check_constructor_arguments(**arguments_for(check_constructor_arguments, bound))
     for mistake, message in [
         ({"verbose": "yes"}, "verbose must be"),
         ({"policy_kwargs": dict(net_arch="big")}, "policy_kwargs net_arch must be"),

@@ -24,8 +24,11 @@ INSTALL_REQUIRES = [
 EXTRAS = {
     # procgen-mirror ships the `procgen` module with a wheel for Python 3.11 (the `procgen` distribution has none).
     # procgen-mirror needs gym3, which pins imageio-ffmpeg<0.4; that version imports pkg_resources, which setuptools
-    # removed in 81: without the cap, video recording (moviepy) fails to import
-    "procgen": ["procgen-mirror>=0.10.7", "setuptools<81"],
+    # removed in 81: without the cap, video recording (moviepy) fails to import.
+    # procgen-mirror also requires the legacy gym (0.26), whose import prints the notice that gym-notices holds for its
+    # version ("Gym has been unmaintained since 2022 ...", 4 lines on stderr), and SB3 imports gym whenever it is
+    # installed: gym-notices 0.0.8, the last before 0.1.0, has no notice for gym 0.26, so nothing is printed
+    "procgen": ["procgen-mirror>=0.10.7", "setuptools<81", "gym-notices<0.1"],
     # rl_zoo3's enjoy imports `requests` without declaring it; box2d for the LunarLander entries; SB3's extra
     # (ale-py, opencv, tensorboard, tqdm, rich) for the atari entries, logging and progress bars
     "zoo": [
@@ -73,6 +76,7 @@ setup(
     python_requires=">=3.10",
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,
+    entry_points={"console_scripts": ["sb3-ewma=sb3_ewma.__main__:console_main"]},
     license="MIT",
     classifiers=[
         "Programming Language :: Python :: 3",

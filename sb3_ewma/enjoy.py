@@ -5,9 +5,9 @@ every flag of ``python -m rl_zoo3.enjoy`` and knows every algorithm of this pack
 native vectorized environment).
 """
 
-from sb3_ewma._command import zoo_command
+from sb3_ewma._command import run_command, zoo_command
 
 main = zoo_command("enjoy")
 
 if __name__ == "__main__":
-    main()
+    run_command(main, prog="python -m sb3_ewma.enjoy")

@@ -6,9 +6,9 @@ folder as a run of ``train``, for ``python -m sb3_ewma.enjoy`` (:func:`sb3_ewma.
 downloads only where the environment sets ``TRUST_REMOTE_CODE=True``: the files are loaded with ``pickle``.
 """
 
-from sb3_ewma._command import zoo_command
+from sb3_ewma._command import run_command, zoo_command
 
 main = zoo_command("load_from_hub")
 
 if __name__ == "__main__":
-    main()
+    run_command(main, prog="python -m sb3_ewma.load_from_hub")

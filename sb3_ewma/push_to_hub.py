@@ -6,9 +6,9 @@ flag of ``python -m rl_zoo3.push_to_hub`` and knows this package's algorithms an
 Needs a Hub token with write access (``hf auth login``).
 """
 
-from sb3_ewma._command import zoo_command
+from sb3_ewma._command import run_command, zoo_command
 
 main = zoo_command("push_to_hub")
 
 if __name__ == "__main__":
-    main()
+    run_command(main, prog="python -m sb3_ewma.push_to_hub")

@@ -5,9 +5,9 @@ of ``python -m rl_zoo3.record_video`` and knows this package's algorithms and th
 Procgen ids ``procgen-<game>-<easy|hard>`` (procgen renders 512 x 512 frames). Needs ``moviepy``.
 """
 
-from sb3_ewma._command import zoo_command
+from sb3_ewma._command import run_command, zoo_command
 
 main = zoo_command("record_video")
 
 if __name__ == "__main__":
-    main()
+    run_command(main, prog="python -m sb3_ewma.record_video")

@@ -15,9 +15,9 @@ data-parallel: rank 0 chooses the run folder and the seed and alone writes and p
 the total number of environments of all ranks (see the documentation's guide, "Data-Parallel Training").
 """
 
-from sb3_ewma._command import zoo_command
+from sb3_ewma._command import run_command, zoo_command
 
 main = zoo_command("train")
 
 if __name__ == "__main__":
-    main()
+    run_command(main, prog="python -m sb3_ewma.train")

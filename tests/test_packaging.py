@@ -23,6 +23,7 @@ MODULE_EXTRAS = {
     "sb3_ewma.push_to_hub": "zoo",
     "sb3_ewma.load_from_hub": "zoo",
     "sb3_ewma.hyperparams_opt": "zoo",
+    "sb3_ewma.plots": "plots",
     "sb3_ewma.envs.procgen": "procgen",
     "sb3_ewma.envs.procgen_gymnasium": "procgen",
 }

@@ -165,3 +165,243 @@ def check_learn_arguments(total_timesteps: Any, log_interval: Any) -> None:
 def arguments_for(function: Callable[..., Any], arguments: Mapping[str, Any]) -> dict[str, Any]:
     """The entries of ``arguments`` (a constructor's arguments by name) that ``function`` takes by name."""
     return {name: arguments[name] for name in inspect.signature(function).parameters if name in arguments}
+
+
+# The constructors' arguments that SB3 passes on unchecked (wired by the algorithms' constructors: see
+# check_constructor_arguments), and what the policies, learn and predict take.
+
+VERBOSE_LEVELS = "0 (no output), 1 (info) or 2 (debug)"
+NET_ARCH_FORMS = (
+    "a list of layer sizes for both networks (net_arch=[64, 64]), dict(pi=[...], vf=[...]) for separate ones, [] or " "None"
+)
+OBSERVATION_SPACES = "Box, Discrete, MultiDiscrete, MultiBinary, or a Dict of these (with a MultiInput policy)"
+
+
+def check_policy_argument(policy: object) -> None:
+    """``policy``: a policy's name (``"MlpPolicy"``, ...) or a policy class (a ``BasePolicy`` subclass)."""
+    from stable_baselines3.common.policies import BasePolicy
+
+    if isinstance(policy, str) or (isinstance(policy, type) and issubclass(policy, BasePolicy)):
+        return
+    raise HyperparameterError(
+        f"policy must be a policy's name ('MlpPolicy', 'CnnPolicy', 'MultiInputPolicy', ...) or a policy class (a "
+        f"subclass of stable_baselines3's BasePolicy), got {policy!r}"
+    )
+
+
+def check_env_argument(env: object, init_setup_model: bool = True) -> None:
+    """
+    ``env``: a gymnasium environment, a ``VecEnv`` or a registered environment id. ``None`` only without
+    ``_init_setup_model`` (as ``load`` builds a model, and gives the environment later).
+    """
+    import gymnasium
+    from stable_baselines3.common.vec_env import VecEnv
+
+    if isinstance(env, (str, gymnasium.Env, VecEnv)):
+        return
+    if env is None:
+        if not init_setup_model:
+            return
+        raise HyperparameterError(
+            "env must be an environment to train on: a gymnasium environment, a VecEnv or a registered id "
+            "('CartPole-v1'), got None (to only load a model, use Algorithm.load(path); to give the environment "
+            "later, Algorithm.load(path, env=...) or model.set_env(env))"
+        )
+    if all(hasattr(env, name) for name in ("observation_space", "action_space", "step", "reset")):
+        return  # an environment of another API (the old gym's): SB3 converts it itself
+    raise HyperparameterError(f"env must be a gymnasium environment, a VecEnv or a registered id ('CartPole-v1'), got {env!r}")
+
+
+def check_verbose(verbose: object) -> None:
+    """``verbose``: ``0``, ``1`` or ``2`` (an integer >= 0; ``True`` and ``False`` read as 1 and 0, as in SB3)."""
+    if isinstance(verbose, (bool, np.bool_)) or (_is_integer(verbose) and int(verbose) >= 0):
+        return
+    raise HyperparameterError(f"verbose must be {VERBOSE_LEVELS}, got {verbose!r}")
+
+
+def _is_layer_sizes(value: object) -> bool:
+    return isinstance(value, (list, tuple)) and all(_is_integer(size) and int(size) > 0 for size in value)
+
+
+def check_policy_kwargs(policy_kwargs: object) -> None:
+    """
+    ``policy_kwargs``: ``None`` or a dict of keyword arguments of the policy, whose ``net_arch`` (when given) is one of
+    SB3's forms (:data:`NET_ARCH_FORMS`): ``net_arch="big"`` otherwise fails in ``torch.empty`` when the policy is
+    built. The other keys are the policy's to check.
+    """
+    if policy_kwargs is None:
+        return
+    if not isinstance(policy_kwargs, Mapping):
+        raise HyperparameterError(
+            f"policy_kwargs must be None or a dict of the policy's keyword arguments (dict(net_arch=[64, 64])), got "
+            f"{policy_kwargs!r}"
+        )
+    if "net_arch" not in policy_kwargs:
+        return
+    net_arch = policy_kwargs["net_arch"]
+    if net_arch is None or _is_layer_sizes(net_arch):
+        return
+    if isinstance(net_arch, Mapping) and net_arch and set(net_arch) <= {"pi", "vf", "qf"}:
+        if all(_is_layer_sizes(sizes) for sizes in net_arch.values()):
+            return
+    raise HyperparameterError(f"policy_kwargs net_arch must be {NET_ARCH_FORMS}, got {net_arch!r}")
+
+
+def check_observation_space(observation_space: object) -> None:
+    """
+    An observation space that SB3's policies take (:data:`OBSERVATION_SPACES`); ``Text``, ``Graph``, ``Sequence``,
+    ``Tuple`` and nested ``Dict`` spaces otherwise fail when the policy is built (``Text``: "'NoneType' object is not
+    iterable"). ``None`` (a model being loaded, before its environment) passes.
+    """
+    from gymnasium import spaces
+
+    if observation_space is None:
+        return
+    flat = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+    if isinstance(observation_space, flat):
+        return
+    if isinstance(observation_space, spaces.Dict):
+        nested = [
+            f"{key!r}: {type(space).__name__}"
+            for key, space in observation_space.spaces.items()
+            if not isinstance(space, flat)
+        ]
+        if not nested:
+            return
+        raise HyperparameterError(
+            f"the observation space {observation_space} has entries no policy takes ({', '.join(nested)}): a "
+            f"Dict's entries must be Box, Discrete, MultiDiscrete or MultiBinary (flatten or wrap the others)"
+        )
+    raise HyperparameterError(
+        f"the observation space {observation_space} ({type(observation_space).__name__}) is one no policy takes: the "
+        f"policies take {OBSERVATION_SPACES}; convert the observations with a gymnasium ObservationWrapper"
+    )
+
+
+def check_callback(callback: object) -> None:
+    """
+    ``learn``'s ``callback``: ``None``, a ``BaseCallback``, a function ``callback(locals, globals) -> bool`` or a list
+    of these (SB3's ``MaybeCallback``); a string (``callback="eval"``) otherwise fails at the first step.
+    """
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    items = callback if isinstance(callback, list) else [callback]
+    for item in items:
+        if item is None and not isinstance(callback, list):
+            return
+        if isinstance(item, BaseCallback) or (callable(item) and not isinstance(item, type)):
+            continue
+        raise HyperparameterError(
+            f"callback must be None, a BaseCallback (EvalCallback(eval_env), CheckpointCallback(...)), a function "
+            f"callback(locals, globals) -> bool or a list of these, got {item!r}"
+        )
+
+
+def action_mask_length(action_space: object) -> int | None:
+    """The number of mask entries per observation for ``action_space`` (sb3-contrib's maskable distributions)."""
+    from gymnasium import spaces
+
+    if isinstance(action_space, spaces.Discrete):
+        return int(action_space.n)
+    if isinstance(action_space, spaces.MultiDiscrete):
+        return int(np.sum(action_space.nvec))
+    if isinstance(action_space, spaces.MultiBinary):
+        return 2 * int(np.prod(action_space.shape))
+    return None
+
+
+def check_action_masks(action_masks: object, action_space: object, n_observations: int | None = None) -> None:
+    """
+    ``predict``'s ``action_masks`` for ``MaskablePPO_EWMA``: one mask entry per action of the action space for each
+    observation (Discrete(n): n; MultiDiscrete(nvec): sum(nvec); MultiBinary(n): 2n), as an array of shape
+    ``(length,)`` or ``(n_observations, length)``. ``None`` (no masking) passes.
+
+    :param action_masks: the masks given to ``predict``
+    :param action_space: the model's action space
+    :param n_observations: the number of observations given to ``predict`` (None: not checked)
+    """
+    if action_masks is None:
+        return
+    length = action_mask_length(action_space)
+    if length is None:
+        return
+    masks = np.asarray(action_masks)
+    if masks.dtype == object or masks.size == 0 or masks.size % length != 0:
+        raise HyperparameterError(
+            f"action_masks of shape {masks.shape} for the action space {action_space}: each observation needs {length} "
+            f"mask entries (one per action), so action_masks must have shape ({length},) or (n_observations, {length})"
+        )
+    rows = masks.size // length
+    if n_observations is not None and rows != n_observations:
+        raise HyperparameterError(
+            f"action_masks of shape {masks.shape} hold masks for {rows} observation(s), and predict was given "
+            f"{n_observations}: give one row of {length} entries per observation, shape ({n_observations}, {length})"
+        )
+
+
+def count_observations(observation: object, observation_space: object) -> int | None:
+    """
+    The number of observations given to ``predict`` (1 for a single one, the batch size for a batch, as SB3's
+    ``is_vectorized_observation`` reads them), or None when they do not fit the space (``predict`` reports that).
+    """
+    from gymnasium import spaces
+    from stable_baselines3.common.preprocessing import is_image_space
+    from stable_baselines3.common.utils import is_vectorized_observation
+
+    try:
+        if isinstance(observation_space, spaces.Dict) and isinstance(observation, dict):
+            key = next(iter(observation_space.spaces))
+            single = observation_space.spaces[key]
+            value = np.asarray(observation[key])
+        else:
+            single, value = observation_space, np.asarray(observation)  # type: ignore[assignment]
+        if isinstance(single, spaces.Box) and is_image_space(single) and value.shape[-3:] != single.shape:
+            return None  # channels last against channels first: predict transposes, and reports a mismatch
+        if not is_vectorized_observation(value, single):  # type: ignore[arg-type]
+            return 1
+        return int(value.shape[0]) if value.ndim > 0 else 1
+    except (ValueError, TypeError, StopIteration):
+        return None
+
+
+_CUDA_FALLBACK_WARNED = False
+
+
+def warn_cuda_unavailable(device: object) -> None:
+    """
+    Warn once per process, at the user's line, when ``device`` names CUDA (``"cuda"``, ``"cuda:1"``, a CUDA
+    ``torch.device``) and no CUDA GPU is available: SB3 then trains on the CPU without a word. ``"auto"`` stays quiet.
+    """
+    global _CUDA_FALLBACK_WARNED
+    import torch as th
+
+    if _CUDA_FALLBACK_WARNED:
+        return
+    try:
+        asked = th.device(device) if isinstance(device, (str, th.device)) else None
+    except (RuntimeError, ValueError):
+        return  # not a device name: SB3's own error
+    if asked is None or asked.type != "cuda" or th.cuda.is_available():
+        return
+    _CUDA_FALLBACK_WARNED = True
+    warn_at_caller(f"device={device!r}: no CUDA GPU is available here, so the model trains on the CPU (SB3's fallback)")
+
+
+def check_constructor_arguments(
+    *, policy: object, env: object, verbose: object = 1, policy_kwargs: object = None, device: object = "auto",
+    _init_setup_model: bool = True,
+) -> None:  # fmt: skip
+    """
+    The arguments of every constructor that SB3 passes on unchecked, before anything is built: ``policy``
+    (:func:`check_policy_argument`), ``env`` (:func:`check_env_argument`; and its observation space when it is an
+    environment, :func:`check_observation_space`), ``verbose`` (:func:`check_verbose`), ``policy_kwargs``
+    (:func:`check_policy_kwargs`), and a warning for ``device="cuda"`` without a GPU (:func:`warn_cuda_unavailable`).
+    Called with :func:`arguments_for` on a constructor's bound arguments.
+    """
+    check_policy_argument(policy)
+    check_env_argument(env, init_setup_model=_init_setup_model)
+    if env is not None and not isinstance(env, str):
+        check_observation_space(getattr(env, "observation_space", None))
+    check_verbose(verbose)
+    check_policy_kwargs(policy_kwargs)
+    warn_cuda_unavailable(device)

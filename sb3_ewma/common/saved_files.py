@@ -1,6 +1,10 @@
 """
 Which algorithm saved a zip file, read before ``load`` builds anything, so that a file of another algorithm gets an
-error naming both algorithms instead of SB3's "Key aux_optimizer is an invalid object name".
+error naming both algorithms and the class that loads it, instead of SB3's "Key aux_optimizer is an invalid object
+name" or a policy's ``TypeError`` (``DQNPolicy.__init__() got an unexpected keyword argument 'use_sde'``); and whether
+the file is whole (:func:`check_saved_zip`): a truncated or garbled file gets an error naming the file and what is
+wrong with it, instead of a ``JSONDecodeError``, "Names of parameters do not match" or torch's advice on
+``weights_only``.
 
 SB3's zip stores no algorithm name; the policy class's module (written as plain JSON in the file's ``data``) tells
 the family of algorithms that saved it.
@@ -21,7 +25,33 @@ POLICY_MODULE_ALGORITHMS = {
     "stable_baselines3.common.policies": "SB3's PPO or A2C",
     "sb3_contrib.common.recurrent.policies": "RecurrentPPO_EWMA or sb3-contrib's RecurrentPPO",
     "sb3_contrib.common.maskable.policies": "MaskablePPO_EWMA or sb3-contrib's MaskablePPO",
+    "stable_baselines3.dqn.policies": "SB3's DQN",
+    "stable_baselines3.sac.policies": "SB3's SAC",
+    "stable_baselines3.td3.policies": "SB3's TD3 or DDPG",
+    "sb3_contrib.qrdqn.policies": "sb3-contrib's QRDQN",
+    "sb3_contrib.tqc.policies": "sb3-contrib's TQC",
+    "sb3_contrib.crossq.policies": "sb3-contrib's CrossQ",
+    "sb3_contrib.ars.policies": "sb3-contrib's ARS",
 }
+
+# the module of a saved policy class -> the ``load`` that opens such files (how an error message says what to do)
+POLICY_MODULE_LOADERS = {
+    "sb3_ewma.ppo_ewma.policies": "sb3_ewma.PPO_EWMA.load",
+    "sb3_ewma.ppg_ewma.policies": "sb3_ewma.PPG_EWMA.load (or sb3_ewma.PPG.load)",
+    "stable_baselines3.common.policies": "stable_baselines3.PPO.load (or A2C.load), or sb3_ewma.PPO_EWMA.load",
+    "sb3_contrib.common.recurrent.policies": "sb3_ewma.RecurrentPPO_EWMA.load (or sb3_contrib.RecurrentPPO.load)",
+    "sb3_contrib.common.maskable.policies": "sb3_ewma.MaskablePPO_EWMA.load (or sb3_contrib.MaskablePPO.load)",
+    "stable_baselines3.dqn.policies": "stable_baselines3.DQN.load",
+    "stable_baselines3.sac.policies": "stable_baselines3.SAC.load",
+    "stable_baselines3.td3.policies": "stable_baselines3.TD3.load (or DDPG.load)",
+    "sb3_contrib.qrdqn.policies": "sb3_contrib.QRDQN.load",
+    "sb3_contrib.tqc.policies": "sb3_contrib.TQC.load",
+    "sb3_contrib.crossq.policies": "sb3_contrib.CrossQ.load",
+    "sb3_contrib.ars.policies": "sb3_contrib.ARS.load",
+}
+
+POLICY_PARAMETERS = "policy.pth"
+"""The member of a saved zip with the policy's parameters (SB3's ``save``): ``load`` cannot do without it."""
 
 
 def read_saved_data(path: Any) -> dict[str, Any] | None:
@@ -76,6 +106,7 @@ def check_saved_algorithm(algorithm_name: str, loadable_policy_modules: tuple[st
     :return: the file's ``data`` JSON (values serialized), or None when it could not be read
     """
     check_saved_file_exists(path)
+    check_saved_zip(path)
     data = read_saved_data(path)
     if data is None:
         return None
@@ -83,6 +114,82 @@ def check_saved_algorithm(algorithm_name: str, loadable_policy_modules: tuple[st
     if module in POLICY_MODULE_ALGORITHMS and module not in loadable_policy_modules:
         raise ValueError(
             f"{os.fspath(path)} was saved by {POLICY_MODULE_ALGORITHMS[module]}, not by {algorithm_name} "
-            f"(its policy class comes from {module}): load it with that algorithm's load()"
+            f"(its policy class comes from {module}): load it with {POLICY_MODULE_LOADERS[module]}"
         )
     return data
+
+
+def _zip_path(path: Any) -> str | None:
+    """The file SB3's ``load`` opens for ``path`` (``path``, or ``path.zip``), or None for a buffer or a missing file."""
+    if isinstance(path, io.BufferedIOBase) or not isinstance(path, (str, os.PathLike)):
+        return None
+    path = os.fspath(path)
+    if not os.path.exists(path) and os.path.exists(f"{path}.zip"):
+        path = f"{path}.zip"
+    return path if os.path.isfile(path) else None
+
+
+def saved_zip_problem(path: Any) -> str | None:
+    """
+    What is wrong with a saved model's zip, as one phrase, or None when it is whole (or ``path`` is a buffer or no
+    file: ``load`` reports those as SB3 does): not a zip (truncated, or another kind of file), a member whose bytes do
+    not match its checksum, no ``data`` member or one that is not JSON, no ``policy.pth``, or a ``policy.pth`` that is
+    not a file of ``torch.save`` (a zip of its own with a ``data.pkl``).
+    """
+    file = _zip_path(path)
+    if file is None:
+        return None
+    try:
+        with zipfile.ZipFile(file) as archive:
+            damaged = archive.testzip()
+            if damaged is not None:
+                return f"its member {damaged!r} is damaged (its bytes do not match its checksum)"
+            names = archive.namelist()
+            if "data" not in names:
+                return "it has no 'data' member (the model's settings): it is not a model saved by Stable-Baselines3"
+            try:
+                json.loads(archive.read("data").decode())
+            except (UnicodeDecodeError, json.JSONDecodeError) as error:
+                return f"its 'data' member (the model's settings, JSON) is garbled: {error}"
+            if POLICY_PARAMETERS not in names:
+                return f"it has no {POLICY_PARAMETERS!r} member (the policy's parameters): the file is incomplete"
+            parameters = archive.read(POLICY_PARAMETERS)
+    except zipfile.BadZipFile as error:
+        return f"it is not a zip archive ({error}): the file is truncated, or not a saved model"
+    except (OSError, EOFError, zipfile.LargeZipFile, NotImplementedError) as error:
+        return f"it cannot be read as a zip archive ({type(error).__name__}: {error})"
+    try:
+        with zipfile.ZipFile(io.BytesIO(parameters)) as torch_file:
+            if not any(name.endswith("/data.pkl") or name == "data.pkl" for name in torch_file.namelist()):
+                raise zipfile.BadZipFile("no data.pkl")
+    except (zipfile.BadZipFile, EOFError, OSError):
+        return f"its {POLICY_PARAMETERS!r} member (the policy's parameters) is garbled: it is not a file of torch.save"
+    return None
+
+
+def check_saved_zip(path: Any) -> None:
+    """
+    Raise a ``ValueError`` naming the file and what is wrong with it when a saved model's zip is truncated or garbled
+    (:func:`saved_zip_problem`), before ``load`` reads it.
+    """
+    problem = saved_zip_problem(path)
+    if problem is not None:
+        raise ValueError(f"cannot load {_zip_path(path)}: {problem}")
+
+
+def check_saved_file(algorithm: type, path: Any) -> dict[str, Any] | None:
+    """
+    Before ``algorithm.load(path)`` builds anything: raise a ``FileNotFoundError`` when there is no file, a
+    ``ValueError`` naming the file and what is wrong when it is truncated or garbled (:func:`check_saved_zip`), and a
+    ``ValueError`` naming the algorithm that saved it and the ``load`` that opens it when ``algorithm`` cannot (another
+    library's model: SB3's DQN, SAC, TD3; sb3-contrib's QRDQN, TQC; another algorithm of this package). The modules
+    whose policies ``algorithm`` loads are those of its ``policy_aliases`` and its
+    ``loadable_parent_policy_modules``; a class of SB3 or sb3-contrib loads its own policies' modules.
+
+    :param algorithm: the class whose ``load`` is about to open the file
+    :param path: the file (a path; a buffer is not checked)
+    :return: the file's ``data`` JSON (values serialized), or None when it could not be read
+    """
+    own_modules = tuple(policy.__module__ for policy in getattr(algorithm, "policy_aliases", {}).values())
+    parent_modules = tuple(getattr(algorithm, "loadable_parent_policy_modules", ()))
+    return check_saved_algorithm(algorithm.__name__, (*own_modules, *parent_modules), path)

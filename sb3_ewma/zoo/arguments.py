@@ -5,9 +5,11 @@ The command line of ``python -m sb3_ewma.train``: rl-zoo3's parser with this pac
 """
 
 import argparse
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, overload
+from typing import Any, NoReturn, TypeVar, overload
+
+from rl_zoo3.utils import StoreDict
 
 from sb3_ewma.common import threads
 from sb3_ewma.scale import ALGOS, LR_RULES
@@ -106,12 +108,86 @@ class TrainArgumentParser(argparse.ArgumentParser):
         parsed = super().parse_args(args, namespace)
         try:
             scale_options_from_args(parsed)
+            check_train_counts(parsed)
         except ValueError as error:
             self.error(str(error))
         num_threads = getattr(parsed, "num_threads", threads.AUTO)
         if num_threads < threads.TORCH_DEFAULT:
             self.error(f"argument --num-threads: must be {NUM_THREADS_CHOICES}, got {num_threads}")
         return parsed
+
+    def error(self, message: str) -> NoReturn:
+        """argparse's error (status 2), with one usage line instead of rl-zoo3's 40: ``-h`` lists the flags."""
+        self.exit(2, f"usage: {self.prog} [flags] (-h lists them)\n{self.prog}: error: {message}\n")
+
+
+# rl-zoo3's counts: flag -> (its attribute, what it allows, the values it allows besides integers >= 1)
+TRAIN_COUNTS: dict[str, tuple[str, str, tuple[int | None, ...]]] = {
+    "-n/--n-timesteps": (
+        "n_timesteps",
+        "a number of steps >= 1, or -1 (the default: the hyperparameter entry's n_timesteps; rl-zoo3 reads any value "
+        "<= 0 so, which would train the entry's whole budget)",
+        (-1,),
+    ),
+    "--n-trials": ("n_trials", "a number of trials >= 1", ()),
+    "--max-total-trials": ("max_total_trials", "a number of trials >= 1, or left out (--n-trials per worker)", (None,)),
+    "--n-jobs": ("n_jobs", "a number of parallel jobs >= 1, or -1 (one per CPU, as Optuna reads it)", (-1,)),
+    "--n-evaluations": (
+        "n_evaluations",
+        "a number of evaluations >= 1, or left out (one per 100,000 steps)",
+        (None,),
+    ),
+    "--eval-episodes": ("eval_episodes", "a number of episodes >= 1 (--eval-freq -1 turns evaluation off)", ()),
+    "--n-eval-envs": ("n_eval_envs", "a number of environments >= 1 (--eval-freq -1 turns evaluation off)", ()),
+    "--log-interval": (
+        "log_interval",
+        "a number of iterations >= 1, -1 (the default: the algorithm's) or -2 and below (no logging)",
+        (-1,),
+    ),
+}
+"""The counts of ``python -m rl_zoo3.train`` that :func:`check_train_counts` checks."""
+
+
+def check_train_counts(args: argparse.Namespace) -> None:
+    """
+    Raise a ``ValueError`` for a count of rl-zoo3's command line that cannot work (:data:`TRAIN_COUNTS`): ``-n`` at 0
+    or below other than rl-zoo3's default -1 (rl-zoo3 reads any of them as "the entry's budget" and trains it in full),
+    ``--n-trials``, ``--max-total-trials``, ``--n-jobs``, ``--n-evaluations`` (Optuna's counts, which otherwise fail
+    after the run folder exists), ``--eval-episodes`` and ``--n-eval-envs`` (``nan`` rewards or an ``IndexError`` at
+    the first evaluation) and ``--log-interval 0`` (a division by zero at the first log). Checked as the command line
+    is parsed, before any run folder or environment exists. Flags that ``args`` lacks are skipped.
+
+    :param args: the parsed arguments of rl-zoo3's ``train``
+    """
+    for flag, (name, allowed, also_allowed) in TRAIN_COUNTS.items():
+        if not hasattr(args, name):
+            continue
+        value = getattr(args, name)
+        if value in also_allowed or (name == "log_interval" and value is not None and value < -1):
+            continue
+        if value is None or value < 1:
+            raise ValueError(f"argument {flag}: must be {allowed}, got {value}")
+
+
+def check_play_counts(argv: Sequence[str], prog: str) -> None:
+    """
+    ``enjoy`` / ``record_video``: ``-n`` (steps to play) and ``--n-envs`` must be >= 1 (rl-zoo3 plays nothing for
+    ``-n 0``, and fails to build ``--n-envs 0`` environments), checked before rl-zoo3 loads anything; an argparse
+    error (status 2) otherwise. Values that are not integers are left to rl-zoo3's parser.
+    """
+    parser = argparse.ArgumentParser(prog=prog, add_help=False, allow_abbrev=False)
+    parser.add_argument("-n", "--n-timesteps", type=int, default=1)
+    parser.add_argument("--n-envs", type=int, default=1)
+    try:
+        known, _ = parser.parse_known_args(list(argv))
+    except SystemExit:
+        return  # rl-zoo3's parser says what is wrong
+    for flag, value, what in (
+        ("-n/--n-timesteps", known.n_timesteps, "steps to play"),
+        ("--n-envs", known.n_envs, "environments"),
+    ):
+        if value < 1:
+            parser.exit(2, f"{prog}: error: argument {flag}: must be a number of {what} >= 1, got {value}\n")
 
 
 NUM_THREADS_CHOICES = (
@@ -132,3 +208,58 @@ def _set_num_threads_default(parser: argparse.ArgumentParser) -> None:
 def chooses_num_threads(argv: Sequence[str]) -> bool:
     """Whether the command line sets ``--num-threads`` (or the environment sets torch's threads)."""
     return threads.threads_set_by_environment() or any(arg.startswith("--num-threads") for arg in argv)
+
+
+class CheckedStoreDict(StoreDict):
+    """
+    rl-zoo3's ``StoreDict`` (``-params``, ``--env-kwargs``, ``--eval-env-kwargs``: ``key:value`` pairs whose values
+    are evaluated as Python, in rl-zoo3's namespace, as before), with an argparse error that names the pair and says
+    how to write it, instead of the ``NameError`` or ``SyntaxError`` of ``eval``: a pair without ``:``, or a value
+    that is not Python (most often a string without the inner quotes: ``-params ewma_decay:fast`` for
+    ``ewma_decay:"'fast'"``).
+    """
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: Any = None
+    ) -> None:
+        option = option_string or "/".join(self.option_strings)
+        for pair in values if isinstance(values, (list, tuple)) else [values]:
+            message = store_dict_pair_error(option, pair, self._evaluates)
+            if message is not None:
+                raise argparse.ArgumentError(self, message)
+        super().__call__(parser, namespace, values, option_string)
+
+    def _evaluates(self, pair: str) -> BaseException | None:
+        """rl-zoo3's evaluation of one pair, alone: the exception it raises, or None."""
+        try:
+            super().__call__(argparse.ArgumentParser(add_help=False), argparse.Namespace(), [pair])
+        except Exception as error:  # eval's errors: NameError, SyntaxError, TypeError, ...
+            return error
+        return None
+
+
+def store_dict_pair_error(option: str, pair: str, evaluate: Callable[[str], BaseException | None]) -> str | None:
+    """
+    What is wrong with one ``key:value`` pair of rl-zoo3's ``StoreDict`` options, or None.
+
+    :param option: the flag, as the message names it
+    :param pair: the pair as given on the command line
+    :param evaluate: evaluates the pair as rl-zoo3 does, returning the exception it raised (or None)
+    """
+    key, colon, value = pair.partition(":")
+    if not colon or not key:
+        return (
+            f"{pair!r} is not a key:value pair: write {option} key:value, e.g. {option} learning_rate:0.001 "
+            "(the value is read as Python)"
+        )
+    error = evaluate(pair)
+    if error is None:
+        return None
+    if not value.strip():
+        return f"{pair!r} has no value after the ':': write {option} {key}:VALUE, e.g. {key}:0.001"
+    quoted = '"' + f"{key}:'{value}'" + '"'
+    return (
+        f"{pair!r}: the value {value!r} is read as Python and gives {type(error).__name__}: {error}. A string needs "
+        f"quotes of its own inside the shell's: {option} {quoted}; numbers, True/False/None, lists and dict(...) "
+        "are written as in Python"
+    )

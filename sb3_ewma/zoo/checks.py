@@ -7,6 +7,7 @@ an empty run folder that ``enjoy`` then picks; :func:`remove_unused_run_folder` 
 fails anyway.
 """
 
+import glob
 import os
 import sys
 from collections.abc import Callable
@@ -157,24 +158,29 @@ def missing_folders(path: str) -> tuple[str, ...]:
     return tuple(missing)
 
 
-def remove_unused_run_folder(path: str, created_parents: tuple[str, ...] = ()) -> bool:
+def remove_unused_run_folder(path: str, created_parents: tuple[str, ...] = (), written_files: tuple[str, ...] = ()) -> bool:
     """
     Remove the run folder ``path`` of a start that failed before training, if nothing in it is worth keeping: it may
-    hold empty folders and ``Monitor`` files without episodes (what rl-zoo3 writes before the model is built); any
-    other file keeps the folder untouched. Then the folders of ``created_parents`` that are left empty.
+    hold empty folders, ``Monitor`` files without episodes (what rl-zoo3 writes before the model is built) and the
+    files of ``written_files`` (the configuration this start wrote); any other file keeps the folder untouched. Then
+    the folders of ``created_parents`` that are left empty.
 
     :param path: the run folder, created by the failed start
     :param created_parents: folders above it that the failed start created (``<log-folder>/<algo>``, the log folder),
         innermost first
+    :param written_files: files that the failed start wrote in it, which may go with it
     :return: whether the run folder was removed
     """
     if not os.path.isdir(path) or os.path.islink(path):
         return False
+    removable = {os.path.abspath(file) for file in written_files}
     for root, folders, files in os.walk(path):
         if any(os.path.islink(os.path.join(root, name)) for name in (*folders, *files)):
             return False
-        if any(not _is_unused_monitor_file(os.path.join(root, name)) for name in files):
-            return False
+        for name in files:
+            file = os.path.join(root, name)
+            if os.path.abspath(file) not in removable and not _is_unused_monitor_file(file):
+                return False
     try:
         for root, folders, files in os.walk(path, topdown=False):
             for name in files:
@@ -190,3 +196,77 @@ def remove_unused_run_folder(path: str, created_parents: tuple[str, ...] = ()) -
         except OSError:
             break  # not empty (another run's folder)
     return True
+
+
+def check_async_rollouts_env(algo: str, env_id: str, is_procgen: bool, hyperparams: dict[str, Any], env_kwargs: Any) -> None:
+    """
+    Raise a ``ValueError`` for ``async_rollouts: 'process'`` (``-params`` or the entry) where it cannot work: on a
+    platform that cannot fork, or with Procgen ids whose environments step in threads of their own (every
+    ``num_threads`` but 0). The algorithm makes the same checks when it starts to learn
+    (:func:`sb3_ewma.common.collection.process.check_forkable_env`), after rl-zoo3 has created the run folder and the
+    environments; here they come first.
+
+    :param algo: the rl-zoo3 name (``--algo``)
+    :param env_id: the environment id
+    :param is_procgen: whether ``env_id`` is one of this package's Procgen ids
+    :param hyperparams: the keyword arguments rl-zoo3 is about to pass to the constructor
+    :param env_kwargs: ``--env-kwargs`` (a dict or None)
+    """
+    if hyperparams.get("async_rollouts") != "process":
+        return
+    from sb3_ewma.common.collection.process import check_process_collector
+
+    check_process_collector()
+    num_threads = dict(env_kwargs or {}).get("num_threads")
+    if is_procgen and num_threads != 0:
+        raise ValueError(
+            f"async_rollouts='process' (-params or the hyperparameter entry of --algo {algo}) forks the environments, and "
+            f"{env_id} steps in threads of procgen's (num_threads={num_threads!r}) that a forked process does not have: "
+            "use -params async_rollouts:True (a collector thread, which overlaps with training as well: Procgen "
+            "releases the GIL while it steps) or --env-kwargs num_threads:0. Nothing was written."
+        )
+
+
+MODEL_FILE_PATTERNS = ("{env_name}.zip", "best_model.zip", "rl_model_*_steps.zip")
+"""The files of a run folder that ``enjoy`` and ``record_video`` load: the final model, the best one, checkpoints."""
+
+
+def has_model(run_folder: str, env_name: str) -> bool:
+    """Whether the run folder holds a model that ``enjoy`` can load (:data:`MODEL_FILE_PATTERNS`)."""
+    return any(
+        glob.glob(os.path.join(glob.escape(run_folder), pattern.format(env_name=env_name))) for pattern in MODEL_FILE_PATTERNS
+    )
+
+
+def run_folders(log_path: str, env_name: str) -> dict[int, str]:
+    """The run folders ``<log_path>/<env_name>_<N>`` of rl-zoo3 (as ``get_latest_run_id`` finds them), by ``N``."""
+    runs = {}
+    for path in glob.glob(os.path.join(glob.escape(log_path), f"{glob.escape(str(env_name))}_[0-9]*")):
+        run_id = path.rsplit("_", 1)[-1]
+        if path[: -len(run_id) - 1].endswith(str(env_name)) and run_id.isdigit() and os.path.isdir(path):
+            runs[int(run_id)] = path
+    return runs
+
+
+def latest_run_with_model(log_path: str, env_name: Any) -> int:
+    """
+    rl-zoo3's ``get_latest_run_id`` for ``enjoy`` and ``record_video`` (``--exp-id 0``, the default): the newest run
+    folder that holds a model (:func:`has_model`) rather than the newest one, so that a run that failed or is still
+    training does not hide the one before it. The run folders passed over are printed. Without any run that has a
+    model, the newest run (rl-zoo3's choice: its error then names the missing model); 0 without any run.
+
+    :param log_path: ``<folder>/<algo>``
+    :param env_name: the environment's name (rl-zoo3's ``EnvironmentName``, a ``str``)
+    :return: the run's number ``N``
+    """
+    runs = run_folders(log_path, str(env_name))
+    if not runs:
+        return 0
+    newest_first = sorted(runs, reverse=True)
+    for position, run_id in enumerate(newest_first):
+        if has_model(runs[run_id], str(env_name)):
+            if position > 0:
+                skipped = ", ".join(runs[skipped_id] for skipped_id in newest_first[:position])
+                print(f"Skipped the newer run folder(s) without a model: {skipped} (--exp-id N chooses a run)")
+            return run_id
+    return newest_first[0]

@@ -6,15 +6,19 @@ done and this package's names in place of rl-zoo3's for the duration of the call
 import argparse
 import runpy
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import rl_zoo3.train
 import rl_zoo3.utils
 import torch as th
 
+from sb3_ewma._command import has_display
 from sb3_ewma._quiet import import_without_pkg_resources_warning
 from sb3_ewma.common import distributed, threads
-from sb3_ewma.zoo.arguments import TrainArgumentParser, chooses_num_threads
+from sb3_ewma.common.saved_files import check_saved_file
+from sb3_ewma.zoo.arguments import CheckedStoreDict, TrainArgumentParser, check_play_counts, chooses_num_threads
+from sb3_ewma.zoo.checks import latest_run_with_model
 from sb3_ewma.zoo.experiment import ExperimentManager
 from sb3_ewma.zoo.install import ZOO_INSTALL_MESSAGE, import_zoo
 from sb3_ewma.zoo.patching import patched, patched_argv
@@ -41,6 +45,7 @@ def train(argv: Sequence[str], prog: str = "python -m sb3_ewma.train") -> None:
     with (
         patched(rl_zoo3.train, "ExperimentManager", ExperimentManager),
         patched(rl_zoo3.train, "argparse", _ARGPARSE_FOR_TRAIN),
+        patched(rl_zoo3.train, "StoreDict", CheckedStoreDict),
         patched_argv(prog, argv),
         distributed.quiet_unless_rank0(),
         threads.restored_num_threads(),
@@ -48,17 +53,50 @@ def train(argv: Sequence[str], prog: str = "python -m sb3_ewma.train") -> None:
         rl_zoo3.train.train()
 
 
+def checked_model_path(get_model_path: Callable[..., tuple[str, str, str]]) -> Callable[..., tuple[str, str, str]]:
+    """
+    rl-zoo3's ``get_model_path`` for ``enjoy`` and ``record_video``, then the model file checked for the algorithm of
+    ``--algo`` (:func:`sb3_ewma.common.saved_files.check_saved_file`): a file of another algorithm or library, or a
+    truncated or garbled one, gets an error naming the file and what is wrong before anything is built.
+    """
+
+    def model_path(exp_id: int, folder: str, algo: str, *args: Any, **kwargs: Any) -> tuple[str, str, str]:
+        name_prefix, path, log_path = get_model_path(exp_id, folder, algo, *args, **kwargs)
+        algorithm = rl_zoo3.utils.ALGOS.get(algo)
+        if algorithm is not None:
+            check_saved_file(algorithm, path)
+        return name_prefix, path, log_path
+
+    return model_path
+
+
 def enjoy(argv: Sequence[str], prog: str = "python -m sb3_ewma.enjoy") -> None:
     """
-    Run ``rl_zoo3.enjoy.enjoy()`` with :func:`register_zoo` done and Procgen ids built natively.
+    Run ``rl_zoo3.enjoy.enjoy()`` with :func:`register_zoo` done and Procgen ids built natively. Without ``--exp-id``
+    it plays the newest run that holds a model (:func:`~sb3_ewma.zoo.checks.latest_run_with_model`, which prints the
+    newer run folders it passed over), and ``--env-kwargs`` values that are not Python get an argparse error
+    (:class:`~sb3_ewma.zoo.arguments.CheckedStoreDict`). On a machine without a display (Linux without ``DISPLAY``
+    or ``WAYLAND_DISPLAY``) it plays as with ``--no-render``, and says so.
 
     :param argv: rl-zoo3's command line arguments (without the program name)
     :param prog: the program name shown in messages
     """
     register_zoo()
+    check_play_counts(argv, prog)
+    if not has_display() and "--no-render" not in argv:
+        # rl-zoo3 would open a window (XDG errors) and play in real time
+        print("No display (DISPLAY is not set): playing without rendering, as with --no-render")
+        argv = [*argv, "--no-render"]
     # imported here: rl-zoo3's enjoy needs `requests`, which its training does not
     zoo_enjoy = import_zoo("rl_zoo3.enjoy")
-    with patched(zoo_enjoy, "create_test_env", create_test_env), patched_argv(prog, argv), threads.restored_num_threads():
+    with (
+        patched(zoo_enjoy, "create_test_env", create_test_env),
+        patched(zoo_enjoy, "StoreDict", CheckedStoreDict),
+        patched(zoo_enjoy, "get_model_path", checked_model_path(zoo_enjoy.get_model_path)),
+        patched(rl_zoo3.utils, "get_latest_run_id", latest_run_with_model),
+        patched_argv(prog, argv),
+        threads.restored_num_threads(),
+    ):
         if not chooses_num_threads(argv):
             th.set_num_threads(1)  # one observation at a time: one thread (see sb3_ewma.common.threads)
         zoo_enjoy.enjoy()
@@ -71,14 +109,23 @@ def record_video(argv: Sequence[str], prog: str = "python -m sb3_ewma.record_vid
     rl-zoo3's ``record_video`` is a script (all of it under ``if __name__ == "__main__"``), so it runs with ``runpy``,
     as ``python -m rl_zoo3.record_video`` would; it is not imported before (that makes runpy warn). It reads
     ``create_test_env`` from ``rl_zoo3.utils`` when it runs, which is replaced there for the duration of the call.
-    The video writer's ``imageio_ffmpeg`` is imported first without its ``pkg_resources`` deprecation warning.
+    The video writer's ``imageio_ffmpeg`` is imported first without its ``pkg_resources`` deprecation warning. As
+    :func:`enjoy`, it takes the newest run that holds a model and checks ``--env-kwargs``.
 
     :param argv: rl-zoo3's command line arguments (without the program name)
     :param prog: the program name shown in messages
     """
     register_zoo()
+    check_play_counts(argv, prog)
     import_without_pkg_resources_warning("imageio_ffmpeg")
-    with patched(rl_zoo3.utils, "create_test_env", create_test_env), patched_argv(prog, argv), threads.restored_num_threads():
+    with (
+        patched(rl_zoo3.utils, "create_test_env", create_test_env),
+        patched(rl_zoo3.utils, "StoreDict", CheckedStoreDict),
+        patched(rl_zoo3.utils, "get_latest_run_id", latest_run_with_model),
+        patched(rl_zoo3.utils, "get_model_path", checked_model_path(rl_zoo3.utils.get_model_path)),
+        patched_argv(prog, argv),
+        threads.restored_num_threads(),
+    ):
         if not chooses_num_threads(argv):
             th.set_num_threads(1)  # one observation at a time: one thread (see sb3_ewma.common.threads)
         try:

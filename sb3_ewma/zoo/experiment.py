@@ -4,6 +4,7 @@ This package's rl-zoo3 ``ExperimentManager``: its hyperparameter files or entrie
 torchrun.
 """
 
+import os
 import tempfile
 import warnings
 from collections import OrderedDict
@@ -23,11 +24,20 @@ from sb3_ewma.common.allocator import keep_freed_memory
 from sb3_ewma.common.torch_layers import ImpalaCNN
 from sb3_ewma.scale import scale_hyperparams_with_report
 from sb3_ewma.zoo.arguments import ScaleOptions, scale_options_from_args
-from sb3_ewma.zoo.checks import check_entry_keys, check_env_spaces, missing_folders, remove_unused_run_folder
+from sb3_ewma.zoo.checks import (
+    check_async_rollouts_env,
+    check_entry_keys,
+    check_env_spaces,
+    missing_folders,
+    remove_unused_run_folder,
+)
 from sb3_ewma.zoo.derivation import EntryChoice, missing_entry_hint, normalize_settings, zoo_entry_for
 from sb3_ewma.zoo.patching import patched
 from sb3_ewma.zoo.procgen import is_procgen_env_id, make_procgen_vec_env
 from sb3_ewma.zoo.registry import ZOO_ALGORITHMS, ZOO_ALGOS, default_conf_file
+
+CONFIG_FILES = ("config.yml", "args.yml", "command.txt")
+"""What rl-zoo3 writes in ``<run>/<env>/`` once the model is built (``_save_config``), before training."""
 
 POLICY_KWARGS_NAMESPACE: dict[str, Any] = {"ImpalaCNN": ImpalaCNN, "nn": nn, "th": th}
 """Names available to ``policy_kwargs`` strings, besides those rl-zoo3 provides."""
@@ -55,7 +65,8 @@ def zoo_hyperparams_per_rank(
     else:
         print(
             f"Data-parallel training on {world_size} ranks: n_envs={n_envs} per rank, {world_size * n_envs} environments in "
-            f"total, with hyperparameters written for {n_envs}: c = {world_size} (batch size-invariance). To train as "
+            f"total, with hyperparameters written for {n_envs}: c = reference / target = {n_envs} / {world_size * n_envs} = "
+            f"{1 / world_size:g} (batch size-invariance, as the rescaling report defines c). To train as "
             f"the entry does with {n_envs} environments in total, add --scale-n-envs {n_envs}; to rescale it for all "
             f"{world_size * n_envs}, add --scale-n-envs {world_size * n_envs}"
         )
@@ -134,18 +145,46 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
         A start that fails (the model cannot be built, say) removes the run folder it created, when nothing but empty
         folders and monitor files without episodes is in it (:func:`~sb3_ewma.zoo.checks.remove_unused_run_folder`).
         """
-        created = missing_folders(self.save_path)  # the run folder and the folders above it that rl-zoo3 will create
+        # the run folder and the folders above it that rl-zoo3 will create
+        self._created_folders = missing_folders(self.save_path)
         try:
             result = super().setup_experiment()
         except BaseException:
-            if self.rank == 0 and created:
-                remove_unused_run_folder(created[0], created_parents=created[1:])
+            self._remove_unused_run_folder()
             raise
         if result is not None:
             count = threads.apply_num_threads(getattr(self.args, "num_threads", threads.TORCH_DEFAULT), result[0])
             if count is not None and self.verbose > 0:
                 print(f"Using {count} torch thread (--num-threads N to choose, -1 for torch's default)")
         return result
+
+    def hyperparameters_optimization(self) -> None:
+        """rl-zoo3's (``-optimize``); when it fails, the run folder is removed as :meth:`setup_experiment` removes it."""
+        try:
+            super().hyperparameters_optimization()
+        except BaseException:
+            self._remove_unused_run_folder()
+            raise
+
+    def learn(self, model: BaseAlgorithm) -> None:
+        """
+        rl-zoo3's; when it fails before the first step (an environment that cannot start, a setting the algorithm
+        refuses when it starts to learn), the run folder is removed with the configuration this start wrote in it,
+        as :meth:`setup_experiment` removes it.
+        """
+        try:
+            super().learn(model)
+        except BaseException:
+            if model.num_timesteps == 0:
+                written = tuple(os.path.join(self.params_path, name) for name in CONFIG_FILES)
+                self._remove_unused_run_folder(written_files=written)
+            raise
+
+    def _remove_unused_run_folder(self, written_files: tuple[str, ...] = ()) -> None:
+        """After a failed start: the run folder this start created, if it holds nothing worth keeping (rank 0)."""
+        created: tuple[str, ...] = getattr(self, "_created_folders", ())
+        if self.rank == 0 and created:
+            remove_unused_run_folder(created[0], created_parents=created[1:], written_files=written_files)
 
     def read_hyperparameters(self) -> tuple[dict[str, Any], dict[str, Any]]:
         hyperparams, saved_hyperparams = self._read_scaled_hyperparameters()
@@ -246,6 +285,9 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
             algorithm = ZOO_ALGORITHMS[self.algo]
             constructor_kwargs, env_wrapper = result[0], result[1]
             check_entry_keys(self.algo, algorithm, constructor_kwargs)
+            check_async_rollouts_env(
+                self.algo, self.env_name.gym_id, self.is_procgen, constructor_kwargs, getattr(self, "env_kwargs", None)
+            )
             if not self.is_procgen:  # Procgen: 15 discrete actions, image observations
                 env_id = self.env_name.gym_id
                 policy = constructor_kwargs.get("policy")

@@ -32,7 +32,9 @@ import torch as th
 
 from sb3_ewma.common import threads
 from sb3_ewma.common.install import install_hint
-from sb3_ewma.zoo.arguments import chooses_num_threads
+from sb3_ewma.zoo.arguments import CheckedStoreDict, chooses_num_threads
+from sb3_ewma.zoo.checks import latest_run_with_model
+from sb3_ewma.zoo.commands import checked_model_path
 from sb3_ewma.zoo.install import ZOO_INSTALL_MESSAGE, import_zoo
 from sb3_ewma.zoo.patching import patched, patched_argv
 from sb3_ewma.zoo.procgen import create_test_env
@@ -156,6 +158,10 @@ def push_to_hub(argv: Sequence[str], prog: str = "python -m sb3_ewma.push_to_hub
                 patched(hub_sb3, "generate_metadata", _metadata_as_dict(hub_sb3._generate_metadata), missing_ok=True)
             )
         stack.enter_context(patched(rl_zoo3.utils, "create_test_env", create_test_env))
+        stack.enter_context(patched(rl_zoo3.utils, "StoreDict", CheckedStoreDict))
+        # as enjoy: the newest run that has a model, and the model file checked before it is loaded
+        stack.enter_context(patched(rl_zoo3.utils, "get_latest_run_id", latest_run_with_model))
+        stack.enter_context(patched(rl_zoo3.utils, "get_model_path", checked_model_path(rl_zoo3.utils.get_model_path)))
         stack.enter_context(patched_argv(prog, argv))
         stack.enter_context(threads.restored_num_threads())
         if not chooses_num_threads(argv):

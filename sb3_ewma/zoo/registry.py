@@ -46,7 +46,8 @@ def default_conf_file(algo: str) -> str | None:
     """
     :param algo: an rl-zoo3 algorithm name
     :return: the path of this package's hyperparameter file for ``algo`` (one of :data:`ZOO_ALGOS`), else None
-        (``ppo_mask_ewma`` has none: rl-zoo3 has no MaskablePPO entries, pass ``-conf``)
+        (``ppo_mask_ewma`` has none: rl-zoo3 has no MaskablePPO entries, its entries are derived from ``ppo.yml``,
+        :mod:`sb3_ewma.zoo.derivation`)
     """
     if algo not in ZOO_ALGOS or not packaged_hyperparams_file(algo).is_file():
         return None

@@ -22,9 +22,12 @@ environments are being stepped.
 
 from sb3_ewma.common.distributed.collectives import DataParallelContext, RunningStatisticsPool
 from sb3_ewma.common.distributed.process_group import (
+    DEFAULT_RENDEZVOUS_TIMEOUT_S,
     PER_RANK_SAMPLE_COUNTS,
     RANK_LOCAL_SETTINGS,
+    RENDEZVOUS_TIMEOUT_VARIABLE,
     SAME_SETTINGS_ADVICE,
+    RendezvousTimeoutError,
     broadcast_from_rank0,
     check_distributed_argument,
     current_rank,
@@ -38,6 +41,8 @@ from sb3_ewma.common.distributed.process_group import (
     quiet_unless_rank0,
     rank_local_settings,
     ranks_share_a_gpu,
+    rendezvous,
+    rendezvous_timeout,
     wants_data_parallel,
 )
 from sb3_ewma.common.distributed.training import (
@@ -51,11 +56,14 @@ from sb3_ewma.common.distributed.training import (
 )
 
 __all__ = [
+    "DEFAULT_RENDEZVOUS_TIMEOUT_S",
     "PER_RANK_SAMPLE_COUNTS",
     "RANK_LOCAL_SETTINGS",
+    "RENDEZVOUS_TIMEOUT_VARIABLE",
     "SAME_SETTINGS_ADVICE",
     "DataParallelContext",
     "DataParallelTraining",
+    "RendezvousTimeoutError",
     "RunningStatisticsPool",
     "SingleProcessTraining",
     "broadcast_from_rank0",
@@ -74,6 +82,8 @@ __all__ = [
     "quiet_unless_rank0",
     "rank_local_settings",
     "ranks_share_a_gpu",
+    "rendezvous",
+    "rendezvous_timeout",
     "training_diagnostics",
     "wants_data_parallel",
     "warn_world_size_change",

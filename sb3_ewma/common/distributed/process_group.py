@@ -1,10 +1,12 @@
 """The process group of data-parallel training: joining it (from torchrun's environment), ranks and devices."""
 
 import atexit
+import math
 import os
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stdout
+from datetime import timedelta
 from typing import Any
 
 import torch as th
@@ -139,13 +141,114 @@ def init_process_group(device: th.device) -> None:
     backend = process_group_backend(device)
     if device.type == "cuda":
         th.cuda.set_device(device)
+    # torchrun's environment: join through a store of our own first, so that a rank whose peers do not come says so
+    store_arguments: dict[str, Any] = {}
+    if all(name in os.environ for name in (_RANK, _WORLD_SIZE, _MASTER_ADDR, _MASTER_PORT)):
+        rank, world_size = int(os.environ[_RANK]), int(os.environ[_WORLD_SIZE])
+        store = rendezvous(rank, world_size, rendezvous_timeout())
+        store_arguments = {"store": store, "rank": rank, "world_size": world_size}
     if backend == "nccl":
-        dist.init_process_group("nccl", device_id=device)
+        dist.init_process_group("nccl", device_id=device, **store_arguments)
     else:
-        dist.init_process_group("gloo")
+        dist.init_process_group("gloo", **store_arguments)
     # the group is ours, so is its cleanup: a script that never calls destroy_process_group() would otherwise exit
     # with the group alive (PyTorch warns about leaked resources then, and gloo's threads may abort the process)
     atexit.register(_destroy_process_group)
+
+
+_MASTER_ADDR, _MASTER_PORT = "MASTER_ADDR", "MASTER_PORT"
+RENDEZVOUS_TIMEOUT_VARIABLE = "SB3_EWMA_RENDEZVOUS_TIMEOUT"
+"""The environment variable that sets :func:`rendezvous_timeout`, in seconds."""
+DEFAULT_RENDEZVOUS_TIMEOUT_S = 300.0
+"""How long a rank waits for the other ranks of its job to join, by default (torch's own default is 30 minutes)."""
+_JOINED_KEY = "sb3_ewma/joined/{rank}"
+
+
+class RendezvousTimeoutError(TimeoutError):
+    """The ranks of a torchrun job did not all join within :func:`rendezvous_timeout`."""
+
+
+def rendezvous_timeout() -> float:
+    """
+    How long (seconds) a rank waits for the other ranks of its job before it gives up with
+    :class:`RendezvousTimeoutError`: the environment variable ``SB3_EWMA_RENDEZVOUS_TIMEOUT`` (seconds), by default
+    :data:`DEFAULT_RENDEZVOUS_TIMEOUT_S`.
+
+    :raise ValueError: the variable is not a positive number
+    """
+    text = os.environ.get(RENDEZVOUS_TIMEOUT_VARIABLE, "").strip()
+    if not text:
+        return DEFAULT_RENDEZVOUS_TIMEOUT_S
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(
+            f"{RENDEZVOUS_TIMEOUT_VARIABLE}={text!r}: must be a number of seconds > 0 (how long a rank waits for the other "
+            f"ranks of its job to join; default {DEFAULT_RENDEZVOUS_TIMEOUT_S:g})"
+        )
+    return seconds
+
+
+def _rendezvous_advice(timeout: float) -> str:
+    return (
+        f"Start every rank of the job (torchrun starts them all: torchrun --nproc-per-node N, and on each machine of a "
+        f"multi-node job), with the same MASTER_ADDR and MASTER_PORT; {RENDEZVOUS_TIMEOUT_VARIABLE} sets how long a rank "
+        f"waits ({timeout:g} s now)"
+    )
+
+
+def rendezvous(rank: int, world_size: int, timeout: float) -> dist.Store:
+    """
+    The store of torchrun's environment (``MASTER_ADDR``, ``MASTER_PORT``), as torch's ``env://`` rendezvous makes it
+    (hosted by rank 0, or by torchrun's agent when it hosts one), then a roll call: each rank writes that it joined
+    and waits at most ``timeout`` seconds for the others. A rank alone does not wait in silence (torch's rendezvous
+    waits 30 minutes, then says how many ranks came but not which): it raises :class:`RendezvousTimeoutError`, which
+    names the ranks missing and the rendezvous address.
+
+    :param rank: this process's rank (``RANK``)
+    :param world_size: the number of ranks (``WORLD_SIZE``)
+    :param timeout: seconds
+    :return: the store, for ``torch.distributed.init_process_group(store=...)``
+    """
+    host, port = os.environ[_MASTER_ADDR], int(os.environ[_MASTER_PORT])
+    address = f"{host}:{port}"
+    wait = timedelta(seconds=timeout)
+    try:
+        if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True):
+            # torchrun's agent hosts the store (torch.distributed.rendezvous._create_c10d_store does the same)
+            attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+            store: dist.Store = dist.PrefixStore(
+                f"/worker/attempt_{attempt}", dist.TCPStore(host, port, world_size, False, timeout=wait)
+            )
+        else:
+            store = dist.TCPStore(host, port, world_size, rank == 0, timeout=wait, wait_for_workers=False, multi_tenant=True)
+    except (RuntimeError, OSError) as error:
+        if rank == 0:
+            raise
+        raise RendezvousTimeoutError(
+            f"rank {rank} of {world_size}: no rendezvous at {address} within {timeout:g} s (rank 0 hosts it, and has "
+            f"not started, or the address is not this job's): missing rank 0 at least. {_rendezvous_advice(timeout)}. "
+            f"({type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''})"
+        ) from None
+    keys = [_JOINED_KEY.format(rank=other) for other in range(world_size)]
+    store.set(keys[rank], "1")
+    try:
+        store.wait(keys, wait)
+    except (RuntimeError, OSError):
+        try:
+            missing = [other for other in range(world_size) if not store.check([keys[other]])]
+        except (RuntimeError, OSError):
+            missing = []
+        names = ", ".join(str(other) for other in missing) if missing else "unknown (the rendezvous host went away)"
+        raise RendezvousTimeoutError(
+            f"rank {rank} of {world_size}: rank(s) {names} did not join the rendezvous at {address} within {timeout:g} "
+            f"s. {_rendezvous_advice(timeout)}."
+        ) from None
+    # the store serves the process group from now on, with torch's own timeout for its collectives' setup
+    store.set_timeout(dist.default_pg_timeout)
+    return store
 
 
 def _destroy_process_group() -> None:

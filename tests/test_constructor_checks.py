@@ -1,7 +1,7 @@
 """
 Checks of what the constructors, ``learn`` and ``predict`` pass on to SB3 unchecked (``sb3_ewma.common.checks``): each
 mistake gets a ``ValueError`` naming the argument, the value and what is allowed, where SB3 fails later with an
-unrelated message. The functions are pure; the constructors call :func:`check_constructor_arguments` on their bound
+unrelated message. The functions are pure; the constructors call :func:`check_constructor_arguments` on their
 arguments, ``learn`` :func:`check_callback` and ``MaskablePPO_EWMA.predict`` :func:`check_action_masks`.
 
 Each test names the upstream (SB3, sb3-contrib) behavior it covers.
@@ -22,10 +22,8 @@ import sb3_ewma.common.checks as checks
 from sb3_ewma import PPG, PPG_EWMA, PPO_EWMA, MaskablePPO_EWMA, RecurrentPPO_EWMA
 from sb3_ewma.common.checks import (
     HyperparameterError,
-    arguments_for,
     check_action_masks,
     check_callback,
-    check_constructor_arguments,
     check_env_argument,
     check_observation_space,
     check_policy_argument,
@@ -34,7 +32,6 @@ from sb3_ewma.common.checks import (
     count_observations,
     warn_cuda_unavailable,
 )
-from sb3_ewma.common.decoupled.arguments import constructor_arguments
 
 
 def test_policy_none() -> None:
@@ -195,23 +192,18 @@ def test_cuda_by_name_without_a_gpu_warns_once(monkeypatch: pytest.MonkeyPatch) 
 
 @pytest.mark.parametrize("algorithm", [PPO_EWMA, PPG_EWMA, PPG, RecurrentPPO_EWMA, MaskablePPO_EWMA])
 def test_every_constructors_arguments_fit_the_check(algorithm: type) -> None:
-    """How the constructors call it: on their bound arguments, before anything is built."""
+    """Every constructor checks its arguments before anything is built."""
     policy = "MlpLstmPolicy" if algorithm is RecurrentPPO_EWMA else "MlpPolicy"
-    bound = constructor_arguments(algorithm, {"policy": policy, "env": "CartPole-v1"}, {})
-    check_constructor_arguments(**arguments_for(check_constructor_arguments, bound))
+    assert algorithm(policy, "CartPole-v1", _init_setup_model=False).env is not None
     # as load() builds a model: the saved policy class, no environment yet
-    bound = constructor_arguments(algorithm, {"policy": ActorCriticPolicy, "env": None}, {"_init_setup_model": False})
-    check_constructor_arguments(**arguments_for(check_constructor_arguments, bound))
+    assert algorithm(algorithm.policy_aliases[policy], None, _init_setup_model=False).env is None
     for mistake, message in [
         ({"verbose": "yes"}, "verbose must be"),
         ({"policy_kwargs": dict(net_arch="big")}, "policy_kwargs net_arch must be"),
     ]:
-        bound = constructor_arguments(algorithm, {"policy": policy, "env": "CartPole-v1"}, mistake)
         with pytest.raises(ValueError, match=message):
-            check_constructor_arguments(**arguments_for(check_constructor_arguments, bound))
-    bound = constructor_arguments(algorithm, {"policy": None, "env": TextObservationEnv()}, {})
+            algorithm(policy, "CartPole-v1", **mistake)
     with pytest.raises(ValueError, match="policy must be"):
-        check_constructor_arguments(**arguments_for(check_constructor_arguments, bound))
-    bound = constructor_arguments(algorithm, {"policy": policy, "env": TextObservationEnv()}, {})
+        algorithm(None, TextObservationEnv())
     with pytest.raises(ValueError, match=r"\(Text\) is one no policy takes"):
-        check_constructor_arguments(**arguments_for(check_constructor_arguments, bound))
+        algorithm(policy, TextObservationEnv())

@@ -396,7 +396,7 @@ def check_constructor_arguments(
     (:func:`check_policy_argument`), ``env`` (:func:`check_env_argument`; and its observation space when it is an
     environment, :func:`check_observation_space`), ``verbose`` (:func:`check_verbose`), ``policy_kwargs``
     (:func:`check_policy_kwargs`), and a warning for ``device="cuda"`` without a GPU (:func:`warn_cuda_unavailable`).
-    Called with :func:`arguments_for` on a constructor's bound arguments.
+    Every constructor calls it first.
     """
     check_policy_argument(policy)
     check_env_argument(env, init_setup_model=_init_setup_model)

@@ -13,7 +13,13 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.vec_env import VecEnv
 
-from sb3_ewma.common.checks import check_on_policy_hyperparams, warn_at_caller
+from sb3_ewma.common.checks import (
+    check_action_masks,
+    check_constructor_arguments,
+    check_on_policy_hyperparams,
+    count_observations,
+    warn_at_caller,
+)
 from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
 from sb3_ewma.common.decoupled.options import check_decoupled_options
 from sb3_ewma.common.distributed import rank_local_settings
@@ -200,6 +206,14 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
             batch_size=batch_size,
             n_steps=n_steps,
         )
+        check_constructor_arguments(
+            policy=policy,
+            env=env,
+            verbose=verbose,
+            policy_kwargs=policy_kwargs,
+            device=device,
+            _init_setup_model=_init_setup_model,
+        )
         check_policy_keywords(MaskablePPO_EWMA, policy, policy_kwargs)
         # ranks other than 0 print nothing; each rank on its own GPU
         verbose, device = rank_local_settings(distributed, verbose, device)
@@ -343,5 +357,6 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
         action_masks: np.ndarray | None = None,
     ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
         """``MaskablePPO.predict``, with the parameters of an iteration boundary under ``async_rollouts``."""
+        check_action_masks(action_masks, self.action_space, count_observations(observation, self.observation_space))
         with self._training_lock:
             return MaskablePPO.predict(self, observation, state, episode_start, deterministic, action_masks)

@@ -17,7 +17,7 @@ from stable_baselines3.common.utils import FloatSchedule, update_learning_rate
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
 
-from sb3_ewma.common.checks import check_on_policy_hyperparams
+from sb3_ewma.common.checks import check_constructor_arguments, check_on_policy_hyperparams
 from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective, mean_of
 from sb3_ewma.common.decoupled.options import check_decoupled_options
@@ -278,6 +278,14 @@ class PPG(DecoupledAlgorithm):
             minibatch_sampling=minibatch_sampling,
             aux_minibatch_sampling=aux_minibatch_sampling,
             policy_kwargs=policy_kwargs,
+        )
+        check_constructor_arguments(
+            policy=policy,
+            env=env,
+            verbose=verbose,
+            policy_kwargs=policy_kwargs,
+            device=device,
+            _init_setup_model=_init_setup_model,
         )
         check_policy_keywords(type(self), policy, policy_kwargs)
         # ranks other than 0 print nothing; each rank on its own GPU

@@ -7,7 +7,7 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
-from sb3_ewma.common.checks import check_on_policy_hyperparams
+from sb3_ewma.common.checks import check_constructor_arguments, check_on_policy_hyperparams
 from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
 from sb3_ewma.common.decoupled.options import check_decoupled_options
 from sb3_ewma.common.distributed import rank_local_settings
@@ -196,6 +196,14 @@ class PPO_EWMA(DecoupledAlgorithm, PPO):  # type: ignore[misc]
             async_rollouts=async_rollouts,
             batch_size=batch_size,
             n_steps=n_steps,
+        )
+        check_constructor_arguments(
+            policy=policy,
+            env=env,
+            verbose=verbose,
+            policy_kwargs=policy_kwargs,
+            device=device,
+            _init_setup_model=_init_setup_model,
         )
         check_policy_keywords(PPO_EWMA, policy, policy_kwargs)
         # ranks other than 0 print nothing; each rank on its own GPU

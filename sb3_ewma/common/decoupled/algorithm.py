@@ -27,7 +27,7 @@ from stable_baselines3.common.utils import explained_variance
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
 
-from sb3_ewma.common.checks import check_learn_arguments
+from sb3_ewma.common.checks import check_callback, check_learn_arguments, check_observation_space
 from sb3_ewma.common.collection.overlap import learn_with_overlapped_rollouts, rollout_settings
 from sb3_ewma.common.collection.rollout import RolloutView, new_rollout_buffer
 from sb3_ewma.common.decoupled.advantages import AdvantageNormalizer
@@ -145,6 +145,9 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         Store the (checked) options as attributes, after the parent's constructor (a collector process checks the
         env), and join the process group of data-parallel training when ``distributed`` asks for it.
         """
+        # an environment made from an id by the parent's constructor (one given as an object was checked before);
+        # none when `load` builds the model
+        check_observation_space(getattr(self, "observation_space", None))
         self.ewma_decay = ewma_decay
         self.kl_coef = kl_coef
         self.kl_estimator = kl_estimator
@@ -308,6 +311,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         :param tb_log_name: the name of the run for TensorBoard logging (default: the algorithm's name)
         """
         check_learn_arguments(total_timesteps, log_interval)
+        check_callback(callback)
         self._check_can_learn()
         if tb_log_name is None:  # the package's class, also for a user's subclass of it
             tb_log_name = next(klass.__name__ for klass in type(self).__mro__ if klass.__module__.startswith("sb3_ewma."))

@@ -7,12 +7,18 @@ what the method adds to PPO: one no-grad forward pass of the proximal policy per
     floor = 1 + (proximal passes of one train()) / (PPO's train())
     gap = PPO_EWMA / PPO - floor
 
+Each call is timed in CPU time (user + system, from ``getrusage``; one torch thread, so the work of the process) and
+in wall-clock time: on a machine shared with other jobs the CPU time is the steadier of the two. The minor page faults
+of each call are counted too: with glibc's default thresholds (``--malloc default``) freed activations go back to the
+system and fault in again (see :mod:`sb3_ewma.common.allocator`).
+
 Observations are 64x64x3 uint8 frames of SB3's ``FakeImageEnv`` (6 discrete actions); networks: ``nature`` is SB3's
 ``CnnPolicy`` (NatureCNN), ``impala`` the IMPALA CNN of :mod:`sb3_ewma.common.torch_layers`. No environment steps
 are timed.
 
-    python -m benchmarks.timing.train_cost --repeats 9                 # NatureCNN, 8 envs x 128 steps, minibatch 256
-    python -m benchmarks.timing.train_cost --network impala --repeats 7
+    python -m benchmarks.timing.train_cost --repeats 9                   # NatureCNN, 8 envs x 128 steps, minibatch 256
+    python -m benchmarks.timing.train_cost --repeats 9 --malloc default  # glibc's allocator as it comes
+    python -m benchmarks.timing.train_cost --network impala --repeats 5
 """
 
 import argparse
@@ -155,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     command = " ".join(["python -m benchmarks.timing.train_cost", *(sys.argv[1:] if argv is None else argv)])
     load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
     text = f"# PPO_EWMA's train() against its floor\n\n{(__doc__ or '').strip()}\n\n- command: `{command}`\n"
-    text += f"- machine: {_cpu_model()}, {os.cpu_count()} cores, one torch thread; load average before the report {load}\n"
+    text += f"- machine: {_cpu_model()}, {os.cpu_count()} cores, one torch thread; load average when written {load}\n"
     text += f"- written {time.strftime('%Y-%m-%d %H:%M')}; medians of {args.repeats} alternations; network {args.network}, "
     text += f"{args.n_envs} envs x {args.n_steps} steps, minibatch {args.batch_size}, {args.n_epochs} epochs; "
     text += f"malloc {args.malloc}\n\n"

@@ -325,6 +325,20 @@ def test_forward_cost_runs_the_lean_proximal_pass(network, capsys):
     assert f"network={network}" in capsys.readouterr().out
 
 
+def test_train_cost_reports_the_ratio_to_ppo_and_the_floor(tmp_path, capsys):
+    from benchmarks.timing import train_cost
+
+    argv = ["--n-envs", "2", "--n-steps", "16", "--batch-size", "16", "--n-epochs", "1", "--repeats", "1"]
+    results = train_cost.main([*argv, "--malloc", "default", "--label", "smoke", "--out", str(tmp_path)])
+    for ratios in (results, results["wall"]):
+        assert all(math.isfinite(ratios[key]) for key in ("ratio", "floor", "gap"))
+        assert ratios["floor"] > 1 and ratios["gap"] == pytest.approx(ratios["ratio"] - ratios["floor"])
+    assert set(results["seconds"]) == set(train_cost.VARIANTS) and len(results["ratios"]) == 1
+    text = (tmp_path / train_cost.NAME / "nature-default-smoke" / "results.md").read_text()
+    assert "python -m benchmarks.timing.train_cost" in text and "| floor | gap |" in text
+    assert "| floor | gap |" in capsys.readouterr().out
+
+
 def test_proximal_precision_measures_bf16_against_float32(tmp_path):
     from benchmarks.timing import proximal_precision
 

@@ -15,10 +15,10 @@ script, call ``torch.set_num_threads(1)`` before training an MLP policy when sev
 import contextlib
 import os
 from collections.abc import Iterator
-from typing import Any
 
 import torch as th
 from gymnasium import spaces
+from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.preprocessing import is_image_space
 
 # the environment variables that set torch's thread count when it starts
@@ -39,7 +39,7 @@ def reads_images(observation_space: spaces.Space) -> bool:
     return is_image_space(observation_space, check_channels=False)
 
 
-def auto_num_threads(model: Any) -> int | None:
+def auto_num_threads(model: BaseAlgorithm) -> int | None:
     """
     The thread count of the ``AUTO`` rule for a built model: 1, or None (torch's default) when the model reads images
     on the CPU.
@@ -48,7 +48,7 @@ def auto_num_threads(model: Any) -> int | None:
     return None if on_cpu and reads_images(model.observation_space) else 1
 
 
-def apply_num_threads(num_threads: int, model: Any) -> int | None:
+def apply_num_threads(num_threads: int, model: BaseAlgorithm) -> int | None:
     """
     Apply an entry point's ``--num-threads`` to a built model, before training: a count ``N > 0`` is set (rl-zoo3 has
     done so already), ``TORCH_DEFAULT`` leaves torch alone, ``AUTO`` sets :func:`auto_num_threads` unless

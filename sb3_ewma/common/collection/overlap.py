@@ -22,13 +22,12 @@ Which thread does what:
 made from ``on_step`` (``CheckpointCallback``, ``EvalCallback``) sees the parameters of an iteration boundary.
 """
 
-from typing import Any
-
 import numpy as np
 from stable_baselines3.common.type_aliases import MaybeCallback
 from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_ewma.common.collection.process import ProcessRolloutCollector, check_forkable_env, check_process_collector
+from sb3_ewma.common.collection.rollout import CollectingAlgorithm
 from sb3_ewma.common.collection.thread import RolloutCollector
 
 ASYNC_ROLLOUTS = (False, True, "thread", "process")
@@ -64,7 +63,7 @@ def rollout_settings(async_rollouts: bool | str, env: VecEnv | None) -> tuple[bo
 
 
 def learn_with_overlapped_rollouts(
-    algorithm: Any,
+    algorithm: CollectingAlgorithm,
     total_timesteps: int,
     callback: MaybeCallback,
     log_interval: int,
@@ -116,7 +115,9 @@ def learn_with_overlapped_rollouts(
     learn_callback.on_training_end()
 
 
-def _on_hand_off(algorithm: Any, collector: RolloutCollector, iteration: int, total_timesteps: int, log_interval: int) -> None:
+def _on_hand_off(
+    algorithm: CollectingAlgorithm, collector: RolloutCollector, iteration: int, total_timesteps: int, log_interval: int
+) -> None:
     """
     The one point of an iteration where no rollout is being collected: progress, logs (``dump_logs``), and the
     collection times of the rollout about to be trained on. Per-iteration synchronization belongs here.

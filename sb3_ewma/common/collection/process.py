@@ -44,7 +44,7 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize, unwrap_vec_normalize
 
-from sb3_ewma.common.collection.rollout import tensors_to
+from sb3_ewma.common.collection.rollout import CollectingAlgorithm, tensors_to
 from sb3_ewma.common.collection.thread import RolloutCollector
 
 POLL_INTERVAL_S = 1.0
@@ -220,7 +220,7 @@ class ProcessRolloutCollector(RolloutCollector):
     in this process with the real callbacks; the child is forked at the first :meth:`start` and ends in :meth:`close`.
     """
 
-    def __init__(self, algorithm: Any, callback: BaseCallback) -> None:
+    def __init__(self, algorithm: CollectingAlgorithm, callback: BaseCallback) -> None:
         check_process_collector()
         check_forkable_env(algorithm.env)
         super().__init__(algorithm, callback, acting_device=COLLECTOR_DEVICE)

@@ -10,11 +10,19 @@ where ``num_timesteps`` is global). With ``self.policy`` acting on one process, 
 model its parent trains, by construction.
 """
 
-from typing import Any
+import threading
+from collections import deque
+from typing import Any, Protocol
 
+import numpy as np
 import torch as th
 from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import MaybeCallback
+from stable_baselines3.common.vec_env import VecEnv
 
 
 def tensors_to(value: Any, device: th.device) -> Any:
@@ -31,6 +39,73 @@ def tensors_to(value: Any, device: th.device) -> Any:
     if isinstance(value, dict):
         return {key: tensors_to(item, device) for key, item in value.items()}
     return value
+
+
+class CollectingAlgorithm(Protocol):
+    """
+    What the rollout collectors (:mod:`~sb3_ewma.common.collection.thread`,
+    :mod:`~sb3_ewma.common.collection.process`) and the overlapped learn loop
+    (:mod:`~sb3_ewma.common.collection.overlap`) use of the algorithm they collect for: SB3's ``OnPolicyAlgorithm``
+    state and learn steps, and what :class:`~sb3_ewma.common.decoupled.algorithm.DecoupledAlgorithm` adds (its rollout
+    loop with an explicit acting policy, its once-per-iteration synchronization, its rollout buffers and policy copies).
+    """
+
+    num_timesteps: int
+    rollout_buffer: RolloutBuffer
+    _last_obs: Any
+
+    @property
+    def policy(self) -> BasePolicy: ...
+
+    @property
+    def env(self) -> VecEnv | None: ...
+
+    @property
+    def n_steps(self) -> int: ...
+
+    @property
+    def device(self) -> th.device: ...
+
+    @property
+    def logger(self) -> Logger: ...
+
+    @property
+    def ep_info_buffer(self) -> deque[Any] | None: ...
+
+    @property
+    def rollout_collector(self) -> str: ...
+
+    @property
+    def _collection_state_names(self) -> tuple[str, ...]: ...
+
+    @property
+    def _training_lock(self) -> threading.RLock: ...
+
+    @property
+    def _timesteps_per_env_step(self) -> int: ...
+
+    def _setup_learn(
+        self, total_timesteps: int, callback: MaybeCallback, reset_num_timesteps: bool, tb_log_name: str, progress_bar: bool
+    ) -> tuple[int, BaseCallback]: ...
+
+    # callback: a BaseCallback, or a collector process's recorder of the steps (which has its on_step methods)
+    def _collect_rollout_with(
+        self, policy: Any, env: VecEnv, callback: Any, rollout_buffer: RolloutBuffer, n_rollout_steps: int
+    ) -> bool: ...
+
+    def _synchronize_iteration(self, continue_training: bool) -> bool: ...
+
+    def _make_rollout_buffer(self) -> RolloutBuffer: ...
+
+    def _build_policy(self) -> BasePolicy: ...
+
+    def _update_info_buffer(self, infos: list[dict[str, Any]], dones: np.ndarray | None = None) -> None: ...
+
+    def _update_current_progress_remaining(self, num_timesteps: int, total_timesteps: int) -> None: ...
+
+    def dump_logs(self, iteration: int = 0) -> None: ...
+
+    def train(self) -> None: ...
 
 
 class RolloutView:

@@ -11,8 +11,10 @@ from typing import Any
 import torch as th
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.vec_env import VecEnv
+
+from sb3_ewma.common.collection.rollout import CollectingAlgorithm
 
 COLLECTOR_STOP_TIMEOUT_S = 60.0
 """How long the main thread waits, after an exception, for the collector to stop at its next environment step."""
@@ -76,16 +78,18 @@ class RolloutCollector:
         there from the algorithm's device at each snapshot
     """
 
-    def __init__(self, algorithm: Any, callback: BaseCallback, acting_device: th.device | str | None = None) -> None:
+    def __init__(
+        self, algorithm: CollectingAlgorithm, callback: BaseCallback, acting_device: th.device | str | None = None
+    ) -> None:
         self.algorithm = algorithm
         self.callback = callback
         self.stop_requested = threading.Event()
         self.collector_callback = _CollectorCallback(callback, self.stop_requested)
         self.acting_device = th.device(algorithm.device if acting_device is None else acting_device)
         with th.random.fork_rng(devices=[]):  # its random initialization, overwritten, must not advance the RNG
-            self.behavior_policy: ActorCriticPolicy = algorithm._build_policy().to(self.acting_device)
+            self.behavior_policy: BasePolicy = algorithm._build_policy().to(self.acting_device)
         if hasattr(self.behavior_policy, "optimizer"):
-            self.behavior_policy.optimizer = None  # never optimized
+            self.behavior_policy.optimizer = None  # type: ignore[assignment]  # never optimized: no reference kept
         self.behavior_policy.set_training_mode(False)
         self._behavior_tensors = parameter_tensors(self.behavior_policy)
         self._policy_tensors = parameter_tensors(algorithm.policy)
@@ -103,7 +107,7 @@ class RolloutCollector:
         """Copy the policy's current parameters into the behavior policy (across devices when they differ)."""
         copy_tensors(self._behavior_tensors, self._policy_tensors)
 
-    def _collect(self, env: VecEnv, rollout_buffer: RolloutBuffer, policy: ActorCriticPolicy | None = None) -> None:
+    def _collect(self, env: VecEnv, rollout_buffer: RolloutBuffer, policy: BasePolicy | None = None) -> None:
         """Collect one rollout acted by ``policy`` (default: the behavior policy), keeping its result or exception."""
         start = time.perf_counter()
         try:

@@ -443,7 +443,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     def set_parameters(
         self, load_path_or_dict: str | dict[str, th.Tensor], exact_match: bool = True, device: th.device | str = "auto"
     ) -> None:
-        params = parameters_with_proximal_state(self, load_path_or_dict, exact_match, device)
+        params = parameters_with_proximal_state(self, self.proximal_ewma, load_path_or_dict, exact_match, device)
         super().set_parameters(params, exact_match=exact_match, device=device)
         # whatever each rank loaded, they continue from rank 0's (nothing to do on one process)
         self.data_parallel.broadcast_state(self)

@@ -8,6 +8,7 @@ from contextvars import ContextVar
 from typing import Any, cast
 
 import torch as th
+from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.distributions import CategoricalDistribution, DiagGaussianDistribution, Distribution
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.save_util import load_from_zip_file
@@ -228,7 +229,7 @@ def check_loadable(algorithm: type, path: Any) -> dict[str, Any] | None:
 
 
 @contextmanager
-def proximal_state_in_data(algorithm: Any, proximal: "ProximalPolicy | None") -> Iterator[None]:
+def proximal_state_in_data(algorithm: BaseAlgorithm, proximal: "ProximalPolicy | None") -> Iterator[None]:
     """
     While SB3's ``save`` runs: the proximal policy's state goes into the file's ``data`` (``proximal_policy_state``)
     rather than among the modules' parameters, where SB3's parent ``load`` (``stable_baselines3.PPO.load``) would
@@ -254,7 +255,11 @@ def torch_save_names(state_dicts: list[str], proximal: "ProximalPolicy | None") 
 
 
 def parameters_with_proximal_state(
-    algorithm: Any, load_path_or_dict: Any, exact_match: bool, device: th.device | str
+    algorithm: BaseAlgorithm,
+    ewma: ParameterEWMA | None,
+    load_path_or_dict: str | dict[str, Any],
+    exact_match: bool,
+    device: th.device | str,
 ) -> dict[str, Any]:
     """
     The parameters for SB3's ``set_parameters``, with the proximal policy's state: from the file's ``data`` (set as
@@ -263,6 +268,9 @@ def parameters_with_proximal_state(
     Parameters without the proximal policy follow SB3's contract: ``exact_match=True`` raises a ``ValueError`` like
     for any other missing module, and ``exact_match=False`` restarts the EWMA from the given policy (with a warning).
     ``load`` of a file saved by another algorithm (SB3's PPO) restarts the EWMA with a warning instead of failing.
+
+    :param algorithm: the model whose parameters are set (``load`` left the file's proximal state on it)
+    :param ewma: its proximal network, or None (no proximal network to fill)
     """
     saved_state = getattr(algorithm, PROXIMAL_STATE_KEY, None)
     if saved_state is not None:  # set from the file's data by `load`: used once, here
@@ -275,7 +283,6 @@ def parameters_with_proximal_state(
     if "proximal_ewma" not in params and saved_state is not None:
         # the saved proximal policy goes with the modules' parameters, as in files of version 0.1.0
         params = {**params, "proximal_ewma": saved_state}
-    ewma = algorithm.proximal_ewma
     if ewma is not None and "proximal_ewma" not in params and "policy" in params:
         if exact_match and not is_loading_from_file():
             raise ValueError(

@@ -85,3 +85,15 @@ def test_ppg_trains_both_phases_under_autocast(device):
     model.learn(2 * 2 * 16)
     assert model.n_aux_phases == 1 and model.logger.name_to_value["aux/n_updates"] > 0
     assert all(th.isfinite(param).all() for param in model.policy.parameters())
+
+
+def test_set_training_precision_applies_to_a_built_model(device):
+    model = PPO_EWMA("CnnPolicy", image_env(), device=device, ewma_decay=0.5, **SMALL)
+    assert model.training_precision is FLOAT32
+    optimized = list(model.policy.optimizer.param_groups[0]["params"])
+    model.set_training_precision(TrainingPrecision(channels_last=True))
+    assert model.training_precision.channels_last
+    for module in (model.policy, model.proximal.network):
+        assert conv_weights(module) and all(w.is_contiguous(memory_format=th.channels_last) for w in conv_weights(module))
+    # the same Parameters: the optimizer keeps stepping them
+    assert all(a is b for a, b in zip(optimized, model.policy.parameters()))

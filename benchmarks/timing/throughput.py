@@ -238,7 +238,7 @@ def measure(name: str, repeat: int, config: dict[str, Any]) -> dict[str, Any]:
     model = algorithm_class(base_algorithm(name)[0])(policy, env, **settings_for(name, config))
     precision = training_precision_for(name)
     if precision is not None:
-        precision.apply_to(model)
+        model.set_training_precision(precision)
     model.learn(config["n_envs"] * config["n_steps"])
     timer = TrainTimer(model)
     steps = config["n_envs"] * config["n_steps"] * config["iterations"]

@@ -57,7 +57,7 @@ def build(algo: str, variant: str, preset: str, device: str) -> Any:
         settings.update(n_policy_iterations=1, n_aux_epochs=2)
     algorithm = PPG_EWMA if algo == "ppg_ewma" else PPO_EWMA
     model = algorithm(policy, env, policy_kwargs=policy_kwargs, **settings)
-    precision_of(variant).apply_to(model)
+    model.set_training_precision(precision_of(variant))
     model.learn(shape["n_envs"] * shape["n_steps"])
     return model
 

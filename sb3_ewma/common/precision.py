@@ -36,11 +36,6 @@ class TrainingPrecision:
             return contextlib.nullcontext()
         return th.autocast(device_type=th.device(device).type, dtype=self.autocast_dtype)
 
-    def apply_to(self, model: Any) -> None:
-        """Make this the format of a built ``model`` (a ``DecoupledAlgorithm``): its policy and proximal network."""
-        model.training_precision = self
-        self.prepare(model.policy, model.proximal.network)
-
     def prepare(self, *modules: nn.Module | None) -> None:
         """Put the modules' weights in the memory format (in place: the optimizer keeps its parameters)."""
         if not self.channels_last:

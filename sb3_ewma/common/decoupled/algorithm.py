@@ -183,6 +183,11 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         self.data_parallel.setup(self)
         self.advantage_normalizer.reducer = self.data_parallel.advantage_reducer
 
+    def set_training_precision(self, training_precision: TrainingPrecision) -> None:
+        """The numeric format of ``train()`` from now on: its forward passes' autocast, its weights' memory format."""
+        self.training_precision = training_precision
+        training_precision.prepare(self.policy, self.proximal.network)
+
     def _new_proximal_policy(self) -> ProximalPolicy:
         """
         The proximal policy of this model: the EWMA (``ewma_decay`` resolved), or without it a snapshot of the policy

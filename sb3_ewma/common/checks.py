@@ -4,13 +4,12 @@ each bad value raises a ``ValueError`` that names the parameter, the value and w
 built or stepped. Settings that are legal but almost surely a mistake give a ``UserWarning`` at the caller's line.
 """
 
-import inspect
 import math
 import numbers
 import os
 import sys
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from types import FrameType
 from typing import Any, TypeGuard
 
@@ -160,11 +159,6 @@ def check_learn_arguments(total_timesteps: Any, log_interval: Any) -> None:
         raise HyperparameterError(f"total_timesteps must be a whole number >= 0, got {total_timesteps!r}")
     if log_interval is not None:
         check_integer("log_interval", log_interval, 1)
-
-
-def arguments_for(function: Callable[..., Any], arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """The entries of ``arguments`` (a constructor's arguments by name) that ``function`` takes by name."""
-    return {name: arguments[name] for name in inspect.signature(function).parameters if name in arguments}
 
 
 # The constructors' arguments that SB3 passes on unchecked (wired by the algorithms' constructors: see

@@ -156,6 +156,7 @@ def saved_zip_problem(path: Any) -> str | None:
             parameters = archive.read(POLICY_PARAMETERS)
     except zipfile.BadZipFile as error:
         return f"it is not a zip archive ({error}): the file is truncated, or not a saved model"
+    # NotImplementedError: a compression method that zipfile cannot read
     except (OSError, EOFError, zipfile.LargeZipFile, NotImplementedError) as error:
         return f"it cannot be read as a zip archive ({type(error).__name__}: {error})"
     try:

@@ -145,9 +145,6 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         Store the (checked) options as attributes, after the parent's constructor (a collector process checks the
         env), and join the process group of data-parallel training when ``distributed`` asks for it.
         """
-        # an environment made from an id by the parent's constructor (one given as an object was checked before);
-        # none when `load` builds the model
-        check_observation_space(getattr(self, "observation_space", None))
         self.ewma_decay = ewma_decay
         self.kl_coef = kl_coef
         self.kl_estimator = kl_estimator
@@ -165,6 +162,9 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         self.data_parallel = DataParallelTraining(self.device) if wants_data_parallel(distributed) else SingleProcessTraining()
 
     def _setup_model(self) -> None:
+        # the space the policy is built for: a Text space, say, fails there with an unrelated error (an environment
+        # given as an object was checked by the constructor already; this covers one made from an id, and `load`)
+        check_observation_space(self.observation_space)
         if self.clip_range is None:  # "no clipping" in the files of versions before 0.3.0
             self.clip_range = math.inf
         super()._setup_model()

@@ -16,7 +16,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 from sb3_ewma import PPO_EWMA
-from sb3_ewma.ablations import with_staleness
+from sb3_ewma.ablations import StalePPO_EWMA
 from sb3_ewma.common.collection.process import CollectorError, check_process_collector
 from sb3_ewma.ppg_ewma import PPG, PPG_EWMA
 
@@ -143,9 +143,9 @@ def test_staleness_and_bad_values_are_rejected_before_the_environment_is_used(mo
     with pytest.raises(ValueError, match=r"async_rollouts must be False, True .*'thread' or 'process'"):
         PPO_EWMA("MlpPolicy", env, async_rollouts="yes")
     with pytest.raises(ValueError, match=r"async_rollouts='thread' trains on data one iteration stale already"):
-        with_staleness(PPO_EWMA("MlpPolicy", env, async_rollouts=True), 1)
+        StalePPO_EWMA("MlpPolicy", env, async_rollouts=True).set_staleness(1)
     with pytest.raises(ValueError, match=r"async_rollouts='process' .* needs a model with async_rollouts=False"):
-        with_staleness(PPO_EWMA("MlpPolicy", env, async_rollouts="process"), 2)
+        StalePPO_EWMA("MlpPolicy", env, async_rollouts="process").set_staleness(2)
     with pytest.raises(ValueError, match="async_rollouts must be False, True"):
         PPG_EWMA("MlpPolicy", env, async_rollouts=1)
     # a platform without fork has no collector process

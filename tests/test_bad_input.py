@@ -328,7 +328,7 @@ def test_an_unknown_policy_name_gets_the_algorithms_names(name: str, policy: str
             "PPG_EWMA",
             {"staleness": 2},
             r"PPG_EWMA has no argument staleness=2: artificial staleness is an ablation: "
-            r"sb3_ewma.ablations.with_staleness\(model, staleness, mode\)",
+            r"sb3_ewma.ablations.StalePPO_EWMA\(...\).set_staleness\(staleness, mode\)",
         ),
         ("PPO_EWMA", {"staleness_mode": "behavior"}, r"PPO_EWMA has no argument staleness_mode='behavior': artificial"),
         ("PPO_EWMA", {"n_aux_epochs": 2}, r"PPO_EWMA has no argument n_aux_epochs=2: it is an argument of PPG_EWMA and PPG"),

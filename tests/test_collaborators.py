@@ -202,7 +202,7 @@ def test_the_tensorboard_run_is_named_after_the_packages_class(monkeypatch):
 
 
 def test_ranks_must_agree_on_staleness_when_learn_starts():
-    from sb3_ewma.ablations import with_staleness
+    from sb3_ewma.ablations import StalePPO_EWMA
     from sb3_ewma.common.distributed import DataParallelTraining
 
     checked = []
@@ -215,8 +215,8 @@ def test_ranks_must_agree_on_staleness_when_learn_starts():
 
     data_parallel = object.__new__(DataParallelTraining)
     data_parallel.context = Context()
-    model = with_staleness(PPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL), 2, "behavior")
+    model = StalePPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL).set_staleness(2, "behavior")
     model.data_parallel = data_parallel
     model._setup_learn(64)
-    assert checked[0]["staleness"] == 2 and checked[0]["staleness_mode"] == "behavior"
-    assert checked[0]["total_timesteps (learn)"] == 64
+    assert checked[0] == {"staleness": 2, "staleness_mode": "behavior"}  # StalePPO_EWMA's, then the budget
+    assert checked[1]["total_timesteps (learn)"] == 64

@@ -26,7 +26,7 @@ from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 from sb3_ewma import MaskablePPO_EWMA, RecurrentPPO_EWMA, scale_hyperparams, zoo
-from sb3_ewma.ablations import with_staleness
+from sb3_ewma.ablations import StaleMaskablePPO_EWMA, StaleRecurrentPPO_EWMA
 
 SMALL = dict(n_steps=32, batch_size=16, n_epochs=2, seed=0, device="cpu")
 SMALL_LSTM = dict(lstm_hidden_size=8, net_arch=[16])
@@ -160,13 +160,13 @@ def test_maskable_proximal_policy_is_the_masked_ewma_distribution():
 @pytest.mark.parametrize("algorithm", ["recurrent", "maskable"])
 def test_exact_kl_penalty_staleness_and_diagnostics(algorithm, tmp_path):
     if algorithm == "recurrent":
-        model = RecurrentPPO_EWMA(
+        model: StaleRecurrentPPO_EWMA | StaleMaskablePPO_EWMA = StaleRecurrentPPO_EWMA(
             "MlpLstmPolicy", "CartPole-v1", kl_coef=1.0, kl_estimator="exact", policy_kwargs=SMALL_LSTM, **SMALL
         )
     else:
         env = DummyVecEnv([lambda: InvalidActionEnvMultiDiscrete(dims=[3, 4], n_invalid_actions=3)])
-        model = MaskablePPO_EWMA("MlpPolicy", env, kl_coef=1.0, kl_estimator="exact", **SMALL)
-    with_staleness(model, 1)
+        model = StaleMaskablePPO_EWMA("MlpPolicy", env, kl_coef=1.0, kl_estimator="exact", **SMALL)
+    model.set_staleness(1)
     model.set_logger(configure(str(tmp_path), ["csv"]))
     model.learn(96)
     assert model._n_updates == 2 * 2  # the first iteration only buffers

@@ -23,7 +23,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import Logger, configure
 
 from sb3_ewma import PPG_EWMA, PPO_EWMA, MaskablePPO_EWMA, RecurrentPPO_EWMA
-from sb3_ewma.ablations import with_staleness
+from sb3_ewma.ablations import StaleMaskablePPO_EWMA, StaleRecurrentPPO_EWMA
 
 ALGORITHMS = (PPO_EWMA, PPG_EWMA, RecurrentPPO_EWMA, MaskablePPO_EWMA)
 FEATURES = (
@@ -59,10 +59,10 @@ def masked_cartpole() -> gym.Env:
 def make_model(algorithm: type, n_envs: int = N_ENVS, env_id: Any = None, **kwargs: Any) -> Any:
     """A small model of ``algorithm`` on CartPole (MaskablePPO_EWMA: an environment with invalid actions), on the CPU."""
     if env_id is None:
-        env_id = masked_env if algorithm is MaskablePPO_EWMA else "CartPole-v1"
-    policy = "MlpLstmPolicy" if algorithm is RecurrentPPO_EWMA else "MlpPolicy"
+        env_id = masked_env if issubclass(algorithm, MaskablePPO_EWMA) else "CartPole-v1"
+    policy = "MlpLstmPolicy" if issubclass(algorithm, RecurrentPPO_EWMA) else "MlpPolicy"
     net: dict[str, Any] = {"net_arch": [16]}
-    if algorithm is RecurrentPPO_EWMA:
+    if issubclass(algorithm, RecurrentPPO_EWMA):
         net["lstm_hidden_size"] = 8
     if algorithm is PPG_EWMA:
         kwargs = {"n_policy_iterations": 2, "n_aux_epochs": 1, **kwargs}
@@ -324,11 +324,11 @@ def test_overlapped_maskable_rollouts_never_take_an_invalid_action():
 
 
 def test_async_rollouts_and_staleness_are_refused_by_the_contrib_algorithms():
-    for algorithm in (RecurrentPPO_EWMA, MaskablePPO_EWMA):
+    for algorithm, stale in ((RecurrentPPO_EWMA, StaleRecurrentPPO_EWMA), (MaskablePPO_EWMA, StaleMaskablePPO_EWMA)):
         with pytest.raises(ValueError, match="artificial staleness needs a model with async_rollouts=False"):
-            with_staleness(make_model(algorithm, async_rollouts=True), 1)
+            make_model(stale, async_rollouts=True).set_staleness(1)
         with pytest.raises(ValueError, match=r"mode must be 'decoupled' or 'behavior' with staleness > 0"):
-            with_staleness(make_model(algorithm), 1, "proximal")
+            make_model(stale).set_staleness(1, "proximal")
         with pytest.raises(ValueError, match="async_rollouts must be False, True"):
             make_model(algorithm, async_rollouts="fork")
 

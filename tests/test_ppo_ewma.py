@@ -20,8 +20,8 @@ from stable_baselines3.common.envs import (
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-from sb3_ewma import PPG_EWMA, PPO_EWMA, center_of_mass_from_ewma_decay
-from sb3_ewma.ablations import with_staleness
+from sb3_ewma import PPO_EWMA, center_of_mass_from_ewma_decay
+from sb3_ewma.ablations import StalePPO_EWMA
 from sb3_ewma.common.decoupled.proximal import is_policy_parameter
 
 SMALL = dict(n_steps=32, batch_size=16, n_epochs=2, seed=0, device="cpu")
@@ -288,29 +288,31 @@ def test_bad_input_raises_before_the_environment_is_used(kwargs, message):
     ],
 )
 def test_bad_staleness_changes_nothing(staleness, mode, message):
-    model = PPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL)
+    model = StalePPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL)
     with pytest.raises(ValueError, match=message):
-        with_staleness(model, staleness, mode)
+        model.set_staleness(staleness, mode)
     assert model.staleness == 0 and "staleness" not in vars(model)
 
 
 def test_staleness_is_saved_with_the_model_and_can_be_removed(tmp_path):
-    model = with_staleness(PPO_EWMA("MlpPolicy", "CartPole-v1", ewma_decay=None, **SMALL), 2, "decoupled")
+    model = StalePPO_EWMA("MlpPolicy", "CartPole-v1", ewma_decay=None, **SMALL).set_staleness(2, "decoupled")
     assert model.proximal.kind == "snapshot"  # stale data is anchored at the recent policy: a network of its own
     model.save(tmp_path / "stale.zip")
-    loaded = PPO_EWMA.load(tmp_path / "stale.zip", device="cpu")
+    loaded = StalePPO_EWMA.load(tmp_path / "stale.zip", device="cpu")
     assert (loaded.staleness, loaded.staleness_mode, loaded.proximal.kind) == (2, "decoupled", "snapshot")
-    with_staleness(loaded, 0)
+    loaded.set_staleness(0)
     assert loaded.proximal.kind == "behavior" and loaded.staleness == 0  # the buffer's log-probabilities again
-
-
-def test_staleness_refuses_ppg():
-    with pytest.raises(ValueError, match=r"model must be a PPO_EWMA, RecurrentPPO_EWMA or MaskablePPO_EWMA, got PPG_EWMA"):
-        with_staleness(PPG_EWMA("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, device="cpu"), 1)
+    # PPO_EWMA itself does not run artificial staleness: it refuses the file rather than train on fresh data
+    with pytest.raises(ValueError, match=r"stale.zip was saved with artificial staleness=2: load it with "):
+        PPO_EWMA.load(tmp_path / "stale.zip", device="cpu")
+    # a file without staleness opens in both, and PPO_EWMA keeps no setting it does not read
+    StalePPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL).save(tmp_path / "fresh.zip")
+    assert "staleness" not in vars(PPO_EWMA.load(tmp_path / "fresh.zip", device="cpu"))
+    assert StalePPO_EWMA.load(tmp_path / "fresh.zip", device="cpu").staleness == 0
 
 
 def test_staleness_trains_on_the_buffer_collected_k_iterations_ago():
-    model = with_staleness(PPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL), 2)
+    model = StalePPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL).set_staleness(2)
     first_buffer = model.rollout_buffer
     initial = model.policy.parameters_to_vector()
     model.learn(64)  # 2 iterations: only buffering
@@ -324,7 +326,7 @@ def test_staleness_trains_on_the_buffer_collected_k_iterations_ago():
 
 @pytest.mark.parametrize("mode", ["decoupled", "behavior", "proximal"])
 def test_staleness_modes_without_ewma(mode):
-    model = with_staleness(PPO_EWMA("MlpPolicy", "CartPole-v1", ewma_decay=None, **SMALL), 1, mode)
+    model = StalePPO_EWMA("MlpPolicy", "CartPole-v1", ewma_decay=None, **SMALL).set_staleness(1, mode)
     # "behavior" and "proximal" read the log-probabilities in the buffer (the behavior policy's, or the recent policy's
     # written over them); "decoupled" anchors at the recent policy, a snapshot network
     assert (model.proximal_ewma is None) == (mode != "decoupled")
@@ -363,8 +365,8 @@ def test_load_with_the_ewma_turned_off_ignores_the_saved_proximal_policy(tmp_pat
 
 def test_behavior_mode_keeps_the_ewma_as_the_anchor(tmp_path):
     # as in the authors' code, the EWMA replaces the clipping anchor in every staleness mode
-    model = PPO_EWMA("MlpPolicy", "CartPole-v1", kl_coef=1.0, kl_estimator="exact", **SMALL)
-    with_staleness(model, 0, "behavior")
+    model = StalePPO_EWMA("MlpPolicy", "CartPole-v1", kl_coef=1.0, kl_estimator="exact", **SMALL)
+    model.set_staleness(0, "behavior")
     assert model.proximal_decay is not None and model.proximal_ewma is not None
     model.set_logger(configure(str(tmp_path), ["csv"]))
     model.learn(64)

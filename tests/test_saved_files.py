@@ -59,15 +59,16 @@ def test_files_saved_by_0_1_0_load_with_their_proximal_policy(name: str) -> None
 def test_a_file_saved_by_0_1_0_is_saved_again_without_its_stale_attributes(name: str, tmp_path: Path) -> None:
     """
     Files of 0.1.0 carry the proximal policy's decay and a pickled copy of the EWMA in their data, attributes that
-    are properties now: a load drops them, and a save does not write them again.
+    are properties now, and the staleness setting (0), which the algorithms no longer read: a load drops them, and a
+    save does not write them again.
     """
     model = ALGORITHMS[name].load(OLD_FILES / f"{name}.zip", env=env_for(name), device="cpu")
-    assert not {"proximal_ewma", "proximal_decay"} & set(vars(model))
+    assert not {"proximal_ewma", "proximal_decay", "staleness", "staleness_mode"} & set(vars(model))
     assert model.proximal_decay is not None and model.proximal_ewma is model.proximal.ewma
     model.save(tmp_path / "again.zip")
     with zipfile.ZipFile(tmp_path / "again.zip") as archive:
         data = json.loads(archive.read("data"))
-    assert not {"proximal_ewma", "proximal_decay"} & set(data)
+    assert not {"proximal_ewma", "proximal_decay", "staleness", "staleness_mode"} & set(data)
     assert "proximal_policy_state" in data  # the proximal policy itself is kept, where it belongs
 
 

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 import torch as th
 
-from sb3_ewma import PPO_EWMA
-from sb3_ewma.ablations import with_staleness
+from sb3_ewma.ablations import StalePPO_EWMA
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
 
 SMALL = dict(n_steps=32, batch_size=16, n_epochs=1, seed=0, device="cpu")
@@ -18,9 +17,8 @@ MODES = ["decoupled", "behavior", "proximal"]
 def test_the_three_modes_are_one_loss_at_staleness_0(ewma_decay):
     finals = []
     for mode in MODES:
-        model = with_staleness(
-            PPO_EWMA("MlpPolicy", "CartPole-v1", ewma_decay=ewma_decay, **{**SMALL, "n_epochs": 2}), 0, mode
-        )
+        model = StalePPO_EWMA("MlpPolicy", "CartPole-v1", ewma_decay=ewma_decay, **{**SMALL, "n_epochs": 2})
+        model.set_staleness(0, mode)
         model.learn(96)
         finals.append(model.policy.parameters_to_vector())
     np.testing.assert_array_equal(finals[0], finals[1])
@@ -39,7 +37,7 @@ def test_anchor_and_importance_sampling_policies_of_stale_data(monkeypatch, mode
     staleness 1, one epoch of 2 minibatches: iteration 3 trains on the rollout of iteration 2, collected by the initial
     policy P0 (the behavior policy); at its first minibatch the policy is still P1, the recent policy.
     """
-    model = with_staleness(PPO_EWMA("MlpPolicy", "CartPole-v1", ewma_decay=ewma_decay, **SMALL), 1, mode)
+    model = StalePPO_EWMA("MlpPolicy", "CartPole-v1", ewma_decay=ewma_decay, **SMALL).set_staleness(1, mode)
     behavior_policy = copy.deepcopy(model.policy)
     calls = []
     minibatches = []
@@ -83,16 +81,26 @@ def test_anchor_and_importance_sampling_policies_of_stale_data(monkeypatch, mode
 
 def test_stale_advantages_bootstrap_from_the_current_value_function():
     gamma, gae_lambda = 0.9, 0.8
-    model = with_staleness(PPO_EWMA("MlpPolicy", "CartPole-v1", gamma=gamma, gae_lambda=gae_lambda, **SMALL), 1)
+    model = StalePPO_EWMA("MlpPolicy", "CartPole-v1", gamma=gamma, gae_lambda=gae_lambda, **SMALL).set_staleness(1)
     model.learn(32)  # one rollout, buffered
-    stale = model._stale_buffers[0]
+    stale = model.stale_rollouts[0]
     before = stale.buffer.advantages.copy()[:, 0]
+    stale_values = stale.buffer.values.copy()[:, 0]
     episode_starts = stale.buffer.episode_starts[:, 0]
     last_episode_start = float(stale.last_episode_starts[0])
     with th.no_grad():
         model.policy.value_net.bias += 1.0  # the current value function: +1 everywhere, also at the final observation
     model.collect_rollouts(model.env, model._init_callback(None), model.rollout_buffer, model.n_steps)
-    buffer = model._take_training_buffer()
+    trained_on = []  # the buffer train() starts on, and its advantages then (sampling flattens the buffer's arrays)
+    start_iteration = model.advantage_normalizer.start_iteration
+
+    def record_start(advantages):
+        trained_on.append((model.rollout_buffer, advantages.copy(), model.rollout_buffer.returns.copy()))
+        return start_iteration(advantages)
+
+    model.advantage_normalizer.start_iteration = record_start  # type: ignore[method-assign]
+    model.train()
+    buffer, advantages, returns = trained_on[0]
     assert buffer is stale.buffer
     # by hand: delta of the last step grows by gamma * 1 (unless an episode ended there), and the change flows back
     # through GAE with factor gamma * lambda until an episode boundary; the stored values along the rollout are kept
@@ -101,6 +109,6 @@ def test_stale_advantages_bootstrap_from_the_current_value_function():
     for step in reversed(range(32)):
         expected[step] += change
         change *= gamma * gae_lambda * (1.0 - episode_starts[step])
-    np.testing.assert_allclose(buffer.advantages[:, 0], expected, rtol=1e-5, atol=1e-6)
-    assert not np.allclose(buffer.advantages[:, 0], before)
-    np.testing.assert_allclose(buffer.returns, buffer.advantages + buffer.values, rtol=1e-6)
+    np.testing.assert_allclose(advantages[:, 0], expected, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(advantages[:, 0], before)
+    np.testing.assert_allclose(returns[:, 0], advantages[:, 0] + stale_values, rtol=1e-6)

@@ -12,7 +12,6 @@ import pickle
 import shutil
 import time
 import warnings
-from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -93,7 +92,7 @@ class Checkpoint:
         model.save(self.directory / "model.zip")
         if isinstance(env, VecNormalize):
             env.save(str(self.directory / "vecnormalize.pkl"))
-        stale = getattr(model, "_stale_buffers", None)
+        stale = getattr(model, "stale_rollouts", None)
         with open(self.directory / "stale_buffers.pkl", "wb") as file:
             pickle.dump(list(stale) if stale else [], file)
         self.meta_path.write_text(json.dumps(meta))
@@ -104,16 +103,27 @@ class Checkpoint:
 
         if isinstance(env, VecNormalize) and (self.directory / "vecnormalize.pkl").exists():
             env = VecNormalize.load(str(self.directory / "vecnormalize.pkl"), env.venv)
-        model = algorithm_class(spec.algo).load(self.directory / "model.zip", env=env, device=spec.device)
+        model = model_class(spec).load(self.directory / "model.zip", env=env, device=spec.device)
         with open(self.directory / "stale_buffers.pkl", "rb") as file:
             stale = pickle.load(file)
         if stale:
-            model._stale_buffers = deque(stale)
+            model.stale_rollouts.extend(stale)
         return model, env
 
     def remove(self) -> None:
         """Delete the checkpoint and the evaluations so far (the run finished and is recorded)."""
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def model_class(spec: RunSpec) -> type:
+    """The class of ``spec``'s model: ``spec.algo``'s, or its ablation class with artificial staleness."""
+    if "staleness" not in spec.hyperparams:
+        return algorithm_class(spec.algo)
+    if spec.algo != "ppo_ewma":
+        raise ValueError(f"artificial staleness runs with ppo_ewma, got algo={spec.algo!r}")
+    from sb3_ewma.ablations import StalePPO_EWMA
+
+    return StalePPO_EWMA
 
 
 def build_model(spec: RunSpec, env: Any) -> Any:
@@ -123,17 +133,15 @@ def build_model(spec: RunSpec, env: Any) -> Any:
     policy, network_kwargs = policy_for(spec.network)
     hyperparams = dict(spec.hyperparams)
     policy_kwargs = {**network_kwargs, **hyperparams.pop("policy_kwargs", {})}
-    algorithm = algorithm_class(spec.algo)
+    algorithm = model_class(spec)
     if "log_gradient_noise_scale" in inspect.signature(algorithm).parameters:
         # the evaluation rows hold it (the batch size-invariance experiments read it)
         hyperparams.setdefault("log_gradient_noise_scale", True)
-    # artificial staleness is set on the model (an ablation, not a constructor argument)
+    # artificial staleness is set on the model (StalePPO_EWMA.set_staleness), not by a constructor argument
     staleness = {key: hyperparams.pop(key) for key in ("staleness", "staleness_mode") if key in hyperparams}
     model = algorithm(policy, env, policy_kwargs=policy_kwargs, seed=spec.seed, device=spec.device, verbose=0, **hyperparams)
     if staleness:
-        from sb3_ewma.ablations import with_staleness
-
-        with_staleness(model, staleness.get("staleness", 0), staleness.get("staleness_mode", "decoupled"))
+        model.set_staleness(staleness["staleness"], staleness.get("staleness_mode", "decoupled"))
     return model
 
 

@@ -1,6 +1,6 @@
 """
 Artificial staleness (paper section 5.1, figure 1): PPO whose data is trained on a fixed number of iterations after it
-was collected (``with_staleness(PPO_EWMA(...), k, mode)``), with three choices of the old policy in the clipped objective:
+was collected (``StalePPO_EWMA(...).set_staleness(k, mode)``), with three choices of the old policy in the clipped objective:
 ``decoupled`` (the behavior policy for importance sampling, the recent policy, i.e. the policy at the start of the
 iteration, for clipping), ``behavior`` (the behavior policy for both) and ``proximal`` (the recent policy for both).
 As in the paper's figure 1 the proximal policy is the recent policy (no EWMA) and ``pi / pi_behav`` is capped at 100.

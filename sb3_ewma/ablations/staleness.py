@@ -2,87 +2,253 @@
 Artificial staleness (Hilton, Cobbe & Schulman 2021, section 5.1 and figure 1): the data of an iteration is trained on
 ``staleness`` iterations after it was collected, to measure how each choice of the old policy copes with stale data::
 
-    from sb3_ewma import PPO_EWMA
-    from sb3_ewma.ablations import with_staleness
+    from sb3_ewma.ablations import StalePPO_EWMA
 
-    model = with_staleness(PPO_EWMA("MlpPolicy", "CartPole-v1", ewma_decay=None), staleness=4, mode="behavior")
+    model = StalePPO_EWMA("MlpPolicy", "CartPole-v1", ewma_decay=None).set_staleness(4, mode="behavior")
     model.learn(100_000)
 
-The mechanics (the queue of stale rollouts, their advantages) are in :mod:`sb3_ewma.common.staleness`.
+:class:`StalePPO_EWMA`, :class:`StaleRecurrentPPO_EWMA` and :class:`StaleMaskablePPO_EWMA` are the algorithms with
+their constructors, and :class:`ArtificialStaleness` between them and the algorithm: it queues each collected rollout
+and trains on the one collected ``staleness`` iterations ago, prepared as the authors do (``ppo_ewma/ppo.py``,
+``learn``): its advantages computed anew (bootstrapped from the current value function) and, in the ``"proximal"``
+mode, its behavior log-probabilities replaced by the recent policy's.
 """
 
-from typing import Any, TypeVar
+import copy
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.type_aliases import MaybeCallback
+from stable_baselines3.common.utils import obs_as_tensor
 
-from sb3_ewma.common.decoupled.options import uses_proximal_network
+from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
 from sb3_ewma.maskable_ppo_ewma import MaskablePPO_EWMA
 from sb3_ewma.ppo_ewma import PPO_EWMA
 from sb3_ewma.recurrent_ppo_ewma import RecurrentPPO_EWMA
 
 STALENESS_MODES = ("decoupled", "behavior", "proximal")
-"""The old policies of the clipped objective with stale data, as the authors define them (see :func:`with_staleness`)."""
+"""The old policies of the clipped objective with stale data, as the authors define them (see :meth:`set_staleness`)."""
 
-Model = TypeVar("Model", PPO_EWMA, RecurrentPPO_EWMA, MaskablePPO_EWMA)
-
-
-def check_staleness(model: Any, staleness: Any, mode: Any) -> None:
-    """Raise a ``ValueError`` naming what :func:`with_staleness` cannot do with these arguments (nothing is changed)."""
-    if not isinstance(model, (PPO_EWMA, RecurrentPPO_EWMA, MaskablePPO_EWMA)):
-        raise ValueError(
-            "model must be a PPO_EWMA, RecurrentPPO_EWMA or MaskablePPO_EWMA, got "
-            f"{type(model).__name__} (PPG_EWMA and PPG train on data one iteration stale with async_rollouts=True)"
-        )
-    if isinstance(staleness, bool) or not isinstance(staleness, (int, np.integer)) or staleness < 0:
-        raise ValueError(f"staleness must be an integer >= 0 (iterations), got {staleness!r}")
-    if mode not in STALENESS_MODES:
-        raise ValueError(f"mode must be one of {STALENESS_MODES}, got {mode!r}")
-    if staleness == 0:
-        return
-    if mode == "proximal" and not isinstance(model, PPO_EWMA):
-        # the recent policy's log-probabilities on stored data need the rollout's LSTM states or action masks
-        raise ValueError(
-            "mode must be 'decoupled' or 'behavior' with staleness > 0 for RecurrentPPO_EWMA and "
-            f"MaskablePPO_EWMA ('proximal' is PPO_EWMA's only), got {mode!r}"
-        )
-    if model.async_rollouts:
-        raise ValueError(
-            f"async_rollouts={model.rollout_collector!r} trains on data one iteration stale already: artificial "
-            f"staleness needs a model with async_rollouts=False, got staleness={staleness}"
-        )
-    if model.ewma_decay is None and mode == "behavior" and model.kl_coef > 0 and model.kl_estimator == "exact":
-        raise ValueError(
-            "kl_estimator='exact' needs the proximal policy's distribution, which staleness_mode='behavior' with "
-            "staleness > 0 and ewma_decay=None does not keep: use kl_estimator='sample'"
-        )
+SelfArtificialStaleness = TypeVar("SelfArtificialStaleness", bound="ArtificialStaleness")
 
 
-def with_staleness(model: Model, staleness: int, mode: str = "decoupled") -> Model:
+@dataclass
+class StaleRollout:
     """
-    Make ``model`` train on the data of each iteration ``staleness`` iterations after it was collected (no training
-    during the first ``staleness`` iterations of a model); returns the model. ``save`` and ``load`` keep the setting;
-    ``staleness=0`` removes it.
-
-    The advantages of stale data are computed when it is used, as the authors do: PPO_EWMA bootstraps them from the
-    current value function (the values along the rollout stay those predicted at collection); RecurrentPPO_EWMA and
-    MaskablePPO_EWMA keep those of the collection (anew, they would need the LSTM states at the rollout's end).
-
-    :param model: a :class:`~sb3_ewma.PPO_EWMA`, :class:`~sb3_ewma.RecurrentPPO_EWMA` or
-        :class:`~sb3_ewma.MaskablePPO_EWMA` (not with ``async_rollouts``, which trains on data one iteration stale)
-    :param staleness: iterations between the collection of the data and the training on it
-    :param mode: which policies the loss uses with stale data (at staleness 0 the three are the same loss), as the
-        authors define them: ``"decoupled"`` (importance sampling with the behavior policy, clipping anchored at the
-        recent policy, the policy at the start of the iteration), ``"behavior"`` (both with the behavior policy: PPO on
-        stale data) or ``"proximal"`` (both with the recent policy; PPO_EWMA only). With an EWMA (``ewma_decay`` not
-        None) the EWMA replaces only the clipping anchor, in every mode.
+    A collected rollout waiting to be trained on, with what its advantages need: the observation that follows its last
+    step and whether that observation starts an episode.
     """
-    check_staleness(model, staleness, mode)
-    model.staleness, model.staleness_mode = int(staleness), mode
-    if "proximal" in vars(model):
-        # a built model: the proximal policy may need a network of its own now (a snapshot), or no longer
-        exact_kl = model._needs_distributions
-        needs_network = uses_proximal_network(model.proximal_decay, model._rollout_staleness, mode, exact_kl)
-        if needs_network != (model.proximal.network is not None):
-            model.proximal = model._new_proximal_policy()
-        model._stale_buffers.clear()
-    return model
+
+    buffer: RolloutBuffer
+    last_obs: np.ndarray | dict[str, np.ndarray]
+    last_episode_starts: np.ndarray
+
+    @classmethod
+    def capture(
+        cls, buffer: RolloutBuffer, last_obs: np.ndarray | dict[str, np.ndarray], last_episode_starts: np.ndarray
+    ) -> "StaleRollout":
+        """Keep copies of the final observation and episode starts (the algorithm's own arrays move on)."""
+        return cls(buffer, copy.deepcopy(last_obs), np.array(last_episode_starts, copy=True))
+
+
+@th.no_grad()
+def recompute_advantages(policy: ActorCriticPolicy, rollout: StaleRollout) -> None:
+    """
+    GAE(lambda) of a stale rollout, bootstrapped from the **current** value function at its final observation, as the
+    authors compute advantages when the data is used. The values along the rollout stay the ones predicted at
+    collection (the authors' ``vpred``), and so do the rewards (SB3 adds the value of a truncated episode's last state
+    to its reward at collection).
+    """
+    last_values = policy.predict_values(obs_as_tensor(rollout.last_obs, policy.device))
+    rollout.buffer.compute_returns_and_advantage(last_values=last_values, dones=rollout.last_episode_starts)
+
+
+@th.no_grad()
+def replace_behavior_log_probs(policy: ActorCriticPolicy, buffer: RolloutBuffer, batch_size: int) -> None:
+    """
+    Overwrite the stored behavior log-probabilities of a (not yet sampled) rollout buffer with those of ``policy``,
+    computed in evaluation mode in batches of ``batch_size``: the ``"proximal"`` staleness mode, where the recent
+    policy replaces the behavior policy for importance sampling too.
+    """
+    assert not buffer.generator_ready, "the buffer must not have been sampled yet (arrays of shape (n_steps, n_envs))"
+    n_samples = buffer.buffer_size * buffer.n_envs
+    observations = buffer.observations
+    if isinstance(observations, dict):
+        flat_obs: np.ndarray | dict[str, np.ndarray] = {
+            key: value.reshape(n_samples, *value.shape[2:]) for key, value in observations.items()
+        }
+    else:
+        flat_obs = observations.reshape(n_samples, *observations.shape[2:])
+    actions = buffer.actions.reshape(n_samples, -1)
+    training = policy.training
+    policy.set_training_mode(False)
+    log_probs = np.empty(n_samples, dtype=np.float32)
+    for start in range(0, n_samples, batch_size):
+        rows = slice(start, start + batch_size)
+        obs_batch = {key: value[rows] for key, value in flat_obs.items()} if isinstance(flat_obs, dict) else flat_obs[rows]
+        action_batch = th.as_tensor(actions[rows], device=policy.device)
+        if isinstance(policy.action_space, spaces.Discrete):
+            action_batch = action_batch.long().flatten()
+        distribution = policy.get_distribution(obs_as_tensor(obs_batch, policy.device))
+        log_probs[rows] = distribution.log_prob(action_batch).cpu().numpy()
+    policy.set_training_mode(training)
+    buffer.log_probs[...] = log_probs.reshape(buffer.buffer_size, buffer.n_envs)
+
+
+class ArtificialStaleness(DecoupledAlgorithm):
+    """
+    What artificial staleness adds to an algorithm of this package, placed before it
+    (``StalePPO_EWMA(ArtificialStaleness, PPO_EWMA)``, as ``DecoupledAlgorithm`` is placed before SB3's ``PPO``): the
+    setting (:meth:`set_staleness`, saved with the model), the queue of collected rollouts (``stale_rollouts``), and
+    ``train()`` on the rollout collected ``staleness`` iterations ago (no training during the first ``staleness``
+    iterations of a model).
+    """
+
+    # the modes this algorithm runs, and whether the advantages of stale data are computed when it is used
+    staleness_modes: ClassVar[tuple[str, ...]] = STALENESS_MODES
+    recompute_stale_advantages: ClassVar[bool] = True
+    # the setting is this class's own: load keeps it (DecoupledAlgorithm drops it from the files of 0.1.0)
+    _entries_of_older_files = ("proximal_ewma", "proximal_decay")
+    # off until set_staleness; load restores the saved setting
+    staleness: int = 0
+    staleness_mode: str = "decoupled"
+    stale_rollouts: deque[StaleRollout]
+
+    def set_staleness(self: SelfArtificialStaleness, staleness: int, mode: str = "decoupled") -> SelfArtificialStaleness:
+        """
+        Train on the data of each iteration ``staleness`` iterations after it was collected; returns the model.
+        ``save`` and ``load`` keep the setting; ``staleness=0`` removes it (the rollouts waiting are dropped).
+
+        The advantages of stale data are computed when it is used, as the authors do: :class:`StalePPO_EWMA`
+        bootstraps them from the current value function (the values along the rollout stay those predicted at
+        collection); :class:`StaleRecurrentPPO_EWMA` and :class:`StaleMaskablePPO_EWMA` keep those of the collection
+        (anew, they would need the LSTM states at the rollout's end).
+
+        :param staleness: iterations between the collection of the data and the training on it
+        :param mode: which policies the loss uses with stale data (at staleness 0 the three are the same loss), as the
+            authors define them: ``"decoupled"`` (importance sampling with the behavior policy, clipping anchored at
+            the recent policy, the policy at the start of the iteration), ``"behavior"`` (both with the behavior
+            policy: PPO on stale data) or ``"proximal"`` (both with the recent policy; :class:`StalePPO_EWMA` only).
+            With an EWMA (``ewma_decay`` not None) the EWMA replaces only the clipping anchor, in every mode.
+        """
+        self._check_staleness(staleness, mode)
+        self.staleness, self.staleness_mode = int(staleness), mode
+        # the proximal policy may need a network of its own now (a snapshot), or no longer
+        if self.proximal_decay is None and self._proximal_needs_network() != (self.proximal.network is not None):
+            self.proximal = self._new_proximal_policy()
+            self.training_precision.prepare(self.policy, self.proximal.network)
+        self.stale_rollouts.clear()
+        return self
+
+    def _check_staleness(self, staleness: Any, mode: Any) -> None:
+        """Raise a ``ValueError`` naming what :meth:`set_staleness` cannot do with these arguments."""
+        if isinstance(staleness, bool) or not isinstance(staleness, (int, np.integer)) or staleness < 0:
+            raise ValueError(f"staleness must be an integer >= 0 (iterations), got {staleness!r}")
+        if mode not in STALENESS_MODES:
+            raise ValueError(f"mode must be one of {STALENESS_MODES}, got {mode!r}")
+        if staleness == 0:
+            return
+        if mode not in self.staleness_modes:
+            # the recent policy's log-probabilities on stored data need the rollout's LSTM states or action masks
+            raise ValueError(
+                f"mode must be {' or '.join(map(repr, self.staleness_modes))} with staleness > 0 for "
+                f"{type(self).__name__} ('proximal' is StalePPO_EWMA's only), got {mode!r}"
+            )
+        if self.async_rollouts:
+            raise ValueError(
+                f"async_rollouts={self.rollout_collector!r} trains on data one iteration stale already: artificial "
+                f"staleness needs a model with async_rollouts=False, got staleness={staleness}"
+            )
+        if self.ewma_decay is None and mode == "behavior" and self._needs_distributions:
+            raise ValueError(
+                "kl_estimator='exact' needs the proximal policy's distribution, which mode='behavior' with "
+                "staleness > 0 and ewma_decay=None does not keep: use kl_estimator='sample'"
+            )
+
+    def _setup_model(self) -> None:
+        super()._setup_model()
+        self.stale_rollouts = deque()
+
+    def _proximal_needs_network(self) -> bool:
+        # stale data anchored at the recent policy ("decoupled") needs a snapshot of it at the start of each iteration
+        return super()._proximal_needs_network() or (self.staleness > 0 and self.staleness_mode == "decoupled")
+
+    def _setup_learn(
+        self,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        reset_num_timesteps: bool = True,
+        tb_log_name: str = "run",
+        progress_bar: bool = False,
+    ) -> tuple[int, BaseCallback]:
+        # the setting is set on a model after its setup: the ranks agree on it when learn starts
+        self.data_parallel.check_same_settings(
+            {"staleness": self.staleness, "staleness_mode": self.staleness_mode},
+            advice="call set_staleness() with the same arguments on every rank",
+        )
+        return super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
+
+    def train(self) -> None:
+        """
+        The algorithm's ``train()`` on the rollout collected ``staleness`` iterations ago; nothing while fewer have
+        been collected. Buffers are recycled: the one trained on is filled by the next rollout.
+        """
+        if self.staleness == 0:
+            super().train()
+            return
+        assert self._last_obs is not None and self._last_episode_starts is not None, "set by the rollout"
+        self.stale_rollouts.append(StaleRollout.capture(self.rollout_buffer, self._last_obs, self._last_episode_starts))
+        if len(self.stale_rollouts) <= self.staleness:
+            self.rollout_buffer = self._make_rollout_buffer()
+            self.logger.record("train/stale_iterations_buffered", len(self.stale_rollouts))
+            return
+        stale = self.stale_rollouts.popleft()
+        if self.recompute_stale_advantages:
+            recompute_advantages(self.policy, stale)
+            if self.staleness_mode == "proximal":
+                replace_behavior_log_probs(self.policy, stale.buffer, self._minibatch_size)
+        self.rollout_buffer = stale.buffer
+        super().train()
+
+    def _excluded_save_params(self) -> list[str]:
+        # the rollouts waiting belong to this run (the benchmarks' harness saves them beside a checkpoint)
+        return [*super()._excluded_save_params(), "stale_rollouts"]
+
+    @classmethod
+    def _check_saved_data(cls, data: dict[str, Any], path: Any) -> None:
+        """Every file of the algorithm opens, with or without a staleness setting."""
+
+
+class StalePPO_EWMA(ArtificialStaleness, PPO_EWMA):  # type: ignore[misc]  # batch_size, as PPO_EWMA
+    """
+    :class:`~sb3_ewma.PPO_EWMA` (same constructor) with artificial staleness (:meth:`set_staleness`; modes
+    ``"decoupled"``, ``"behavior"`` and ``"proximal"``; the advantages of stale data bootstrapped from the current
+    value function).
+    """
+
+
+class StaleRecurrentPPO_EWMA(ArtificialStaleness, RecurrentPPO_EWMA):
+    """
+    :class:`~sb3_ewma.RecurrentPPO_EWMA` (same constructor) with artificial staleness (:meth:`set_staleness`; modes
+    ``"decoupled"`` and ``"behavior"``; the advantages of stale data are those computed at collection).
+    """
+
+    staleness_modes = ("decoupled", "behavior")
+    recompute_stale_advantages = False
+
+
+class StaleMaskablePPO_EWMA(ArtificialStaleness, MaskablePPO_EWMA):
+    """
+    :class:`~sb3_ewma.MaskablePPO_EWMA` (same constructor) with artificial staleness (:meth:`set_staleness`; modes
+    ``"decoupled"`` and ``"behavior"``; the advantages of stale data are those computed at collection).
+    """
+
+    staleness_modes = ("decoupled", "behavior")
+    recompute_stale_advantages = False

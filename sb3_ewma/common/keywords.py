@@ -15,9 +15,9 @@ from typing import Any
 
 # options that no constructor takes, and where they are
 _STALENESS = (
-    "artificial staleness is an ablation: sb3_ewma.ablations.with_staleness(model, staleness, mode) sets it on a "
-    "PPO_EWMA, RecurrentPPO_EWMA or MaskablePPO_EWMA (PPG_EWMA and PPG train on data one iteration stale with "
-    "async_rollouts=True)"
+    "artificial staleness is an ablation: sb3_ewma.ablations.StalePPO_EWMA(...).set_staleness(staleness, mode) sets "
+    "it (likewise StaleRecurrentPPO_EWMA and StaleMaskablePPO_EWMA; PPG_EWMA and PPG train on data one iteration "
+    "stale with async_rollouts=True)"
 )
 _MOVED: dict[str, str] = {"staleness": _STALENESS, "staleness_mode": _STALENESS}
 

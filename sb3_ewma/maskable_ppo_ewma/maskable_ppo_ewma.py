@@ -131,8 +131,6 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
     _parent_collect_rollouts = staticmethod(MaskablePPO.collect_rollouts)
     _proximal_distribution_of = staticmethod(proximal_masked_distribution)
     _unsaved_attributes = ("_use_masking",)
-    # the advantages of stale data stay those computed at collection, as RecurrentPPO_EWMA's
-    _recompute_stale_advantages = False
 
     def __init__(
         self,

@@ -112,7 +112,7 @@ class PPO_EWMA(DecoupledAlgorithm, PPO):  # type: ignore[misc]
         environments release the GIL: larger networks, C++ environments); ``"process"``: a forked collector process
         (CPU policies; for Python-heavy loops such as CartPole with a small MLP), whose rollouts are replayed to the
         callbacks at the hand-off, the next ``learn`` call starting with ``env.reset()`` (documentation: "Overlapped
-        Rollouts"). Not with artificial staleness (:func:`sb3_ewma.ablations.with_staleness`).
+        Rollouts"). Not with artificial staleness (:class:`sb3_ewma.ablations.StalePPO_EWMA`).
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 

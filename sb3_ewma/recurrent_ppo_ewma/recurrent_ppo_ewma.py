@@ -138,8 +138,6 @@ class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
     _parent_collect_rollouts = staticmethod(RecurrentPPO.collect_rollouts)
     _is_proximal_parameter = staticmethod(is_recurrent_policy_parameter)
     _proximal_distribution_of = staticmethod(proximal_valid_steps_distribution)
-    # the advantages of stale data stay those computed at collection (anew, they would need the LSTM states)
-    _recompute_stale_advantages = False
 
     def __init__(
         self,

@@ -53,6 +53,7 @@ from typing import Any
 
 import rl_zoo3.exp_manager
 import yaml
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from sb3_ewma.algorithms import ALGORITHMS, packaged_hyperparams_file
 
@@ -82,7 +83,8 @@ ACTION_MASK_WRAPPER = "sb3_ewma.envs.action_masks.ActionMaskOrAllValid"
 SDE_KEYS = ("use_sde", "sde_sample_freq")
 
 
-def _parent_class(parent: str) -> Any:
+def _parent_class(parent: str) -> type[OnPolicyAlgorithm]:
+    """rl-zoo3's ``parent`` algorithm: sb3-contrib's ``RecurrentPPO`` for ``ppo_lstm``, else SB3's ``PPO``."""
     if parent == "ppo_lstm":
         from sb3_contrib import RecurrentPPO
 

@@ -16,6 +16,7 @@ from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from stable_baselines3.common.policies import ActorCriticPolicy
 
 from sb3_ewma import PPG, PPG_EWMA, PPO_EWMA, MaskablePPO_EWMA, RecurrentPPO_EWMA
+from sb3_ewma.ablations import StaleMaskablePPO_EWMA, StalePPO_EWMA, StaleRecurrentPPO_EWMA
 from sb3_ewma.ppg_ewma import PPGPolicy
 
 
@@ -87,3 +88,10 @@ assert_type(PPG.load("ppg.zip"), PPG)
 PPG("MlpPolicy", env, ewma_decay=0.9)  # type: ignore[call-arg]
 PPG("MlpPolicy", env, beta_clone="1")  # type: ignore[arg-type]
 ppg.lern(1_000)  # type: ignore[attr-defined]
+
+# --- the ablation: the algorithm's constructor, and set_staleness typed as the class
+stale = StalePPO_EWMA("MlpPolicy", env, 3e-4, 64, ewma_decay=None).set_staleness(2, mode="behavior")
+assert_type(stale, StalePPO_EWMA)
+assert_type(StaleRecurrentPPO_EWMA("MlpLstmPolicy", env).set_staleness(1), StaleRecurrentPPO_EWMA)
+assert_type(StaleMaskablePPO_EWMA.load("stale.zip"), StaleMaskablePPO_EWMA)
+stale.set_staleness("2")  # type: ignore[arg-type]

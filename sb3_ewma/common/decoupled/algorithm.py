@@ -7,9 +7,9 @@ the parent's methods (``PPO_EWMA``'s MRO: ``PPO_EWMA, DecoupledAlgorithm, PPO, O
 
 import io
 import math
+import os
 import pathlib
 import threading
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, ClassVar, TypeVar
 
@@ -32,7 +32,7 @@ from sb3_ewma.common.collection.overlap import learn_with_overlapped_rollouts, r
 from sb3_ewma.common.collection.rollout import RolloutView, new_rollout_buffer
 from sb3_ewma.common.decoupled.advantages import AdvantageNormalizer
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective, mean_of
-from sb3_ewma.common.decoupled.options import resolve_ewma_decay, uses_proximal_network
+from sb3_ewma.common.decoupled.options import resolve_ewma_decay
 from sb3_ewma.common.decoupled.proximal import (
     ProximalPolicy,
     check_loadable,
@@ -58,7 +58,6 @@ from sb3_ewma.common.losses import clipped_values
 from sb3_ewma.common.minibatches import rollout_minibatches
 from sb3_ewma.common.optim import clip_grad_norm, prefer_foreach
 from sb3_ewma.common.precision import FLOAT32, TrainingPrecision
-from sb3_ewma.common.staleness import take_stale_rollout
 
 SelfDecoupledAlgorithm = TypeVar("SelfDecoupledAlgorithm", bound="DecoupledAlgorithm")
 
@@ -91,10 +90,10 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     # distribution(network, minibatch) for policies that take more than the observations (ProximalPolicy)
     _is_proximal_parameter = staticmethod(is_policy_parameter)
     _proximal_distribution_of: ClassVar[Any] = None
-    # whether the advantages of stale data are computed when it is used (sb3_ewma.common.staleness)
-    _recompute_stale_advantages: ClassVar[bool] = True
     # the algorithm's own attributes that `save` leaves out, and the modules of saved policies `load` also accepts
     _unsaved_attributes: ClassVar[tuple[str, ...]] = ()
+    # entries of older files that `load` drops: properties now (0.1.0), or the staleness setting of 0.1.0
+    _entries_of_older_files: ClassVar[tuple[str, ...]] = ("proximal_ewma", "proximal_decay", "staleness", "staleness_mode")
     loadable_parent_policy_modules: ClassVar[tuple[str, ...]] = ()
 
     # PPO's hyperparameters, set by the parent's constructor (PPG's own); the clip ranges are schedules after
@@ -118,9 +117,6 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     async_rollouts: bool
     rollout_collector: str  # "thread" or "process"
     advantage_normalizer: AdvantageNormalizer
-    # artificial staleness, an ablation (sb3_ewma.ablations.with_staleness): off unless set on the model
-    staleness: int = 0
-    staleness_mode: str = "decoupled"
     # the collaborators (set by the constructor and _setup_model), and the numeric format of train()
     data_parallel: DataParallelTraining | SingleProcessTraining
     proximal: ProximalPolicy
@@ -171,12 +167,11 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         self._setup_decoupled_training()
 
     def _setup_decoupled_training(self) -> None:
-        """After the parent's ``_setup_model`` (also on load): advantages, proximal policy, stale rollouts, ranks."""
+        """After the parent's ``_setup_model`` (also on load): advantages, proximal policy, gradient noise, ranks."""
         self.advantage_normalizer.configure(self.normalize_advantage, self.advantage_normalization, self.advantage_ewma_decay)
         self.proximal = self._new_proximal_policy()
         self.training_precision.prepare(self.policy, self.proximal.network)
         self.gradient_noise = self._new_gradient_noise(self._minibatch_size, self.minibatches_per_epoch)
-        self._stale_buffers: deque[Any] = deque()
         # a loaded model that continues at another world size is warned when it learns
         self._world_size_change = previous_world_size_change(getattr(self, "trained_world_size", None), self.world_size)
         self.trained_world_size = self.world_size
@@ -191,19 +186,26 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     def _new_proximal_policy(self) -> ProximalPolicy:
         """
         The proximal policy of this model: the EWMA (``ewma_decay`` resolved), or without it a snapshot of the policy
-        when the loss needs a network, else the behavior policy. The EWMA is the clipping anchor in every staleness
-        mode, as in the authors' code.
+        when :meth:`_proximal_needs_network`, else the behavior policy (the rollout buffer's log-probabilities).
         """
         decay = resolve_ewma_decay(self.ewma_decay, self.minibatches_per_epoch, self.n_epochs)
-        needs_network = uses_proximal_network(decay, self._rollout_staleness, self.staleness_mode, self._needs_distributions)
         return ProximalPolicy.build(
             self.policy,
             self._build_policy,
             decay,
-            needs_network,
+            decay is not None or self._proximal_needs_network(),
             include=type(self)._is_proximal_parameter,
             distribution=type(self)._proximal_distribution_of,
         )
+
+    def _proximal_needs_network(self) -> bool:
+        """
+        Whether the proximal policy without an EWMA needs a network of its own, a snapshot of the policy at the start
+        of each iteration: when the exact KL penalty needs its action distribution, or when the behavior policy is
+        older than that policy (``async_rollouts``: the recent policy is the clipping anchor, as in the decoupled PPO
+        of the paper).
+        """
+        return self._needs_distributions or self.async_rollouts
 
     def _new_gradient_noise(self, batch_size: int, minibatches_per_epoch: int) -> GradientNoiseScale | None:
         """The gradient noise scale of a phase's minibatches (global ones: of every rank), or None when not logged."""
@@ -250,11 +252,6 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     def _timesteps_per_env_step(self) -> int:
         """Environment steps one vectorized step of this process counts for: ``num_timesteps`` counts every rank's."""
         return self.n_envs * self.world_size
-
-    @property
-    def _rollout_staleness(self) -> int:
-        """Iterations between the parameters that collected the data trained on and those being trained."""
-        return self.staleness + int(self.async_rollouts)
 
     @property
     def _minibatch_size(self) -> int:
@@ -348,10 +345,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         if self._world_size_change is not None and self.rank == 0:
             warn_world_size_change(*self._world_size_change, self.n_envs)
         self._world_size_change = None
-        # artificial staleness is set on a model after its setup: the ranks agree on it when learn starts
-        self.data_parallel.start_learn(
-            self, total_timesteps, {"staleness": self.staleness, "staleness_mode": self.staleness_mode}
-        )
+        self.data_parallel.start_learn(self, total_timesteps)
         result = super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
         self.data_parallel.start_vec_normalize(self.env)
         return result
@@ -432,14 +426,24 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             env = maybe_make_env(env, kwargs.get("verbose", (data or {}).get("verbose", 0)))
         with loading_from_file():
             model = super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
-        # entries of the files of version 0.1.0 that properties give now (SB3's load puts every entry in __dict__)
-        for stale in ("proximal_ewma", "proximal_decay"):
-            vars(model).pop(stale, None)
+        # entries of the files of version 0.1.0 that properties give now, or that these classes do not read (SB3's
+        # load puts every entry in __dict__)
+        for entry in cls._entries_of_older_files:
+            vars(model).pop(entry, None)
         return model
 
     @classmethod
     def _check_saved_data(cls, data: dict[str, Any], path: Any) -> None:
-        """Further checks of a saved file's ``data`` before ``load`` (values serialized); none here."""
+        """
+        Further checks of a saved file's ``data`` before ``load`` (values serialized): a file trained with artificial
+        staleness (by the ablation's classes, or by 0.1.0, where it was a constructor argument) continues with the
+        ablation's classes only, not with fresh data.
+        """
+        if data.get("staleness"):
+            raise ValueError(
+                f"{os.fspath(path) if isinstance(path, (str, os.PathLike)) else 'the file'} was saved with artificial "
+                f"staleness={data['staleness']!r}: load it with sb3_ewma.ablations.Stale{cls.__name__}.load()"
+            )
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         state_dicts, torch_variables = super()._get_torch_save_params()
@@ -454,20 +458,15 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         self.data_parallel.broadcast_state(self)
 
     def _excluded_save_params(self) -> list[str]:
-        # the collaborators (rebuilt by _setup_model), this run's state (stale rollouts, epoch in progress), the lock
+        # the collaborators (rebuilt by _setup_model), this run's state (world size change, epoch in progress), the lock
         unsaved = ["proximal", "data_parallel", "gradient_noise", "training_precision", "distributed"]
-        unsaved += ["_world_size_change", "_stale_buffers", "_train_lock", *type(self)._unsaved_attributes]
+        unsaved += ["_world_size_change", "_train_lock", *type(self)._unsaved_attributes]
         return [*super()._excluded_save_params(), *unsaved]
 
     def train(self) -> None:
         """
-        Update policy using the currently gathered rollout buffer: SB3 PPO's ``train`` with the decoupled objective
-        (or, with artificial staleness, on the buffer collected ``staleness`` iterations ago).
+        Update policy using the currently gathered rollout buffer: SB3 PPO's ``train`` with the decoupled objective.
         """
-        buffer = self._take_training_buffer()
-        if buffer is None:
-            self.logger.record("train/stale_iterations_buffered", len(self._stale_buffers))
-            return
         # Switch to train mode (this affects batch norm / dropout)
         self.policy.set_training_mode(True)
         # Update optimizer learning rate
@@ -475,7 +474,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         # Compute current clip range (None: no clipping)
         clip_range, clip_range_vf = self._current_clip_ranges()
         # [decoupled] the advantage moments of this iteration ("ewma" normalization), the proximal policy's start
-        buffer.advantages = self.advantage_normalizer.start_iteration(buffer.advantages)
+        self.rollout_buffer.advantages = self.advantage_normalizer.start_iteration(self.rollout_buffer.advantages)
         self.proximal.start_iteration()
         policy_objective = DecoupledPolicyObjective(clip_range, self.kl_coef, self.kl_estimator, self.imp_samp_max)
 
@@ -485,7 +484,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         for epoch in range(self.n_epochs):
             approx_kl_divs = []
             # Do a complete pass on the rollout buffer
-            for rollout_data in self._minibatches(buffer):
+            for rollout_data in self._minibatches(self.rollout_buffer):
                 actions = rollout_data.actions
                 if isinstance(self.action_space, spaces.Discrete):
                     # Convert discrete action from float to long
@@ -549,7 +548,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
                 break
 
         losses = {"entropy_loss": entropy_losses, "value_loss": value_losses, "approx_kl": approx_kl_divs}
-        self._record_train_logs(buffer, policy_objective.mean_stats(), losses, loss, clip_range, clip_range_vf)
+        self._record_train_logs(self.rollout_buffer, policy_objective.mean_stats(), losses, loss, clip_range, clip_range_vf)
 
     def _record_train_logs(
         self,
@@ -601,15 +600,6 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         if self.proximal.kind == "ewma" and self.proximal.decay is not None:
             center_of_mass = center_of_mass_from_ewma_decay(self.proximal.decay)
             self.logger.record("train/ewma_center_of_mass", without_rounding_noise(center_of_mass))
-
-    def _take_training_buffer(self) -> RolloutBuffer | None:
-        """
-        The buffer to train on this iteration: the one just collected, or with staleness ``k`` the one collected
-        ``k`` iterations ago (None while fewer have been collected; see :func:`take_stale_rollout`).
-        """
-        if self.staleness == 0:
-            return self.rollout_buffer
-        return take_stale_rollout(self, self._stale_buffers, type(self)._recompute_stale_advantages)
 
     def _current_clip_ranges(self) -> tuple[float | None, float | None]:
         """The clip ranges of the policy and of the value function at the current progress (``None``: no clipping)."""

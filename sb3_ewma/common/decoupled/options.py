@@ -77,15 +77,3 @@ def resolve_ewma_decay(ewma_decay: float | str | None, minibatches_per_epoch: in
     if isinstance(ewma_decay, str):
         return ewma_decay_by_rule(ewma_decay, minibatches_per_epoch, n_epochs)
     return float(ewma_decay)
-
-
-def uses_proximal_network(ewma_decay: float | None, staleness: int, staleness_mode: str, exact_kl: bool = False) -> bool:
-    """
-    Whether the proximal policy needs a network of its own: an EWMA, or (EWMA off) a snapshot of the policy at the
-    start of each iteration when the exact KL penalty needs its action distribution or when stale data is anchored at
-    the recent policy (``"decoupled"``). Otherwise the proximal policy's log-probabilities are the rollout buffer's:
-    the behavior policy's, or the recent policy's that replaced them (``"proximal"`` with stale data).
-    """
-    if ewma_decay is not None or exact_kl:
-        return True
-    return staleness > 0 and staleness_mode == "decoupled"

@@ -121,7 +121,7 @@ class ProximalPolicy:
 
     - ``"behavior"``: no network of its own; its log-probabilities are those of the rollout buffer (SB3's PPO);
     - ``"snapshot"``: without an EWMA, a copy of the policy taken at the start of each iteration, when the loss
-      needs a network (the exact KL penalty, stale data anchored at the recent policy);
+      needs a network (the exact KL penalty, or data older than the iteration anchored at the recent policy);
     - ``"ewma"``: the EWMA of the policy's parameters (``decay``), moved after every policy optimizer step.
 
     :param ewma: the network (:func:`make_proximal_ewma`), or None for ``"behavior"``
@@ -153,7 +153,7 @@ class ProximalPolicy:
     ) -> "ProximalPolicy":
         """
         The proximal policy of ``policy``: its EWMA (``decay``), or without an EWMA a snapshot of the policy when
-        ``needs_network`` (:func:`~sb3_ewma.common.decoupled.options.uses_proximal_network`), else the behavior policy.
+        ``needs_network`` (``DecoupledAlgorithm._proximal_needs_network``), else the behavior policy.
 
         :param build_policy: builds a new policy of the same structure (see :func:`make_proximal_ewma`)
         :param include: which parameters the network averages (default: those the action distribution depends on)

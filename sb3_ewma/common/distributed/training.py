@@ -86,23 +86,26 @@ class DataParallelTraining:
         names, _ = algorithm._get_torch_save_params()
         self.context.broadcast_state_dicts({name: recursive_getattr(algorithm, name) for name in names})
 
-    def start_learn(self, algorithm: OnPolicyAlgorithm, total_timesteps: int, settings: dict[str, Any]) -> None:
-        """
-        Before SB3's ``_setup_learn``: the ranks agree on the budget and on ``settings`` (what was set on the model
-        after its setup); ranks other than 0 log nothing.
-        """
+    def start_learn(self, algorithm: OnPolicyAlgorithm, total_timesteps: int) -> None:
+        """Before SB3's ``_setup_learn``: the ranks agree on the budget; ranks other than 0 log nothing."""
         # before anything is collected: a rank that would stop early would leave the others waiting
         self.context.check_same_settings(
             {
                 "total_timesteps (learn)": total_timesteps,
                 "num_timesteps (start of learn)": algorithm.num_timesteps,
-                **settings,
             },
             advice="call learn() with the same total_timesteps on every rank (and the same model state)",
         )
         if self.rank != 0:
             # a logger with no output; SB3 then creates no log folder on this rank
             algorithm.set_logger(Logger(folder=None, output_formats=[]))
+
+    def check_same_settings(self, settings: dict[str, Any], advice: str) -> None:
+        """
+        Raise the same ``ValueError`` on every rank when a setting differs between ranks (what a subclass sets on a
+        model after its setup, say, checked when ``learn`` starts).
+        """
+        self.context.check_same_settings(settings, advice=advice)
 
     def start_vec_normalize(self, env: VecEnv | None) -> None:
         """After SB3's ``_setup_learn``: ``VecNormalize`` statistics start from rank 0's."""
@@ -181,8 +184,11 @@ class SingleProcessTraining:
     def broadcast_state(self, algorithm: OnPolicyAlgorithm) -> None:
         """Nothing to send."""
 
-    def start_learn(self, algorithm: OnPolicyAlgorithm, total_timesteps: int, settings: dict[str, Any]) -> None:
+    def start_learn(self, algorithm: OnPolicyAlgorithm, total_timesteps: int) -> None:
         """This process logs."""
+
+    def check_same_settings(self, settings: dict[str, Any], advice: str) -> None:
+        """One process agrees with itself."""
 
     def start_vec_normalize(self, env: VecEnv | None) -> None:
         """The statistics are this process's."""

@@ -3,6 +3,7 @@ Bad input gets a clear error naming the parameter, the value and what is allowed
 a legal setting that is almost surely a mistake gets a warning at the user's line. Every algorithm of the package.
 """
 
+import io
 import re
 import warnings
 from pathlib import Path
@@ -161,6 +162,9 @@ def test_ppg_does_not_load_an_ewma_file(tmp_path: Path) -> None:
     make("PPG_EWMA", ewma_decay=0.5).save(tmp_path / "model.zip")
     with pytest.raises(ValueError, match=r"saved by PPG_EWMA \(ewma_decay=0.5\), not by PPG: load it with PPG_EWMA.load"):
         PPG.load(tmp_path / "model.zip")
+    # from a stream too, checked on what SB3's load read
+    with pytest.raises(ValueError, match=r"the saved model was saved by PPG_EWMA \(ewma_decay=0.5\), not by PPG"):
+        PPG.load(io.BytesIO((tmp_path / "model.zip").read_bytes()))
     # PPG_EWMA opens a PPG file (an EWMA PPG with ewma_decay=None is plain PPG)
     make("PPG").save(tmp_path / "ppg.zip")
     assert PPG_EWMA.load(tmp_path / "ppg.zip").ewma_decay is None

@@ -1,12 +1,25 @@
-"""The staleness modes as the authors define them (ppo_ewma/ppo.py, learn) and the advantages of stale data."""
+"""
+The staleness modes as the authors define them (ppo_ewma/ppo.py, learn), the advantages of stale data, and the
+ablation's classes (sb3_ewma.ablations): setting, saving and loading staleness.
+"""
 
 import copy
+import csv
+import io
+import json
+import shutil
+import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch as th
+from sb3_contrib.common.envs import InvalidActionEnvDiscrete
+from stable_baselines3.common.logger import configure
+from stable_baselines3.common.vec_env import DummyVecEnv
 
-from sb3_ewma.ablations import StalePPO_EWMA
+from sb3_ewma import PPO_EWMA, MaskablePPO_EWMA, RecurrentPPO_EWMA
+from sb3_ewma.ablations import StaleMaskablePPO_EWMA, StalePPO_EWMA, StaleRecurrentPPO_EWMA
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
 
 SMALL = dict(n_steps=32, batch_size=16, n_epochs=1, seed=0, device="cpu")
@@ -112,3 +125,111 @@ def test_stale_advantages_bootstrap_from_the_current_value_function():
     np.testing.assert_allclose(advantages[:, 0], expected, rtol=1e-5, atol=1e-6)
     assert not np.allclose(advantages[:, 0], before)
     np.testing.assert_allclose(returns[:, 0], advantages[:, 0] + stale_values, rtol=1e-6)
+
+
+def trained_buffers(model):
+    """Record the buffer each policy update of ``model`` starts on, and its advantages then."""
+    trained_on = []
+    start_iteration = model.advantage_normalizer.start_iteration
+
+    def record_start(advantages):
+        trained_on.append((model.rollout_buffer, advantages.copy()))
+        return start_iteration(advantages)
+
+    model.advantage_normalizer.start_iteration = record_start  # type: ignore[method-assign]
+    return trained_on
+
+
+def stale_contrib_model(algorithm):
+    if algorithm is StaleRecurrentPPO_EWMA:
+        policy_kwargs = dict(lstm_hidden_size=8, net_arch=[16])
+        return StaleRecurrentPPO_EWMA("MlpLstmPolicy", "CartPole-v1", policy_kwargs=policy_kwargs, **SMALL)
+    env = DummyVecEnv([lambda: InvalidActionEnvDiscrete(dim=4, ep_length=8, n_invalid_actions=1)])
+    return StaleMaskablePPO_EWMA("MlpPolicy", env, **SMALL)
+
+
+@pytest.mark.parametrize("algorithm", [StaleRecurrentPPO_EWMA, StaleMaskablePPO_EWMA], ids=lambda a: a.__name__)
+def test_contrib_stale_data_keeps_the_advantages_of_its_collection(algorithm):
+    model = stale_contrib_model(algorithm).set_staleness(1)
+    model.learn(32)  # one rollout, buffered
+    stale = model.stale_rollouts[0]
+    collected = stale.buffer.advantages.copy()
+    with th.no_grad():
+        value_net = model.policy.value_net
+        value_net.bias += 1.0  # a recomputation would change every advantage
+    trained_on = trained_buffers(model)
+    model.learn(32, reset_num_timesteps=False)
+    buffer, advantages = trained_on[0]
+    assert buffer is stale.buffer
+    np.testing.assert_array_equal(advantages, collected)
+
+
+@pytest.mark.parametrize("algorithm", [StalePPO_EWMA, StaleRecurrentPPO_EWMA, StaleMaskablePPO_EWMA], ids=lambda a: a.__name__)
+def test_staleness_round_trips_and_its_algorithm_refuses_the_file(algorithm, tmp_path):
+    model = algorithm("MlpPolicy", "CartPole-v1", **SMALL) if algorithm is StalePPO_EWMA else stale_contrib_model(algorithm)
+    model.set_staleness(2, "behavior").learn(32)
+    assert len(model.stale_rollouts) == 1
+    model.save(tmp_path / "stale.zip")
+    with zipfile.ZipFile(tmp_path / "stale.zip") as archive:
+        data = json.loads(archive.read("data"))
+    assert (data["staleness"], data["staleness_mode"]) == (2, "behavior") and "stale_rollouts" not in data
+    env = model.get_env()
+    loaded = algorithm.load(tmp_path / "stale.zip", env=env, device="cpu")
+    assert (loaded.staleness, loaded.staleness_mode, len(loaded.stale_rollouts)) == (2, "behavior", 0)
+    parent = {StalePPO_EWMA: PPO_EWMA, StaleRecurrentPPO_EWMA: RecurrentPPO_EWMA, StaleMaskablePPO_EWMA: MaskablePPO_EWMA}
+    message = rf"was saved with artificial staleness=2: load it with sb3_ewma.ablations.{algorithm.__name__}.load\(\)"
+    with pytest.raises(ValueError, match=message):
+        parent[algorithm].load(tmp_path / "stale.zip", env=env, device="cpu")
+    # a stream is checked too, after SB3's load has read it
+    with pytest.raises(ValueError, match=r"the saved model was saved with artificial staleness=2"):
+        parent[algorithm].load(io.BytesIO((tmp_path / "stale.zip").read_bytes()), env=env, device="cpu")
+
+
+def test_a_file_of_0_1_0_trained_with_staleness_continues_with_the_ablation_only(tmp_path):
+    """In 0.1.0 staleness was a constructor argument, saved in the file's data."""
+    original = Path(__file__).parent / "data" / "saved_by_0.1.0" / "ppo_ewma.zip"
+    stale_file = tmp_path / "stale_0_1_0.zip"
+    with zipfile.ZipFile(original) as source, zipfile.ZipFile(stale_file, "w") as target:
+        for item in source.infolist():
+            content = source.read(item.filename)
+            if item.filename == "data":
+                data = json.loads(content)
+                assert data["staleness"] == 0  # the fixture as saved
+                data.update(staleness=3, staleness_mode="proximal")
+                content = json.dumps(data).encode()
+            target.writestr(item, content)
+    with pytest.raises(ValueError, match=r"stale_0_1_0.zip was saved with artificial staleness=3: .*StalePPO_EWMA"):
+        PPO_EWMA.load(stale_file, env="CartPole-v1", device="cpu")
+    model = StalePPO_EWMA.load(stale_file, env="CartPole-v1", device="cpu")
+    assert (model.staleness, model.staleness_mode, model.proximal.kind) == (3, "proximal", "ewma")
+    shutil.copy(original, tmp_path / "fresh.zip")
+    assert StalePPO_EWMA.load(tmp_path / "fresh.zip", env="CartPole-v1", device="cpu").staleness == 0
+
+
+def test_set_staleness_before_the_model_is_built():
+    model = StalePPO_EWMA("MlpPolicy", "CartPole-v1", ewma_decay=None, _init_setup_model=False, **SMALL)
+    assert model.set_staleness(1, "decoupled") is model
+    model._setup_model()
+    assert model.proximal.kind == "snapshot" and len(model.stale_rollouts) == 0
+
+
+@pytest.mark.parametrize("mode, kind", [("decoupled", "snapshot"), ("behavior", "behavior"), ("proximal", "behavior")])
+def test_with_async_rollouts_the_mode_chooses_the_anchor_of_the_one_iteration_stale_data(mode, kind):
+    model = StalePPO_EWMA("MlpPolicy", "CartPole-v1", ewma_decay=None, async_rollouts=True, **SMALL)
+    assert model.proximal.kind == "snapshot"  # as PPO_EWMA's with async_rollouts: the recent policy
+    assert model.set_staleness(0, mode).proximal.kind == kind
+
+
+def test_setting_staleness_again_drops_the_waiting_rollouts_and_logs_them(tmp_path):
+    model = StalePPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL).set_staleness(3)
+    model.set_logger(configure(str(tmp_path), ["csv"]))
+    model.learn(64)
+    assert len(model.stale_rollouts) == 2 and model._n_updates == 0
+    with open(tmp_path / "progress.csv") as file:
+        logged = [row["train/stale_iterations_buffered"] for row in csv.DictReader(file)]
+    # SB3 dumps an iteration's train logs with the next iteration's: the second is still pending
+    assert logged == ["", "1"] and model.logger.name_to_value["train/stale_iterations_buffered"] == 2
+    model.set_staleness(1)
+    assert len(model.stale_rollouts) == 0
+    model.learn(32, reset_num_timesteps=False)  # buffers one rollout again: nothing trained yet
+    assert model._n_updates == 0 and len(model.stale_rollouts) == 1

@@ -117,7 +117,7 @@ class Checkpoint:
 
 def model_class(spec: RunSpec) -> type:
     """The class of ``spec``'s model: ``spec.algo``'s, or its ablation class with artificial staleness."""
-    if "staleness" not in spec.hyperparams:
+    if "staleness" not in spec.hyperparams and "staleness_mode" not in spec.hyperparams:
         return algorithm_class(spec.algo)
     if spec.algo != "ppo_ewma":
         raise ValueError(f"artificial staleness runs with ppo_ewma, got algo={spec.algo!r}")
@@ -141,7 +141,7 @@ def build_model(spec: RunSpec, env: Any) -> Any:
     staleness = {key: hyperparams.pop(key) for key in ("staleness", "staleness_mode") if key in hyperparams}
     model = algorithm(policy, env, policy_kwargs=policy_kwargs, seed=spec.seed, device=spec.device, verbose=0, **hyperparams)
     if staleness:
-        model.set_staleness(staleness["staleness"], staleness.get("staleness_mode", "decoupled"))
+        model.set_staleness(staleness.get("staleness", 0), staleness.get("staleness_mode", "decoupled"))
     return model
 
 

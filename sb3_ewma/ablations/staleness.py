@@ -105,17 +105,19 @@ def replace_behavior_log_probs(policy: ActorCriticPolicy, buffer: RolloutBuffer,
 class ArtificialStaleness(DecoupledAlgorithm):
     """
     What artificial staleness adds to an algorithm of this package, placed before it
-    (``StalePPO_EWMA(ArtificialStaleness, PPO_EWMA)``, as ``DecoupledAlgorithm`` is placed before SB3's ``PPO``): the
-    setting (:meth:`set_staleness`, saved with the model), the queue of collected rollouts (``stale_rollouts``), and
-    ``train()`` on the rollout collected ``staleness`` iterations ago (no training during the first ``staleness``
-    iterations of a model).
+    (``StalePPO_EWMA(ArtificialStaleness, PPO_EWMA)``, as ``DecoupledAlgorithm`` is placed before SB3's ``PPO``; not
+    an algorithm on its own): the setting (:meth:`set_staleness`, saved with the model), the queue of collected
+    rollouts (``stale_rollouts``), and ``train()`` on the rollout collected ``staleness`` iterations ago (no training
+    during the first ``staleness`` iterations of a model).
     """
 
     # the modes this algorithm runs, and whether the advantages of stale data are computed when it is used
     staleness_modes: ClassVar[tuple[str, ...]] = STALENESS_MODES
     recompute_stale_advantages: ClassVar[bool] = True
     # the setting is this class's own: load keeps it (DecoupledAlgorithm drops it from the files of 0.1.0)
-    _entries_of_older_files = ("proximal_ewma", "proximal_decay")
+    _entries_of_older_files = tuple(
+        entry for entry in DecoupledAlgorithm._entries_of_older_files if entry not in ("staleness", "staleness_mode")
+    )
     # off until set_staleness; load restores the saved setting
     staleness: int = 0
     staleness_mode: str = "decoupled"
@@ -137,9 +139,13 @@ class ArtificialStaleness(DecoupledAlgorithm):
             the recent policy, the policy at the start of the iteration), ``"behavior"`` (both with the behavior
             policy: PPO on stale data) or ``"proximal"`` (both with the recent policy; :class:`StalePPO_EWMA` only).
             With an EWMA (``ewma_decay`` not None) the EWMA replaces only the clipping anchor, in every mode.
+            With ``async_rollouts`` (staleness 0, data one iteration stale) the mode chooses the anchor likewise.
+        :return: the model
         """
         self._check_staleness(staleness, mode)
         self.staleness, self.staleness_mode = int(staleness), mode
+        if "proximal" not in vars(self):
+            return self  # not built yet (_init_setup_model=False): _setup_model reads the setting
         # the proximal policy may need a network of its own now (a snapshot), or no longer
         if self.proximal_decay is None and self._proximal_needs_network() != (self.proximal.network is not None):
             self.proximal = self._new_proximal_policy()
@@ -177,8 +183,11 @@ class ArtificialStaleness(DecoupledAlgorithm):
         self.stale_rollouts = deque()
 
     def _proximal_needs_network(self) -> bool:
-        # stale data anchored at the recent policy ("decoupled") needs a snapshot of it at the start of each iteration
-        return super()._proximal_needs_network() or (self.staleness > 0 and self.staleness_mode == "decoupled")
+        # without an EWMA, stale data (artificial, or one iteration with async_rollouts) is anchored at the recent
+        # policy, a snapshot at the start of each iteration, in the "decoupled" mode only; "behavior" and "proximal"
+        # read the buffer's log-probabilities (the behavior policy's, or the recent policy's written over them)
+        stale = self.staleness > 0 or self.async_rollouts
+        return self._needs_distributions or (stale and self.staleness_mode == "decoupled")
 
     def _setup_learn(
         self,
@@ -224,6 +233,7 @@ class ArtificialStaleness(DecoupledAlgorithm):
     @classmethod
     def _check_saved_data(cls, data: dict[str, Any], path: Any) -> None:
         """Every file of the algorithm opens, with or without a staleness setting."""
+        # in place of DecoupledAlgorithm's, which refuses a staleness setting (the algorithms have no other check)
 
 
 class StalePPO_EWMA(ArtificialStaleness, PPO_EWMA):  # type: ignore[misc]  # batch_size, as PPO_EWMA

@@ -620,7 +620,8 @@ class PPG(DecoupledAlgorithm):
         ewma_decay = data.get("ewma_decay")
         if ewma_decay is not None:
             raise ValueError(
-                f"{os.fspath(path)} was saved by PPG_EWMA (ewma_decay={ewma_decay!r}), not by PPG: load it with "
+                f"{os.fspath(path) if isinstance(path, (str, os.PathLike)) else 'the saved model'} was saved by "
+                f"PPG_EWMA (ewma_decay={ewma_decay!r}), not by PPG: load it with "
                 "PPG_EWMA.load()"
             )
 

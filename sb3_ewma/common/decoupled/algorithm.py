@@ -426,6 +426,8 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             env = maybe_make_env(env, kwargs.get("verbose", (data or {}).get("verbose", 0)))
         with loading_from_file():
             model = super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
+        if data is None:  # a stream, read by SB3's load alone: the same checks on what it set
+            cls._check_saved_data(vars(model), path)
         # entries of the files of version 0.1.0 that properties give now, or that these classes do not read (SB3's
         # load puts every entry in __dict__)
         for entry in cls._entries_of_older_files:
@@ -435,14 +437,16 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     @classmethod
     def _check_saved_data(cls, data: dict[str, Any], path: Any) -> None:
         """
-        Further checks of a saved file's ``data`` before ``load`` (values serialized): a file trained with artificial
-        staleness (by the ablation's classes, or by 0.1.0, where it was a constructor argument) continues with the
-        ablation's classes only, not with fresh data.
+        Further checks of a saved model's ``data`` in ``load`` (a file's: before SB3's ``load``, values serialized; a
+        stream's: the attributes SB3's ``load`` set): a model trained with artificial staleness (by the ablation's
+        classes, or by 0.1.0, where it was a constructor argument) continues with the ablation's classes only, not
+        with fresh data.
         """
         if data.get("staleness"):
+            name = next(klass.__name__ for klass in cls.__mro__ if klass.__module__.startswith("sb3_ewma."))
             raise ValueError(
-                f"{os.fspath(path) if isinstance(path, (str, os.PathLike)) else 'the file'} was saved with artificial "
-                f"staleness={data['staleness']!r}: load it with sb3_ewma.ablations.Stale{cls.__name__}.load()"
+                f"{os.fspath(path) if isinstance(path, (str, os.PathLike)) else 'the saved model'} was saved with "
+                f"artificial staleness={data['staleness']!r}: load it with sb3_ewma.ablations.Stale{name}.load()"
             )
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:

@@ -1,6 +1,7 @@
 """
 What logging the gradient noise scale (``log_gradient_noise_scale``) costs, for an MLP [64, 64] and the paper's IMPALA
-CNN on 64x64x3 frames: the time of ``train()`` on the same rollout with it on and off, alternating in one process, and
+CNN on 64x64x3 frames: the time of ``train()`` of two models, with it on and off (same seed, same rollout),
+alternating in one process, and
 (less noisy on a shared machine) the time of its bookkeeping for one minibatch gradient next to the forward-backward
 pass that produced it, alternating; medians over repeats::
 
@@ -38,8 +39,7 @@ CASES = {
 }
 
 
-def time_train(model: PPO_EWMA, flag: bool, device: th.device) -> float:
-    model.log_gradient_noise_scale = flag
+def time_train(model: PPO_EWMA, device: th.device) -> float:
     if device.type == "cuda":
         th.cuda.synchronize()
     start = time.perf_counter()
@@ -87,17 +87,27 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     device = th.device(args.device)
     results = {}
     for name, (make_env, policy, policy_kwargs, n_envs, n_steps, batch_size) in CASES.items():
-        env = make_vec_env(make_env, n_envs=n_envs, seed=0)
-        model = PPO_EWMA(
-            policy, env, n_steps=n_steps, batch_size=batch_size, n_epochs=3, policy_kwargs=policy_kwargs, seed=0, device=device
-        )
-        model.learn(n_steps * n_envs)  # fills the rollout buffer; train() below reuses it
-        model._update_learning_rate = lambda *_: None  # type: ignore[method-assign]  # no logger needed
+        models = {}
+        for flag in (False, True):
+            env = make_vec_env(make_env, n_envs=n_envs, seed=0)
+            models[flag] = PPO_EWMA(
+                policy,
+                env,
+                n_steps=n_steps,
+                batch_size=batch_size,
+                n_epochs=3,
+                policy_kwargs=policy_kwargs,
+                seed=0,
+                device=device,
+                log_gradient_noise_scale=flag,
+            )
+            models[flag].learn(n_steps * n_envs)  # fills the rollout buffer; train() below reuses it
+            time_train(models[flag], device)  # warm-up
+        model = models[True]
         timings: dict[bool, list[float]] = {True: [], False: []}
-        time_train(model, True, device)  # warm-up
         for _ in range(args.repeats):
             for flag in (False, True):
-                timings[flag].append(time_train(model, flag, device))
+                timings[flag].append(time_train(models[flag], device))
         off, on = statistics.median(timings[False]), statistics.median(timings[True])
         step, observe = step_costs(model, batch_size, 5 * args.repeats, device)
         results[name] = {

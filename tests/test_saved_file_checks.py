@@ -112,6 +112,27 @@ def test_truncated_or_garbled_files_name_the_file_and_what_is_wrong(saved: dict[
         check_saved_file(PPO_EWMA, tmp_path / "flipped.zip")
 
 
+def test_a_member_compressed_with_an_unknown_method_is_named(saved: dict[str, Path], tmp_path: Path) -> None:
+    """zipfile refuses a compression method it has no decoder for with NotImplementedError: a message, not a crash."""
+    content = bytearray(saved["ppo_ewma"].read_bytes())
+    with zipfile.ZipFile(saved["ppo_ewma"]) as archive:
+        info = archive.getinfo("data")
+    # the method field (2 bytes, little-endian) of the member's local header and of its central directory entry
+    content[info.header_offset + 8 : info.header_offset + 10] = (99).to_bytes(2, "little")
+    entry = content.find(b"PK\x01\x02")
+    while (
+        content[entry + 46 : entry + 46 + len(b"data")] != b"data"
+        or int.from_bytes(content[entry + 28 : entry + 30], "little") != 4
+    ):
+        entry = content.find(b"PK\x01\x02", entry + 4)
+    content[entry + 10 : entry + 12] = (99).to_bytes(2, "little")
+    path = tmp_path / "unknown_method.zip"
+    path.write_bytes(bytes(content))
+    message = r"unknown_method.zip: it is compressed with a method this Python cannot read \(.*not supported.*\)"
+    with pytest.raises(ValueError, match=message):
+        check_saved_file(PPO_EWMA, path)
+
+
 def test_enjoy_checks_the_model_file(saved: dict[str, Path], tmp_path: Path) -> None:
     pytest.importorskip("rl_zoo3")
     from sb3_ewma import zoo

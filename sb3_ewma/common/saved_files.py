@@ -54,6 +54,11 @@ POLICY_PARAMETERS = "policy.pth"
 """The member of a saved zip with the policy's parameters (SB3's ``save``): ``load`` cannot do without it."""
 
 
+def saved_model_name(path: Any) -> str:
+    """How a message names what ``load`` was given: the file's path, or "the saved model" for a stream."""
+    return os.fspath(path) if isinstance(path, (str, os.PathLike)) else "the saved model"
+
+
 def read_saved_data(path: Any) -> dict[str, Any] | None:
     """
     The JSON of a saved model's ``data`` (values stay serialized), or None when ``path`` is not a readable zip
@@ -156,8 +161,9 @@ def saved_zip_problem(path: Any) -> str | None:
             parameters = archive.read(POLICY_PARAMETERS)
     except zipfile.BadZipFile as error:
         return f"it is not a zip archive ({error}): the file is truncated, or not a saved model"
-    # NotImplementedError: a compression method that zipfile cannot read
-    except (OSError, EOFError, zipfile.LargeZipFile, NotImplementedError) as error:
+    except NotImplementedError as error:  # zipfile's answer to a compression method it has no decoder for
+        return f"it is compressed with a method this Python cannot read ({error}): save it again with SB3's save"
+    except (OSError, EOFError, zipfile.LargeZipFile) as error:
         return f"it cannot be read as a zip archive ({type(error).__name__}: {error})"
     try:
         with zipfile.ZipFile(io.BytesIO(parameters)) as torch_file:

@@ -1,7 +1,6 @@
 """Phasic Policy Gradient (Cobbe et al. 2020): :class:`PPG`, its policy phase and its auxiliary phase."""
 
 import math
-import os
 import time
 import warnings
 from typing import Any, ClassVar
@@ -26,6 +25,7 @@ from sb3_ewma.common.distributed import rank_local_settings
 from sb3_ewma.common.format import human_bytes
 from sb3_ewma.common.keywords import check_policy_keywords
 from sb3_ewma.common.losses import clipped_values
+from sb3_ewma.common.saved_files import saved_model_name
 from sb3_ewma.ppg_ewma.auxiliary import auxiliary_losses, compute_old_policy
 from sb3_ewma.ppg_ewma.buffers import AuxiliaryBuffer
 from sb3_ewma.ppg_ewma.checks import aux_batch_size_problem, check_ppg_hyperparams
@@ -620,8 +620,7 @@ class PPG(DecoupledAlgorithm):
         ewma_decay = data.get("ewma_decay")
         if ewma_decay is not None:
             raise ValueError(
-                f"{os.fspath(path) if isinstance(path, (str, os.PathLike)) else 'the saved model'} was saved by "
-                f"PPG_EWMA (ewma_decay={ewma_decay!r}), not by PPG: load it with "
+                f"{saved_model_name(path)} was saved by PPG_EWMA (ewma_decay={ewma_decay!r}), not by PPG: load it with "
                 "PPG_EWMA.load()"
             )
 

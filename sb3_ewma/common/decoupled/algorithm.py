@@ -7,7 +7,6 @@ the parent's methods (``PPO_EWMA``'s MRO: ``PPO_EWMA, DecoupledAlgorithm, PPO, O
 
 import io
 import math
-import os
 import pathlib
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -58,6 +57,7 @@ from sb3_ewma.common.losses import clipped_values
 from sb3_ewma.common.minibatches import rollout_minibatches
 from sb3_ewma.common.optim import clip_grad_norm, prefer_foreach
 from sb3_ewma.common.precision import FLOAT32, TrainingPrecision
+from sb3_ewma.common.saved_files import saved_model_name
 
 SelfDecoupledAlgorithm = TypeVar("SelfDecoupledAlgorithm", bound="DecoupledAlgorithm")
 
@@ -316,7 +316,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         check_callback(callback)
         self._check_can_learn()
         if tb_log_name is None:  # the package's class, also for a user's subclass of it
-            tb_log_name = next(klass.__name__ for klass in type(self).__mro__ if klass.__module__.startswith("sb3_ewma."))
+            tb_log_name = type(self)._package_class_name()
         if self.async_rollouts:
             learn_with_overlapped_rollouts(
                 self, total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar
@@ -443,11 +443,15 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         with fresh data.
         """
         if data.get("staleness"):
-            name = next(klass.__name__ for klass in cls.__mro__ if klass.__module__.startswith("sb3_ewma."))
             raise ValueError(
-                f"{os.fspath(path) if isinstance(path, (str, os.PathLike)) else 'the saved model'} was saved with "
-                f"artificial staleness={data['staleness']!r}: load it with sb3_ewma.ablations.Stale{name}.load()"
+                f"{saved_model_name(path)} was saved with artificial staleness={data['staleness']!r}: load it with "
+                f"sb3_ewma.ablations.Stale{cls._package_class_name()}.load()"
             )
+
+    @classmethod
+    def _package_class_name(cls) -> str:
+        """The name of this package's class that this class is or derives from (a user's subclass: its parent's)."""
+        return next(klass.__name__ for klass in cls.__mro__ if klass.__module__.startswith("sb3_ewma."))
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         state_dicts, torch_variables = super()._get_torch_save_params()

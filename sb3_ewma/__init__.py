@@ -2,8 +2,6 @@
 
 from typing import TYPE_CHECKING, Any
 
-# first: silences the legacy gym package's banner, which SB3's import would print (see the module)
-import sb3_ewma._quiet  # noqa: F401
 from sb3_ewma.common.ewma import (
     center_of_mass_from_ewma_decay,
     ewma_decay_from_center_of_mass,

@@ -227,7 +227,7 @@ def test_install_page_says_where_the_gym_banner_comes_from_and_how_it_is_silence
     sources = ("stable_baselines3/common/vec_env/patch_gym.py", "procgen/gym_registration.py")
     for statement in (*sources, "`procgen` extra pins `gym-notices<0.1`", 'pip install "gym-notices<0.1"'):
         assert statement in section
-    assert "import `sb3_ewma` first" in section
+    assert "`import sb3_ewma` redirects no stream" in section
     assert '"gym-notices<0.1"' in (REPO / "setup.py").read_text()
     gym = pytest.importorskip("gym")
     # gym's own import of its notices is optional, and prints the notice of its version only

@@ -110,6 +110,7 @@ class ParameterEWMA(nn.Module):
     @th.no_grad()
     def reset(self) -> None:
         """Restart the average from the current source parameters (``average = theta``, ``w = 1``)."""
+        # torch's foreach ops (documented, beta) have no public name; the public copy_ / lerp_ are one call per tensor
         th._foreach_copy_(self._average_params, self._source_params)
         self._copy_buffers()
         self.weight = 1.0
@@ -119,7 +120,7 @@ class ParameterEWMA(nn.Module):
     def update(self) -> None:
         """Fold the current source parameters into the average (call after every optimizer step)."""
         new_weight = 1.0 + self.decay * self.weight
-        # average + (theta - average) / w'  ==  theta / w' + (beta w / w') average
+        # average + (theta - average) / w'  ==  theta / w' + (beta w / w') average (foreach: see reset)
         th._foreach_lerp_(self._average_params, self._source_params, 1.0 / new_weight)
         self._copy_buffers()
         self.weight = new_weight

@@ -100,6 +100,8 @@ class GradientNoiseScale:
             return None
         if tag != self._epoch_tag:
             self._sum, self._sq_norms, self._epoch_tag = [], [], tag
+        # torch's foreach ops (documented, beta) have no public name; the public add_ / vector_norm are one call per
+        # tensor (torch.nn.utils.get_total_norm, torch >= 2.6, returns the total norm only)
         if not self._sum:
             self._sum = [gradient.detach().clone() for gradient in gradients]
         else:

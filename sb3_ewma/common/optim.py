@@ -4,42 +4,31 @@ The optimizer step of every phase, with fewer kernel launches on CPU and the sam
 For small networks an optimizer step is a loop of tiny tensor operations, and Python's per-operation cost dominates
 (the documentation's benchmarks page has the share of a minibatch it takes). Torch has "foreach" versions of the
 gradient-norm clipping and of Adam's step that handle all parameters in one call, but uses them by itself only on
-CUDA. The two helpers here use them on CPU too; both give SB3's results bit for bit (tested in
-``tests/test_optim.py``), so the choice changes only the time.
+CUDA. The algorithms clip with ``torch.nn.utils.clip_grad_norm_(..., foreach=True)``, and the package's own policies
+(PPO_EWMA's and PPG's) build an Adam or AdamW optimizer with ``foreach=True`` in their ``optimizer_kwargs`` unless the
+user chose an implementation (:func:`with_foreach_default`). Both give SB3's results bit for bit (tested in
+``tests/test_optim.py``), so the choice changes only the time. Nothing rewrites an optimizer after it is built.
 """
 
-from collections.abc import Iterable
+from typing import Any
 
 import torch as th
 
 # optimizers whose foreach step repeats the single-tensor step's arithmetic (checked bit for bit in the tests)
 FOREACH_EXACT_OPTIMIZERS = (th.optim.Adam, th.optim.AdamW)
+# optimizer keywords that choose the implementation of the step: a user's choice is kept
+IMPLEMENTATION_KEYWORDS = ("foreach", "fused", "differentiable")
 
 
-def clip_grad_norm(parameters: Iterable[th.nn.Parameter], max_norm: float) -> th.Tensor:
+def with_foreach_default(optimizer_class: type[th.optim.Optimizer], optimizer_kwargs: dict[str, Any]) -> dict[str, Any]:
     """
-    ``th.nn.utils.clip_grad_norm_(parameters, max_norm)`` (2-norm) with the same arithmetic in foreach calls: the
-    total norm is the norm of the per-parameter norms, and gradients are scaled by ``min(max_norm / (norm + 1e-6), 1)``.
-    Parameters without a gradient are skipped.
-
-    :return: the total norm of the gradients before clipping
+    The keyword arguments a policy builds its optimizer with: ``optimizer_kwargs`` with ``foreach=True`` added for Adam
+    and AdamW (whose foreach step gives the single-tensor step's numbers, faster on CPU; torch chooses it by itself on
+    CUDA), unless ``optimizer_kwargs`` already chooses the implementation (``foreach``, ``fused`` or
+    ``differentiable``). A new dict; ``optimizer_kwargs`` is left as it is. Other optimizers get ``optimizer_kwargs``
+    unchanged, as their foreach step may round differently.
     """
-    gradients = [parameter.grad for parameter in parameters if parameter.grad is not None]
-    if not gradients:
-        return th.tensor(0.0)
-    total_norm = th.linalg.vector_norm(th.stack(th._foreach_norm(gradients)), 2)
-    th._foreach_mul_(gradients, th.clamp(max_norm / (total_norm + 1e-6), max=1.0))
-    return total_norm
-
-
-def prefer_foreach(optimizer: th.optim.Optimizer) -> None:
-    """
-    Let an Adam or AdamW optimizer left to torch's choice of implementation (``foreach=None``) take its foreach step on
-    CPU as well (torch chooses it by itself on CUDA). An explicit ``foreach`` or ``fused`` is kept; other optimizers are
-    left alone, as their foreach step may round differently.
-    """
-    if not isinstance(optimizer, FOREACH_EXACT_OPTIMIZERS):
-        return
-    for group in optimizer.param_groups:
-        if group.get("foreach") is None and not group.get("fused") and not group.get("differentiable"):
-            group["foreach"] = True
+    exact = isinstance(optimizer_class, type) and issubclass(optimizer_class, FOREACH_EXACT_OPTIMIZERS)
+    if not exact or any(name in optimizer_kwargs for name in IMPLEMENTATION_KEYWORDS):
+        return dict(optimizer_kwargs)
+    return {**optimizer_kwargs, "foreach": True}

@@ -80,7 +80,18 @@ def learn_with_overlapped_rollouts(
     total_timesteps, learn_callback = algorithm._setup_learn(
         total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
     )
-    learn_callback.on_training_start(locals(), globals())
+    # SB3's learn() passes its locals: the same names here
+    learn_locals = dict(
+        self=algorithm,
+        total_timesteps=total_timesteps,
+        callback=learn_callback,
+        log_interval=log_interval,
+        tb_log_name=tb_log_name,
+        reset_num_timesteps=reset_num_timesteps,
+        progress_bar=progress_bar,
+        iteration=iteration,
+    )
+    learn_callback.on_training_start(learn_locals, globals())
     env = algorithm.env
     assert env is not None
     if algorithm.rollout_collector == "process":

@@ -347,7 +347,9 @@ class ProcessRolloutCollector(RolloutCollector):
         callback.on_rollout_start()
         for n_steps, (infos, dones, rewards) in enumerate(steps):
             algorithm.num_timesteps += algorithm._timesteps_per_env_step
-            callback.update_locals(dict(infos=infos, dones=dones, rewards=rewards, n_steps=n_steps, env=self._env))
+            callback.update_locals(
+                {"self": algorithm, "infos": infos, "dones": dones, "rewards": rewards, "n_steps": n_steps, "env": self._env}
+            )
             if not callback.on_step():
                 return False
             algorithm._update_info_buffer(infos, dones)

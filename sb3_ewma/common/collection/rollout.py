@@ -2,12 +2,12 @@
 Rollout collection with an explicit behavior policy, by the parents' own rollout loops.
 
 SB3's ``OnPolicyAlgorithm.collect_rollouts`` (and sb3-contrib's ``RecurrentPPO`` and ``MaskablePPO`` ones) always
-act with ``self.policy`` and count ``env.num_envs`` environment steps per step. They run here unchanged, on a
-:class:`RolloutView` of the algorithm that makes two things explicit: the policy that acts (a snapshot of the
-parameters can collect while ``self.policy`` trains, for overlapped rollouts; a CPU copy in a collector process) and
-the number of environment steps one vectorized step counts for (``n_envs * world_size`` under data-parallel training,
-where ``num_timesteps`` is global). With ``self.policy`` acting on one process, a model trained this way is bitwise the
-model its parent trains, by construction.
+act with ``self.policy`` and count ``env.num_envs`` environment steps per step. With ``self.policy`` acting on one
+process they run on the algorithm itself, as in the parent. Otherwise they run unchanged on a :class:`RolloutView` of
+the algorithm that makes two things explicit: the policy that acts (a snapshot of the parameters collects while
+``self.policy`` trains, for overlapped rollouts; a CPU copy in a collector process) and the number of environment
+steps one vectorized step counts for (``n_envs * world_size`` under data-parallel training, where ``num_timesteps`` is
+global).
 """
 
 import threading
@@ -110,9 +110,10 @@ class CollectingAlgorithm(Protocol):
 
 class RolloutView:
     """
-    The algorithm as a parent's ``collect_rollouts`` sees it, so that SB3's and sb3-contrib's own rollout loops run
-    unchanged (called as ``Parent.collect_rollouts(view, env, callback, buffer, n_steps)``, the view in place of
-    ``self``). The contract:
+    The algorithm as a parent's ``collect_rollouts`` sees it when another policy than ``algorithm.policy`` acts (the
+    snapshot of overlapped rollouts, a collector process's copy) or when one vectorized step counts for more than
+    ``n_envs`` steps (data-parallel training), so that SB3's and sb3-contrib's own rollout loops run unchanged (called
+    as ``Parent.collect_rollouts(view, env, callback, buffer, n_steps)``, the view in place of ``self``). The contract:
 
     - every attribute read is the algorithm's, and every attribute written is written on the algorithm (``_last_obs``,
       ``_last_episode_starts``, ``_last_lstm_states``, the episode statistics through ``_update_info_buffer``), except
@@ -122,8 +123,8 @@ class RolloutView:
     - methods are the algorithm's, bound to the algorithm (``self._update_info_buffer`` updates the algorithm's
       buffers), so a loop that calls ``self.policy`` gets the acting policy and one that calls a method gets the
       algorithm's;
-    - callbacks see the view: ``locals["self"]`` in ``on_step`` is the view, whose attributes are the algorithm's but
-      ``policy``; ``callback.model`` stays the algorithm.
+    - callbacks called from that loop see the view: ``locals["self"]`` in ``on_step`` is the view, whose attributes
+      are the algorithm's but ``policy`` (and ``device``); ``callback.model`` stays the algorithm.
 
     :param algorithm: the algorithm whose state (last observation, step count, episode statistics) advances
     :param policy: the acting policy (``algorithm.policy``, or a copy of it)

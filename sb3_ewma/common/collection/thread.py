@@ -32,6 +32,7 @@ def copy_tensors(destinations: list[th.Tensor], sources: list[th.Tensor]) -> Non
     (a copy from a GPU into CPU memory returns once the values are there).
     """
     if all(destination.device == source.device for destination, source in zip(destinations, sources)):
+        # torch's foreach ops (documented, beta) have no public name; the public copy_ is one call per tensor
         th._foreach_copy_(destinations, sources)
         return
     for destination, source in zip(destinations, sources):

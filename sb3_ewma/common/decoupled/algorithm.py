@@ -55,7 +55,6 @@ from sb3_ewma.common.gradient_noise import GradientNoiseScale
 from sb3_ewma.common.keywords import unknown_policy_message
 from sb3_ewma.common.losses import clipped_values
 from sb3_ewma.common.minibatches import rollout_minibatches
-from sb3_ewma.common.optim import clip_grad_norm, prefer_foreach
 from sb3_ewma.common.precision import FLOAT32, TrainingPrecision
 from sb3_ewma.common.saved_files import saved_model_name
 
@@ -367,10 +366,17 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     def _collect_rollout_with(
         self, policy: Any, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
     ) -> bool:
-        """The parent's rollout loop acting with ``policy`` (``self.policy`` or a copy); False if a callback stopped it."""
-        view = RolloutView(self, policy, self._timesteps_per_env_step)
+        """
+        The parent's rollout loop acting with ``policy`` (``self.policy`` or a copy); False if a callback stopped it.
+        With ``self.policy`` acting on one process the loop runs on the model itself, as the parent's
+        ``collect_rollouts`` does (a callback's ``locals["self"]`` is the model); otherwise on a
+        :class:`~sb3_ewma.common.collection.rollout.RolloutView` of it.
+        """
         loop = type(self)._parent_collect_rollouts
-        return loop(view, env, callback, rollout_buffer, n_rollout_steps, **self._rollout_loop_kwargs())
+        algorithm: Any = self
+        if policy is not self.policy or self._timesteps_per_env_step != self.n_envs:
+            algorithm = RolloutView(self, policy, self._timesteps_per_env_step)
+        return loop(algorithm, env, callback, rollout_buffer, n_rollout_steps, **self._rollout_loop_kwargs())
 
     def _rollout_loop_kwargs(self) -> dict[str, Any]:
         """Further arguments of the parent's rollout loop (``MaskablePPO``'s ``use_masking``); none here."""
@@ -654,7 +660,6 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             estimate = gradient_noise.observe_optimizer(optimizer, tag=self.num_timesteps)
             if estimate is not None and estimate.noise_scale is not None:
                 self.logger.record(f"{log_prefix}/gradient_noise_scale", estimate.noise_scale)
-        # SB3's clip_grad_norm_ and Adam step, with the same numbers in fewer calls on CPU (sb3_ewma.common.optim)
-        clip_grad_norm(self.policy.parameters(), self.max_grad_norm)
-        prefer_foreach(optimizer)
+        # SB3's clipping, in foreach calls on CPU too (the same numbers: sb3_ewma.common.optim)
+        th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm, foreach=True)
         optimizer.step()

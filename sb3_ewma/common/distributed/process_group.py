@@ -135,7 +135,8 @@ def init_process_group(device: th.device) -> None:
     # torch._dynamo, first imported by the first optimizer, keeps a reference to a default process group that exists
     # at its import: destroy_process_group() then leaves the group's gloo threads running into the interpreter's
     # shutdown, where a thread that frees a collective's tensors aborts the process ("terminate called without an
-    # active exception", about one exit in 15 on two ranks here). Imported first, it holds no reference.
+    # active exception", about one exit in 15 on two ranks here). Imported first, it holds no reference (a private
+    # module: no public one imports it).
     import torch._dynamo  # noqa: F401
 
     backend = process_group_backend(device)

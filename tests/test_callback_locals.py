@@ -1,0 +1,96 @@
+"""What a callback sees during collection: the parent's rollout loop on the model, as with SB3's and sb3-contrib's."""
+
+import pytest
+from sb3_contrib import MaskablePPO, RecurrentPPO
+from sb3_contrib.common.envs import InvalidActionEnvDiscrete
+from stable_baselines3 import PPO
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.vec_env import DummyVecEnv
+
+from sb3_ewma import PPG, PPG_EWMA, PPO_EWMA, MaskablePPO_EWMA, RecurrentPPO_EWMA
+from sb3_ewma.common.collection.process import check_process_collector
+from sb3_ewma.common.collection.rollout import RolloutView
+
+SETTINGS = dict(n_steps=16, batch_size=16, n_epochs=1, seed=0, device="cpu")
+PPG_SETTINGS = dict(n_steps=16, batch_size=16, n_policy_iterations=1, n_aux_epochs=1, seed=0, device="cpu")
+
+
+class LocalsRecorder(BaseCallback):
+    """Records, at each ``on_step``, the keys of ``self.locals``, its ``self`` and that ``self``'s policy."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps: list[tuple[frozenset[str], object, object]] = []
+
+    def _on_step(self) -> bool:
+        owner = self.locals["self"]
+        self.steps.append((frozenset(self.locals), owner, owner.policy))
+        return True
+
+
+def cartpole():
+    return make_vec_env("CartPole-v1", n_envs=2, seed=0)
+
+
+def masked_env():
+    return DummyVecEnv([lambda: InvalidActionEnvDiscrete(dim=10, ep_length=20, n_invalid_actions=5) for _ in range(2)])
+
+
+def recorded_steps(model_class, env, **kwargs) -> tuple[object, LocalsRecorder]:
+    policy = "MlpLstmPolicy" if model_class in (RecurrentPPO, RecurrentPPO_EWMA) else "MlpPolicy"
+    model = model_class(policy, env, **kwargs)
+    callback = LocalsRecorder()
+    model.learn(64, callback=callback)
+    return model, callback
+
+
+@pytest.mark.parametrize(
+    "model_class, parent_class, make_env, settings",
+    [
+        (PPO_EWMA, PPO, cartpole, SETTINGS),
+        (PPG_EWMA, PPO, cartpole, PPG_SETTINGS),
+        (PPG, PPO, cartpole, PPG_SETTINGS),
+        (RecurrentPPO_EWMA, RecurrentPPO, cartpole, SETTINGS),
+        (MaskablePPO_EWMA, MaskablePPO, masked_env, SETTINGS),
+    ],
+)
+def test_callbacks_see_the_model_and_the_parents_locals(model_class, parent_class, make_env, settings):
+    model, callback = recorded_steps(model_class, make_env(), **settings)
+    parent, parent_callback = recorded_steps(parent_class, make_env(), **SETTINGS)
+    assert len(callback.steps) == len(parent_callback.steps) == 32
+    assert {"self", "rollout_buffer", "new_obs", "infos"} <= parent_callback.steps[0][0]
+    # step by step: the loop's variables (the first step has no `done` and `idx` yet)
+    assert [keys for keys, _, _ in callback.steps] == [keys for keys, _, _ in parent_callback.steps]
+    for _, owner, policy in callback.steps:
+        assert owner is model and policy is model.policy
+    assert all(owner is parent for _, owner, _ in parent_callback.steps)
+
+
+def test_thread_collector_callbacks_see_a_view_acting_with_the_snapshot():
+    model, callback = recorded_steps(PPO_EWMA, cartpole(), async_rollouts=True, **SETTINGS)
+    parent_keys = [keys for keys, _, _ in recorded_steps(PPO, cartpole(), **SETTINGS)[1].steps]
+    assert len(callback.steps) == 32
+    assert [keys for keys, _, _ in callback.steps] == parent_keys
+    for _, owner, policy in callback.steps:
+        # as the docs say: a view of the model whose attributes are the model's, but the acting policy, a snapshot
+        assert isinstance(owner, RolloutView)
+        assert policy is not model.policy and type(policy) is type(model.policy)
+        assert owner.n_steps == model.n_steps and owner.rollout_buffer is model.rollout_buffer
+    assert callback.steps[-1][1].num_timesteps == model.num_timesteps
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="the collector process forks")
+def test_process_collector_callbacks_see_the_model():
+    check_process_collector()
+    model, callback = recorded_steps(PPO_EWMA, cartpole(), async_rollouts="process", **SETTINGS)
+    parent_keys = [keys for keys, _, _ in recorded_steps(PPO, cartpole(), **SETTINGS)[1].steps]
+    assert len(callback.steps) == 32
+    # the first rollout of learn is collected in this process, by the model: SB3's locals
+    first_rollout = callback.steps[:16]
+    assert [keys for keys, _, _ in first_rollout] == parent_keys[:16]
+    assert all(owner is model and policy is model.policy for _, owner, policy in first_rollout)
+    # the others are replayed at the hand-off: `self` is the model, with the step's infos, dones, rewards, n_steps, env
+    for keys, owner, policy in callback.steps[16:]:
+        assert {"self", "infos", "dones", "rewards", "n_steps", "env"} <= keys
+        assert owner is model and policy is model.policy

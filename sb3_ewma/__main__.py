@@ -2,7 +2,7 @@
 ``python -m sb3_ewma <command> [flags]`` and the console command ``sb3-ewma <command> [flags]``: the entry points
 ``train``, ``enjoy``, ``record_video``, ``push_to_hub``, ``load_from_hub`` (rl-zoo3's, :mod:`sb3_ewma.zoo`), ``scale``
 (:mod:`sb3_ewma.scale.cli`) and ``plots`` (:mod:`sb3_ewma.plots`), each as ``python -m sb3_ewma.<command>``. A
-command may be written with ``-`` for ``_`` (``record-video``).
+command may be written with ``-`` for ``_`` (``record-video``). ``--version`` prints the package's version.
 """
 
 import importlib
@@ -28,7 +28,12 @@ ZOO_COMMANDS = ("train", "enjoy", "record_video", "push_to_hub", "load_from_hub"
 def usage(prog: str = "sb3-ewma") -> str:
     """The usage text: the commands and what they do."""
     width = max(len(name) for name in COMMANDS)
-    lines = [f"usage: {prog} <command> [flags]   ({prog} <command> -h lists the command's flags)", "", "commands:"]
+    lines = [
+        f"usage: {prog} <command> [flags]   ({prog} <command> -h lists the command's flags)",
+        f"       {prog} --version",
+        "",
+        "commands:",
+    ]
     lines += [f"  {name.ljust(width)}  {summary}" for name, summary in COMMANDS.items()]
     return "\n".join(lines)
 
@@ -36,7 +41,8 @@ def usage(prog: str = "sb3-ewma") -> str:
 def main(argv: Sequence[str] | None = None, prog: str = "sb3-ewma") -> None:
     """
     Run ``<command>`` of ``argv`` (default: ``sys.argv[1:]``) on the rest of ``argv``, with one-line errors
-    (:func:`sb3_ewma._command.run_command`). Without a command, or with ``-h``, print the commands.
+    (:func:`sb3_ewma._command.run_command`). Without a command, or with ``-h``, print the commands; with
+    ``--version`` (or ``-V``), the version (``sb3-ewma 0.2.0``).
 
     :param argv: the command and its flags
     :param prog: the program name shown in messages
@@ -46,6 +52,11 @@ def main(argv: Sequence[str] | None = None, prog: str = "sb3-ewma") -> None:
         print(usage(prog))
         if not argv:
             raise SystemExit(2)
+        return
+    if argv[0] in ("--version", "-V"):
+        from sb3_ewma import __version__
+
+        print(f"sb3-ewma {__version__}")
         return
     name = argv[0].replace("-", "_")
     if name not in COMMANDS:

@@ -3,9 +3,10 @@ The ``main`` of the command-line entry points ``python -m sb3_ewma.<command>`` (
 runs them (:func:`run_command`: one line for what the user got wrong, ``SB3_EWMA_TRACEBACK=1`` for the traceback).
 """
 
+import contextlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 
@@ -40,6 +41,25 @@ def has_display() -> bool:
     if sys.platform.startswith("linux"):
         return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
     return True
+
+
+@contextlib.contextmanager
+def headless_sdl() -> Iterator[None]:
+    """
+    On a machine without a display (:func:`has_display`), set ``SDL_VIDEODRIVER=dummy`` for the duration of the
+    block, unless the user set it: pygame (the classic-control environments' ``rgb_array`` rendering) then draws
+    off-screen instead of probing for a Wayland display, whose library prints "error: XDG_RUNTIME_DIR is invalid or
+    not set in the environment." on a run that works. What the user set is never changed; the variable is removed
+    again after the block.
+    """
+    if has_display() or "SDL_VIDEODRIVER" in os.environ:
+        yield
+        return
+    os.environ["SDL_VIDEODRIVER"] = "dummy"
+    try:
+        yield
+    finally:
+        os.environ.pop("SDL_VIDEODRIVER", None)
 
 
 TRACEBACK_VARIABLE = "SB3_EWMA_TRACEBACK"

@@ -13,6 +13,7 @@ from rl_zoo3.utils import StoreDict
 
 from sb3_ewma.common import threads
 from sb3_ewma.scale import ALGOS, LR_RULES
+from sb3_ewma.zoo.checks import device_problem
 
 _N = TypeVar("_N")
 
@@ -105,10 +106,12 @@ class TrainArgumentParser(argparse.ArgumentParser):
             add_scale_arguments(self)
             self._scale_arguments_added = True
             _set_num_threads_default(self)
+            _set_eval_freq_help(self)
         parsed = super().parse_args(args, namespace)
         try:
             scale_options_from_args(parsed)
             check_train_counts(parsed)
+            check_device_argument(parsed)
         except ValueError as error:
             self.error(str(error))
         num_threads = getattr(parsed, "num_threads", threads.AUTO)
@@ -169,19 +172,52 @@ def check_train_counts(args: argparse.Namespace) -> None:
             raise ValueError(f"argument {flag}: must be {allowed}, got {value}")
 
 
-def check_play_counts(argv: Sequence[str], prog: str) -> None:
+def check_device_argument(args: argparse.Namespace) -> None:
+    """
+    Raise a ``ValueError`` for a ``--device`` that this machine cannot train on
+    (:func:`sb3_ewma.zoo.checks.device_problem`: not a torch device, ``mps`` off a Mac, a CUDA index past the GPUs),
+    which SB3 would otherwise report many frames deep when it moves the model there. ``cuda`` without a GPU is SB3's
+    fallback to the CPU, and passes. Arguments without ``device`` are skipped.
+    """
+    problem = device_problem(getattr(args, "device", None))
+    if problem is not None:
+        raise ValueError(f"argument --device: {problem}")
+
+
+EVAL_FREQ_HELP = (
+    "Evaluate the agent every n steps (any value <= 0, e.g. -1, turns evaluation off: rl-zoo3 evaluates only for "
+    "values > 0). During hyperparameter optimization n-evaluations is used instead"
+)
+
+
+def _set_eval_freq_help(parser: argparse.ArgumentParser) -> None:
+    """rl-zoo3's ``--eval-freq`` help, saying that 0 turns evaluation off as -1 does (rl-zoo3: ``eval_freq > 0``)."""
+    for action in parser._actions:
+        if "--eval-freq" in action.option_strings:
+            action.help = EVAL_FREQ_HELP
+
+
+def check_play_counts(argv: Sequence[str], prog: str, check_device: bool = True) -> None:
     """
     ``enjoy`` / ``record_video``: ``-n`` (steps to play) and ``--n-envs`` must be >= 1 (rl-zoo3 plays nothing for
-    ``-n 0``, and fails to build ``--n-envs 0`` environments), checked before rl-zoo3 loads anything; an argparse
-    error (status 2) otherwise. Values that are not integers are left to rl-zoo3's parser.
+    ``-n 0``, and fails to build ``--n-envs 0`` environments), and ``--device`` must be one this machine has
+    (:func:`check_device_argument`; ``check_device=False`` for ``record_video``, which has no ``--device``), checked
+    before rl-zoo3 loads anything; an argparse error (status 2) otherwise. Values that are not integers are left to
+    rl-zoo3's parser.
     """
     parser = argparse.ArgumentParser(prog=prog, add_help=False, allow_abbrev=False)
     parser.add_argument("-n", "--n-timesteps", type=int, default=1)
     parser.add_argument("--n-envs", type=int, default=1)
+    parser.add_argument("--device", default="auto")
     try:
         known, _ = parser.parse_known_args(list(argv))
     except SystemExit:
         return  # rl-zoo3's parser says what is wrong
+    try:
+        if check_device:
+            check_device_argument(known)
+    except ValueError as error:
+        parser.exit(2, f"{prog}: error: {error}\n")
     for flag, value, what in (
         ("-n/--n-timesteps", known.n_timesteps, "steps to play"),
         ("--n-envs", known.n_envs, "environments"),

@@ -8,6 +8,7 @@ fails anyway.
 """
 
 import glob
+import numbers
 import os
 import sys
 from collections.abc import Callable
@@ -270,3 +271,196 @@ def latest_run_with_model(log_path: str, env_name: Any) -> int:
                 print(f"Skipped the newer run folder(s) without a model: {skipped} (--exp-id N chooses a run)")
             return run_id
     return newest_first[0]
+
+
+SCHEDULE_KEYS = ("learning_rate", "clip_range", "clip_range_vf")
+"""The entry's keys that rl-zoo3 turns into schedules (``_preprocess_schedules``): a number ``>= 0`` becomes a
+constant schedule, which the constructors accept whatever its value; :func:`check_entry_values` checks the number."""
+
+
+def entry_origin(algo: str, scale_n_envs: int | None = None) -> str:
+    """Where the hyperparameters of a message come from: ``-params`` or the entry (rescaled by ``--scale-n-envs``)."""
+    rescaled = f", rescaled by --scale-n-envs {scale_n_envs}" if scale_n_envs is not None else ""
+    return f"-params or the hyperparameter entry of --algo {algo}{rescaled}"
+
+
+def check_entry_counts(algo: str, hyperparams: dict[str, Any], scale_n_envs: int | None = None) -> None:
+    """
+    Raise a ``ValueError`` for an entry's ``n_envs`` (after ``-params``) that is not a count >= 1 (rl-zoo3 passes it
+    to ``make_vec_env``: 0 fails with DummyVecEnv's ``IndexError`` after the run folder exists), with
+    :func:`sb3_ewma.common.checks.check_integer`'s message. A missing ``n_envs`` is rl-zoo3's 1.
+
+    :param algo: the rl-zoo3 name (``--algo``)
+    :param hyperparams: the entry, with rl-zoo3's keys
+    :param scale_n_envs: ``--scale-n-envs``, when the entry was rescaled
+    """
+    from sb3_ewma.common.checks import check_integer
+
+    if "n_envs" not in hyperparams:
+        return
+    try:
+        check_integer("n_envs", hyperparams["n_envs"], 1)
+    except ValueError as error:
+        raise ValueError(f"{error} ({entry_origin(algo, scale_n_envs)}; nothing was written)") from None
+
+
+def check_entry_values(
+    algo: str,
+    algorithm: type,
+    constructor_kwargs: dict[str, Any],
+    raw_schedules: dict[str, Any],
+    scale_n_envs: int | None = None,
+) -> None:
+    """
+    Run the algorithm's constructor checks on the hyperparameters that rl-zoo3 is about to pass to it, before the run
+    folder exists: the constructor itself is called with them, without an environment and without building the model
+    (``env=None, _init_setup_model=False``, as ``load`` calls it), so that the command line refuses exactly what a
+    script's call refuses, with the same message (and the place the values came from). rl-zoo3 turns numbers of
+    :data:`SCHEDULE_KEYS` into constant schedules, which the constructors accept whatever their value
+    (``-params clip_range:0`` would train a frozen policy): those keys are checked as the numbers they were
+    (``raw_schedules``). The constructors' warnings are left to the real call.
+
+    :param algo: the rl-zoo3 name (``--algo``)
+    :param algorithm: its class
+    :param constructor_kwargs: the keyword arguments rl-zoo3 is about to pass to the constructor (keys checked by
+        :func:`check_entry_keys`), with its ``policy``
+    :param raw_schedules: the values of :data:`SCHEDULE_KEYS` as the entry had them, before rl-zoo3 made schedules
+    :param scale_n_envs: ``--scale-n-envs``, when the entry was rescaled
+    """
+    import warnings
+
+    if "policy" not in constructor_kwargs:
+        return  # rl-zoo3's own error (a KeyError) names the missing policy
+    kwargs = dict(constructor_kwargs)
+    for key, value in raw_schedules.items():
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            kwargs[key] = value
+    policy = kwargs.pop("policy")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            algorithm(policy, None, _init_setup_model=False, **kwargs)
+    except (ValueError, AssertionError) as error:
+        message = str(error).strip() or type(error).__name__
+        raise ValueError(f"{message} ({entry_origin(algo, scale_n_envs)}; nothing was written)") from error
+
+
+DEVICE_TYPES_CHECKED = {"mps": "torch.backends.mps.is_available()", "xpu": "torch.xpu.is_available()"}
+"""Device types whose absence :func:`device_problem` reports, with the call that says whether one is present."""
+
+
+def _device_available(device_type: str) -> bool:
+    import torch as th
+
+    if device_type == "mps":
+        backend = getattr(th.backends, "mps", None)
+        return bool(backend is not None and backend.is_available())
+    module = getattr(th, device_type, None)
+    return bool(module is not None and module.is_available())
+
+
+def available_devices() -> str:
+    """The values of ``--device`` that work on this machine, for a message."""
+    import torch as th
+
+    names = ["auto", "cpu"]
+    if th.cuda.is_available():
+        count = th.cuda.device_count()
+        names += ["cuda", f"cuda:0 to cuda:{count - 1}" if count > 1 else "cuda:0"]
+    names += [device_type for device_type in DEVICE_TYPES_CHECKED if _device_available(device_type)]
+    return ", ".join(names)
+
+
+def device_problem(device: Any) -> str | None:
+    """
+    What is wrong with ``--device`` on this machine, or None: a name that is not a torch device, a device type that
+    this machine lacks (``mps`` off a Mac, ``xpu`` without an Intel GPU: SB3 would fail when it moves the model
+    there), or a CUDA index past the GPUs present. ``cuda`` without a GPU is SB3's: it trains on the CPU (the
+    constructor warns), so it is no problem here.
+    """
+    import torch as th
+
+    if device is None or (isinstance(device, str) and device == "auto"):
+        return None
+    try:
+        parsed = th.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        return f"{device!r} is not a device: use {available_devices()}"
+    if parsed.type == "cuda":
+        if th.cuda.is_available() and parsed.index is not None and parsed.index >= th.cuda.device_count():
+            return f"{device!r}: this machine has {th.cuda.device_count()} CUDA GPU(s); use {available_devices()}"
+        return None
+    if parsed.type in DEVICE_TYPES_CHECKED and not _device_available(parsed.type):
+        return (
+            f"{device!r} is not available on this machine ({DEVICE_TYPES_CHECKED[parsed.type]} is False): use "
+            f"{available_devices()}"
+        )
+    return None
+
+
+def yaml_error_message(path: str, error: Exception) -> str:
+    """
+    One sentence for a hyperparameter file that PyYAML cannot read: the file, the line and column (1-based) and what
+    is wrong there; for a tab, that YAML indents with spaces.
+    """
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = " ".join(str(getattr(error, "problem", None) or error).split())
+    message = f"the hyperparameter file {path} is not valid YAML{where}: {problem}"
+    if "'\\t'" in problem or "\\t" in problem:
+        message += " (YAML indents with spaces, not tabs: replace the tabs)"
+    return f"{message}. Nothing was written."
+
+
+def is_non_finite_error(error: BaseException) -> bool:
+    """
+    Whether ``error`` says that training met NaN or infinity: the package's ``NonFiniteError`` (a ``ValueError``), or
+    torch's refusal of a distribution's parameters (``... but found invalid values``), which NaN weights give.
+    """
+    if any(cls.__name__ == "NonFiniteError" for cls in type(error).__mro__):
+        return True
+    return isinstance(error, ValueError) and "found invalid values" in str(error)
+
+
+def non_finite_message(error: BaseException, num_timesteps: int) -> str:
+    """One line for a non-finite error of training (:func:`is_non_finite_error`), at ``num_timesteps`` steps."""
+    if any(cls.__name__ == "NonFiniteError" for cls in type(error).__mro__):
+        return " ".join(str(error).split())
+    first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    parameter = first_line.split(" (")[0].removeprefix("Expected parameter ").strip()
+    return (
+        f"training stopped at step {num_timesteps}: the policy's {parameter} became NaN or infinite (torch found invalid "
+        "values in them); a NaN or infinite observation or reward from the environment, or a learning rate too large, "
+        "makes the weights non-finite"
+    )
+
+
+def remove_run_folder_without_model(path: str, env_name: str, created_parents: tuple[str, ...] = ()) -> bool:
+    """
+    Remove the run folder ``path``, which this start created, after training failed on non-finite values, with
+    everything in it (configuration, monitor files, logs), unless it holds a model (:func:`has_model`: a checkpoint or
+    a best model saved before the values went bad, worth keeping) or a link. Then the folders of ``created_parents``
+    that are left empty.
+
+    :param path: the run folder, created by this start
+    :param env_name: the environment's name (the model files' names)
+    :param created_parents: folders above it that this start created, innermost first
+    :return: whether the run folder was removed
+    """
+    import shutil
+
+    if not os.path.isdir(path) or os.path.islink(path) or has_model(path, env_name):
+        return False
+    for root, folders, files in os.walk(path):
+        if any(os.path.islink(os.path.join(root, name)) for name in (*folders, *files)):
+            return False
+    try:
+        shutil.rmtree(path)
+    except OSError:
+        return False
+    for parent in created_parents:
+        try:
+            os.rmdir(parent)
+        except OSError:
+            break  # not empty (another run's folder)
+    return True

@@ -13,7 +13,7 @@ import rl_zoo3.train
 import rl_zoo3.utils
 import torch as th
 
-from sb3_ewma._command import has_display
+from sb3_ewma._command import has_display, headless_sdl
 from sb3_ewma._quiet import import_without_pkg_resources_warning
 from sb3_ewma.common import distributed, threads
 from sb3_ewma.common.saved_files import check_saved_file
@@ -110,13 +110,15 @@ def record_video(argv: Sequence[str], prog: str = "python -m sb3_ewma.record_vid
     as ``python -m rl_zoo3.record_video`` would; it is not imported before (that makes runpy warn). It reads
     ``create_test_env`` from ``rl_zoo3.utils`` when it runs, which is replaced there for the duration of the call.
     The video writer's ``imageio_ffmpeg`` is imported first without its ``pkg_resources`` deprecation warning. As
-    :func:`enjoy`, it takes the newest run that holds a model and checks ``--env-kwargs``.
+    :func:`enjoy`, it takes the newest run that holds a model and checks ``--env-kwargs``. On a machine without a
+    display, pygame draws off-screen (``SDL_VIDEODRIVER=dummy`` unless set, :func:`sb3_ewma._command.headless_sdl`),
+    without the "XDG_RUNTIME_DIR is invalid or not set" line.
 
     :param argv: rl-zoo3's command line arguments (without the program name)
     :param prog: the program name shown in messages
     """
     register_zoo()
-    check_play_counts(argv, prog)
+    check_play_counts(argv, prog, check_device=False)
     import_without_pkg_resources_warning("imageio_ffmpeg")
     with (
         patched(rl_zoo3.utils, "create_test_env", create_test_env),
@@ -125,6 +127,7 @@ def record_video(argv: Sequence[str], prog: str = "python -m sb3_ewma.record_vid
         patched(rl_zoo3.utils, "get_model_path", checked_model_path(rl_zoo3.utils.get_model_path)),
         patched_argv(prog, argv),
         threads.restored_num_threads(),
+        headless_sdl(),
     ):
         if not chooses_num_threads(argv):
             th.set_num_threads(1)  # one observation at a time: one thread (see sb3_ewma.common.threads)

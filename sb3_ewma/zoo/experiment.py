@@ -25,11 +25,18 @@ from sb3_ewma.common.torch_layers import ImpalaCNN
 from sb3_ewma.scale import scale_hyperparams_with_report
 from sb3_ewma.zoo.arguments import ScaleOptions, scale_options_from_args
 from sb3_ewma.zoo.checks import (
+    SCHEDULE_KEYS,
     check_async_rollouts_env,
+    check_entry_counts,
     check_entry_keys,
+    check_entry_values,
     check_env_spaces,
+    is_non_finite_error,
     missing_folders,
+    non_finite_message,
+    remove_run_folder_without_model,
     remove_unused_run_folder,
+    yaml_error_message,
 )
 from sb3_ewma.zoo.derivation import EntryChoice, missing_entry_hint, normalize_settings, zoo_entry_for
 from sb3_ewma.zoo.patching import patched
@@ -97,9 +104,11 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
     - a ``gamma`` written in the ``normalize`` setting is kept (rl-zoo3 replaces it by the algorithm's ``gamma``);
     - with ``scale``, the hyperparameter entry (after the ``--hyperparams`` overrides) is rescaled from its ``n_envs``
       (1 when absent, as rl-zoo3 reads it) to ``scale.n_envs`` before anything else uses it, and the report printed;
-    - before the run folder is created, the keys of the entry are checked against the algorithm's constructor and the
-      algorithm against the environment's spaces (:mod:`sb3_ewma.zoo.checks`), and a start that fails later removes
-      the run folder it left empty;
+    - before the run folder is created, the entry's ``n_envs`` is checked as a count, its keys against the algorithm's
+      constructor, its values by the constructor's own checks (the same messages as a script's call, also after
+      ``--scale-n-envs``), and the algorithm against the environment's spaces (:mod:`sb3_ewma.zoo.checks`); a
+      hyperparameter file that is not YAML (tabs) is one sentence with its line and column; a start that fails later
+      removes the run folder it left empty, and training that meets NaN or infinity the run folder it created;
     - for Procgen ids the environments are one native :class:`~sb3_ewma.envs.ProcgenVecEnv`
       (:func:`make_procgen_vec_env`, whatever ``--vec-env`` says) and evaluations use stochastic actions, as the
       agent acts during training (a deterministic Procgen policy easily gets stuck).
@@ -144,6 +153,7 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
         rl-zoo3's, then torch's thread count for the model built (``--num-threads``, :mod:`sb3_ewma.common.threads`).
         A start that fails (the model cannot be built, say) removes the run folder it created, when nothing but empty
         folders and monitor files without episodes is in it (:func:`~sb3_ewma.zoo.checks.remove_unused_run_folder`).
+        (The hyperparameters were checked before the folder exists: :meth:`_preprocess_hyperparams`.)
         """
         # the run folder and the folders above it that rl-zoo3 will create
         self._created_folders = missing_folders(self.save_path)
@@ -170,15 +180,32 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
         """
         rl-zoo3's; when it fails before the first step (an environment that cannot start, a setting the algorithm
         refuses when it starts to learn), the run folder is removed with the configuration this start wrote in it,
-        as :meth:`setup_experiment` removes it.
+        as :meth:`setup_experiment` removes it. When training meets NaN or infinity (the package's ``NonFiniteError``,
+        or torch's refusal of NaN distribution parameters), at any step, the run folder this start created is removed
+        unless it holds a model saved before, and the error becomes one line (a ``ValueError``) that says so.
         """
         try:
             super().learn(model)
-        except BaseException:
+        except BaseException as error:
+            if is_non_finite_error(error):
+                raise ValueError(self._non_finite_report(error, model.num_timesteps)) from error
             if model.num_timesteps == 0:
                 written = tuple(os.path.join(self.params_path, name) for name in CONFIG_FILES)
                 self._remove_unused_run_folder(written_files=written)
             raise
+
+    def _non_finite_report(self, error: BaseException, num_timesteps: int) -> str:
+        """
+        After training met NaN or infinity: remove the run folder this start created unless it holds a model saved
+        before (:func:`~sb3_ewma.zoo.checks.remove_run_folder_without_model`, rank 0), and say so in one line.
+        """
+        report = non_finite_message(error, num_timesteps)
+        created: tuple[str, ...] = getattr(self, "_created_folders", ())
+        if self.rank != 0 or not created:
+            return report
+        if remove_run_folder_without_model(created[0], str(self.env_name), created_parents=created[1:]):
+            return f"{report}. The run folder {created[0]} was removed (no model had been saved in it)."
+        return f"{report}. The run folder {created[0]} keeps the models saved before."
 
     def _remove_unused_run_folder(self, written_files: tuple[str, ...] = ()) -> None:
         """After a failed start: the run folder this start created, if it holds nothing worth keeping (rank 0)."""
@@ -195,6 +222,12 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
         return hyperparams, saved_hyperparams
 
     def _read_entry(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        try:
+            return self._read_entry_unchecked()
+        except yaml.YAMLError as error:
+            raise ValueError(yaml_error_message(str(self.config), error)) from error
+
+    def _read_entry_unchecked(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """
         rl-zoo3's reading of the entry (``-params`` overrides, Optuna trial, ``--env-kwargs``), from the derived entry
         when :func:`~sb3_ewma.zoo.derivation.zoo_entry_for` derived one (after printing the line that says so); an
@@ -222,6 +255,7 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
 
     def _read_scaled_hyperparameters(self) -> tuple[dict[str, Any], dict[str, Any]]:
         hyperparams, saved_hyperparams = self._read_entry()
+        check_entry_counts(self.algo, hyperparams)  # any algorithm's: before --scale-n-envs divides by it
         if self.scale is None:
             return hyperparams, saved_hyperparams
         reference_n_envs = None if "n_envs" in hyperparams else 1
@@ -250,6 +284,9 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
             super().create_log_folder()
 
     def create_callbacks(self) -> None:
+        if self.rank == 0 and self.eval_freq <= 0 and self.eval_freq != -1 and not self.optimize_hyperparameters:
+            # rl-zoo3 evaluates only for eval_freq > 0, without a word for the others: -1 is its documented "off"
+            print(f"No evaluation: --eval-freq {self.eval_freq} turns it off (as any value <= 0 does; -1 by convention)")
         if self.rank == 0:
             # save_freq and eval_freq count global steps: each step of rank 0 is world_size * n_envs of them
             with patched(self, "n_envs", self.n_envs * self.world_size):
@@ -279,12 +316,16 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
         if isinstance(hyperparams.get("policy_kwargs"), str):
             namespace = {**vars(rl_zoo3.exp_manager), **POLICY_KWARGS_NAMESPACE}
             hyperparams["policy_kwargs"] = eval(hyperparams["policy_kwargs"], namespace)
+        # the numbers rl-zoo3 is about to turn into constant schedules, checked as numbers (check_entry_values)
+        raw_schedules = {key: hyperparams[key] for key in SCHEDULE_KEYS if key in hyperparams}
         result = super()._preprocess_hyperparams(hyperparams)
         if self.algo in ZOO_ALGOS:
             # before rl-zoo3 creates the run folder (sb3_ewma.zoo.checks)
             algorithm = ZOO_ALGORITHMS[self.algo]
             constructor_kwargs, env_wrapper = result[0], result[1]
+            scale_n_envs = self.scale.n_envs if self.scale is not None else None
             check_entry_keys(self.algo, algorithm, constructor_kwargs)
+            check_entry_values(self.algo, algorithm, constructor_kwargs, raw_schedules, scale_n_envs)
             check_async_rollouts_env(
                 self.algo, self.env_name.gym_id, self.is_procgen, constructor_kwargs, getattr(self, "env_kwargs", None)
             )

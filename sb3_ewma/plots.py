@@ -100,7 +100,7 @@ def training_curves(
             skipped.append(f"{folder}: no monitor file")
             continue
         if max_timesteps is not None:
-            data_frame = data_frame[data_frame.l.cumsum() <= max_timesteps]
+            data_frame = data_frame.loc[data_frame.l.cumsum() <= max_timesteps]
         if column not in data_frame:
             skipped.append(f"{folder}: its monitor files have no {column!r} column")
             continue

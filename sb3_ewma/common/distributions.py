@@ -17,8 +17,9 @@ if TYPE_CHECKING:
 
 
 def _torch_distributions(distribution: Distribution) -> list[th.distributions.Distribution]:
-    if hasattr(distribution, "distributions"):  # sb3-contrib's MaskableMultiCategoricalDistribution
-        return list(distribution.distributions)
+    components = getattr(distribution, "distributions", None)  # sb3-contrib's MaskableMultiCategoricalDistribution
+    if components is not None:
+        return list(components)
     inner = distribution.distribution
     return list(inner) if isinstance(inner, (list, tuple)) else [inner]
 

@@ -111,7 +111,7 @@ class ParameterEWMA(nn.Module):
     def reset(self) -> None:
         """Restart the average from the current source parameters (``average = theta``, ``w = 1``)."""
         # torch's foreach ops (documented, beta) have no public name; the public copy_ / lerp_ are one call per tensor
-        th._foreach_copy_(self._average_params, self._source_params)
+        th._foreach_copy_(self._average_params, self._source_params)  # pyright: ignore[reportPrivateImportUsage]
         self._copy_buffers()
         self.weight = 1.0
         self.n_updates = 0
@@ -121,7 +121,8 @@ class ParameterEWMA(nn.Module):
         """Fold the current source parameters into the average (call after every optimizer step)."""
         new_weight = 1.0 + self.decay * self.weight
         # average + (theta - average) / w'  ==  theta / w' + (beta w / w') average (foreach: see reset)
-        th._foreach_lerp_(self._average_params, self._source_params, 1.0 / new_weight)
+        average, source = self._average_params, self._source_params
+        th._foreach_lerp_(average, source, 1.0 / new_weight)  # pyright: ignore[reportPrivateImportUsage]
         self._copy_buffers()
         self.weight = new_weight
         self.n_updates += 1

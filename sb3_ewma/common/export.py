@@ -159,7 +159,8 @@ def to_parent_algorithm(
         for name in inspect.signature(algorithm_class.__init__).parameters
         if name not in _NOT_COPIED and hasattr(model, name)
     }
-    clip_range = getattr(model, "clip_range", None)
+    # a number, or the schedule _setup_model makes of it
+    clip_range: float | Schedule | None = getattr(model, "clip_range", None)
     # no clipping: None, or the infinite clip range it is stored as
     if clip_range is None or (callable(clip_range) and math.isinf(clip_range(1.0))):
         warn_at_caller(

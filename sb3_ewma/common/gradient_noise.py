@@ -105,14 +105,15 @@ class GradientNoiseScale:
         if not self._sum:
             self._sum = [gradient.detach().clone() for gradient in gradients]
         else:
-            th._foreach_add_(self._sum, list(gradients))
-        norms = th._foreach_norm(list(gradients))
+            th._foreach_add_(self._sum, list(gradients))  # pyright: ignore[reportPrivateImportUsage]
+        norms = th._foreach_norm(list(gradients))  # pyright: ignore[reportPrivateImportUsage]
         self._sq_norms.append(th.stack(norms).square().sum())
         if len(self._sq_norms) < self.steps_per_epoch:
             return None
         count = len(self._sq_norms)
         mean_sq_norm = float(th.stack(self._sq_norms).mean())
-        sq_norm_of_mean = float(th.stack(th._foreach_norm(self._sum)).square().sum()) / count**2
+        norms_of_sum = th._foreach_norm(self._sum)  # pyright: ignore[reportPrivateImportUsage]
+        sq_norm_of_mean = float(th.stack(norms_of_sum).square().sum()) / count**2
         self._sum, self._sq_norms = [], []
         gradient_sq_norm, noise_trace = noise_scale_terms(
             mean_sq_norm, sq_norm_of_mean, self.batch_size, self.batch_size * count

@@ -46,9 +46,11 @@ class AuxiliaryBuffer:
             subspaces: dict[str | None, spaces.Space] = dict(observation_space.spaces.items())
         else:
             subspaces = {None: observation_space}
-        self._observations: dict[str | None, np.ndarray] = {
-            key: np.zeros((self.capacity, *get_obs_shape(space)), dtype=space.dtype) for key, space in subspaces.items()
-        }
+        self._observations: dict[str | None, np.ndarray] = {}
+        for key, space in subspaces.items():
+            shape = get_obs_shape(space)
+            assert isinstance(shape, tuple), "a subspace of a Dict space is not a Dict (SB3's buffers take none)"
+            self._observations[key] = np.zeros((self.capacity, *shape), dtype=space.dtype)
         self._value_targets = np.zeros(self.capacity, dtype=np.float32)
         # the parameters of pi_old's distribution, one (capacity, n) float32 array each, allocated at the first use
         self._old_policy: list[np.ndarray] = []

@@ -3,7 +3,8 @@
 import math
 import time
 import warnings
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar, cast
 
 import torch as th
 from gymnasium import spaces
@@ -168,13 +169,14 @@ class PPG(DecoupledAlgorithm):
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
-    batch_size: int
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
         "MlpPolicy": MlpPolicy,
         "CnnPolicy": CnnPolicy,
         "MultiInputPolicy": MultiInputPolicy,
     }
-    policy: PPGPolicy
+    # narrowed to the policies this class builds, as sb3-contrib's MaskablePPO and SB3's SAC narrow their `policy`
+    # (a mutable attribute, so pyright wants the parent's type unchanged)
+    policy: PPGPolicy  # pyright: ignore[reportIncompatibleVariableOverride]
     aux_buffer: AuxiliaryBuffer | None
     _is_proximal_parameter = staticmethod(is_ppg_policy_parameter)
     # the auxiliary buffer is not saved: a loaded model restarts its current policy phase
@@ -360,12 +362,13 @@ class PPG(DecoupledAlgorithm):
         rollout_size = self.n_steps * self.n_envs
         if self.normalize_advantage and rollout_size <= 1:
             raise ValueError(f"n_steps * n_envs must be > 1 with normalize_advantage=True, got {rollout_size}")
-        if rollout_size % self.batch_size > 0:
+        batch_size = self._minibatch_size  # PPG's batch_size (an int, never sb3-contrib's None)
+        if rollout_size % batch_size > 0:
             warnings.warn(
-                f"You have specified a mini-batch size of {self.batch_size},"
+                f"You have specified a mini-batch size of {batch_size},"
                 f" but because the `RolloutBuffer` is of size `n_steps * n_envs = {rollout_size}`,"
-                f" after every {rollout_size // self.batch_size} untruncated mini-batches,"
-                f" there will be a truncated mini-batch of size {rollout_size % self.batch_size}\n"
+                f" after every {rollout_size // batch_size} untruncated mini-batches,"
+                f" there will be a truncated mini-batch of size {rollout_size % batch_size}\n"
                 f"We recommend using a `batch_size` that is a factor of `n_steps * n_envs`.\n"
                 f"Info: (n_steps={self.n_steps} and n_envs={self.n_envs})"
             )
@@ -382,7 +385,7 @@ class PPG(DecoupledAlgorithm):
         if self.n_aux_epochs == 0:
             return None
         return aux_batch_size_problem(
-            type(self).__name__, self.n_policy_iterations, self.n_steps, self.n_envs, self.batch_size, self.aux_batch_size
+            type(self).__name__, self.n_policy_iterations, self.n_steps, self.n_envs, self._minibatch_size, self.aux_batch_size
         )
 
     def _setup_model(self) -> None:
@@ -405,9 +408,9 @@ class PPG(DecoupledAlgorithm):
 
         self.aux_lr_schedule = self.lr_schedule if self.aux_learning_rate is None else FloatSchedule(self.aux_learning_rate)
         aux_optimizer_kwargs = self.policy.optimizer_kwargs if self.aux_optimizer_kwargs is None else self.aux_optimizer_kwargs
-        self.aux_optimizer = self.policy.optimizer_class(  # type: ignore[call-arg]
-            self.policy.parameters(), lr=self.aux_lr_schedule(1), **aux_optimizer_kwargs
-        )
+        # called as the policy calls it (SB3's optimizers take lr; torch's Optimizer base class does not)
+        optimizer_class = cast(Callable[..., th.optim.Optimizer], self.policy.optimizer_class)
+        self.aux_optimizer = optimizer_class(self.policy.parameters(), lr=self.aux_lr_schedule(1), **aux_optimizer_kwargs)
         self.aux_buffer = None
         if self.n_aux_epochs > 0:
             self.aux_buffer = AuxiliaryBuffer(

@@ -1,6 +1,6 @@
 import math
 from collections.abc import Iterator
-from typing import Any, ClassVar, TypeAlias, cast
+from typing import Any, ClassVar, TypeAlias, TypeVar, cast
 
 import torch as th
 from gymnasium import spaces
@@ -10,7 +10,7 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import GymEnv, Schedule
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_ewma.common.checks import check_constructor_arguments, check_on_policy_hyperparams
@@ -32,6 +32,7 @@ from sb3_ewma.recurrent_ppo_ewma.policies import (
 )
 
 # the rollout buffers of RecurrentPPO_EWMA (made by _make_rollout_buffer), for Box and for Dict observations
+SelfRecurrentPPO_EWMA = TypeVar("SelfRecurrentPPO_EWMA", bound="RecurrentPPO_EWMA")
 _ValidStepsBuffer: TypeAlias = ValidStepsRecurrentRolloutBuffer | ValidStepsRecurrentDictRolloutBuffer
 
 
@@ -132,7 +133,9 @@ class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
         "MultiInputLstmPolicy": MultiInputLstmPolicy,
     }
 
-    policy: RecurrentActorCriticPolicy
+    # narrowed to the policies this class builds, as sb3-contrib's MaskablePPO and SB3's SAC narrow their `policy`
+    # (a mutable attribute, so pyright wants the parent's type unchanged)
+    policy: RecurrentActorCriticPolicy  # pyright: ignore[reportIncompatibleVariableOverride]
     # the collector process sends the LSTM states back with each rollout
     _collection_state_names = (*DecoupledAlgorithm._collection_state_names, "_last_lstm_states")
     _parent_collect_rollouts = staticmethod(RecurrentPPO.collect_rollouts)
@@ -271,6 +274,21 @@ class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
         super()._setup_model()
         # the parent's buffer, sampling the per-step tensors of the valid steps only (see ValidStepsRecurrentRolloutBuffer)
         self.rollout_buffer = self._make_rollout_buffer()
+
+    def learn(
+        self: SelfRecurrentPPO_EWMA,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        log_interval: int = 1,
+        tb_log_name: str | None = None,
+        reset_num_timesteps: bool = True,
+        progress_bar: bool = False,
+    ) -> SelfRecurrentPPO_EWMA:
+        """
+        ``RecurrentPPO.learn`` (same arguments), overlapped with ``async_rollouts``: ``DecoupledAlgorithm.learn``,
+        typed as this class's (as ``RecurrentPPO.learn`` is typed as ``RecurrentPPO``'s).
+        """
+        return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
 
     def _collect_rollout_with(
         self, policy: Any, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int

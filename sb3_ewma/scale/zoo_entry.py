@@ -10,7 +10,7 @@ import inspect
 import math
 import numbers
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -155,7 +155,8 @@ def scale_rate(name: str, value: Any, factor: float) -> Any:
             ) from None
         return f"{parts[0]}_{initial_value * factor!r}"
     if callable(value):
-        return scale_schedule(value, factor)
+        # a callable learning rate is a schedule: progress remaining -> value (SB3's Schedule)
+        return scale_schedule(cast(Callable[[float], float], value), factor)
     raise ValueError(f"{name} must be a number, an rl-zoo3 'lin_<value>' string or a schedule, got {value!r}")
 
 

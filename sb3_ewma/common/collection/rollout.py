@@ -12,7 +12,7 @@ global).
 
 import threading
 from collections import deque
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol, cast
 
 import numpy as np
 import torch as th
@@ -53,6 +53,8 @@ class CollectingAlgorithm(Protocol):
     num_timesteps: int
     rollout_buffer: RolloutBuffer
     _last_obs: Any
+    # the attributes a rollout advances besides num_timesteps (a collector process sends them back)
+    _collection_state_names: ClassVar[tuple[str, ...]]
 
     @property
     def policy(self) -> BasePolicy: ...
@@ -74,9 +76,6 @@ class CollectingAlgorithm(Protocol):
 
     @property
     def rollout_collector(self) -> str: ...
-
-    @property
-    def _collection_state_names(self) -> tuple[str, ...]: ...
 
     @property
     def _training_lock(self) -> threading.RLock: ...
@@ -152,7 +151,10 @@ class RolloutView:
 def new_rollout_buffer(algorithm: OnPolicyAlgorithm) -> RolloutBuffer:
     """A new rollout buffer like ``algorithm.rollout_buffer`` (SB3's construction in ``_setup_model``)."""
     assert algorithm.rollout_buffer_class is not None, "chosen by OnPolicyAlgorithm._setup_model"
-    return algorithm.rollout_buffer_class(
+    # RolloutBuffer's constructor: _setup_model chose DictRolloutBuffer (which type checkers see among the attribute's
+    # types) only for a Dict observation space
+    buffer_class = cast(type[RolloutBuffer], algorithm.rollout_buffer_class)
+    return buffer_class(
         algorithm.n_steps,
         algorithm.observation_space,
         algorithm.action_space,

@@ -33,7 +33,7 @@ def copy_tensors(destinations: list[th.Tensor], sources: list[th.Tensor]) -> Non
     """
     if all(destination.device == source.device for destination, source in zip(destinations, sources)):
         # torch's foreach ops (documented, beta) have no public name; the public copy_ is one call per tensor
-        th._foreach_copy_(destinations, sources)
+        th._foreach_copy_(destinations, sources)  # pyright: ignore[reportPrivateImportUsage]
         return
     for destination, source in zip(destinations, sources):
         destination.copy_(source)

@@ -493,6 +493,9 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         policy_objective = DecoupledPolicyObjective(clip_range, self.kl_coef, self.kl_estimator, self.imp_samp_max)
 
         entropy_losses, value_losses = [], []
+        # logged after the loop: the last epoch's KL estimates and the last minibatch's loss
+        approx_kl_divs: list[th.Tensor] = []
+        loss: th.Tensor | None = None
         continue_training = True
         # train for n_epochs epochs
         for epoch in range(self.n_epochs):
@@ -561,6 +564,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             if not continue_training:
                 break
 
+        assert loss is not None, "n_epochs >= 1, and a rollout makes at least one minibatch"
         losses = {"entropy_loss": entropy_losses, "value_loss": value_losses, "approx_kl": approx_kl_divs}
         self._record_train_logs(self.rollout_buffer, policy_objective.mean_stats(), losses, loss, clip_range, clip_range_vf)
 

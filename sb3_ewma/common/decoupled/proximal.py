@@ -290,7 +290,9 @@ def parameters_with_proximal_state(
                 "(use exact_match=False to restart the EWMA from the given policy)"
             )
         warn_missing_proximal(type(algorithm).__name__)
-        params = {**params, "proximal_ewma": ewma.state_dict_from_source(params["policy"])}
+        # a module's state dict (SB3's load_from_zip_file types the modules' entries as tensors)
+        policy_state = cast(dict[str, th.Tensor], params["policy"])
+        params = {**params, "proximal_ewma": ewma.state_dict_from_source(policy_state)}
     elif ewma is None and "proximal_ewma" in params:
         # e.g. a PPO_EWMA file loaded with ewma_decay=None: this model has no proximal network to fill
         warnings.warn(

@@ -13,6 +13,9 @@ import torch as th
 import torch.distributed as dist
 from stable_baselines3.common.utils import get_device
 
+# documented names of torch.distributed, which its __init__ imports from torch._C without declaring them exports
+from torch.distributed import PrefixStore, Store, TCPStore  # pyright: ignore[reportPrivateImportUsage]
+
 SAME_SETTINGS_ADVICE = "give every rank the same n_envs, n_steps, batch_size and algorithm settings"
 # torchrun's environment variables
 _WORLD_SIZE, _RANK, _LOCAL_RANK, _LOCAL_WORLD_SIZE = "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"
@@ -200,7 +203,7 @@ def _rendezvous_advice(timeout: float) -> str:
     )
 
 
-def rendezvous(rank: int, world_size: int, timeout: float) -> dist.Store:
+def rendezvous(rank: int, world_size: int, timeout: float) -> Store:
     """
     The store of torchrun's environment (``MASTER_ADDR``, ``MASTER_PORT``), as torch's ``env://`` rendezvous makes it
     (hosted by rank 0, or by torchrun's agent when it hosts one), then a roll call: each rank writes that it joined
@@ -220,11 +223,9 @@ def rendezvous(rank: int, world_size: int, timeout: float) -> dist.Store:
         if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True):
             # torchrun's agent hosts the store (torch.distributed.rendezvous._create_c10d_store does the same)
             attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-            store: dist.Store = dist.PrefixStore(
-                f"/worker/attempt_{attempt}", dist.TCPStore(host, port, world_size, False, timeout=wait)
-            )
+            store: Store = PrefixStore(f"/worker/attempt_{attempt}", TCPStore(host, port, world_size, False, timeout=wait))
         else:
-            store = dist.TCPStore(host, port, world_size, rank == 0, timeout=wait, wait_for_workers=False, multi_tenant=True)
+            store = TCPStore(host, port, world_size, rank == 0, timeout=wait, wait_for_workers=False, multi_tenant=True)
     except (RuntimeError, OSError) as error:
         if rank == 0:
             raise

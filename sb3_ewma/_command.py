@@ -3,10 +3,9 @@ The ``main`` of the command-line entry points ``python -m sb3_ewma.<command>`` (
 runs them (:func:`run_command`: one line for what the user got wrong, ``SB3_EWMA_TRACEBACK=1`` for the traceback).
 """
 
-import contextlib
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 
@@ -34,32 +33,6 @@ def zoo_command(name: str) -> EntryPoint:
     main.__qualname__ = main.__name__ = "main"
     main.__module__ = f"sb3_ewma.{name}"
     return main
-
-
-def has_display() -> bool:
-    """Whether a window can be shown: not on Linux without ``DISPLAY`` or ``WAYLAND_DISPLAY`` (a headless machine)."""
-    if sys.platform.startswith("linux"):
-        return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
-    return True
-
-
-@contextlib.contextmanager
-def headless_sdl() -> Iterator[None]:
-    """
-    On a machine without a display (:func:`has_display`), set ``SDL_VIDEODRIVER=dummy`` for the duration of the
-    block, unless the user set it: pygame (the classic-control environments' ``rgb_array`` rendering) then draws
-    off-screen instead of probing for a Wayland display, whose library prints "error: XDG_RUNTIME_DIR is invalid or
-    not set in the environment." on a run that works. What the user set is never changed; the variable is removed
-    again after the block.
-    """
-    if has_display() or "SDL_VIDEODRIVER" in os.environ:
-        yield
-        return
-    os.environ["SDL_VIDEODRIVER"] = "dummy"
-    try:
-        yield
-    finally:
-        os.environ.pop("SDL_VIDEODRIVER", None)
 
 
 TRACEBACK_VARIABLE = "SB3_EWMA_TRACEBACK"

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sb3_ewma._command import has_display, run_command
+from sb3_ewma._command import run_command
+from sb3_ewma._display import has_display
 from sb3_ewma.common.install import install_hint
 
 X_AXES = {

@@ -20,7 +20,7 @@ import yaml
 pytest.importorskip("rl_zoo3")
 
 import sb3_ewma
-from sb3_ewma import PPG_EWMA, PPO_EWMA, MaskablePPO_EWMA, RecurrentPPO_EWMA, _command, zoo
+from sb3_ewma import PPG_EWMA, PPO_EWMA, MaskablePPO_EWMA, RecurrentPPO_EWMA, _command, _display, zoo
 from sb3_ewma.__main__ import main as sb3_ewma_main
 from sb3_ewma._quiet import import_without_pkg_resources_warning
 from sb3_ewma.zoo.arguments import EVAL_FREQ_HELP
@@ -361,16 +361,16 @@ def test_headless_sdl_sets_a_default_only(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(sys, "platform", "linux")
     for name in ("DISPLAY", "WAYLAND_DISPLAY", "SDL_VIDEODRIVER"):
         monkeypatch.delenv(name, raising=False)
-    with _command.headless_sdl():
+    with _display.headless_sdl():
         assert os.environ["SDL_VIDEODRIVER"] == "dummy"
     assert "SDL_VIDEODRIVER" not in os.environ
     monkeypatch.setenv("SDL_VIDEODRIVER", "x11")  # the user's: untouched
-    with _command.headless_sdl():
+    with _display.headless_sdl():
         assert os.environ["SDL_VIDEODRIVER"] == "x11"
     assert os.environ["SDL_VIDEODRIVER"] == "x11"
     monkeypatch.delenv("SDL_VIDEODRIVER")
     monkeypatch.setenv("DISPLAY", ":0")  # a display: pygame's own choice
-    with _command.headless_sdl():
+    with _display.headless_sdl():
         assert "SDL_VIDEODRIVER" not in os.environ
 
 

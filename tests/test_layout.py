@@ -34,8 +34,8 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts
+def module_name(path: Path, base: Path = PACKAGE_DIR.parent) -> str:
+    parts = path.relative_to(base).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -58,36 +58,68 @@ def test_common_imports_nothing_above_it(path):
 BENCHMARKS_DIR = PACKAGE_DIR.parent / "benchmarks"
 
 
-def import_graph(root: Path) -> dict[str, set[str]]:
-    """Which modules under ``root`` each module under ``root`` imports (function-level imports included)."""
-    modules = {module_name(path): path for path in sorted(root.rglob("*.py"))}
-    graph = {
+def import_graph(root: Path, base: Path = PACKAGE_DIR.parent) -> dict[str, set[str]]:
+    """
+    Which modules under ``root`` each module under ``root`` imports: imports inside functions included, and a
+    package's imports of its own submodules too (``zoo/__init__.py`` importing ``zoo.commands``), since a submodule
+    that imports back what imports its package closes a cycle through them.
+    """
+    modules = {module_name(path, base): path for path in sorted(root.rglob("*.py"))}
+    return {
         name: {imported for imported in imported_modules(path) if imported in modules and imported != name}
         for name, path in modules.items()
     }
-    # a package's __init__ may re-export its submodules: an edge from a package to its own submodule is no cycle
-    return {name: {m for m in edges if not m.startswith(name + ".")} for name, edges in graph.items()}
+
+
+def import_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the graph (its modules, the first one repeated at the end), or None."""
+    visiting: list[str] = []
+    done: set[str] = set()
+
+    def visit(name: str) -> list[str] | None:
+        if name in done:
+            return None
+        if name in visiting:
+            return [*visiting[visiting.index(name) :], name]
+        visiting.append(name)
+        for imported in sorted(graph[name]):
+            cycle = visit(imported)
+            if cycle is not None:
+                return cycle
+        visiting.pop()
+        done.add(name)
+        return None
+
+    for name in sorted(graph):
+        cycle = visit(name)
+        if cycle is not None:
+            return cycle
+    return None
 
 
 @pytest.mark.parametrize("root", [PACKAGE_DIR, BENCHMARKS_DIR], ids=lambda root: root.name)
 def test_no_import_cycles(root):
     """The import graph of the package and of the benchmarks (function-level imports included) has no cycle."""
-    graph = import_graph(root)
-    visiting: list[str] = []
-    done: set[str] = set()
+    cycle = import_cycle(import_graph(root))
+    assert cycle is None, f"import cycle: {' -> '.join(cycle or [])}"
 
-    def visit(name: str) -> None:
-        if name in done:
-            return
-        assert name not in visiting, f"import cycle: {' -> '.join([*visiting[visiting.index(name):], name])}"
-        visiting.append(name)
-        for imported in sorted(graph[name]):
-            visit(imported)
-        visiting.pop()
-        done.add(name)
 
-    for name in sorted(graph):
-        visit(name)
+def test_the_cycle_test_sees_function_level_imports_and_package_to_submodule_edges(tmp_path):
+    # the shape of a cycle this test once missed: app.command imports app.tools inside a function, app/tools/__init__.py
+    # imports its submodule app.tools.run, which imports app.command at the top
+    package = tmp_path / "app"
+    (package / "tools").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "command.py").write_text("def main():\n    from app import tools\n\n\ndef shared():\n    pass\n")
+    (package / "tools" / "__init__.py").write_text("from app.tools.run import run\n")
+    (package / "tools" / "run.py").write_text("from app.command import shared\n\n\ndef run():\n    shared()\n")
+    graph = import_graph(package, tmp_path)
+    assert "app.tools" in graph["app.command"] and "app.tools.run" in graph["app.tools"]
+    assert import_cycle(graph) == ["app.command", "app.tools", "app.tools.run", "app.command"]
+    # the shared function moved to a module that imports nothing of the package: no cycle
+    (package / "shared.py").write_text("def shared():\n    pass\n")
+    (package / "tools" / "run.py").write_text("from app.shared import shared\n")
+    assert import_cycle(import_graph(package, tmp_path)) is None
 
 
 @pytest.mark.parametrize("path", sorted(BENCHMARKS_DIR.rglob("*.py")), ids=module_name)

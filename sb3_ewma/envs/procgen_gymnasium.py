@@ -12,7 +12,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from sb3_ewma.envs import procgen as native
+import sb3_ewma.envs.procgen as native
 from sb3_ewma.envs.procgen_games import PROCGEN_GAMES, PROCGEN_REGISTERED_MODES
 
 

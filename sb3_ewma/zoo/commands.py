@@ -13,7 +13,7 @@ import rl_zoo3.train
 import rl_zoo3.utils
 import torch as th
 
-from sb3_ewma._command import has_display, headless_sdl
+from sb3_ewma._display import has_display, headless_sdl
 from sb3_ewma._quiet import import_without_pkg_resources_warning
 from sb3_ewma.common import distributed, threads
 from sb3_ewma.common.saved_files import check_saved_file
@@ -111,7 +111,7 @@ def record_video(argv: Sequence[str], prog: str = "python -m sb3_ewma.record_vid
     ``create_test_env`` from ``rl_zoo3.utils`` when it runs, which is replaced there for the duration of the call.
     The video writer's ``imageio_ffmpeg`` is imported first without its ``pkg_resources`` deprecation warning. As
     :func:`enjoy`, it takes the newest run that holds a model and checks ``--env-kwargs``. On a machine without a
-    display, pygame draws off-screen (``SDL_VIDEODRIVER=dummy`` unless set, :func:`sb3_ewma._command.headless_sdl`),
+    display, pygame draws off-screen (``SDL_VIDEODRIVER=dummy`` unless set, :func:`sb3_ewma._display.headless_sdl`),
     without the "XDG_RUNTIME_DIR is invalid or not set" line.
 
     :param argv: rl-zoo3's command line arguments (without the program name)

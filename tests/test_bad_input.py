@@ -64,11 +64,10 @@ BAD_SETTINGS = [
     ({"ent_coef": float("nan")}, r"ent_coef must be a finite number, got nan"),
     ({"vf_coef": -1.0}, r"vf_coef must be a finite number >= 0, got -1.0"),
     ({"max_grad_norm": 0}, r"max_grad_norm must be a number > 0 \(math.inf: no clipping\), got 0"),
-    ({"target_kl": -0.1}, r"target_kl must be a finite number > 0, got -0.1"),
-    ({"target_kl": 0}, r"target_kl must be a finite number > 0, got 0"),
-    ({"clip_range": 1.5}, r"clip_range must be None \(no clipping\), a schedule or a number in \(0, 1\), got 1.5"),
+    ({"target_kl": -0.1}, r"target_kl must be a finite number >= 0, got -0.1"),
+    ({"clip_range": 0}, r"clip_range must be None \(no clipping\), a schedule or a number > 0, got 0"),
     ({"clip_range_vf": -1}, r"clip_range_vf must be None, a number > 0 or a schedule .*got -1"),
-    ({"stats_window_size": 0}, r"stats_window_size must be an integer >= 1, got 0"),
+    ({"stats_window_size": -1}, r"stats_window_size must be an integer >= 0, got -1"),
     ({"kl_coef": -1.0}, r"kl_coef must be a finite number >= 0, got -1.0"),
     ({"ewma_decay": 1.0}, r"ewma_decay must be a number in \[0, 1\), got 1.0"),
     ({"seed": "0"}, r"seed must be an integer >= 0, got '0'"),
@@ -361,19 +360,22 @@ def test_a_keyword_of_another_class_says_which_takes_it(name: str, kwargs: dict,
         assert make(name, policy_kwargs={"head_init_scale": 0.1}).policy.head_init_scale == 0.1
 
 
-def test_ppg_batch_size_larger_than_the_rollout_is_named() -> None:
-    # batch_size 256 with a rollout of 32 steps: aux_batch_size defaults to it and cannot divide 4 x 32 steps
-    with pytest.raises(
-        ValueError,
+def test_ppg_batch_size_larger_than_the_rollout_is_named_and_trains_as_sb3s_ppo() -> None:
+    # batch_size 256 with a rollout of 32 steps, which SB3's PPO takes: aux_batch_size defaults to it and cannot divide
+    # 4 x 32 steps, so the auxiliary phase's minibatch is truncated (warned, with the settings that fit)
+    with pytest.warns(
+        UserWarning,
         match=r"batch_size=256 is larger than the rollout of n_steps \* n_envs = 32 \* 1 = 32 steps.* pass a batch_size "
         r"that divides the rollout \(batch_size=32 or a divisor of it\), or more n_steps, or aux_batch_size "
-        r"\(e.g. aux_batch_size=128\)",
+        r"\(e.g. aux_batch_size=128\).*truncated",
     ):
-        make("PPG", n_steps=32, batch_size=256, n_policy_iterations=4)
+        model = make("PPG", n_steps=32, batch_size=256, n_policy_iterations=4)
+    model.learn(4 * 32)
+    assert model.n_aux_phases == 1
     # the advice works
     assert make("PPG", n_steps=32, batch_size=32, n_policy_iterations=4).aux_batch_size == 32
     assert make("PPG", n_steps=32, batch_size=256, n_policy_iterations=4, aux_batch_size=128).aux_batch_size == 128
-    # an aux_batch_size of the user's is named as before
+    # an aux_batch_size of the user's that does not divide the buffer is refused (PPO has no such setting)
     with pytest.raises(ValueError, match=r"aux_batch_size \(default: batch_size\) must divide .* got 48"):
         make("PPG", n_steps=32, batch_size=32, n_policy_iterations=4, aux_batch_size=48)
 
@@ -428,3 +430,48 @@ def test_maskable_ppo_ewma_on_an_environment_without_masks_says_so_at_constructi
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         model.set_env(DummyVecEnv([CountingEnv]))  # with masks
+
+
+def test_load_checks_its_hyperparameters_as_the_constructor_does(tmp_path: Path) -> None:
+    # SB3's load sets them unchecked; here each one gets the constructor's sentence, before anything is loaded
+    make("PPO_EWMA").save(tmp_path / "ppo.zip")
+    make("PPG_EWMA").save(tmp_path / "ppg.zip")
+    with pytest.raises(ValueError, match=r"^ewma_decay must be a number in \[0, 1\), got 2$"):
+        PPO_EWMA.load(tmp_path / "ppo.zip", ewma_decay=2)
+    with pytest.raises(ValueError, match=r"^n_policy_iterations must be an integer >= 1, got 0$"):
+        PPG_EWMA.load(tmp_path / "ppg.zip", n_policy_iterations=0)
+    with pytest.raises(ValueError, match=r"^learning_rate must be a number > 0 or a schedule"):
+        PPO_EWMA.load(tmp_path / "ppo.zip", learning_rate=-1.0)
+    # the saved settings are those a new one is checked against: batch_size 1 with normalize_advantage (saved True)
+    with pytest.raises(ValueError, match=r"^batch_size must be an integer >= 2, got 1$"):
+        PPO_EWMA.load(tmp_path / "ppo.zip", batch_size=1)
+    # good values load, as SB3's load sets them
+    loaded = PPO_EWMA.load(tmp_path / "ppo.zip", ewma_decay=0.5, learning_rate=1e-4)
+    assert loaded.proximal_decay == 0.5 and loaded.learning_rate == 1e-4
+    assert PPG_EWMA.load(tmp_path / "ppg.zip", n_policy_iterations=2).n_policy_iterations == 2
+
+
+def test_a_folder_that_cannot_be_written_is_refused_before_training(tmp_path: Path) -> None:
+    from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback, EvalCallback
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    model = make("PPO_EWMA")
+    for callback in (
+        CheckpointCallback(save_freq=16, save_path=str(blocker / "checkpoints")),
+        [EvalCallback(DummyVecEnv([CountingEnv]), best_model_save_path=str(blocker / "best"))],
+        CallbackList([EvalCallback(DummyVecEnv([CountingEnv]), log_path=str(blocker / "evaluations"))]),
+    ):
+        CountingEnv.calls = 0
+        with pytest.raises(
+            ValueError,
+            match=rf"(save_path|best_model_save_path|log_path)='{re.escape(str(blocker))}/.*"
+            rf"cannot be written: {re.escape(str(blocker))} is a file, not a folder; nothing was trained",
+        ):
+            model.learn(32, callback=callback)
+        assert CountingEnv.calls == 0 and model.num_timesteps == 0
+    with pytest.raises(ValueError, match=r"tensorboard_log=.* cannot be written"):
+        make("PPO_EWMA", tensorboard_log=str(blocker / "tb")).learn(32)
+    # a folder that does not exist yet is made, as SB3 makes it
+    model.learn(32, callback=CheckpointCallback(save_freq=16, save_path=str(tmp_path / "new" / "checkpoints")))
+    assert (tmp_path / "new" / "checkpoints").is_dir()

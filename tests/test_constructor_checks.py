@@ -73,8 +73,8 @@ def test_verbose_levels_pass() -> None:
     [
         (dict(net_arch="big"), "'big'"),  # SB3: a torch.empty size error when the policy is built
         (dict(net_arch=[64, "64"]), r"\[64, '64'\]"),
-        (dict(net_arch=[64, 0]), r"\[64, 0\]"),
-        (dict(net_arch=dict(pi=[64], value=[64])), r"\{'pi': \[64\], 'value': \[64\]\}"),
+        (dict(net_arch=[64, -1]), r"\[64, -1\]"),
+        (dict(net_arch=[dict(pi=[64], vf="64")]), r"\[\{'pi': \[64\], 'vf': '64'\}\]"),
         (dict(net_arch=dict(pi=64, vf=[64])), r"\{'pi': 64, 'vf': \[64\]\}"),
     ],
 )
@@ -87,6 +87,10 @@ def test_policy_kwargs_that_sb3_takes_pass() -> None:
     for policy_kwargs in (None, {}, dict(net_arch=[]), dict(net_arch=None), dict(net_arch=(32, 32)), dict(ortho_init=False)):
         check_policy_kwargs(policy_kwargs)
     check_policy_kwargs(dict(net_arch=dict(pi=[32], vf=[64, 64])))
+    # what SB3's ActorCriticPolicy builds beyond its documented forms: its deprecated list of one dict (with a warning),
+    # layers of 0 units, keys other than pi and vf (ignored)
+    for net_arch in ([dict(pi=[8], vf=[8])], [dict(vf=[8])], [64, 0], dict(pi=[64], value=[64]), {}):
+        check_policy_kwargs(dict(net_arch=net_arch))
     with pytest.raises(ValueError, match=r"policy_kwargs must be None or a dict .*got 'big'"):
         check_policy_kwargs("big")
 

@@ -193,3 +193,18 @@ def test_maskable_ppo_ewma_exports_to_maskable_ppo(tmp_path):
     assert np.all(loaded.predict(obs, action_masks=masks)[0] == 0)
     loaded.set_env(model.get_env())
     loaded.learn(32)
+
+
+def test_sb3s_set_parameters_takes_get_parameters_without_the_proximal_entry() -> None:
+    # the documented call (docs/guide/export.md): SB3's set_parameters refuses unknown entries, even without exact_match
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, device="cpu", seed=0).learn(64)
+    ppo = PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, device="cpu", seed=1)
+    params = model.get_parameters()
+    with pytest.raises(ValueError, match="proximal_ewma"):
+        ppo.set_parameters(params, exact_match=False)
+    params.pop("proximal_ewma", None)
+    ppo.set_parameters(params)
+    for expected, got in zip(model.policy.parameters(), ppo.policy.parameters()):
+        assert th.equal(expected, got)
+    observation = np.zeros((1, 4), dtype=np.float32)
+    assert np.array_equal(ppo.predict(observation, deterministic=True)[0], model.predict(observation, deterministic=True)[0])

@@ -107,7 +107,6 @@ def spy(obj, name, before=None, after=None):
         (dict(arch="triple"), "arch"),
         (dict(aux_batch_size=2 * ROLLOUT + 1), "aux_batch_size"),  # larger than the buffer of 2 rollouts
         (dict(aux_batch_size=ROLLOUT - 1), "aux_batch_size"),  # does not divide it
-        (dict(batch_size=ROLLOUT - 1), "aux_batch_size"),  # nor does the default (batch_size)
         (dict(aux_batch_size=0), "aux_batch_size"),
         (dict(aux_batch_size=8, aux_micro_batch_size=9), "aux_micro_batch_size"),
         (dict(aux_micro_batch_size=0), "aux_micro_batch_size"),
@@ -115,7 +114,7 @@ def spy(obj, name, before=None, after=None):
         (dict(batch_size=1), "batch_size"),
         (dict(ewma_decay=1.0), "ewma_decay"),
         (dict(imp_samp_max=0.5), "imp_samp_max"),
-        (dict(clip_range=1.5), "clip_range"),
+        (dict(clip_range=-0.5), "clip_range"),
         (dict(kl_estimator="exactly"), "kl_estimator"),
         (dict(advantage_normalization="ewma", normalize_advantage=False), "advantage_normalization"),
         (dict(policy_kwargs=dict(arch="shared")), "arch"),
@@ -131,9 +130,29 @@ def test_bad_input_raises_before_the_env_is_used(kwargs, name):
     assert CountingEnv.calls == 0
 
 
-def test_policy_must_be_a_ppg_policy():
-    with pytest.raises(ValueError, match="PPGPolicy"):
-        make_model(policy=ActorCriticPolicy)
+def test_sb3s_ppo_policy_classes_are_read_as_ppgs_of_the_same_kind():
+    # a script written for PPO passes SB3's classes: PPG builds its own policy of the same kind
+    from stable_baselines3.ppo import CnnPolicy as SB3CnnPolicy
+    from stable_baselines3.ppo import MlpPolicy as SB3MlpPolicy
+    from stable_baselines3.ppo import MultiInputPolicy as SB3MultiInputPolicy
+
+    from sb3_ewma.ppg_ewma.policies import ppg_policy_class
+
+    assert type(make_model(policy=SB3MlpPolicy).policy) is MlpPolicy
+    assert ppg_policy_class(SB3MlpPolicy) is MlpPolicy
+    assert ppg_policy_class(SB3CnnPolicy) is CnnPolicy
+    assert ppg_policy_class(SB3MultiInputPolicy) is MultiInputPolicy
+    assert ppg_policy_class("CnnPolicy") == "CnnPolicy"
+
+
+def test_a_policy_class_ppg_cannot_map_names_where_its_policies_are():
+    class CustomPolicy(ActorCriticPolicy):
+        pass
+
+    CountingEnv.calls = 0
+    with pytest.raises(ValueError, match=r"policy must be a PPG policy: .*got '.*CustomPolicy'.*sb3_ewma.ppg_ewma.policies"):
+        make_model(policy=CustomPolicy, env=DummyVecEnv([lambda: CountingEnv(gym.make("CartPole-v1"))]))
+    assert CountingEnv.calls == 0
 
 
 def test_each_policy_has_sb3s_default_features_extractor():

@@ -54,6 +54,20 @@ class HyperparameterError(ValueError, AssertionError):
     """
 
 
+class UnsupportedSpaceError(HyperparameterError, NotImplementedError):
+    """
+    An observation space that no policy takes. A ``NotImplementedError`` too, as SB3 raises for these spaces (nested
+    ``Dict``, ``Text``, ...), so code written for SB3's errors keeps working.
+    """
+
+
+class NonFiniteError(ValueError):
+    """
+    A NaN or an infinity where training needs a finite number: an environment's observation or reward, a schedule's
+    value, a minibatch's gradient (:mod:`sb3_ewma.common.finite`). Raised before any update uses it.
+    """
+
+
 def _is_integer(value: object) -> TypeGuard[numbers.Integral]:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
@@ -127,14 +141,16 @@ def check_on_policy_hyperparams(
     check_integer("n_epochs", n_epochs, min_n_epochs)
     check_number("gamma", gamma, 0.0, 1.0)
     check_number("gae_lambda", gae_lambda, 0.0, 1.0)
-    if not isinstance(normalize_advantage, (bool, np.bool_)):
+    # SB3 reads it as a truth value: 0 and 1 are accepted as well
+    if not (
+        isinstance(normalize_advantage, (bool, np.bool_))
+        or (_is_integer(normalize_advantage) and normalize_advantage in (0, 1))
+    ):
         raise HyperparameterError(f"normalize_advantage must be True or False, got {normalize_advantage!r}")
     if seed is not None:
         check_integer("seed", seed, 0)
-    if not (clip_range is None or callable(clip_range) or (_is_number(clip_range) and 0 < float(clip_range) < 1)):
-        raise HyperparameterError(
-            f"clip_range must be None (no clipping), a schedule or a number in (0, 1), got {clip_range!r}"
-        )
+    if not (clip_range is None or callable(clip_range) or (_is_number(clip_range) and float(clip_range) > 0)):
+        raise HyperparameterError(f"clip_range must be None (no clipping), a schedule or a number > 0, got {clip_range!r}")
     check_schedule("clip_range_vf", clip_range_vf, allow_none=True)
     if not _is_number(ent_coef):
         raise HyperparameterError(f"ent_coef must be a finite number, got {ent_coef!r}")
@@ -142,8 +158,8 @@ def check_on_policy_hyperparams(
     if not (isinstance(max_grad_norm, numbers.Real) and not isinstance(max_grad_norm, bool) and float(max_grad_norm) > 0):
         raise HyperparameterError(f"max_grad_norm must be a number > 0 (math.inf: no clipping), got {max_grad_norm!r}")
     if target_kl is not None:
-        check_number("target_kl", target_kl, 0.0, low_open=True)
-    check_integer("stats_window_size", stats_window_size, 1)
+        check_number("target_kl", target_kl, 0.0)
+    check_integer("stats_window_size", stats_window_size, 0)
     if clip_range is None and _is_number(kl_coef) and float(kl_coef) == 0:
         warn_at_caller(
             "clip_range=None and kl_coef=0: nothing limits how far the policy moves from the proximal policy in an "
@@ -166,7 +182,8 @@ def check_learn_arguments(total_timesteps: Any, log_interval: Any) -> None:
 
 VERBOSE_LEVELS = "0 (no output), 1 (info) or 2 (debug)"
 NET_ARCH_FORMS = (
-    "a list of layer sizes for both networks (net_arch=[64, 64]), dict(pi=[...], vf=[...]) for separate ones, [] or " "None"
+    "a list of layer sizes for both networks (net_arch=[64, 64]), dict(pi=[...], vf=[...]) for separate ones, [] or None "
+    "(or SB3's deprecated [dict(pi=[...], vf=[...])])"
 )
 OBSERVATION_SPACES = "Box, Discrete, MultiDiscrete, MultiBinary, or a Dict of these (with a MultiInput policy)"
 
@@ -214,14 +231,26 @@ def check_verbose(verbose: object) -> None:
 
 
 def _is_layer_sizes(value: object) -> bool:
-    return isinstance(value, (list, tuple)) and all(_is_integer(size) and int(size) > 0 for size in value)
+    # a layer of 0 units is accepted, as SB3 (torch builds an empty layer)
+    return isinstance(value, (list, tuple)) and all(_is_integer(size) and int(size) >= 0 for size in value)
+
+
+def _is_sb3_net_arch(net_arch: object) -> bool:
+    """What SB3's ``ActorCriticPolicy`` builds from: see :func:`check_policy_kwargs`."""
+    if net_arch is None or _is_layer_sizes(net_arch):
+        return True
+    if isinstance(net_arch, list) and net_arch and isinstance(net_arch[0], Mapping):
+        net_arch = net_arch[0]  # SB3's deprecated form: it warns and builds from the first entry
+    # SB3 reads the "pi" and "vf" entries (a missing one: no layers) and ignores the others, as PPG's policies do
+    return isinstance(net_arch, Mapping) and all(_is_layer_sizes(net_arch[key]) for key in ("pi", "vf") if key in net_arch)
 
 
 def check_policy_kwargs(policy_kwargs: object) -> None:
     """
     ``policy_kwargs``: ``None`` or a dict of keyword arguments of the policy, whose ``net_arch`` (when given) is one of
-    SB3's forms (:data:`NET_ARCH_FORMS`): ``net_arch="big"`` otherwise fails in ``torch.empty`` when the policy is
-    built. The other keys are the policy's to check.
+    the forms SB3's policies build (:data:`NET_ARCH_FORMS`); the others fail when the policy is built, in
+    ``torch.empty`` (``net_arch="big"``) or in a loop (``dict(pi=64)``). The other keys are the policy's to check.
+    Every form that SB3 builds passes, its deprecated ``[dict(pi=..., vf=...)]`` included (SB3's policy warns).
     """
     if policy_kwargs is None:
         return
@@ -230,15 +259,8 @@ def check_policy_kwargs(policy_kwargs: object) -> None:
             f"policy_kwargs must be None or a dict of the policy's keyword arguments (dict(net_arch=[64, 64])), got "
             f"{policy_kwargs!r}"
         )
-    if "net_arch" not in policy_kwargs:
-        return
-    net_arch = policy_kwargs["net_arch"]
-    if net_arch is None or _is_layer_sizes(net_arch):
-        return
-    if isinstance(net_arch, Mapping) and net_arch and set(net_arch) <= {"pi", "vf", "qf"}:
-        if all(_is_layer_sizes(sizes) for sizes in net_arch.values()):
-            return
-    raise HyperparameterError(f"policy_kwargs net_arch must be {NET_ARCH_FORMS}, got {net_arch!r}")
+    if "net_arch" in policy_kwargs and not _is_sb3_net_arch(policy_kwargs["net_arch"]):
+        raise HyperparameterError(f"policy_kwargs net_arch must be {NET_ARCH_FORMS}, got {policy_kwargs['net_arch']!r}")
 
 
 def check_observation_space(observation_space: object) -> None:
@@ -262,11 +284,11 @@ def check_observation_space(observation_space: object) -> None:
         ]
         if not nested:
             return
-        raise HyperparameterError(
+        raise UnsupportedSpaceError(
             f"the observation space {observation_space} has entries no policy takes ({', '.join(nested)}): a "
             f"Dict's entries must be Box, Discrete, MultiDiscrete or MultiBinary (flatten or wrap the others)"
         )
-    raise HyperparameterError(
+    raise UnsupportedSpaceError(
         f"the observation space {observation_space} ({type(observation_space).__name__}) is one no policy takes: the "
         f"policies take {OBSERVATION_SPACES}; convert the observations with a gymnasium ObservationWrapper"
     )
@@ -289,6 +311,46 @@ def check_callback(callback: object) -> None:
             f"callback must be None, a BaseCallback (EvalCallback(eval_env), CheckpointCallback(...)), a function "
             f"callback(locals, globals) -> bool or a list of these, got {item!r}"
         )
+
+
+def _writable_folder_problem(folder: str) -> str | None:
+    """Why files cannot be written in ``folder`` (made if missing, as SB3 makes it), or None."""
+    path = os.path.abspath(folder)
+    existing = path
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f"{existing} is a file, not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable"
+    return None
+
+
+def check_save_folders(callback: object, tensorboard_log: object) -> None:
+    """
+    The folders that ``learn`` writes in, checked before training: ``tensorboard_log`` and the callbacks' save and log
+    paths (SB3's ``CheckpointCallback.save_path``, ``EvalCallback.best_model_save_path`` and ``log_path``, also inside
+    a ``CallbackList``). SB3 finds a read-only one only when it first saves, after training.
+    """
+    from stable_baselines3.common.callbacks import CallbackList
+
+    folders: list[tuple[str, object]] = [("tensorboard_log", tensorboard_log)]
+    pending = list(callback) if isinstance(callback, list) else [callback]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, CallbackList):
+            pending.extend(item.callbacks)
+            continue
+        name = type(item).__name__
+        for attribute in ("save_path", "best_model_save_path"):
+            folders.append((f"{name}'s {attribute}", getattr(item, attribute, None)))
+        log_path = getattr(item, "log_path", None)  # EvalCallback's: the file evaluations.npz in that folder
+        folders.append((f"{name}'s log_path", os.path.dirname(log_path) if isinstance(log_path, str) else None))
+    for name, folder in folders:
+        if isinstance(folder, (str, os.PathLike)) and str(folder):
+            problem = _writable_folder_problem(os.fspath(folder))
+            if problem is not None:
+                raise HyperparameterError(f"{name}={os.fspath(folder)!r} cannot be written: {problem}; nothing was trained")
 
 
 def action_mask_length(action_space: object) -> int | None:

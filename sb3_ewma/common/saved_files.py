@@ -200,3 +200,36 @@ def check_saved_file(algorithm: type, path: Any) -> dict[str, Any] | None:
     own_modules = tuple(policy.__module__ for policy in getattr(algorithm, "policy_aliases", {}).values())
     parent_modules = tuple(getattr(algorithm, "loadable_parent_policy_modules", ()))
     return check_saved_algorithm(algorithm.__name__, (*own_modules, *parent_modules), path)
+
+
+# what load sets itself (SB3's arguments of load), not a hyperparameter to check
+_LOAD_OWN_ARGUMENTS = ("policy", "env", "device", "verbose", "_init_setup_model")
+# the saved settings that other hyperparameters' checks depend on (batch_size against n_steps, ...)
+_SETTINGS_CHECKED_TOGETHER = ("n_steps", "batch_size", "n_epochs", "normalize_advantage")
+
+
+def check_load_keywords(algorithm: type, keywords: dict[str, Any], saved: dict[str, Any] | None) -> None:
+    """
+    The keyword arguments of ``load`` that change a hyperparameter (``PPO_EWMA.load(path, ewma_decay=0.9)``), checked
+    by the algorithm's constructor as a new model's are, before anything is loaded: SB3's ``load`` sets them on the
+    model unchecked, and a bad one fails deep inside it. The settings they are checked against (``n_steps`` for a new
+    ``batch_size``, ...) are the saved ones (the defaults where the file's data cannot be read first: a stream).
+
+    :param algorithm: the class whose ``load`` it is
+    :param keywords: ``load``'s ``**kwargs``
+    :param saved: the file's ``data``, or None
+    """
+    import inspect
+
+    parameters = inspect.signature(algorithm).parameters
+    given = {name: value for name, value in keywords.items() if name in parameters and name not in _LOAD_OWN_ARGUMENTS}
+    if not given:
+        return
+    context = {
+        name: saved[name]
+        for name in _SETTINGS_CHECKED_TOGETHER
+        if saved is not None and name in saved and name in parameters and name not in given
+    }
+    policy = next(iter(getattr(algorithm, "policy_aliases", {"MlpPolicy": None})))
+    # the constructor without an environment and without building anything, as SB3's load calls it
+    algorithm(policy=policy, env=None, verbose=0, _init_setup_model=False, **context, **given)

@@ -298,7 +298,7 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
 
     def _build_policy(self) -> BasePolicy:
         # maskable policies take no use_sde
-        return self.policy_class(self.observation_space, self.action_space, self.lr_schedule, **self.policy_kwargs)
+        return self.policy_class(self.observation_space, self.action_space, self.lr_schedule, **self._built_policy_kwargs())
 
     # MaskablePPO.train() is PPO's with the action masks passed to the policy evaluation: the training iteration is
     # PPO_EWMA's (DecoupledAlgorithm.train) with these two evaluations.

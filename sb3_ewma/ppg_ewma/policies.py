@@ -17,7 +17,7 @@ from typing import Any
 import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.distributions import Distribution
-from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.policies import ActorCriticCnnPolicy, ActorCriticPolicy, BasePolicy, MultiInputActorCriticPolicy
 from stable_baselines3.common.torch_layers import (
     BaseFeaturesExtractor,
     CombinedExtractor,
@@ -29,6 +29,7 @@ from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from stable_baselines3.common.utils import get_device
 from torch import nn
 
+from sb3_ewma.common.checks import HyperparameterError
 from sb3_ewma.common.decoupled.proximal import is_policy_parameter
 from sb3_ewma.common.distributions import policy_latents
 from sb3_ewma.common.policies import ForeachOptimizerMixin, HeadInitMixin
@@ -264,7 +265,33 @@ MlpPolicy = PPGPolicy
 CnnPolicy = PPGCnnPolicy
 MultiInputPolicy = PPGMultiInputPolicy
 
+SB3_POLICY_KINDS: dict[type[BasePolicy], type[PPGPolicy]] = {
+    ActorCriticPolicy: PPGPolicy,
+    ActorCriticCnnPolicy: PPGCnnPolicy,
+    MultiInputActorCriticPolicy: PPGMultiInputPolicy,
+}
+"""SB3's PPO policy classes (``stable_baselines3.ppo.MlpPolicy``, ...) and the PPG policy of the same kind."""
+
+
+def ppg_policy_class(policy: str | type[BasePolicy]) -> str | type[PPGPolicy]:
+    """
+    The policy PPG builds for ``policy``: a name or a :class:`PPGPolicy` subclass as given, SB3's PPO policy classes
+    as the PPG policy of the same kind (:data:`SB3_POLICY_KINDS`), so that a script written for ``PPO`` runs with
+    ``PPG_EWMA`` unchanged. Any other policy class raises a ``ValueError`` that says where PPG's policies are.
+    """
+    if isinstance(policy, str) or (isinstance(policy, type) and issubclass(policy, PPGPolicy)):
+        return policy
+    if policy in SB3_POLICY_KINDS:
+        return SB3_POLICY_KINDS[policy]
+    raise HyperparameterError(
+        f"policy must be a PPG policy: 'MlpPolicy', 'CnnPolicy', 'MultiInputPolicy', SB3's PPO policy classes of these "
+        f"names, or a subclass of sb3_ewma.ppg_ewma.policies.PPGPolicy (PPG needs its auxiliary value head), got "
+        f"{getattr(policy, '__qualname__', policy)!r}; PPG's policies are in sb3_ewma.ppg_ewma.policies"
+    )
+
+
 __all__ = [
+    "SB3_POLICY_KINDS",
     "CnnPolicy",
     "MlpPolicy",
     "MultiInputPolicy",
@@ -273,4 +300,5 @@ __all__ = [
     "PPGMultiInputPolicy",
     "PPGPolicy",
     "is_ppg_policy_parameter",
+    "ppg_policy_class",
 ]

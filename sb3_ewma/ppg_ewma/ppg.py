@@ -11,18 +11,19 @@ from gymnasium import spaces
 from stable_baselines3 import PPO
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, RolloutBufferSamples, Schedule
 from stable_baselines3.common.utils import FloatSchedule, update_learning_rate
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
 
-from sb3_ewma.common.checks import check_constructor_arguments, check_on_policy_hyperparams
+from sb3_ewma.common.checks import HyperparameterError, check_constructor_arguments, check_on_policy_hyperparams
 from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective, mean_of
 from sb3_ewma.common.decoupled.options import check_decoupled_options
 from sb3_ewma.common.decoupled.proximal import is_loading_from_file
 from sb3_ewma.common.distributed import rank_local_settings
+from sb3_ewma.common.finite import scheduled_value
 from sb3_ewma.common.format import human_bytes
 from sb3_ewma.common.keywords import check_policy_keywords
 from sb3_ewma.common.losses import clipped_values
@@ -37,6 +38,7 @@ from sb3_ewma.ppg_ewma.policies import (
     MultiInputPolicy,
     PPGPolicy,
     is_ppg_policy_parameter,
+    ppg_policy_class,
 )
 
 
@@ -67,7 +69,8 @@ class PPG(DecoupledAlgorithm):
     process, ``batch_size=2048`` (8 minibatches), ``learning_rate=5e-4``, ``gamma=0.999``, ``ent_coef=0.01``,
     ``aux_batch_size=4 * 256`` (4 rollouts of one environment), no gradient clipping (``max_grad_norm=float("inf")``).
 
-    :param policy: The policy model to use (MlpPolicy, CnnPolicy, MultiInputPolicy or a :class:`PPGPolicy` subclass)
+    :param policy: The policy model to use (MlpPolicy, CnnPolicy, MultiInputPolicy or a :class:`PPGPolicy` subclass;
+        SB3's PPO policy classes are read as PPG's of the same kind)
     :param env: The environment to learn from (if registered in Gym, can be str)
     :param learning_rate: The learning rate of the policy phase, it can be a function
         of the current progress remaining (from 1 to 0)
@@ -184,7 +187,7 @@ class PPG(DecoupledAlgorithm):
 
     def __init__(
         self,
-        policy: str | type[PPGPolicy],
+        policy: str | type[ActorCriticPolicy],
         env: GymEnv | str,
         learning_rate: float | Schedule = 3e-4,
         n_steps: int = 2048,
@@ -289,6 +292,8 @@ class PPG(DecoupledAlgorithm):
             device=device,
             _init_setup_model=_init_setup_model,
         )
+        # SB3's PPO policy classes as PPG's of the same kind: a script written for PPO runs unchanged
+        policy = ppg_policy_class(policy)
         check_policy_keywords(type(self), policy, policy_kwargs)
         # ranks other than 0 print nothing; each rank on its own GPU
         verbose, device = rank_local_settings(distributed, verbose, device)
@@ -316,9 +321,6 @@ class PPG(DecoupledAlgorithm):
             _init_setup_model=False,
             supported_action_spaces=(spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary),
         )
-        if not (isinstance(self.policy_class, type) and issubclass(self.policy_class, PPGPolicy)):
-            raise ValueError(f"policy must be a PPGPolicy (MlpPolicy, CnnPolicy, MultiInputPolicy), got {self.policy_class}")
-
         self.batch_size = batch_size
         self.n_epochs = n_epochs
         self.n_value_epochs = n_value_epochs
@@ -361,7 +363,7 @@ class PPG(DecoupledAlgorithm):
         """Checks that need the number of environments, before anything is built (the environment is not stepped)."""
         rollout_size = self.n_steps * self.n_envs
         if self.normalize_advantage and rollout_size <= 1:
-            raise ValueError(f"n_steps * n_envs must be > 1 with normalize_advantage=True, got {rollout_size}")
+            raise HyperparameterError(f"n_steps * n_envs must be > 1 with normalize_advantage=True, got {rollout_size}")
         batch_size = self._minibatch_size  # PPG's batch_size (an int, never sb3-contrib's None)
         if rollout_size % batch_size > 0:
             warnings.warn(
@@ -375,10 +377,24 @@ class PPG(DecoupledAlgorithm):
         problem = self._aux_batch_size_problem()
         if problem is None:
             return
+        if self._aux_minibatch_may_be_truncated():
+            # batch_size's default, which SB3's PPO takes whatever the rollout: the last auxiliary minibatch of each
+            # epoch is smaller, as the policy phase's is
+            warnings.warn(
+                f"{problem}. The auxiliary phase takes batch_size's value, so its last minibatch of each epoch will be "
+                f"truncated",
+                UserWarning,
+                stacklevel=2,
+            )
+            return
         if not is_loading_from_file():
             raise ValueError(problem)
         # a saved model loaded with fewer environments (to predict, evaluate, record videos): it cannot learn as it is
         warnings.warn(f"{problem}; learn() will raise until then", UserWarning, stacklevel=2)
+
+    def _aux_minibatch_may_be_truncated(self) -> bool:
+        """Whether ``aux_batch_size`` is ``batch_size``'s (its default) with random steps: any size then trains."""
+        return self.aux_batch_size == self.batch_size and self.aux_minibatch_sampling == "steps"
 
     def _aux_batch_size_problem(self) -> str | None:
         """Why ``aux_batch_size`` does not fit the auxiliary buffer of this number of environments, or None."""
@@ -422,7 +438,7 @@ class PPG(DecoupledAlgorithm):
                     f"{human_bytes(self.aux_buffer.nbytes)} of host memory (+ pi_old)"
                 )
         super()._setup_decoupled_training()
-        aux_minibatches = self.n_policy_iterations * self.n_steps * self.n_envs // self.aux_batch_size
+        aux_minibatches = math.ceil(self.n_policy_iterations * self.n_steps * self.n_envs / self.aux_batch_size)
         self.aux_gradient_noise = self._new_gradient_noise(self.aux_batch_size, aux_minibatches)
 
     @property
@@ -583,7 +599,7 @@ class PPG(DecoupledAlgorithm):
         compute_old_policy(self.policy, buffer, self.aux_micro_batch_size)
         # Switch to train mode (this affects batch norm / dropout)
         self.policy.set_training_mode(True)
-        learning_rate = self.aux_lr_schedule(self._current_progress_remaining)
+        learning_rate = scheduled_value("aux_learning_rate", self.aux_lr_schedule, self._current_progress_remaining)
         update_learning_rate(self.aux_optimizer, learning_rate)
 
         stats: dict[str, list[th.Tensor]] = {"aux_value_loss": [], "clone_kl": [], "value_loss": [], "loss": []}
@@ -614,7 +630,7 @@ class PPG(DecoupledAlgorithm):
     def _check_can_learn(self) -> None:
         # a model loaded with fewer environments may lack room for its auxiliary batches: it cannot learn as it is
         problem = self._aux_batch_size_problem()
-        if problem is not None:
+        if problem is not None and not self._aux_minibatch_may_be_truncated():
             raise ValueError(problem)
 
     @classmethod

@@ -4,10 +4,10 @@ from typing import Any
 
 import torch as th
 from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
 from sb3_ewma.common.decoupled.options import check_ewma_decay
-from sb3_ewma.ppg_ewma.policies import PPGPolicy
 from sb3_ewma.ppg_ewma.ppg import PPG
 
 
@@ -40,7 +40,8 @@ class PPG_EWMA(PPG):
     process, ``batch_size=2048`` (8 minibatches), ``learning_rate=5e-4``, ``gamma=0.999``, ``ent_coef=0.01``,
     ``aux_batch_size=4 * 256`` (4 rollouts of one environment), no gradient clipping (``max_grad_norm=float("inf")``).
 
-    :param policy: The policy model to use (MlpPolicy, CnnPolicy, MultiInputPolicy or a :class:`PPGPolicy` subclass)
+    :param policy: The policy model to use (MlpPolicy, CnnPolicy, MultiInputPolicy or a :class:`PPGPolicy` subclass;
+        SB3's PPO policy classes are read as PPG's of the same kind)
     :param env: The environment to learn from (if registered in Gym, can be str)
     :param learning_rate: The learning rate of the policy phase, it can be a function
         of the current progress remaining (from 1 to 0)
@@ -152,7 +153,7 @@ class PPG_EWMA(PPG):
 
     def __init__(
         self,
-        policy: str | type[PPGPolicy],
+        policy: str | type[ActorCriticPolicy],
         env: GymEnv | str,
         learning_rate: float | Schedule = 3e-4,
         n_steps: int = 2048,

@@ -26,7 +26,7 @@ from stable_baselines3.common.utils import explained_variance
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
 
-from sb3_ewma.common.checks import check_callback, check_learn_arguments, check_observation_space
+from sb3_ewma.common.checks import check_callback, check_learn_arguments, check_observation_space, check_save_folders
 from sb3_ewma.common.collection.overlap import learn_with_overlapped_rollouts, rollout_settings
 from sb3_ewma.common.collection.rollout import RolloutView, new_rollout_buffer
 from sb3_ewma.common.decoupled.advantages import AdvantageNormalizer
@@ -50,13 +50,19 @@ from sb3_ewma.common.distributed import (
 )
 from sb3_ewma.common.distributions import evaluate_actions_with_distribution
 from sb3_ewma.common.ewma import ParameterEWMA, center_of_mass_from_ewma_decay
+from sb3_ewma.common.finite import (
+    FiniteStepsVecEnv,
+    check_finite_gradient_norm,
+    check_finite_observation,
+    scheduled_value,
+)
 from sb3_ewma.common.format import without_rounding_noise
 from sb3_ewma.common.gradient_noise import GradientNoiseScale
 from sb3_ewma.common.keywords import unknown_policy_message
 from sb3_ewma.common.losses import clipped_values
 from sb3_ewma.common.minibatches import rollout_minibatches
 from sb3_ewma.common.precision import FLOAT32, TrainingPrecision
-from sb3_ewma.common.saved_files import saved_model_name
+from sb3_ewma.common.saved_files import check_load_keywords, saved_model_name
 
 SelfDecoupledAlgorithm = TypeVar("SelfDecoupledAlgorithm", bound="DecoupledAlgorithm")
 
@@ -215,8 +221,17 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     def _build_policy(self) -> BasePolicy:
         """A new policy of the same structure as ``self.policy`` (for the proximal policy and the collectors)."""
         return self.policy_class(
-            self.observation_space, self.action_space, self.lr_schedule, use_sde=self.use_sde, **self.policy_kwargs
+            self.observation_space, self.action_space, self.lr_schedule, use_sde=self.use_sde, **self._built_policy_kwargs()
         )
+
+    def _built_policy_kwargs(self) -> dict[str, Any]:
+        """
+        ``policy_kwargs`` with the ``net_arch`` that ``self.policy`` was built with: SB3's deprecated
+        ``[dict(pi=..., vf=...)]`` is read (and warned about) once, by the policy itself, not again by each copy.
+        """
+        if "net_arch" not in self.policy_kwargs or not hasattr(self.policy, "net_arch"):
+            return self.policy_kwargs
+        return {**self.policy_kwargs, "net_arch": self.policy.net_arch}
 
     def _make_rollout_buffer(self) -> RolloutBuffer:
         """A new rollout buffer like ``self.rollout_buffer`` (SB3's construction in ``_setup_model``)."""
@@ -313,6 +328,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         """
         check_learn_arguments(total_timesteps, log_interval)
         check_callback(callback)
+        check_save_folders(callback, self.tensorboard_log)
         self._check_can_learn()
         if tb_log_name is None:  # the package's class, also for a user's subclass of it
             tb_log_name = type(self)._package_class_name()
@@ -376,7 +392,10 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         algorithm: Any = self
         if policy is not self.policy or self._timesteps_per_env_step != self.n_envs:
             algorithm = RolloutView(self, policy, self._timesteps_per_env_step)
-        return loop(algorithm, env, callback, rollout_buffer, n_rollout_steps, **self._rollout_loop_kwargs())
+        # a NaN or an infinity from the environment stops the rollout at the step that returned it
+        check_finite_observation(self._last_obs, lambda: f"at the start of the rollout (num_timesteps {self.num_timesteps})")
+        checked_env = FiniteStepsVecEnv(env, self.num_timesteps, self._timesteps_per_env_step)
+        return loop(algorithm, checked_env, callback, rollout_buffer, n_rollout_steps, **self._rollout_loop_kwargs())
 
     def _rollout_loop_kwargs(self) -> dict[str, Any]:
         """Further arguments of the parent's rollout loop (``MaskablePPO``'s ``use_masking``); none here."""
@@ -428,6 +447,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         loaded policy); ``env`` may be a registered environment id.
         """
         data = check_loadable(cls, path)
+        check_load_keywords(cls, kwargs, data)
         if isinstance(env, str):
             env = maybe_make_env(env, kwargs.get("verbose", (data or {}).get("verbose", 0)))
         with loading_from_file():
@@ -476,6 +496,11 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         unsaved = ["proximal", "data_parallel", "gradient_noise", "training_precision", "distributed"]
         unsaved += ["_world_size_change", "_train_lock", *type(self)._unsaved_attributes]
         return [*super()._excluded_save_params(), *unsaved]
+
+    def _update_learning_rate(self, optimizers: list[th.optim.Optimizer] | th.optim.Optimizer) -> None:
+        # SB3's, after checking that the schedule's value is a number
+        scheduled_value("learning_rate", self.lr_schedule, self._current_progress_remaining)
+        super()._update_learning_rate(optimizers)
 
     def train(self) -> None:
         """
@@ -622,8 +647,12 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     def _current_clip_ranges(self) -> tuple[float | None, float | None]:
         """The clip ranges of the policy and of the value function at the current progress (``None``: no clipping)."""
         progress = self._current_progress_remaining
-        clip_range = self.clip_range(progress)  # type: ignore[operator]
-        clip_range_vf = None if self.clip_range_vf is None else self.clip_range_vf(progress)  # type: ignore[operator]
+        clip_range = scheduled_value("clip_range", self.clip_range, progress, infinity_allowed=True)  # type: ignore[arg-type]
+        clip_range_vf = (
+            None
+            if self.clip_range_vf is None
+            else scheduled_value("clip_range_vf", self.clip_range_vf, progress)  # type: ignore[arg-type]
+        )
         return (None if math.isinf(clip_range) else clip_range), clip_range_vf
 
     def _minibatches(self, buffer: RolloutBuffer) -> Iterator[RolloutBufferSamples]:
@@ -665,5 +694,6 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             if estimate is not None and estimate.noise_scale is not None:
                 self.logger.record(f"{log_prefix}/gradient_noise_scale", estimate.noise_scale)
         # SB3's clipping, in foreach calls on CPU too (the same numbers: sb3_ewma.common.optim)
-        th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm, foreach=True)
+        total_norm = th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm, foreach=True)
+        check_finite_gradient_norm(total_norm, log_prefix, self._n_updates)
         optimizer.step()

@@ -1,0 +1,156 @@
+"""
+NaN and infinity caught where they enter (``sb3_ewma.common.finite``): an environment's observation or reward at the
+step that returned it, a schedule's value at its progress, a minibatch's gradient before the optimizer step. Each
+names where it came from, and no update has used it: the weights are those before it.
+"""
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.vec_env import DummyVecEnv
+
+from sb3_ewma import PPG_EWMA, PPO_EWMA, MaskablePPO_EWMA, RecurrentPPO_EWMA
+from sb3_ewma.common.checks import NonFiniteError
+from sb3_ewma.common.finite import (
+    FiniteStepsVecEnv,
+    check_finite_gradient_norm,
+    check_finite_observation,
+    first_non_finite,
+    scheduled_value,
+)
+
+SMALL = dict(n_steps=16, batch_size=16, n_epochs=1, device="cpu", seed=0)
+
+
+class BadAtStep(gym.Wrapper):
+    """CartPole whose step number ``at`` returns a NaN (or infinite) observation entry or reward."""
+
+    def __init__(self, what: str, at: int, value: float = math.nan) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+        self.what, self.at, self.value, self.steps = what, at, value, 0
+
+    def step(self, action):  # type: ignore[no-untyped-def]
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        if self.steps == self.at:
+            if self.what == "observation":
+                observation = observation.copy()
+                observation[2] = self.value
+            else:
+                reward = self.value
+        return observation, reward, terminated, truncated, info
+
+
+def weights(model) -> list[th.Tensor]:  # type: ignore[no-untyped-def]
+    return [parameter.detach().clone() for parameter in model.policy.parameters()]
+
+
+def unchanged(before: list[th.Tensor], model) -> bool:  # type: ignore[no-untyped-def]
+    return all(th.equal(a, b) for a, b in zip(before, model.policy.parameters()))
+
+
+def test_first_non_finite() -> None:
+    assert first_non_finite(np.zeros((3, 4), dtype=np.float32)) is None
+    assert first_non_finite(np.full((2, 2), 255, dtype=np.uint8)) is None  # integers have none
+    array = np.zeros((3, 4))
+    array[2, 1] = -np.inf
+    assert first_non_finite(array) == (2, 1)
+    # finite entries whose sum overflows: the exact test finds none
+    assert first_non_finite(np.full(4, 3e38, dtype=np.float32)) is None
+
+
+@pytest.mark.parametrize("what", ["observation", "reward"])
+@pytest.mark.parametrize("algorithm", [PPO_EWMA, PPG_EWMA])
+def test_a_non_finite_step_is_named_before_any_update(algorithm: type, what: str) -> None:
+    # environment 1 of 2 returns a NaN at its step 21, in the second rollout (16 steps each)
+    env = DummyVecEnv([lambda: gym.make("CartPole-v1"), lambda: BadAtStep(what, at=21)])
+    kwargs = dict(n_policy_iterations=1) if algorithm is PPG_EWMA else {}
+    model = algorithm("MlpPolicy", env, **SMALL, **kwargs)
+    model.learn(32)  # the first rollout and its update
+    before = weights(model)
+    with pytest.raises(NonFiniteError, match=rf"non-finite {what}.* \(nan\) in environment 1 at step 5 of the rollout"):
+        model.learn(32, reset_num_timesteps=False)
+    assert unchanged(before, model)
+
+
+def test_infinity_and_dict_observations_are_named() -> None:
+    observation = {"image": np.zeros((2, 3)), "vector": np.array([[0.0, 1.0], [np.inf, 0.0]])}
+    with pytest.raises(NonFiniteError, match=r"observation\['vector'\] \(inf\) in environment 1 at reset"):
+        check_finite_observation(observation, lambda: "at reset")
+
+
+def test_a_non_finite_final_observation_is_named() -> None:
+    class NaNAtEnd(gym.Wrapper):
+        def step(self, action):  # type: ignore[no-untyped-def]
+            observation, reward, terminated, truncated, info = self.env.step(action)
+            if terminated or truncated:
+                observation = np.full_like(observation, np.nan)
+            return observation, reward, terminated, truncated, info
+
+    env = FiniteStepsVecEnv(DummyVecEnv([lambda: NaNAtEnd(gym.make("CartPole-v1"))]), num_timesteps=0, timesteps_per_step=1)
+    env.reset()
+    with pytest.raises(NonFiniteError, match=r"in an environment's final observation at step \d+ of the rollout"):
+        for _ in range(600):
+            env.step(np.array([0]))
+
+
+def test_a_non_finite_first_observation_is_named() -> None:
+    class NaNReset(gym.Wrapper):
+        def reset(self, **kwargs):  # type: ignore[no-untyped-def]
+            observation, info = self.env.reset(**kwargs)
+            return np.full_like(observation, np.nan), info
+
+    model = PPO_EWMA("MlpPolicy", DummyVecEnv([lambda: NaNReset(gym.make("CartPole-v1"))]), **SMALL)
+    with pytest.raises(NonFiniteError, match=r"in environment 0 at the start of the rollout \(num_timesteps 0\)"):
+        model.learn(16)
+
+
+@pytest.mark.parametrize("setting", ["learning_rate", "clip_range"])
+def test_a_schedule_turning_nan_is_named_with_its_progress(setting: str) -> None:
+    def schedule(progress_remaining: float) -> float:
+        return 0.2 if progress_remaining > 0.5 else math.nan
+
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", **{**SMALL, setting: schedule})
+    with pytest.raises(NonFiniteError, match=rf"the {setting} schedule returned nan at progress_remaining=0\.5"):
+        model.learn(64)
+    assert model.num_timesteps == 32  # the first two iterations trained; the third stopped before its update
+
+
+def test_an_infinite_clip_range_is_no_clipping() -> None:
+    assert scheduled_value("clip_range", lambda _: math.inf, 1.0, infinity_allowed=True) == math.inf
+    with pytest.raises(NonFiniteError, match=r"the learning_rate schedule returned inf at progress_remaining=0\.25"):
+        scheduled_value("learning_rate", lambda _: math.inf, 0.25)
+
+
+@pytest.mark.parametrize("algorithm", [PPO_EWMA, RecurrentPPO_EWMA, MaskablePPO_EWMA])
+def test_a_non_finite_loss_stops_before_the_optimizer_step(algorithm: type) -> None:
+    policy = "MlpLstmPolicy" if algorithm is RecurrentPPO_EWMA else "MlpPolicy"
+    model = algorithm(policy, "CartPole-v1", **SMALL)
+    model.learn(16, **({"use_masking": False} if algorithm is MaskablePPO_EWMA else {}))
+    before = weights(model)
+    optimizer_state = {key: value for key, value in model.policy.optimizer.state_dict()["state"].items()}
+    model.rollout_buffer.returns[:] = np.inf  # every minibatch's value loss is infinite
+    with pytest.raises(NonFiniteError, match=r"the gradient of a minibatch's loss is nan \(train/ logs, n_updates 1\)"):
+        model.train()
+    assert unchanged(before, model)
+    after_state = model.policy.optimizer.state_dict()["state"]
+    for key, state in optimizer_state.items():
+        assert th.equal(state["exp_avg"], after_state[key]["exp_avg"])
+
+
+def test_check_finite_gradient_norm() -> None:
+    check_finite_gradient_norm(th.tensor(3.0), "train", 0)
+    with pytest.raises(NonFiniteError, match=r"is inf \(aux/ logs, n_updates 4\)"):
+        check_finite_gradient_norm(th.tensor(math.inf), "aux", 4)
+
+
+def test_the_model_keeps_its_environment() -> None:
+    # the checked environment wraps the rollout only: model.env is the user's VecEnv
+    env = DummyVecEnv([lambda: gym.make("CartPole-v1")])
+    model = PPO_EWMA("MlpPolicy", env, **SMALL).learn(32)
+    assert model.get_env() is env
+    assert isinstance(model.observation_space, spaces.Box)

@@ -1,0 +1,234 @@
+"""
+What SB3 accepts, the package accepts: a corpus of constructor and ``learn`` inputs taken from SB3's and sb3-contrib's
+own tests and documentation (the deprecated forms SB3 still accepts included), each given to the parent class and to
+the package's class side by side. They must agree: both accept it (and train one iteration) with the same warnings, or
+both refuse it.
+
+The package refuses a few values that SB3 takes but that cannot train as asked (:data:`REFUSED_BEYOND_SB3`): each is
+checked here to be accepted by the parent and refused by the package, so that list is exactly what differs.
+"""
+
+import re
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch as th
+from sb3_contrib import MaskablePPO, RecurrentPPO
+from sb3_contrib.common.envs import InvalidActionEnvDiscrete
+from stable_baselines3 import PPO
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.envs import FakeImageEnv, SimpleMultiObsEnv
+from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
+
+from sb3_ewma import PPG_EWMA, PPO_EWMA, MaskablePPO_EWMA, RecurrentPPO_EWMA
+
+
+def linear_schedule(initial: float) -> Callable[[float], float]:
+    """SB3's documentation's learning-rate schedule (guide, "Learning Rate Schedule")."""
+    return lambda progress_remaining: progress_remaining * initial
+
+
+# (id, policy, environment, keyword arguments): SB3's tests (tests/test_custom_policy.py, test_run.py, test_sde.py,
+# test_dict_env.py, test_cnn.py, test_save_load.py) and documentation (guide/examples.rst, custom_policy.rst)
+PPO_CORPUS: list[tuple[str, str, str | Callable[[], Any], dict[str, Any]]] = [
+    ("defaults", "MlpPolicy", "CartPole-v1", {}),
+    ("net_arch_empty", "MlpPolicy", "CartPole-v1", dict(policy_kwargs=dict(net_arch=[]))),
+    ("net_arch_list", "MlpPolicy", "CartPole-v1", dict(policy_kwargs=dict(net_arch=[4, 4]))),
+    ("net_arch_dict", "MlpPolicy", "CartPole-v1", dict(policy_kwargs=dict(net_arch=dict(vf=[8, 4], pi=[8])))),
+    ("net_arch_dict_pi_only", "MlpPolicy", "CartPole-v1", dict(policy_kwargs=dict(net_arch=dict(pi=[8])))),
+    ("net_arch_none", "MlpPolicy", "CartPole-v1", dict(policy_kwargs=dict(net_arch=None))),
+    # SB3's deprecated form (tests/test_custom_policy.py::test_flexible_mlp, "Old format, emits a warning")
+    ("net_arch_old_vf", "MlpPolicy", "CartPole-v1", dict(policy_kwargs=dict(net_arch=[dict(vf=[8])]))),
+    ("net_arch_old_pi_vf", "MlpPolicy", "CartPole-v1", dict(policy_kwargs=dict(net_arch=[dict(vf=[8], pi=[4])]))),
+    (
+        "docs_custom_policy",
+        "MlpPolicy",
+        "CartPole-v1",
+        dict(policy_kwargs=dict(activation_fn=th.nn.ReLU, net_arch=dict(pi=[32, 32], vf=[32, 32]))),
+    ),
+    (
+        "optimizer_adamw",
+        "MlpPolicy",
+        "CartPole-v1",
+        dict(policy_kwargs=dict(optimizer_class=th.optim.AdamW, optimizer_kwargs=dict(weight_decay=0.0), net_arch=[16])),
+    ),
+    ("optimizer_rmsprop_tf", "MlpPolicy", "CartPole-v1", dict(policy_kwargs=dict(optimizer_class=RMSpropTFLike, net_arch=[16]))),
+    ("normalize_advantage_false", "MlpPolicy", "CartPole-v1", dict(normalize_advantage=False)),
+    ("clip_range_vf", "MlpPolicy", "Pendulum-v1", dict(clip_range_vf=0.2, policy_kwargs=dict(net_arch=[16]))),
+    ("clip_range_vf_negative", "MlpPolicy", "Pendulum-v1", dict(clip_range_vf=-0.2)),  # SB3 asserts it is positive
+    ("n_steps_1", "MlpPolicy", "Pendulum-v1", dict(n_steps=1)),  # SB3: advantage normalization of 1 sample, refused
+    ("batch_size_1", "MlpPolicy", "Pendulum-v1", dict(n_steps=1, batch_size=1, normalize_advantage=False)),
+    ("truncated_minibatch", "MlpPolicy", "Pendulum-v1", dict(n_steps=64, batch_size=63)),
+    ("lr_schedule_docs", "MlpPolicy", "CartPole-v1", dict(learning_rate=linear_schedule(0.001))),
+    ("lr_schedule_sin", "MlpPolicy", "Pendulum-v1", dict(learning_rate=lambda t: t * np.sin(1.0))),
+    ("clip_range_schedule", "MlpPolicy", "CartPole-v1", dict(clip_range=linear_schedule(0.2))),
+    ("sde", "MlpPolicy", "Pendulum-v1", dict(use_sde=True, sde_sample_freq=4, policy_kwargs=dict(log_std_init=-2))),
+    ("squash_output", "MlpPolicy", "Pendulum-v1", dict(use_sde=True, policy_kwargs=dict(squash_output=True))),
+    ("target_kl", "MlpPolicy", "CartPole-v1", dict(target_kl=0.01)),
+    ("ortho_init_false", "MlpPolicy", "CartPole-v1", dict(policy_kwargs=dict(ortho_init=False))),
+    ("seed", "MlpPolicy", "CartPole-v1", dict(seed=1)),
+    ("multi_input", "MultiInputPolicy", SimpleMultiObsEnv, dict(seed=1)),
+    (
+        "cnn_features_dim",
+        "CnnPolicy",
+        lambda: FakeImageEnv(screen_height=40, screen_width=40, n_channels=1, discrete=True),
+        dict(policy_kwargs=dict(features_extractor_kwargs=dict(features_dim=32))),
+    ),
+    ("verbose_bool", "MlpPolicy", "CartPole-v1", dict(verbose=False)),
+    ("n_epochs_numpy", "MlpPolicy", "CartPole-v1", dict(n_epochs=np.int64(2))),
+    # what SB3 takes beyond its tests: truth values, clip ranges of 1 and more, no statistics window, a target of 0
+    ("normalize_advantage_int", "MlpPolicy", "CartPole-v1", dict(normalize_advantage=1)),
+    ("clip_range_1_5", "MlpPolicy", "CartPole-v1", dict(clip_range=1.5)),
+    ("stats_window_0", "MlpPolicy", "CartPole-v1", dict(stats_window_size=0)),
+    ("target_kl_0", "MlpPolicy", "CartPole-v1", dict(target_kl=0.0)),
+    ("net_arch_unknown_key", "MlpPolicy", "CartPole-v1", dict(policy_kwargs=dict(net_arch=dict(pi=[8], value=[8])))),
+    ("net_arch_string", "MlpPolicy", "CartPole-v1", dict(policy_kwargs=dict(net_arch="big"))),
+    ("net_arch_dict_of_int", "MlpPolicy", "CartPole-v1", dict(policy_kwargs=dict(net_arch=dict(pi=8, vf=[8])))),
+    ("seed_negative", "MlpPolicy", "CartPole-v1", dict(seed=-1)),
+    ("n_steps_float", "MlpPolicy", "CartPole-v1", dict(n_steps=64.0)),
+]
+
+# sb3-contrib's tests (tests/test_lstm.py, tests/test_invalid_actions.py)
+RECURRENT_CORPUS: list[tuple[str, str, str | Callable[[], Any], dict[str, Any]]] = [
+    ("lstm_defaults", "MlpLstmPolicy", "CartPole-v1", dict(n_steps=16, seed=0)),
+    (
+        "lstm_shared",
+        "MlpLstmPolicy",
+        "CartPole-v1",
+        dict(n_steps=16, seed=0, policy_kwargs=dict(shared_lstm=True, enable_critic_lstm=False)),
+    ),
+    ("lstm_no_critic", "MlpLstmPolicy", "CartPole-v1", dict(n_steps=16, policy_kwargs=dict(enable_critic_lstm=False))),
+    (
+        "lstm_contradiction",  # sb3-contrib refuses a shared LSTM beside a critic LSTM
+        "MlpLstmPolicy",
+        "CartPole-v1",
+        dict(n_steps=16, policy_kwargs=dict(shared_lstm=True, enable_critic_lstm=True)),
+    ),
+    ("lstm_sde", "MlpLstmPolicy", "Pendulum-v1", dict(n_steps=16, sde_sample_freq=4, use_sde=True, clip_range_vf=0.1)),
+    ("lstm_batch", "MlpLstmPolicy", "CartPole-v1", dict(n_steps=128, learning_rate=0.0007, batch_size=256, seed=1)),
+    ("lstm_old_net_arch", "MlpLstmPolicy", "CartPole-v1", dict(n_steps=16, policy_kwargs=dict(net_arch=[dict(vf=[8])]))),
+]
+MASKABLE_CORPUS: list[tuple[str, str, str | Callable[[], Any], dict[str, Any]]] = [
+    ("mask_defaults", "MlpPolicy", lambda: InvalidActionEnvDiscrete(dim=20, n_invalid_actions=10), dict(n_steps=64, seed=8)),
+    (
+        "mask_gamma",
+        "MlpPolicy",
+        lambda: InvalidActionEnvDiscrete(dim=70, n_invalid_actions=55),
+        dict(gamma=0.1, seed=32, clip_range=0.4, n_steps=64),
+    ),
+    ("mask_batch_none", "MlpPolicy", lambda: InvalidActionEnvDiscrete(dim=20, n_invalid_actions=10), dict(batch_size=None)),
+    (
+        "mask_old_net_arch",
+        "MlpPolicy",
+        lambda: InvalidActionEnvDiscrete(dim=20, n_invalid_actions=10),
+        dict(n_steps=64, policy_kwargs=dict(net_arch=[dict(pi=[8], vf=[8])])),
+    ),
+]
+
+REFUSED_BEYOND_SB3 = {
+    # value: why the package refuses what SB3 takes
+    "learning_rate_0": (dict(learning_rate=0), "the policy never changes"),
+    "clip_range_0": (dict(clip_range=0), "no update may move the policy"),
+    "max_grad_norm_0": (dict(max_grad_norm=0), "every gradient is scaled to zero: the policy never changes"),
+    "gamma_1_5": (dict(gamma=1.5), "returns grow without bound"),
+    "gae_lambda_2": (dict(gae_lambda=2.0), "advantages grow without bound"),
+    "vf_coef_negative": (dict(vf_coef=-1.0), "the value loss is maximized"),
+}
+
+
+def _make_env(env: str | Callable[[], Any]) -> Any:
+    return make_vec_env(env, n_envs=1, seed=0)
+
+
+def _warning_texts(caught: list[warnings.WarningMessage], names: tuple[str, str]) -> list[str]:
+    # the class name in a message (SB3's "You are trying to run PPO on the GPU") is the class's own
+    texts = {re.sub(rf"\b{names[1]}\b", names[0], str(warning.message)) for warning in caught}
+    return sorted(texts)
+
+
+def outcome(algorithm: type, policy: str, env: str | Callable[[], Any], kwargs: dict[str, Any]) -> tuple[str, Any]:
+    """("accepted", its warnings) after building the model and training one iteration, or ("refused", None)."""
+    kwargs = {"device": "cpu", "n_steps": 64, **kwargs}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            model = algorithm(policy, _make_env(env), **kwargs)
+            model.learn(model.n_steps * model.n_envs)
+        except (ValueError, AssertionError, TypeError, IndexError):
+            return "refused", None
+    return "accepted", caught
+
+
+def assert_same(parent: type, algorithm: type, policy: str, env: Any, kwargs: dict[str, Any]) -> None:
+    expected, parent_warnings = outcome(parent, policy, env, kwargs)
+    got, package_warnings = outcome(algorithm, policy, env, kwargs)
+    assert got == expected, f"{parent.__name__}: {expected}, {algorithm.__name__}: {got}"
+    if expected == "accepted":
+        names = (parent.__name__, algorithm.__name__)
+        assert _warning_texts(package_warnings, names) == _warning_texts(parent_warnings, names)
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> None:
+    th.set_num_threads(1)
+
+
+@pytest.mark.parametrize("case", PPO_CORPUS, ids=[case[0] for case in PPO_CORPUS])
+def test_ppo_ewma_agrees_with_ppo(case: tuple) -> None:
+    _, policy, env, kwargs = case
+    assert_same(PPO, PPO_EWMA, policy, env, kwargs)
+
+
+@pytest.mark.parametrize("case", PPO_CORPUS, ids=[case[0] for case in PPO_CORPUS])
+def test_ppg_ewma_agrees_with_ppo(case: tuple) -> None:
+    _, policy, env, kwargs = case
+    # PPG's auxiliary phase after every iteration, so that one iteration runs it too
+    expected, _ = outcome(PPO, policy, env, kwargs)
+    got, _ = outcome(PPG_EWMA, policy, env, {**kwargs, "n_policy_iterations": 1})
+    assert got == expected
+
+
+@pytest.mark.parametrize("case", RECURRENT_CORPUS, ids=[case[0] for case in RECURRENT_CORPUS])
+def test_recurrent_ppo_ewma_agrees_with_recurrent_ppo(case: tuple) -> None:
+    _, policy, env, kwargs = case
+    assert_same(RecurrentPPO, RecurrentPPO_EWMA, policy, env, kwargs)
+
+
+@pytest.mark.parametrize("case", MASKABLE_CORPUS, ids=[case[0] for case in MASKABLE_CORPUS])
+def test_maskable_ppo_ewma_agrees_with_maskable_ppo(case: tuple) -> None:
+    _, policy, env, kwargs = case
+    assert_same(MaskablePPO, MaskablePPO_EWMA, policy, env, kwargs)
+
+
+def test_the_deprecated_net_arch_warns_once_as_in_sb3() -> None:
+    # SB3's policy reads the old form and warns; the proximal policy's copy does not warn again
+    kwargs = dict(policy_kwargs=dict(net_arch=[dict(pi=[4], vf=[8])]))
+    for algorithm in (PPO, PPO_EWMA, PPG_EWMA):
+        with pytest.warns(UserWarning, match="you should now pass directly a dictionary") as caught:
+            model = algorithm("MlpPolicy", "CartPole-v1", n_steps=64, device="cpu", **kwargs)
+        assert sum("shared layers" in str(warning.message) for warning in caught) == 1
+        layers = [module.out_features for module in model.policy.mlp_extractor.value_net if hasattr(module, "out_features")]
+        assert layers == [8]
+
+
+@pytest.mark.parametrize("name", list(REFUSED_BEYOND_SB3))
+def test_the_values_refused_beyond_sb3_are_exactly_these(name: str) -> None:
+    kwargs, _ = REFUSED_BEYOND_SB3[name]
+    assert outcome(PPO, "MlpPolicy", "CartPole-v1", kwargs)[0] == "accepted"
+    with pytest.raises(ValueError, match=re.escape(next(iter(kwargs)))):
+        PPO_EWMA("MlpPolicy", "CartPole-v1", device="cpu", **kwargs)
+
+
+def test_an_accepted_input_trains_the_same() -> None:
+    # the old net_arch form: PPO_EWMA without an EWMA is SB3's PPO, number for number
+    kwargs = dict(n_steps=64, batch_size=32, n_epochs=2, seed=3, device="cpu", policy_kwargs=dict(net_arch=[dict(pi=[8], vf=[8])]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reference = PPO("MlpPolicy", gym.make("CartPole-v1"), **kwargs).learn(128)
+        model = PPO_EWMA("MlpPolicy", gym.make("CartPole-v1"), ewma_decay=None, imp_samp_max=0, **kwargs).learn(128)
+    for expected, got in zip(reference.policy.parameters(), model.policy.parameters()):
+        assert th.equal(expected, got)

@@ -151,6 +151,24 @@ def test_rl_zoo3_algorithms_get_the_n_envs_count_too(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_policy_keyword_of_another_algorithm_is_a_type_error_before_the_run_folder(tmp_path: Path) -> None:
+    # the constructor's TypeError (check_policy_keywords) stays a TypeError, with where the value came from
+    with pytest.raises(TypeError, match=r"has no keyword log_std_init=-2 .*\(-params or the hyperparameter entry of --algo"):
+        zoo.train(
+            [
+                "--algo",
+                "ppo_mask_ewma",
+                "--env",
+                "CartPole-v1",
+                "-f",
+                str(tmp_path),
+                "-params",
+                "policy_kwargs:dict(log_std_init=-2)",
+            ]
+        )
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_check_entry_values_checks_the_numbers_rl_zoo3_makes_schedules_of() -> None:
     from rl_zoo3.utils import SimpleLinearSchedule
     from stable_baselines3.common.utils import ConstantSchedule

@@ -318,7 +318,9 @@ def check_entry_values(
     script's call refuses, with the same message (and the place the values came from). rl-zoo3 turns numbers of
     :data:`SCHEDULE_KEYS` into constant schedules, which the constructors accept whatever their value
     (``-params clip_range:0`` would train a frozen policy): those keys are checked as the numbers they were
-    (``raw_schedules``). The constructors' warnings are left to the real call.
+    (``raw_schedules``). The constructors' warnings are left to the real call. A ``ValueError`` (or SB3's
+    ``AssertionError``) becomes a ``ValueError``, a ``TypeError`` stays one, each with its message and where the values
+    came from.
 
     :param algo: the rl-zoo3 name (``--algo``)
     :param algorithm: its class
@@ -340,9 +342,11 @@ def check_entry_values(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             algorithm(policy, None, _init_setup_model=False, **kwargs)
-    except (ValueError, AssertionError) as error:
+    except (ValueError, AssertionError, TypeError) as error:
         message = str(error).strip() or type(error).__name__
-        raise ValueError(f"{message} ({entry_origin(algo, scale_n_envs)}; nothing was written)") from error
+        # a TypeError stays one (a policy keyword of another algorithm's policy, say): its message says what it is
+        error_type = TypeError if isinstance(error, TypeError) else ValueError
+        raise error_type(f"{message} ({entry_origin(algo, scale_n_envs)}; nothing was written)") from error
 
 
 DEVICE_TYPES_CHECKED = {"mps": "torch.backends.mps.is_available()", "xpu": "torch.xpu.is_available()"}

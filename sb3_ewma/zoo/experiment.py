@@ -19,10 +19,11 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.vec_env import VecEnv
 from torch import nn
 
-from sb3_ewma.common import distributed, threads
-from sb3_ewma.common.allocator import keep_freed_memory
+from sb3_ewma.allocator import keep_freed_memory
+from sb3_ewma.common import distributed
 from sb3_ewma.common.torch_layers import ImpalaCNN
 from sb3_ewma.scale import scale_hyperparams_with_report
+from sb3_ewma.zoo import threads
 from sb3_ewma.zoo.arguments import ScaleOptions, scale_options_from_args
 from sb3_ewma.zoo.checks import (
     SCHEDULE_KEYS,
@@ -150,7 +151,7 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
 
     def setup_experiment(self) -> tuple[BaseAlgorithm, dict[str, Any]] | None:
         """
-        rl-zoo3's, then torch's thread count for the model built (``--num-threads``, :mod:`sb3_ewma.common.threads`).
+        rl-zoo3's, then torch's thread count for the model built (``--num-threads``, :mod:`sb3_ewma.zoo.threads`).
         A start that fails (the model cannot be built, say) removes the run folder it created, when nothing but empty
         folders and monitor files without episodes is in it (:func:`~sb3_ewma.zoo.checks.remove_unused_run_folder`).
         (The hyperparameters were checked before the folder exists: :meth:`_preprocess_hyperparams`.)
@@ -325,7 +326,6 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
             constructor_kwargs, env_wrapper = result[0], result[1]
             scale_n_envs = self.scale.n_envs if self.scale is not None else None
             check_entry_keys(self.algo, algorithm, constructor_kwargs)
-            check_entry_values(self.algo, algorithm, constructor_kwargs, raw_schedules, scale_n_envs)
             check_async_rollouts_env(
                 self.algo, self.env_name.gym_id, self.is_procgen, constructor_kwargs, getattr(self, "env_kwargs", None)
             )
@@ -333,4 +333,6 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
                 env_id = self.env_name.gym_id
                 policy = constructor_kwargs.get("policy")
                 check_env_spaces(self.algo, algorithm, env_id, self.env_kwargs, env_wrapper, policy)
+            # last: an algorithm that cannot act in the environment is the first thing to say
+            check_entry_values(self.algo, algorithm, constructor_kwargs, raw_schedules, scale_n_envs)
         return result

@@ -154,3 +154,14 @@ def test_the_model_keeps_its_environment() -> None:
     model = PPO_EWMA("MlpPolicy", env, **SMALL).learn(32)
     assert model.get_env() is env
     assert isinstance(model.observation_space, spaces.Box)
+
+
+def test_the_cost_benchmark_times_both_and_restores_the_checks(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import sb3_ewma.common.decoupled.algorithm as algorithm_module
+    from benchmarks.timing import finite_checks
+
+    result = finite_checks.main(["--timesteps", "512", "--repeats", "1", "--out", str(tmp_path)])
+    assert len(result["cpu_seconds"]["checked"]) == len(result["cpu_seconds"]["unchecked"]) == 1
+    assert result["median_ratio_checked_over_unchecked"] > 0
+    assert (tmp_path / "results.json").is_file()
+    assert algorithm_module.FiniteStepsVecEnv is FiniteStepsVecEnv

@@ -56,7 +56,12 @@ PPO_CORPUS: list[tuple[str, str, str | Callable[[], Any], dict[str, Any]]] = [
         "CartPole-v1",
         dict(policy_kwargs=dict(optimizer_class=th.optim.AdamW, optimizer_kwargs=dict(weight_decay=0.0), net_arch=[16])),
     ),
-    ("optimizer_rmsprop_tf", "MlpPolicy", "CartPole-v1", dict(policy_kwargs=dict(optimizer_class=RMSpropTFLike, net_arch=[16]))),
+    (
+        "optimizer_rmsprop_tf",
+        "MlpPolicy",
+        "CartPole-v1",
+        dict(policy_kwargs=dict(optimizer_class=RMSpropTFLike, net_arch=[16])),
+    ),
     ("normalize_advantage_false", "MlpPolicy", "CartPole-v1", dict(normalize_advantage=False)),
     ("clip_range_vf", "MlpPolicy", "Pendulum-v1", dict(clip_range_vf=0.2, policy_kwargs=dict(net_arch=[16]))),
     ("clip_range_vf_negative", "MlpPolicy", "Pendulum-v1", dict(clip_range_vf=-0.2)),  # SB3 asserts it is positive
@@ -225,7 +230,9 @@ def test_the_values_refused_beyond_sb3_are_exactly_these(name: str) -> None:
 
 def test_an_accepted_input_trains_the_same() -> None:
     # the old net_arch form: PPO_EWMA without an EWMA is SB3's PPO, number for number
-    kwargs = dict(n_steps=64, batch_size=32, n_epochs=2, seed=3, device="cpu", policy_kwargs=dict(net_arch=[dict(pi=[8], vf=[8])]))
+    kwargs = dict(
+        n_steps=64, batch_size=32, n_epochs=2, seed=3, device="cpu", policy_kwargs=dict(net_arch=[dict(pi=[8], vf=[8])])
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         reference = PPO("MlpPolicy", gym.make("CartPole-v1"), **kwargs).learn(128)

@@ -777,3 +777,208 @@ def test_throughput_measures_the_fast_training_step_beside_the_plain_one(tmp_pat
     assert set(medians) == {"ppo_ewma", "ppo_ewma_fast"}
     results = (tmp_path / "throughput" / "smoke" / "results.md").read_text()
     assert "channels_last + bf16 training step (speed-up of learn over the same algorithm): ppo_ewma_fast: " in results
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# the training diagnostics (issue 49)
+
+
+def test_diagnostics_quantities_by_hand():
+    import torch as th
+
+    from benchmarks.harness import diagnostics
+
+    weights = th.tensor([1.0, 2.0, 3.0])
+    assert float(diagnostics.effective_sample_size(weights)) == pytest.approx(36 / 14)  # (1+2+3)^2 / (1+4+9)
+    assert float(diagnostics.effective_sample_size(th.full((8,), 0.3))) == pytest.approx(8)  # equal weights: n
+    stats = diagnostics.weight_stats(weights)
+    assert stats == pytest.approx({"mean": 2.0, "max": 3.0, "ess": 36 / 14, "ess_fraction": 12 / 14})
+    # the weights as the objective caps them: pi / pi_old = 200 becomes 100, 0.5 stays
+    log_prob, old_log_prob = th.log(th.tensor([0.8, 0.1])), th.log(th.tensor([0.004, 0.2]))
+    capped = diagnostics.capped_weights(log_prob, old_log_prob, imp_samp_max=100.0)
+    assert capped.tolist() == pytest.approx([100.0, 0.5])
+    assert diagnostics.capped_weights(log_prob, old_log_prob).tolist() == pytest.approx([200.0, 0.5])
+    # ratios 0.7 and 1.3 lie outside [0.8, 1.2]; 0.85, 1 and 1.19 inside
+    ratios = th.log(th.tensor([0.7, 0.85, 1.0, 1.19, 1.3]))
+    assert diagnostics.fraction_outside_clip(ratios, 0.2) == pytest.approx(2 / 5)
+    # KL[p, q] from r = q / p at samples of p: mean(r - 1 - log r); r = 2 and 1/2: ((1 - log 2) + (-1/2 + log 2)) / 2
+    assert diagnostics.sampled_kl(th.log(th.tensor([2.0, 0.5]))) == pytest.approx(0.25)
+    assert diagnostics.sampled_kl(th.zeros(5)) == 0.0
+    # exact KL of two categorical distributions, per state
+    before = th.distributions.Categorical(probs=th.tensor([[0.5, 0.5], [0.2, 0.8]]))
+    after = th.distributions.Categorical(probs=th.tensor([[0.9, 0.1], [0.2, 0.8]]))
+    expected = 0.5 * math.log(0.5 / 0.9) + 0.5 * math.log(0.5 / 0.1)
+    assert diagnostics.distribution_kl(before, after).tolist() == pytest.approx([expected, 0.0], abs=1e-6)
+    assert diagnostics.kl_between([before], [after]) == pytest.approx(expected / 2, abs=1e-6)
+    # a diagonal Gaussian: summed over the action dimensions
+    normal = th.distributions.Normal(th.zeros(1, 2), th.ones(1, 2))
+    shifted = th.distributions.Normal(th.ones(1, 2), th.ones(1, 2))
+    assert diagnostics.distribution_kl(normal, shifted).tolist() == pytest.approx([1.0])  # 2 x (1/2)
+
+
+def _learn(model_class, staleness: int, mode: str, steps: int):
+    from stable_baselines3.common.env_util import make_vec_env
+
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
+    model = model_class(
+        "MlpPolicy", env, n_steps=32, batch_size=16, n_epochs=2, ewma_decay=None, imp_samp_max=100.0, seed=0, device="cpu"
+    )
+    model.set_staleness(staleness, mode)
+    model.learn(steps)
+    return model
+
+
+@pytest.mark.parametrize("mode", ["decoupled", "behavior", "proximal"])
+def test_diagnostics_leave_training_unchanged_and_record_each_iteration(mode):
+    import torch as th
+
+    from benchmarks.harness.diagnostics import DIAGNOSTIC_COLUMNS, diagnosed
+    from sb3_ewma.ablations import StalePPO_EWMA
+
+    plain = _learn(StalePPO_EWMA, 2, mode, 6 * 64)
+    model = _learn(diagnosed(StalePPO_EWMA), 2, mode, 6 * 64)
+    # extra forward passes without gradients: the same parameters as without the diagnostics
+    for name, parameter in plain.policy.state_dict().items():
+        assert th.equal(parameter, model.policy.state_dict()[name]), name
+    rows = model.take_diagnostic_rows()
+    assert model.take_diagnostic_rows() == []  # taken once
+    assert [row["timesteps"] for row in rows] == [64 * k for k in range(1, 7)]
+    assert all(set(row) == set(DIAGNOSTIC_COLUMNS) for row in rows)
+    # staleness 2: the first two rollouts are queued, nothing trained, nothing moved
+    assert [row["trained"] for row in rows] == [0, 0, 1, 1, 1, 1]
+    assert all(math.isnan(row["ess"]) and row["kl_moved"] == 0.0 for row in rows[:2])
+    for row in rows[2:]:
+        assert row["minibatch_size"] == 16
+        assert 0 < row["ess"] <= 16 + 1e-6 and row["ess_fraction"] == pytest.approx(row["ess"] / 16, rel=0.3)
+        assert row["ess_min"] <= row["ess"] and row["is_weight_max"] >= row["is_weight_mean"] > 0
+        assert 0.0 <= row["outside_clip"] <= 1.0 and row["recent_behavior_kl"] >= 0.0
+        assert row["kl_moved"] > 0.0 and row["kl_per_step"] == pytest.approx(row["kl_moved"] / 64)
+    # data two iterations old: the recent policy differs from the behavior policy
+    assert max(row["recent_behavior_kl"] for row in rows[2:]) > 0.0
+
+
+def test_diagnostics_at_staleness_zero_find_recent_equal_to_behavior():
+    from benchmarks.harness.diagnostics import diagnosed
+    from sb3_ewma.ablations import StalePPO_EWMA
+
+    rows = _learn(diagnosed(StalePPO_EWMA), 0, "decoupled", 3 * 64).take_diagnostic_rows()
+    assert [row["trained"] for row in rows] == [1, 1, 1]
+    for row in rows:
+        # the data was collected by the policy it is trained from: every ratio is 1 before the first step
+        assert row["outside_clip"] == 0.0 and row["recent_behavior_kl"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_diagnostics_of_ppg_mark_the_auxiliary_phase_and_read_b_simple():
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from benchmarks.harness.diagnostics import diagnosed
+    from sb3_ewma.ppg_ewma import PPG_EWMA
+
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
+    model = diagnosed(PPG_EWMA)(
+        "MlpPolicy", env, n_steps=32, batch_size=16, n_policy_iterations=2, n_aux_epochs=1, aux_batch_size=32,
+        log_gradient_noise_scale=True, seed=0, device="cpu",
+    )  # fmt: skip
+    model.learn(4 * 64)
+    rows = model.take_diagnostic_rows()
+    assert [row["aux_phase"] for row in rows] == [0, 1, 0, 1]
+    assert rows[-1]["gradient_noise_scale"] == pytest.approx(model.gradient_noise.latest.noise_scale)
+    assert all(row["kl_moved"] > 0 for row in rows)
+
+
+def test_runner_records_the_diagnostics_across_a_pause(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    spec = replace(_tiny_spec("ppo_ewma", ewma_decay=None, staleness=2, staleness_mode="behavior"), diagnostics=True)
+    assert runner.model_class(spec).__name__ == "DiagnosedStalePPO_EWMA"
+    clock = itertools.chain([0.0], itertools.repeat(100.0))
+    monkeypatch.setattr(common, "clock", lambda: next(clock))
+    assert runner.execute(spec, tmp_path, deadline=1.0)["status"] == "paused"
+    diagnostics_csv = tmp_path / "checkpoints" / spec.run_id / "diagnostics.csv"
+    assert [row["timesteps"] for row in read(diagnostics_csv)] == [str(spec.iteration_size)]
+    # an invocation killed after it resumed left a row beyond the checkpoint: it is dropped
+    common.append_csv(diagnostics_csv, {**read(diagnostics_csv)[-1], "timesteps": 2 * spec.iteration_size})
+    monkeypatch.setattr(common, "clock", lambda: 0.0)
+    record = runner.execute(spec, tmp_path)["record"]
+    rows = [dict(zip(record["diagnostics"]["columns"], row)) for row in record["diagnostics"]["rows"]]
+    assert [row["timesteps"] for row in rows] == list(
+        range(spec.iteration_size, spec.total_timesteps + 1, spec.iteration_size)
+    )
+    assert [row["trained"] for row in rows] == [0, 0, 1, 1, 1, 1, 1, 1]
+    # the stale rollouts of the checkpoint were trained on after the pause: their recent-behavior KL is measured
+    assert all(row["recent_behavior_kl"] >= 0 for row in rows[2:])
+    # without diagnostics the run is the one it was before they existed (same hash, no diagnostics in the record)
+    plain = replace(spec, diagnostics=False)
+    assert plain.spec_hash != spec.spec_hash and "diagnostics" not in runner.execute(plain, tmp_path / "plain")["record"]
+
+
+def test_diagnostics_left_the_hashes_of_the_finished_cpu_runs_unchanged():
+    # (batch_size_invariance/cpu is left out: its PPG runs no longer matched their hashes before the diagnostics)
+    for module in (ewma_comparison, staleness):
+        specs = module.build_specs("cpu", {})
+        manifest = common.Manifest(common.RESULTS_DIR / module.NAME / "cpu" / results_store.RUNS_FILE)
+        assert all(manifest.is_done(spec.run_id, spec.spec_hash) for spec in specs), module.NAME
+
+
+def test_cpu_regime_presets_hold_the_preregistered_runs():
+    stale = staleness.build_specs("cpu_regime", {})
+    assert all(spec.diagnostics for spec in stale) and {spec.iteration_size for spec in stale} == {64 * 256}
+    cells = {(spec.variant, spec.labels["staleness"]) for spec in stale}
+    modes = ("decoupled", "behavior", "proximal", "ewma")
+    assert cells == {("decoupled", 0), ("ewma", 0)} | {(mode, level) for mode in modes for level in (2, 8)}
+    assert len(stale) == 5 * len(cells)
+    for spec in stale:
+        assert spec.hyperparams["staleness_mode"] == ("decoupled" if spec.variant == "ewma" else spec.variant)
+        assert ("ewma_decay" not in spec.hyperparams) == (spec.variant == "ewma")  # "auto": the EWMA on
+    batch = {(spec.variant, spec.n_envs, spec.seed): spec for spec in batch_size_invariance.build_specs("cpu_regime", {})}
+    assert {n_envs for _, n_envs, _ in batch} == {16, 4, 1} and {seed for *_, seed in batch} == set(range(5))
+    reference = batch[("ppo_ewma", 16, 0)]
+    assert reference.aliases == ("ppo_no_lr",) and reference.hyperparams["batch_size"] == 256
+    assert batch[("ppg_ewma", 16, 0)].aliases == ("no_lr",)
+    for n_envs, factor in ((4, 2), (1, 4)):
+        full, ablation, plain = (batch[(variant, n_envs, 0)].hyperparams for variant in ("ppo_ewma", "ppo_no_lr", "ppo"))
+        assert full["n_epochs"] == 1 and full["batch_size"] == 256 * n_envs // 16
+        assert math.isclose(full["learning_rate"], reference.hyperparams["learning_rate"] / factor)  # / sqrt(16 / n)
+        assert ablation["learning_rate"] == reference.hyperparams["learning_rate"]
+        assert plain["ewma_decay"] is None and math.isclose(plain["learning_rate"], full["learning_rate"])
+    ewma = ewma_comparison.build_specs("cpu_regime", {})
+    assert len(ewma) == 4 * 14 and {spec.iteration_size for spec in ewma} == {64 * 128} and ewma[0].diagnostics
+
+
+def test_regime_diagnostics_smoke_report(tmp_path):
+    from benchmarks.learning import regime_diagnostics
+
+    out_dir = regime_diagnostics.main(["--preset", "smoke", "--out", str(tmp_path), "--workers", "1"])
+    text = (out_dir / "results.md").read_text()
+    assert "### Staleness candidates" in text and "### Batch-size candidates" in text
+    records = results_store.read(out_dir / results_store.RUNS_FILE)
+    assert len(records) == len(regime_diagnostics.build_specs("smoke", {}))
+    trained = []
+    for record in records:
+        frame = regime_diagnostics.diagnostics_frame(record)
+        summary = regime_diagnostics.summarize_diagnostics(frame)
+        assert len(frame) == record["timesteps"] // (int(record["n_envs"]) * 16)  # a row per iteration (16 steps)
+        trained.append(summary["iterations"] == (frame["trained"] == 1).sum())
+        trained[-1] = trained[-1] and summary["iterations"] > 0
+    assert sum(trained) == len(records) - 1  # all but staleness 8, whose 8 iterations only queue their rollouts
+
+
+def test_statistics_of_the_preregistrations_by_hand():
+    from benchmarks.harness import statistics
+
+    # the bootstrap interval of a difference of means holds the estimate, and shrinks to it without spread
+    estimate, low, high = statistics.bootstrap_ci([[1.0, 2.0, 3.0], [2.0, 3.0, 4.0]], statistics.mean_difference)
+    assert estimate == pytest.approx(1.0) and low < 1.0 < high and low >= -1.0 and high <= 3.0
+    assert statistics.bootstrap_ci([[1.0, 1.0], [3.0, 3.0]], statistics.mean_difference) == (2.0, 2.0, 2.0)
+    assert statistics.spread_of_means([[1.0, 3.0], [5.0], [2.0, 2.0]]) == 3.0  # means 2, 5, 2
+    # Mann-Whitney: x above y in all 3 x 3 pairs: U = 9, exact p = 1 / C(6, 3) = 1/20
+    u, p, z = statistics.mann_whitney_greater([4.0, 5.0, 6.0], [1.0, 2.0, 3.0])
+    assert u == 9 and p == pytest.approx(1 / 20) and z == pytest.approx((9 - 4.5) / math.sqrt(9 * 7 / 12))
+    # 5 against 5 seeds, complete separation: p = 1/252, the smallest an appendix-F test of 5 seeds can give
+    assert statistics.mann_whitney_greater(range(5, 10), range(5))[1] == pytest.approx(1 / 252)
+    # a tie counts one half; reversed groups give p = 1 (every assignment has U >= 0)
+    assert statistics.mann_whitney_greater([1.0], [1.0])[:2] == (0.5, 1.0)
+    assert statistics.mann_whitney_greater([1.0, 2.0], [3.0, 4.0])[1] == 1.0
+    # seeds: 2 (1.96 + 0.84)^2 = 15.7 per (sigma / delta)^2, plus 1.96^2 / 4 = 0.96
+    assert statistics.seeds_for_difference(1.0, 1.0) == 17
+    assert statistics.seeds_for_difference(0.23, 0.28) == math.ceil(15.698 * (0.23 / 0.28) ** 2 + 0.9604)

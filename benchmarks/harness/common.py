@@ -31,7 +31,7 @@ from typing import Any
 
 from benchmarks.harness import results_store
 
-PRESETS = ("smoke", "cpu", "gpu", "paper")
+PRESETS = ("smoke", "cpu", "cpu_regime", "gpu", "paper")
 ALGORITHMS = ("ppo", "ppo_ewma", "ppg", "ppg_ewma")
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"
 FINAL_FRACTION = 0.25
@@ -103,6 +103,8 @@ class RunSpec:
     :param device: torch device
     :param threads: torch threads of the run
     :param eval_episodes: 0: evaluate on the training episodes; otherwise episodes on a separate environment
+    :param diagnostics: record the training diagnostics of every iteration (:mod:`benchmarks.harness.diagnostics`) in
+        ``checkpoints/<run_id>/diagnostics.csv`` and the run's record; they change nothing in the training
     """
 
     experiment: str
@@ -120,6 +122,7 @@ class RunSpec:
     device: str = "cpu"
     threads: int = 1
     eval_episodes: int = 0
+    diagnostics: bool = False
 
     def __post_init__(self) -> None:
         if self.algo not in ALGORITHMS:
@@ -151,6 +154,8 @@ class RunSpec:
         """A hash of everything that changes the run's results: a finished run is redone when its settings change."""
         content = asdict(self)
         content.pop("aliases")
+        if not content["diagnostics"]:
+            content.pop("diagnostics")  # the hash of the runs made before the diagnostics existed
         return hashlib.sha1(json.dumps(content, sort_keys=True, default=repr).encode()).hexdigest()[:12]
 
     @property

@@ -71,6 +71,7 @@ class Checkpoint:
         self.directory = directory
         self.meta_path = directory / "meta.json"
         self.evaluations_path = directory / "evaluations.csv"
+        self.diagnostics_path = directory / "diagnostics.csv"
 
     def create(self) -> None:
         """Make the directory, and keep ``checkpoints/`` out of version control."""
@@ -116,14 +117,24 @@ class Checkpoint:
 
 
 def model_class(spec: RunSpec) -> type:
-    """The class of ``spec``'s model: ``spec.algo``'s, or its ablation class with artificial staleness."""
+    """
+    The class of ``spec``'s model: ``spec.algo``'s, or its ablation class with artificial staleness; with
+    ``spec.diagnostics``, that class with the training diagnostics before it
+    (:func:`benchmarks.harness.diagnostics.diagnosed`).
+    """
     if "staleness" not in spec.hyperparams and "staleness_mode" not in spec.hyperparams:
-        return algorithm_class(spec.algo)
-    if spec.algo != "ppo_ewma":
+        algorithm = algorithm_class(spec.algo)
+    elif spec.algo != "ppo_ewma":
         raise ValueError(f"artificial staleness runs with ppo_ewma, got algo={spec.algo!r}")
-    from sb3_ewma.ablations import StalePPO_EWMA
+    else:
+        from sb3_ewma.ablations import StalePPO_EWMA
 
-    return StalePPO_EWMA
+        algorithm = StalePPO_EWMA
+    if spec.diagnostics:
+        from benchmarks.harness.diagnostics import diagnosed
+
+        return diagnosed(algorithm)
+    return algorithm
 
 
 def build_model(spec: RunSpec, env: Any) -> Any:
@@ -179,6 +190,7 @@ class _Run:
                 self._truncate_csv(self.model.num_timesteps)
             else:
                 self.csv_path.unlink(missing_ok=True)
+                self.checkpoint.diagnostics_path.unlink(missing_ok=True)
                 self.model = build_model(spec, self.env)
         self.eval_env = None
         if spec.eval_episodes:
@@ -187,11 +199,22 @@ class _Run:
         self.start = time.perf_counter()
 
     def _truncate_csv(self, timesteps: int) -> None:
-        """Drop the evaluations after the checkpoint (made by an invocation killed after it resumed)."""
-        rows = [row for row in read_csv(self.csv_path) if int(row["timesteps"]) <= timesteps]
-        self.csv_path.unlink(missing_ok=True)
-        for row in rows:
-            append_csv(self.csv_path, row)
+        """Drop the evaluations and diagnostics after the checkpoint (made by an invocation killed after it resumed)."""
+        for path in (self.csv_path, self.checkpoint.diagnostics_path):
+            rows = [row for row in read_csv(path) if int(row["timesteps"]) <= timesteps]
+            path.unlink(missing_ok=True)
+            for row in rows:
+                append_csv(path, row)
+
+    def save_diagnostics(self) -> None:
+        """Append the diagnostics of the iterations trained since the last call to ``diagnostics.csv``."""
+        if not self.spec.diagnostics:
+            return
+        from benchmarks.harness.diagnostics import DIAGNOSTIC_COLUMNS
+
+        for row in self.model.take_diagnostic_rows():
+            cells = {key: (value if isinstance(value, int) else float(f"{value:.5g}")) for key, value in row.items()}
+            append_csv(self.checkpoint.diagnostics_path, cells, DIAGNOSTIC_COLUMNS)
 
     def wall_time(self) -> float:
         """Seconds of this run so far, over all the invocations that ran it."""
@@ -250,6 +273,11 @@ class _Run:
             reader = csv.DictReader(file)
             rows = list(reader)
         evaluations = results_store.table(rows, reader.fieldnames)
+        diagnostics = {}
+        if self.spec.diagnostics and self.checkpoint.diagnostics_path.exists():
+            with open(self.checkpoint.diagnostics_path, newline="") as file:
+                reader = csv.DictReader(file)
+                diagnostics = {"diagnostics": results_store.table(list(reader), reader.fieldnames)}
         return {
             "status": "finished",
             "run_id": spec.run_id,
@@ -265,6 +293,7 @@ class _Run:
             "final_return": round(final_return(rows, spec.total_timesteps), 4),
             "finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
             "evaluations": evaluations,
+            **diagnostics,
         }
 
 
@@ -288,6 +317,7 @@ def execute(spec: RunSpec, out_dir: Path, deadline: float | None = None, verbose
     while model.num_timesteps < spec.total_timesteps:
         target = min(round_up(model.num_timesteps + 1, spec.eval_every), spec.total_timesteps)
         model.learn(target - model.num_timesteps, callback=run.tracker, reset_num_timesteps=False)
+        run.save_diagnostics()
         row = run.evaluate()
         if verbose:
             print(f"  {spec.run_id}: {row['timesteps']}/{spec.total_timesteps} steps, return {row['mean_return']}", flush=True)

@@ -6,6 +6,10 @@ the hyperparameters of PPO and PPG (the paper's appendix B, scaled down for the 
 - ``cpu``: MinAtar Breakout (see ``benchmarks/README.md`` for why), an MLP [64, 64], 64 environments x 128 steps,
   8 minibatches, Adam 5e-4, gamma 0.99, GAE 0.95, entropy 0.01, no gradient clipping; PPO 3 epochs; PPG
   ``N_pi = 4``, ``E_pi = E_V = 1``, ``E_aux = 6``, auxiliary minibatch 4 rollouts of one environment (512 steps).
+- ``cpu_regime``: the ``cpu`` setting with the training diagnostics of every iteration recorded
+  (:mod:`benchmarks.harness.diagnostics`); each experiment sets its own iteration at this preset, the regime its
+  pre-registration (``benchmarks/results/<experiment>/cpu_regime/preregistration.md``) chose from the short runs of
+  :mod:`benchmarks.learning.regime_diagnostics` (issue 49).
 - ``gpu``: Procgen easy (starpilot, bigfish, bossfight), the IMPALA CNN, reward normalization, the paper's
   hyperparameters at one worker: 64 environments x 256 steps, 8 minibatches, Adam 5e-4, gamma 0.999, GAE 0.95,
   entropy 0.01, no gradient clipping; PPO 3 epochs; PPG ``N_pi = 32``, ``E_aux = 6``, auxiliary minibatch 4 x 256.
@@ -62,6 +66,7 @@ class Setting:
     :param ppg: PPG's and PPG-EWMA's own
     :param device: torch device
     :param threads: torch threads per run
+    :param diagnostics: record the training diagnostics of every iteration (:mod:`benchmarks.harness.diagnostics`)
     """
 
     envs: tuple[str, ...]
@@ -73,6 +78,7 @@ class Setting:
     ppg: dict[str, Any] = field(default_factory=dict)
     device: str = "cpu"
     threads: int = 1
+    diagnostics: bool = False
 
     @property
     def iteration_size(self) -> int:
@@ -127,6 +133,16 @@ SETTINGS: dict[str, Setting] = {
         common=dict(_MINATAR_COMMON, n_steps=128, policy_kwargs=dict(net_arch=[64, 64])),
         ppo=dict(n_epochs=3),
         ppg=dict(_PPG, n_policy_iterations=4, aux_batch_size=4 * 128),
+    ),
+    "cpu_regime": Setting(
+        envs=("MinAtar/Breakout-v1",),
+        network="mlp",
+        n_envs=64,
+        n_minibatches=8,
+        common=dict(_MINATAR_COMMON, n_steps=128, policy_kwargs=dict(net_arch=[64, 64])),
+        ppo=dict(n_epochs=3),
+        ppg=dict(_PPG, n_policy_iterations=4, aux_batch_size=4 * 128),
+        diagnostics=True,
     ),
     "gpu": Setting(
         envs=PROCGEN_GAMES_EASY,
@@ -220,6 +236,7 @@ def run_spec(
         device=setting.device,
         threads=setting.threads,
         eval_episodes=int(eval_episodes or 0),
+        diagnostics=setting.diagnostics,
     )
 
 
@@ -228,15 +245,18 @@ def preset_setting(
     overrides: dict[str, Any],
     envs: dict[str, tuple[str, ...]] | None = None,
     n_envs: dict[str, int] | None = None,
+    n_steps: dict[str, int] | None = None,
 ) -> Setting:
     """
-    The setting of ``preset`` for one experiment: the experiment's own choice of environments and number of
-    environments at this preset (``envs``, ``n_envs``, by preset) if any, then the command line's ``envs`` and
-    ``device`` when given.
+    The setting of ``preset`` for one experiment: the experiment's own choice of environments, number of
+    environments and steps per environment of an iteration at this preset (``envs``, ``n_envs``, ``n_steps``, by
+    preset) if any, then the command line's ``envs`` and ``device`` when given.
     """
     setting = SETTINGS[preset]
     if envs and preset in envs:
         setting = replace(setting, envs=envs[preset])
     if n_envs and preset in n_envs:
         setting = replace(setting, n_envs=n_envs[preset])
+    if n_steps and preset in n_steps:
+        setting = replace(setting, common=dict(setting.common, n_steps=n_steps[preset]))
     return setting.with_overrides(overrides)

@@ -6,8 +6,13 @@ N_pi * c, minibatch size / c; the auxiliary phase unchanged), against ablations 
 the Adam step size, the EWMA, the advantage normalization, and plain PPG (no EWMA, the other adjustments made).
 The reference normalizes advantages with EWMA moments (span 1 iteration) so that there is a span to rescale.
 Reported: learning curves per variant and the spread (max - min) of the final return across batch sizes.
+At the ``cpu_regime`` preset (issue 49; ``results/batch_size_invariance/cpu_regime/preregistration.md``) the reference is
+16 environments (its minibatch of 256 steps below the measured critical batch size), rescaled to 4 and 1, for PPG-EWMA
+(all adjustments, without the Adam step size adjustment, PPG) and PPO-EWMA with one epoch (all adjustments, without
+the Adam step size adjustment, PPO: PPO-EWMA without its EWMA), with the training diagnostics of every iteration.
 
     python -m benchmarks.learning.batch_size_invariance --preset cpu                # MinAtar Breakout, 64/16/4/1 envs, 2 seeds
+    python -m benchmarks.learning.batch_size_invariance --preset cpu_regime --workers 1 --max-minutes 60  # repeat
     python -m benchmarks.learning.batch_size_invariance --preset gpu --max-minutes 8  # Procgen starpilot; repeat until done
 """
 
@@ -34,23 +39,48 @@ VARIANTS = {
     "no_adv": "no advantage normalization adjustment",
     "ppg": "PPG (no EWMA), other adjustments",
 }
-UNDONE = {"no_lr": "learning_rate", "no_ewma": "ewma_decay", "no_adv": "advantage_ewma_decay"}
+PPO_VARIANTS = {
+    "ppo_ewma": "PPO-EWMA (1 epoch), all adjustments",
+    "ppo_no_lr": "PPO-EWMA, no Adam step size adjustment",
+    "ppo": "PPO (no EWMA), other adjustments",
+}
+"""The PPO variants, at the presets of :data:`PPO_PRESETS`."""
+PPO_PRESETS = ("cpu_regime",)
+PPG_VARIANTS_AT = {"cpu_regime": ("ppg_ewma", "no_lr", "ppg")}
+"""The PPG variants of a preset (default: all of :data:`VARIANTS`)."""
+UNDONE = {"no_lr": "learning_rate", "no_ewma": "ewma_decay", "no_adv": "advantage_ewma_decay", "ppo_no_lr": "learning_rate"}
 """The hyperparameter each ablation keeps at its reference value."""
 ENVS = {"gpu": ("procgen-starpilot-easy",)}
 """One game at the gpu preset (its runs at 1 environment are long); ``--envs`` adds others."""
-N_ENVS = {"smoke": (4, 1), "cpu": (64, 16, 4, 1), "gpu": (64, 16, 4, 1), "paper": (256, 64, 16, 4, 1)}
+N_ENVS = {
+    "smoke": (4, 1),
+    "cpu": (64, 16, 4, 1),
+    "cpu_regime": (16, 4, 1),
+    "gpu": (64, 16, 4, 1),
+    "paper": (256, 64, 16, 4, 1),
+}
 SCALES = {
     "smoke": Scale(timesteps=256, eval_every=128, seeds=1),
     "cpu": Scale(timesteps=10 * 2**15, eval_every=2**14, seeds=2),
+    "cpu_regime": Scale(timesteps=10 * 2**15, eval_every=2**14, seeds=5),
     "gpu": Scale(timesteps=8 * 2**20, eval_every=2**18, seeds=2),
     "paper": Scale(timesteps=100 * 2**20, eval_every=2**20, seeds=3),
 }
 
 
-def reference_hyperparams(setting: Setting) -> dict[str, Any]:
-    """PPG-EWMA at the setting's number of environments, advantages normalized by EWMA moments over 1 iteration."""
-    hyperparams = setting.hyperparams("ppg_ewma")
+REFERENCE_N_ENVS = {"cpu_regime": 16}
+"""The reference's number of environments, where it is not the shared setting's."""
+
+
+def reference_hyperparams(setting: Setting, algo: str = "ppg_ewma") -> dict[str, Any]:
+    """
+    PPG-EWMA (or PPO-EWMA, with one epoch as the rules require) at the setting's number of environments, advantages
+    normalized by EWMA moments over 1 iteration.
+    """
+    hyperparams = setting.hyperparams(algo)
     hyperparams.update(advantage_normalization="ewma", advantage_ewma_decay=0.0, n_envs=setting.n_envs)
+    if algo == "ppo_ewma":
+        hyperparams.update(n_epochs=1)
     return hyperparams
 
 
@@ -59,12 +89,15 @@ def variant_hyperparams(reference: dict[str, Any], variant: str, n_envs: int) ->
     The algorithm and constructor arguments of ``variant`` at ``n_envs``: ``scale_hyperparams`` of the reference,
     then the ablated hyperparameter put back to its reference value (absent: the class default).
     """
-    algo = "ppg" if variant == "ppg" else "ppg_ewma"
-    # PPG has no EWMA (no ewma_decay): the reference's other settings
-    base = {key: value for key, value in reference.items() if key != "ewma_decay"} if variant == "ppg" else reference
+    algo = "ppg" if variant == "ppg" else "ppo_ewma" if variant in PPO_VARIANTS else "ppg_ewma"
+    # PPG and PPO have no EWMA (no ewma_decay): the reference's other settings
+    without_ewma = variant in ("ppg", "ppo")
+    base = {key: value for key, value in reference.items() if key != "ewma_decay"} if without_ewma else reference
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the ablations are not invariant, and say so
         scaled = scale_hyperparams(base, n_envs, algo=algo)
+    if variant == "ppo":
+        scaled["ewma_decay"] = None  # PPO-EWMA without its EWMA: PPO with the other adjustments
     key = UNDONE.get(variant)
     if key is not None:
         if key in base:
@@ -76,34 +109,41 @@ def variant_hyperparams(reference: dict[str, Any], variant: str, n_envs: int) ->
 
 
 def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
-    """Every variant at every number of environments; at the reference the four PPG-EWMA variants are one run."""
-    setting = preset_setting(preset, overrides, ENVS)
+    """
+    Every variant at every number of environments; at the reference the PPG-EWMA variants are one run (and the
+    PPO-EWMA ones another).
+    """
+    setting = preset_setting(preset, overrides, ENVS, REFERENCE_N_ENVS)
     scale = SCALES[preset].with_overrides(overrides, setting.iteration_size)
-    reference = reference_hyperparams(setting)
+    families = [(reference_hyperparams(setting), PPG_VARIANTS_AT.get(preset, tuple(VARIANTS)), "ppg_ewma")]
+    if preset in PPO_PRESETS:
+        families.append((reference_hyperparams(setting, "ppo_ewma"), tuple(PPO_VARIANTS), "ppo_ewma"))
     specs = []
     for env in setting.envs:
         for seed in range(scale.seeds):
             for n_envs in N_ENVS[preset]:
-                for variant in VARIANTS:
-                    if n_envs == setting.n_envs and variant in UNDONE:
-                        continue  # identical to the reference run
-                    algo, hyperparams = variant_hyperparams(reference, variant, n_envs)
-                    aliases = tuple(UNDONE) if n_envs == setting.n_envs and variant == "ppg_ewma" else ()
-                    specs.append(
-                        run_spec(
-                            NAME,
-                            setting,
-                            scale,
-                            env,
-                            algo,
-                            seed,
-                            variant=variant,
-                            n_envs=n_envs,
-                            hyperparams=hyperparams,
-                            aliases=aliases,
-                            eval_episodes=overrides.get("eval_episodes"),
+                for reference, variants, full in families:
+                    for variant in variants:
+                        if n_envs == setting.n_envs and variant in UNDONE:
+                            continue  # identical to the reference run
+                        algo, hyperparams = variant_hyperparams(reference, variant, n_envs)
+                        undone = tuple(other for other in variants if other in UNDONE)
+                        aliases = undone if n_envs == setting.n_envs and variant == full else ()
+                        specs.append(
+                            run_spec(
+                                NAME,
+                                setting,
+                                scale,
+                                env,
+                                algo,
+                                seed,
+                                variant=variant,
+                                n_envs=n_envs,
+                                hyperparams=hyperparams,
+                                aliases=aliases,
+                                eval_episodes=overrides.get("eval_episodes"),
+                            )
                         )
-                    )
     return specs
 
 
@@ -122,7 +162,8 @@ def _scaled_table(specs: Sequence[RunSpec], evaluations: pd.DataFrame) -> str:
         done = last.groupby(["variant", "n_envs"]).min()
     rows = []
     first = [spec for spec in specs if spec.env == specs[0].env and spec.seed == specs[0].seed]
-    for spec in sorted(first, key=lambda spec: (list(VARIANTS).index(spec.variant), -spec.n_envs)):
+    order = [*VARIANTS, *PPO_VARIANTS]
+    for spec in sorted(first, key=lambda spec: (order.index(spec.variant), -spec.n_envs)):
         hp = spec.hyperparams
         decay = hp.get("ewma_decay", "auto")
         if decay is None:
@@ -132,13 +173,12 @@ def _scaled_table(specs: Sequence[RunSpec], evaluations: pd.DataFrame) -> str:
         else:
             center = f"{center_of_mass_from_ewma_decay(decay):.4g}"
         span = ewma_span_from_decay(hp["advantage_ewma_decay"])
-        planned = spec.total_timesteps // (hp["n_policy_iterations"] * spec.iteration_size)
+        n_pi = hp.get("n_policy_iterations")  # PPO has no auxiliary phase
         measured = done.get((spec.variant, spec.n_envs), float("nan"))
+        planned = "-" if n_pi is None else spec.total_timesteps // (n_pi * spec.iteration_size)
         phases = f"{planned} / {'-' if pd.isna(measured) else int(measured)}"
         lr = f"{hp['learning_rate']:.4g}"
-        rows.append(
-            [spec.variant, spec.n_envs, lr, hp["batch_size"], center, f"{span:.4g}", hp["n_policy_iterations"], phases]
-        )
+        rows.append([spec.variant, spec.n_envs, lr, hp["batch_size"], center, f"{span:.4g}", n_pi or "-", phases])
     header = ["variant", "n_envs", "learning_rate", "batch_size", "EWMA center of mass", "adv. span (iterations)", "N_pi"]
     return markdown_table([*header, "aux phases (planned / done)"], rows)
 
@@ -146,16 +186,19 @@ def _scaled_table(specs: Sequence[RunSpec], evaluations: pd.DataFrame) -> str:
 def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -> str:
     """Curves per variant (one per batch size), the spread of final returns across batch sizes (figure and tables)."""
     n_envs = sorted({spec.n_envs for spec in specs}, reverse=True)
+    present = {spec.variant for spec in specs} | {alias for spec in specs for alias in spec.aliases}
+    variants = {key: label for key, label in {**VARIANTS, **PPO_VARIANTS}.items() if key in present}
     all_panels = panels(evaluations, ["variant", "n_envs"])
-    # two rows of three panels per environment: the five variants' curves, then the spreads
-    figure, axes = new_figure(2 * len(all_panels), 3)
+    # rows of three panels per environment: the variants' curves, then the spreads
+    rows_per_panel = -(-(len(variants) + 1) // 3)
+    figure, axes = new_figure(rows_per_panel * len(all_panels), 3)
     tables = []
     for index, (title, frame) in enumerate(all_panels):
-        panel_axes = axes[2 * index : 2 * index + 2].ravel()
+        panel_axes = axes[rows_per_panel * index : rows_per_panel * (index + 1)].ravel()
         summary = summarize(frame, ["variant", "n_envs"]).set_index(["variant", "n_envs"])
         spreads = {}
         rows = []
-        for column, (variant, label) in enumerate(VARIANTS.items()):
+        for column, (variant, label) in enumerate(variants.items()):
             plot_curves(
                 panel_axes[column], frame[frame["variant"] == variant], "n_envs", n_envs, _envs_label, f"{title}: {label}"
             )

@@ -1,9 +1,12 @@
 """
 EWMA comparison (paper section 5.3, figure 4): SB3's PPO against PPO-EWMA, and PPG against PPG-EWMA, on identical
 settings (the EWMA variants use the paper's center of mass, the number of minibatches per epoch), over several
-seeds. Learning curves (mean and standard deviation over seeds) and final returns.
+seeds. Learning curves (mean and standard deviation over seeds) and final returns. The ``cpu_regime`` preset (issue
+49) is the ``cpu`` preset with the seeds of a power calculation made from the ``cpu`` preset's seed noise, and the
+training diagnostics (``results/ewma_comparison/cpu_regime/preregistration.md``).
 
     python -m benchmarks.learning.ewma_comparison --preset cpu              # MinAtar Breakout, 3 seeds, 2^20 steps per run
+    python -m benchmarks.learning.ewma_comparison --preset cpu_regime --workers 1 --max-minutes 60   # repeat until done
     python -m benchmarks.learning.ewma_comparison --preset gpu --max-minutes 9   # Procgen easy; repeat until done
 """
 
@@ -33,6 +36,7 @@ PAIRS = (("ppo", "ppo_ewma"), ("ppg", "ppg_ewma"))
 SCALES = {
     "smoke": Scale(timesteps=256, eval_every=128, seeds=2),
     "cpu": Scale(timesteps=2**20, eval_every=2**15, seeds=3),
+    "cpu_regime": Scale(timesteps=2**20, eval_every=2**15, seeds=14),
     "gpu": Scale(timesteps=25 * 2**20, eval_every=2**18, seeds=3),
     "paper": Scale(timesteps=100 * 2**20, eval_every=2**20, seeds=4),
 }

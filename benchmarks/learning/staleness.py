@@ -4,9 +4,13 @@ was collected (``StalePPO_EWMA(...).set_staleness(k, mode)``), with three choice
 ``decoupled`` (the behavior policy for importance sampling, the recent policy, i.e. the policy at the start of the
 iteration, for clipping), ``behavior`` (the behavior policy for both) and ``proximal`` (the recent policy for both).
 As in the paper's figure 1 the proximal policy is the recent policy (no EWMA) and ``pi / pi_behav`` is capped at 100.
-At staleness 0 the three are the same algorithm (PPO) and share one run. Reported: final return against staleness.
+At staleness 0 the three are the same algorithm (PPO) and share one run. At the ``cpu_regime`` preset, PPO-EWMA too
+(variant ``ewma``: the EWMA of the class default as the clipping anchor, the behavior policy for importance sampling,
+which the paper recommends for stale data), and the training diagnostics of every iteration. Reported: final return
+against staleness.
 
     python -m benchmarks.learning.staleness --preset cpu                    # MinAtar Breakout, 16 envs, staleness 0-8, 3 seeds
+    python -m benchmarks.learning.staleness --preset cpu_regime --workers 1 --max-minutes 60   # issue 49; repeat until done
     python -m benchmarks.learning.staleness --preset gpu --max-minutes 8     # Procgen starpilot; repeat until all finished
 """
 
@@ -28,31 +32,48 @@ MODES = {
     "behavior": "old policy = behavior",
     "proximal": "old policy = recent",
 }
-STALENESS = {"smoke": (0, 1, 2), "cpu": (0, 1, 2, 4, 8), "gpu": (0, 1, 2, 4, 8), "paper": (0, 1, 2, 4, 8, 16, 32)}
-N_ENVS = {"cpu": 16}
-"""Fewer environments than the shared setting at the cpu preset, for more (smaller) iterations in a short run."""
+EWMA_VARIANT = {"ewma": "PPO-EWMA (decoupled: behavior for IS, EWMA for clipping)"}
+"""The variant with the EWMA on, at the presets of :data:`EWMA_PRESETS`."""
+EWMA_PRESETS = ("cpu_regime",)
+STALENESS = {
+    "smoke": (0, 1, 2),
+    "cpu": (0, 1, 2, 4, 8),
+    "cpu_regime": (0, 2, 8),
+    "gpu": (0, 1, 2, 4, 8),
+    "paper": (0, 1, 2, 4, 8, 16, 32),
+}
+N_ENVS = {"cpu": 16, "cpu_regime": 64}
+"""Fewer environments than the shared setting at the cpu preset, for more (smaller) iterations in a short run; at
+cpu_regime the iteration of the pre-registration (``results/staleness/cpu_regime/preregistration.md``)."""
+N_STEPS = {"cpu_regime": 256}
 ENVS = {"gpu": ("procgen-starpilot-easy",)}
 """One game at the gpu preset (its runs are long); ``--envs`` adds others."""
 SCALES = {
     "smoke": Scale(timesteps=256, eval_every=128, seeds=1),
     "cpu": Scale(timesteps=2**19, eval_every=2**14, seeds=3),
+    "cpu_regime": Scale(timesteps=4 * 2**20, eval_every=2**17, seeds=5),
     "gpu": Scale(timesteps=16 * 2**20, eval_every=2**18, seeds=2),
     "paper": Scale(timesteps=100 * 2**20, eval_every=2**20, seeds=4),
 }
 
 
 def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
-    """Every mode at every staleness (one shared run at staleness 0), for every seed."""
-    setting = preset_setting(preset, overrides, ENVS, N_ENVS)
+    """Every mode at every staleness (one shared run at staleness 0), for every seed; PPO-EWMA at every staleness at
+    the presets of :data:`EWMA_PRESETS`."""
+    setting = preset_setting(preset, overrides, ENVS, N_ENVS, N_STEPS)
     scale = SCALES[preset].with_overrides(overrides, setting.iteration_size)
     specs = []
     for env in setting.envs:
         for seed in range(scale.seeds):
             for staleness in STALENESS[preset]:
-                for mode in MODES if staleness else ["decoupled"]:
+                variants = [*(MODES if staleness else ["decoupled"]), *(EWMA_VARIANT if preset in EWMA_PRESETS else [])]
+                for variant in variants:
+                    mode = "decoupled" if variant in EWMA_VARIANT else variant
                     hyperparams = setting.hyperparams("ppo_ewma")
-                    hyperparams.update(ewma_decay=None, imp_samp_max=100.0, staleness=staleness, staleness_mode=mode)
-                    aliases = tuple(other for other in MODES if other != mode) if staleness == 0 else ()
+                    hyperparams.update(imp_samp_max=100.0, staleness=staleness, staleness_mode=mode)
+                    if variant not in EWMA_VARIANT:
+                        hyperparams.update(ewma_decay=None)  # the recent policy as the clipping anchor, as figure 1
+                    aliases = tuple(other for other in MODES if other != mode) if staleness == 0 and variant in MODES else ()
                     spec = run_spec(
                         NAME,
                         setting,
@@ -60,7 +81,7 @@ def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
                         env,
                         "ppo_ewma",
                         seed,
-                        variant=mode,
+                        variant=variant,
                         hyperparams=hyperparams,
                         labels={"staleness": staleness},
                         aliases=aliases,
@@ -73,14 +94,16 @@ def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
 def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -> str:
     """Final return against staleness per mode, and the learning curves of each mode (figure and table)."""
     levels = sorted({int(spec.labels["staleness"]) for spec in specs})
+    present = {spec.variant for spec in specs} | {alias for spec in specs for alias in spec.aliases}
+    variants = {key: label for key, label in {**MODES, **EWMA_VARIANT}.items() if key in present}
     all_panels = panels(evaluations, ["variant", "staleness"])
-    figure, axes = new_figure(len(all_panels), len(MODES) + 1, width=3.8)
+    figure, axes = new_figure(len(all_panels), len(variants) + 1, width=3.8)
     tables = []
     for row, (title, frame) in enumerate(all_panels):
         summary = summarize(frame, ["variant", "staleness"]).set_index(["variant", "staleness"])
         rows = []
         ax = axes[row, 0]
-        for position, (mode, label) in enumerate(MODES.items()):
+        for position, (mode, label) in enumerate(variants.items()):
             means = np.array([summary["mean"].get((mode, level), np.nan) for level in levels])
             stds = np.array([summary["std"].get((mode, level), np.nan) for level in levels])
             ax.errorbar(range(len(levels)), means, yerr=stds, color=f"C{position}", marker="o", capsize=3, label=mode)

@@ -512,29 +512,8 @@ class PPG(DecoupledAlgorithm):
                     break
                 loss, values = th.zeros((), device=self.device), None
                 if train_policy:
-                    actions = rollout_data.actions
-                    if isinstance(self.action_space, spaces.Discrete):
-                        # Convert discrete action from float to long
-                        actions = rollout_data.actions.long().flatten()
-                    with self.training_precision.forward(self.device):
-                        values, log_prob, entropy, distribution = self._evaluate_policy(rollout_data, actions)
-                        values = values.flatten()
-                        # [decoupled] the proximal policy's log-probabilities (and its distribution for the exact KL)
-                        proximal_log_prob, proximal_distribution = self.proximal.log_prob(
-                            rollout_data, actions, rollout_data.old_log_prob, self._needs_distributions
-                        )
-                    advantages = self.advantage_normalizer.minibatch(rollout_data.advantages)
-                    # [decoupled] importance sampling with the behavior policy, clipping (or a KL penalty) at the proximal
-                    behavior_log_prob = rollout_data.old_log_prob
-                    policy_loss = policy_objective(
-                        advantages, log_prob, proximal_log_prob, behavior_log_prob, distribution, proximal_distribution
-                    )
-                    # Entropy loss favor exploration (approximate entropy when no analytical form)
-                    entropy_loss = -th.mean(-log_prob) if entropy is None else -th.mean(entropy)
-                    # the approximate KL from the behavior policy, as SB3's PPO
-                    with th.no_grad():
-                        log_ratio = log_prob - behavior_log_prob
-                        approx_kl_div = th.mean((th.exp(log_ratio) - 1) - log_ratio)
+                    # the policy terms of the PPO family's train() (the decoupled policy loss)
+                    values, policy_loss, entropy_loss, approx_kl_div = self._policy_loss_terms(rollout_data, policy_objective)
                     approx_kl_divs.append(approx_kl_div)
                     if self._kl_exceeds_target(approx_kl_div):
                         # stop the policy epochs of this iteration; the value epochs go on

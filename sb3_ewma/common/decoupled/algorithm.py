@@ -10,7 +10,7 @@ import math
 import pathlib
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import numpy as np
 import torch as th
@@ -65,6 +65,15 @@ from sb3_ewma.common.precision import FLOAT32, TrainingPrecision
 from sb3_ewma.common.saved_files import check_load_keywords, saved_model_name
 
 SelfDecoupledAlgorithm = TypeVar("SelfDecoupledAlgorithm", bound="DecoupledAlgorithm")
+
+
+class PolicyLossTerms(NamedTuple):
+    """What :meth:`DecoupledAlgorithm._policy_loss_terms` computes for one minibatch."""
+
+    values: th.Tensor
+    policy_loss: th.Tensor
+    entropy_loss: th.Tensor
+    approx_kl_div: th.Tensor
 
 
 class DecoupledAlgorithm(OnPolicyAlgorithm):
@@ -527,26 +536,9 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             approx_kl_divs = []
             # Do a complete pass on the rollout buffer
             for rollout_data in self._minibatches(self.rollout_buffer):
-                actions = rollout_data.actions
-                if isinstance(self.action_space, spaces.Discrete):
-                    # Convert discrete action from float to long
-                    actions = rollout_data.actions.long().flatten()
-
-                with self.training_precision.forward(self.device):
-                    values, log_prob, entropy, distribution = self._evaluate_policy(rollout_data, actions)
-                    values = values.flatten()
-                    # [decoupled] the proximal policy's log-probabilities (and its distribution for the exact KL)
-                    proximal_log_prob, proximal_distribution = self.proximal.log_prob(
-                        rollout_data, actions, rollout_data.old_log_prob, self._needs_distributions
-                    )
-                # Normalize advantage (per minibatch, or by the EWMA moments of the iteration)
-                advantages = self.advantage_normalizer.minibatch(rollout_data.advantages)
-
-                # [decoupled] importance sampling with the behavior policy, clipping (or a KL penalty) at the proximal
-                behavior_log_prob = rollout_data.old_log_prob
-                policy_loss = policy_objective(
-                    advantages, log_prob, proximal_log_prob, behavior_log_prob, distribution, proximal_distribution
-                )
+                # [decoupled] the policy loss: importance sampling with the behavior policy, clipping (or a KL
+                # penalty) at the proximal policy; the entropy loss; the approximate KL from the behavior policy
+                values, policy_loss, entropy_loss, approx_kl_div = self._policy_loss_terms(rollout_data, policy_objective)
 
                 # Clip the difference between old and new value (None: no clipping)
                 # NOTE: this depends on the reward scaling
@@ -554,23 +546,10 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
                 # Value loss using the TD(gae_lambda) target
                 value_loss = F.mse_loss(rollout_data.returns, values_pred)
                 value_losses.append(value_loss.detach())
-
-                # Entropy loss favor exploration
-                if entropy is None:
-                    # Approximate entropy when no analytical form
-                    entropy_loss = -th.mean(-log_prob)
-                else:
-                    entropy_loss = -th.mean(entropy)
                 entropy_losses.append(entropy_loss.detach())
 
                 loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
-
-                # Calculate approximate form of reverse KL Divergence for early stopping (from the behavior policy),
-                # kept on the device: read only when there is a target_kl
-                with th.no_grad():
-                    log_ratio = log_prob - behavior_log_prob
-                    approx_kl_div = th.mean((th.exp(log_ratio) - 1) - log_ratio)
-                    approx_kl_divs.append(approx_kl_div)
+                approx_kl_divs.append(approx_kl_div)
 
                 if self._kl_exceeds_target(approx_kl_div):
                     continue_training = False
@@ -592,6 +571,36 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         assert loss is not None, "n_epochs >= 1, and a rollout makes at least one minibatch"
         losses = {"entropy_loss": entropy_losses, "value_loss": value_losses, "approx_kl": approx_kl_divs}
         self._record_train_logs(self.rollout_buffer, policy_objective.mean_stats(), losses, loss, clip_range, clip_range_vf)
+
+    def _policy_loss_terms(self, rollout_data: Any, policy_objective: DecoupledPolicyObjective) -> PolicyLossTerms:
+        """
+        One minibatch's policy terms, shared by every algorithm's ``train()`` (PPG's policy phase too): the values,
+        the decoupled policy loss, SB3's entropy loss and its approximate KL from the behavior policy (for
+        ``target_kl``; kept on the device).
+        """
+        actions = rollout_data.actions
+        if isinstance(self.action_space, spaces.Discrete):
+            # Convert discrete action from float to long
+            actions = rollout_data.actions.long().flatten()
+        with self.training_precision.forward(self.device):
+            values, log_prob, entropy, distribution = self._evaluate_policy(rollout_data, actions)
+            # [decoupled] the proximal policy's log-probabilities (and its distribution for the exact KL)
+            proximal_log_prob, proximal_distribution = self.proximal.log_prob(
+                rollout_data, actions, rollout_data.old_log_prob, self._needs_distributions
+            )
+        # Normalize advantage (per minibatch, or by the EWMA moments of the iteration)
+        advantages = self.advantage_normalizer.minibatch(rollout_data.advantages)
+        behavior_log_prob = rollout_data.old_log_prob
+        policy_loss = policy_objective(
+            advantages, log_prob, proximal_log_prob, behavior_log_prob, distribution, proximal_distribution
+        )
+        # Entropy loss favor exploration (approximate entropy when no analytical form)
+        entropy_loss = -th.mean(-log_prob) if entropy is None else -th.mean(entropy)
+        # Calculate approximate form of reverse KL Divergence for early stopping
+        with th.no_grad():
+            log_ratio = log_prob - behavior_log_prob
+            approx_kl_div = th.mean((th.exp(log_ratio) - 1) - log_ratio)
+        return PolicyLossTerms(values.flatten(), policy_loss, entropy_loss, approx_kl_div)
 
     def _record_train_logs(
         self,

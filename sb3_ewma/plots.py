@@ -21,7 +21,7 @@ import numpy as np
 
 from sb3_ewma._command import run_command
 from sb3_ewma._display import has_display
-from sb3_ewma.common.install import install_hint
+from sb3_ewma._install import install_hint
 
 X_AXES = {
     "steps": ("timesteps", "Timesteps"),

@@ -7,7 +7,7 @@ Train with rl-zoo3: ``python -m sb3_ewma.train --algo ppo_ewma --env CartPole-v1
 Extra flags (:func:`sb3_ewma.zoo.add_scale_arguments`; ``-h`` lists them after rl-zoo3's): ``--scale-n-envs N``
 rescales the hyperparameter entry for ``N`` environments (batch size-invariance), with ``--scale-lr-rule``,
 ``--scale-adam-betas`` and ``--scale-aux-learning-rate``; ``--no-keep-freed-memory`` leaves glibc's ``malloc`` as it is
-(by default it keeps freed memory for reuse, :func:`sb3_ewma.common.allocator.keep_freed_memory`, which speeds up CPU
+(by default it keeps freed memory for reuse, :func:`sb3_ewma.allocator.keep_freed_memory`, which speeds up CPU
 training).
 
 Under torchrun (``torchrun --standalone --nproc-per-node W -m sb3_ewma.train ...``) the ranks train one model

@@ -42,7 +42,7 @@ def _malloc_untouched(monkeypatch: pytest.MonkeyPatch):
     """
     import sys
 
-    from sb3_ewma.common import allocator
+    from sb3_ewma import allocator
 
     def keep_freed_memory(*args, **kwargs) -> bool:
         return True

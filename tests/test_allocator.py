@@ -1,4 +1,4 @@
-"""`sb3_ewma.common.allocator.keep_freed_memory`: glibc's malloc keeps freed blocks, so activations stop faulting in."""
+"""`sb3_ewma.allocator.keep_freed_memory`: glibc's malloc keeps freed blocks, so activations stop faulting in."""
 
 import platform
 import subprocess
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sb3_ewma.common import allocator
-from sb3_ewma.common.allocator import keep_freed_memory
+from sb3_ewma import allocator
+from sb3_ewma.allocator import keep_freed_memory
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 IS_GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
@@ -18,7 +18,7 @@ FORWARD_PASSES = """
 import resource, sys, torch as th
 th.set_num_threads(1)
 if sys.argv[1] == "keep":
-    from sb3_ewma.common.allocator import keep_freed_memory
+    from sb3_ewma.allocator import keep_freed_memory
     assert keep_freed_memory()
 net = th.nn.Sequential(th.nn.Conv2d(3, 16, 3, padding=1), th.nn.ReLU(), th.nn.Conv2d(16, 16, 3, padding=1), th.nn.ReLU())
 frames = th.rand(16, 3, 64, 64)

@@ -4,7 +4,7 @@ from fractions import Fraction
 
 import pytest
 
-from sb3_ewma.common import batch_size_rules as rules
+from sb3_ewma.scale import batch_size_rules as rules
 
 
 def test_step_size_rules():

@@ -355,7 +355,7 @@ def test_proximal_precision_measures_bf16_against_float32(tmp_path):
 
 def test_malloc_keep_freed_refuses_to_run_without_glibc(monkeypatch):
     from benchmarks.harness.common import apply_malloc
-    from sb3_ewma.common import allocator
+    from sb3_ewma import allocator
 
     made = []
     monkeypatch.setattr(allocator, "keep_freed_memory", lambda: made.append("keep") or False)

@@ -4,6 +4,7 @@ import ast
 import importlib
 import inspect
 import pkgutil
+from collections.abc import Container
 from pathlib import Path
 
 import pytest
@@ -22,15 +23,21 @@ PACKAGE_DIR = Path(sb3_ewma.__file__).parent
 ABOVE_COMMON = ("ppo_ewma", "ppg_ewma", "recurrent_ppo_ewma", "maskable_ppo_ewma", "ablations", "zoo", "scale", "train")
 
 
-def imported_modules(path: Path) -> set[str]:
-    """Every module an ``import`` statement of the file names, at any depth (in functions too)."""
+def imported_modules(path: Path, modules: Container[str] = ()) -> set[str]:
+    """
+    Every module an ``import`` statement of the file names, at any depth (in functions too). ``from package import
+    name`` names ``package`` and ``package.name``; when ``package.name`` is one of ``modules`` (a submodule, imported
+    as ``import package.name`` would import it), only ``package.name``.
+    """
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module is not None:
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+            imported = [f"{node.module}.{alias.name}" for alias in node.names]
+            names.update(imported)
+            if not all(name in modules for name in imported):
+                names.add(node.module)
     return names
 
 
@@ -58,6 +65,27 @@ def test_common_imports_nothing_above_it(path):
 BENCHMARKS_DIR = PACKAGE_DIR.parent / "benchmarks"
 
 
+ALGORITHM_PACKAGES = ("ppo_ewma", "ppg_ewma", "recurrent_ppo_ewma", "maskable_ppo_ewma", "ablations")
+
+
+def test_common_holds_what_the_algorithms_share():
+    """
+    Every module of ``common/`` is imported, directly or through others, by an algorithm: what serves only the
+    command line, rl-zoo3 or the scale helper lives beside its user (``zoo/``, ``scale/``, the entry points).
+    """
+    graph = import_graph(PACKAGE_DIR)
+    reached: set[str] = set()
+    pending = [name for name in graph if name.split(".")[1:2] and name.split(".")[1] in ALGORITHM_PACKAGES]
+    while pending:
+        name = pending.pop()
+        if name not in reached:
+            reached.add(name)
+            pending.extend(graph[name])
+    packages = {module_name(path) for path in PACKAGE_DIR.rglob("__init__.py")}
+    unused = sorted(name for name in graph if name.startswith("sb3_ewma.common.") and name not in reached | packages)
+    assert not unused, f"modules of common/ that no algorithm uses: {unused}"
+
+
 def import_graph(root: Path, base: Path = PACKAGE_DIR.parent) -> dict[str, set[str]]:
     """
     Which modules under ``root`` each module under ``root`` imports: imports inside functions included, and a
@@ -66,7 +94,7 @@ def import_graph(root: Path, base: Path = PACKAGE_DIR.parent) -> dict[str, set[s
     """
     modules = {module_name(path, base): path for path in sorted(root.rglob("*.py"))}
     return {
-        name: {imported for imported in imported_modules(path) if imported in modules and imported != name}
+        name: {imported for imported in imported_modules(path, modules) if imported in modules and imported != name}
         for name, path in modules.items()
     }
 
@@ -116,6 +144,14 @@ def test_the_cycle_test_sees_function_level_imports_and_package_to_submodule_edg
     graph = import_graph(package, tmp_path)
     assert "app.tools" in graph["app.command"] and "app.tools.run" in graph["app.tools"]
     assert import_cycle(graph) == ["app.command", "app.tools", "app.tools.run", "app.command"]
+    # a submodule naming a sibling through its package (`from app.tools import other`) depends on the sibling only
+    (package / "tools" / "other.py").write_text("")
+    (package / "tools" / "run.py").write_text("from app.tools import other\n")
+    graph = import_graph(package, tmp_path)
+    assert graph["app.tools.run"] == {"app.tools.other"} and import_cycle(graph) is None
+    # ... but naming one of the package's own names does depend on the package
+    (package / "tools" / "run.py").write_text("from app.tools import helper\n")
+    assert "app.tools" in import_graph(package, tmp_path)["app.tools.run"]
     # the shared function moved to a module that imports nothing of the package: no cycle
     (package / "shared.py").write_text("def shared():\n    pass\n")
     (package / "tools" / "run.py").write_text("from app.shared import shared\n")

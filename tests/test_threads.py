@@ -10,7 +10,7 @@ import yaml
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from sb3_ewma import PPO_EWMA, zoo
-from sb3_ewma.common import threads
+from sb3_ewma.zoo import threads
 
 
 class ImageEnv(gym.Env):

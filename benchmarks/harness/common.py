@@ -317,7 +317,7 @@ def add_malloc_argument(parser: argparse.ArgumentParser) -> None:
         "--malloc",
         choices=MALLOC_CHOICES,
         default="keep-freed",
-        help="keep-freed (default, as python -m sb3_ewma.train): sb3_ewma.common.allocator.keep_freed_memory() for the "
+        help="keep-freed (default, as python -m sb3_ewma.train): sb3_ewma.allocator.keep_freed_memory() for the "
         "whole process; default: glibc's own thresholds (freed activations go back to the system and fault in again)",
     )
 
@@ -329,7 +329,7 @@ def apply_malloc(choice: str) -> None:
     """
     if choice not in MALLOC_CHOICES:
         raise ValueError(f"malloc must be one of {MALLOC_CHOICES}, got {choice!r}")
-    from sb3_ewma.common.allocator import keep_freed_memory
+    from sb3_ewma.allocator import keep_freed_memory
 
     if choice == "keep-freed" and not keep_freed_memory():
         raise SystemExit("--malloc keep-freed needs glibc's malloc (Linux); run with --malloc default on this system")

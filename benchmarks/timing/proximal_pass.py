@@ -11,7 +11,7 @@ log-probabilities of the taken actions from the action head) and PPO_EWMA with t
 
 The minor page faults of each ``train()`` (``getrusage``) are reported too: with glibc's default thresholds the
 activations freed by the proximal pass go back to the system and fault in again at the next minibatch (see
-:mod:`sb3_ewma.common.allocator`).
+:mod:`sb3_ewma.allocator`).
 """
 
 import argparse

@@ -10,7 +10,7 @@ what the method adds to PPO: one no-grad forward pass of the proximal policy per
 Each call is timed in CPU time (user + system, from ``getrusage``; one torch thread, so the work of the process) and
 in wall-clock time: on a machine shared with other jobs the CPU time is the steadier of the two. The minor page faults
 of each call are counted too: with glibc's default thresholds (``--malloc default``) freed activations go back to the
-system and fault in again (see :mod:`sb3_ewma.common.allocator`).
+system and fault in again (see :mod:`sb3_ewma.allocator`).
 
 Observations are 64x64x3 uint8 frames of SB3's ``FakeImageEnv`` (6 discrete actions); networks: ``nature`` is SB3's
 ``CnnPolicy`` (NatureCNN), ``impala`` the IMPALA CNN of :mod:`sb3_ewma.common.torch_layers`. No environment steps

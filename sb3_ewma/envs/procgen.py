@@ -18,7 +18,7 @@ from gymnasium import spaces
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
-from sb3_ewma.common.install import install_hint
+from sb3_ewma._install import install_hint
 from sb3_ewma.envs.procgen_games import (
     PROCGEN_DISTRIBUTION_MODES,
     PROCGEN_GAMES,

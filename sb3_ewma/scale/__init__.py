@@ -12,7 +12,7 @@ Rescales the hyperparameters of PPO-EWMA / PPG-EWMA tuned with ``reference_n_env
 - span (in iterations) of the EWMA advantage moments ``* c``;
 - PPG: ``n_policy_iterations * c`` (the phase batch size stays constant, so the auxiliary phase is unchanged).
 
-The rules themselves are :mod:`sb3_ewma.common.batch_size_rules` (one pure function each); this module applies them to
+The rules themselves are :mod:`sb3_ewma.scale.batch_size_rules` (one pure function each); this module applies them to
 hyperparameter dicts and rl-zoo3 entries: defaults of missing keys, numbers, rl-zoo3 schedule strings and schedules,
 ``policy_kwargs`` strings, the report and its caveats, and the command line.
 

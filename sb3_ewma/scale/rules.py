@@ -1,5 +1,5 @@
 """
-The batch size-invariance rules of :mod:`sb3_ewma.common.batch_size_rules` applied to a hyperparameter dict, one
+The batch size-invariance rules of :mod:`sb3_ewma.scale.batch_size_rules` applied to a hyperparameter dict, one
 function per hyperparameter: each reads the value (or the algorithm's default), writes the rescaled one and logs what
 it did, or why the result may not be batch size-invariant, in a :class:`ScaleLog`.
 """
@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from sb3_ewma.common import batch_size_rules
 from sb3_ewma.common.ewma import (
     center_of_mass_from_ewma_decay,
     check_decay,
@@ -20,6 +19,7 @@ from sb3_ewma.common.ewma import (
     ewma_span_from_decay,
 )
 from sb3_ewma.common.ewma_age import ewma_age_rule, ewma_center_of_mass_by_rule
+from sb3_ewma.scale import batch_size_rules
 from sb3_ewma.scale.zoo_entry import DEFAULT_ADAM_BETAS, default_betas, scale_betas_in_string, scale_rate, scaled_betas
 
 

@@ -14,9 +14,9 @@ from typing import Any, cast
 
 import yaml
 
-from sb3_ewma.common import batch_size_rules
 from sb3_ewma.common.ewma import check_decay
-from sb3_ewma.common.policy_kwargs_source import PolicyKwargsSource, dotted_name
+from sb3_ewma.scale import batch_size_rules
+from sb3_ewma.scale.policy_kwargs_source import PolicyKwargsSource, dotted_name
 
 # optimizers (and their subclasses) whose step is normalized by a running RMS of the gradient: square-root rule
 SQRT_RULE_OPTIMIZERS = ("Adam", "AdamW", "NAdam", "RAdam", "Adamax")

@@ -1,7 +1,7 @@
 """
 The command line of ``python -m sb3_ewma.train``: rl-zoo3's parser with this package's flags
 (:class:`TrainArgumentParser`: ``--scale-*``, ``--keep-freed-memory``, and the ``--num-threads`` default of
-:mod:`sb3_ewma.common.threads`), and the rescaling options they give (:class:`ScaleOptions`).
+:mod:`sb3_ewma.zoo.threads`), and the rescaling options they give (:class:`ScaleOptions`).
 """
 
 import argparse
@@ -11,8 +11,8 @@ from typing import Any, NoReturn, TypeVar, overload
 
 from rl_zoo3.utils import StoreDict
 
-from sb3_ewma.common import threads
 from sb3_ewma.scale import ALGOS, LR_RULES
+from sb3_ewma.zoo import threads
 from sb3_ewma.zoo.checks import device_problem
 
 _N = TypeVar("_N")
@@ -59,7 +59,7 @@ def add_scale_arguments(parser: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="glibc: keep freed memory for the next minibatch instead of returning it to the system "
-        "(sb3_ewma.common.allocator.keep_freed_memory; fewer page faults, faster CPU training, the peak memory stays held)",
+        "(sb3_ewma.allocator.keep_freed_memory; fewer page faults, faster CPU training, the peak memory stays held)",
     )
 
 
@@ -235,7 +235,7 @@ NUM_THREADS_HELP = f"Number of threads for PyTorch: {NUM_THREADS_CHOICES}"
 
 
 def _set_num_threads_default(parser: argparse.ArgumentParser) -> None:
-    """rl-zoo3's ``--num-threads`` with this package's default (:data:`sb3_ewma.common.threads.AUTO`)."""
+    """rl-zoo3's ``--num-threads`` with this package's default (:data:`sb3_ewma.zoo.threads.AUTO`)."""
     for action in parser._actions:
         if "--num-threads" in action.option_strings:
             action.default, action.help = threads.AUTO, NUM_THREADS_HELP

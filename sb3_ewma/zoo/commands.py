@@ -15,8 +15,9 @@ import torch as th
 
 from sb3_ewma._display import has_display, headless_sdl
 from sb3_ewma._quiet import import_without_pkg_resources_warning
-from sb3_ewma.common import distributed, threads
+from sb3_ewma.common import distributed
 from sb3_ewma.common.saved_files import check_saved_file
+from sb3_ewma.zoo import threads
 from sb3_ewma.zoo.arguments import CheckedStoreDict, TrainArgumentParser, check_play_counts, chooses_num_threads
 from sb3_ewma.zoo.checks import latest_run_with_model
 from sb3_ewma.zoo.experiment import ExperimentManager
@@ -98,7 +99,7 @@ def enjoy(argv: Sequence[str], prog: str = "python -m sb3_ewma.enjoy") -> None:
         threads.restored_num_threads(),
     ):
         if not chooses_num_threads(argv):
-            th.set_num_threads(1)  # one observation at a time: one thread (see sb3_ewma.common.threads)
+            th.set_num_threads(1)  # one observation at a time: one thread (see sb3_ewma.zoo.threads)
         zoo_enjoy.enjoy()
 
 
@@ -130,7 +131,7 @@ def record_video(argv: Sequence[str], prog: str = "python -m sb3_ewma.record_vid
         headless_sdl(),
     ):
         if not chooses_num_threads(argv):
-            th.set_num_threads(1)  # one observation at a time: one thread (see sb3_ewma.common.threads)
+            th.set_num_threads(1)  # one observation at a time: one thread (see sb3_ewma.zoo.threads)
         try:
             runpy.run_module("rl_zoo3.record_video", run_name="__main__", alter_sys=False)
         except ModuleNotFoundError as error:

@@ -19,10 +19,11 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.vec_env import VecEnv
 from torch import nn
 
-from sb3_ewma.common import distributed, threads
-from sb3_ewma.common.allocator import keep_freed_memory
+from sb3_ewma.allocator import keep_freed_memory
+from sb3_ewma.common import distributed
 from sb3_ewma.common.torch_layers import ImpalaCNN
 from sb3_ewma.scale import scale_hyperparams_with_report
+from sb3_ewma.zoo import threads
 from sb3_ewma.zoo.arguments import ScaleOptions, scale_options_from_args
 from sb3_ewma.zoo.checks import (
     SCHEDULE_KEYS,
@@ -150,7 +151,7 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
 
     def setup_experiment(self) -> tuple[BaseAlgorithm, dict[str, Any]] | None:
         """
-        rl-zoo3's, then torch's thread count for the model built (``--num-threads``, :mod:`sb3_ewma.common.threads`).
+        rl-zoo3's, then torch's thread count for the model built (``--num-threads``, :mod:`sb3_ewma.zoo.threads`).
         A start that fails (the model cannot be built, say) removes the run folder it created, when nothing but empty
         folders and monitor files without episodes is in it (:func:`~sb3_ewma.zoo.checks.remove_unused_run_folder`).
         (The hyperparameters were checked before the folder exists: :meth:`_preprocess_hyperparams`.)

@@ -30,8 +30,8 @@ from typing import Any
 import rl_zoo3.utils
 import torch as th
 
-from sb3_ewma.common import threads
-from sb3_ewma.common.install import install_hint
+from sb3_ewma._install import install_hint
+from sb3_ewma.zoo import threads
 from sb3_ewma.zoo.arguments import CheckedStoreDict, chooses_num_threads
 from sb3_ewma.zoo.checks import latest_run_with_model
 from sb3_ewma.zoo.commands import checked_model_path
@@ -165,7 +165,7 @@ def push_to_hub(argv: Sequence[str], prog: str = "python -m sb3_ewma.push_to_hub
         stack.enter_context(patched_argv(prog, argv))
         stack.enter_context(threads.restored_num_threads())
         if not chooses_num_threads(argv):
-            th.set_num_threads(1)  # one observation at a time: one thread (see sb3_ewma.common.threads)
+            th.set_num_threads(1)  # one observation at a time: one thread (see sb3_ewma.zoo.threads)
         _run_zoo_script("rl_zoo3.push_to_hub")
 
 

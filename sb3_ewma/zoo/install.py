@@ -3,7 +3,7 @@
 import importlib
 import types
 
-from sb3_ewma.common.install import install_hint
+from sb3_ewma._install import install_hint
 
 ZOO_INSTALL_MESSAGE = (
     "The rl-zoo3 integration of sb3-ewma needs rl-zoo3 (and sb3-contrib, optuna): install the extra with "

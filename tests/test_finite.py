@@ -91,7 +91,7 @@ def test_a_non_finite_final_observation_is_named() -> None:
                 observation = np.full_like(observation, np.nan)
             return observation, reward, terminated, truncated, info
 
-    env = FiniteStepsVecEnv(DummyVecEnv([lambda: NaNAtEnd(gym.make("CartPole-v1"))]), num_timesteps=0, timesteps_per_step=1)
+    env = FiniteStepsVecEnv(DummyVecEnv([lambda: NaNAtEnd(gym.make("CartPole-v1"))])).start_rollout(0, 1)
     env.reset()
     with pytest.raises(NonFiniteError, match=r"in an environment's final observation at step \d+ of the rollout"):
         for _ in range(600):
@@ -154,6 +154,11 @@ def test_the_model_keeps_its_environment() -> None:
     model = PPO_EWMA("MlpPolicy", env, **SMALL).learn(32)
     assert model.get_env() is env
     assert isinstance(model.observation_space, spaces.Box)
+    # one checking wrapper for the model's rollouts, not saved with it
+    assert model._finite_steps_env.venv is env
+    model.learn(16, reset_num_timesteps=False)
+    assert model._finite_steps_env.venv is env
+    assert "_finite_steps_env" in model._excluded_save_params()
 
 
 def test_the_cost_benchmark_times_both_and_restores_the_checks(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -75,20 +75,28 @@ def check_finite_rewards(rewards: np.ndarray, where: Callable[[], str]) -> None:
 
 class FiniteStepsVecEnv(VecEnvWrapper):
     """
-    The environment of one rollout, whose every step is checked: observations, rewards and the final observations of
-    the episodes that end (:func:`check_finite_observation`, :func:`check_finite_rewards`). Wraps the model's
-    ``VecEnv`` only while the parent's rollout loop runs; ``model.env`` is unchanged.
+    The environment of the rollouts, whose every step is checked: observations, rewards and the final observations of
+    the episodes that end (:func:`check_finite_observation`, :func:`check_finite_rewards`). The parent's rollout loop
+    steps it in place of the model's ``VecEnv``; ``model.env`` is unchanged.
 
-    :param venv: the environment the rollout steps
-    :param num_timesteps: the model's ``num_timesteps`` when the rollout starts
-    :param timesteps_per_step: the timesteps one step counts for (``n_envs``, times the ranks when data-parallel)
+    :param venv: the environment the rollouts step
     """
 
-    def __init__(self, venv: VecEnv, num_timesteps: int, timesteps_per_step: int) -> None:
+    def __init__(self, venv: VecEnv) -> None:
         super().__init__(venv)
-        self.num_timesteps = num_timesteps
-        self.timesteps_per_step = timesteps_per_step
+        self.num_timesteps = 0
+        self.timesteps_per_step = venv.num_envs
         self.steps = 0
+
+    def start_rollout(self, num_timesteps: int, timesteps_per_step: int) -> "FiniteStepsVecEnv":
+        """
+        Count the steps of a new rollout, for the messages.
+
+        :param num_timesteps: the model's ``num_timesteps`` when the rollout starts
+        :param timesteps_per_step: the timesteps one step counts for (``n_envs``, times the ranks when data-parallel)
+        """
+        self.num_timesteps, self.timesteps_per_step, self.steps = num_timesteps, timesteps_per_step, 0
+        return self
 
     def reset(self) -> VecEnvObs:
         observation = self.venv.reset()

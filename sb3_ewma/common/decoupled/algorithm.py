@@ -403,8 +403,15 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             algorithm = RolloutView(self, policy, self._timesteps_per_env_step)
         # a NaN or an infinity from the environment stops the rollout at the step that returned it
         check_finite_observation(self._last_obs, lambda: f"at the start of the rollout (num_timesteps {self.num_timesteps})")
-        checked_env = FiniteStepsVecEnv(env, self.num_timesteps, self._timesteps_per_env_step)
+        checked_env = self._checked_env(env).start_rollout(self.num_timesteps, self._timesteps_per_env_step)
         return loop(algorithm, checked_env, callback, rollout_buffer, n_rollout_steps, **self._rollout_loop_kwargs())
+
+    def _checked_env(self, env: VecEnv) -> FiniteStepsVecEnv:
+        """``env`` with its steps checked for NaN and infinity: one wrapper per environment, kept for its rollouts."""
+        checked = getattr(self, "_finite_steps_env", None)
+        if checked is None or checked.venv is not env:
+            checked = self._finite_steps_env = FiniteStepsVecEnv(env)
+        return checked
 
     def _rollout_loop_kwargs(self) -> dict[str, Any]:
         """Further arguments of the parent's rollout loop (``MaskablePPO``'s ``use_masking``); none here."""
@@ -503,7 +510,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     def _excluded_save_params(self) -> list[str]:
         # the collaborators (rebuilt by _setup_model), this run's state (world size change, epoch in progress), the lock
         unsaved = ["proximal", "data_parallel", "gradient_noise", "training_precision", "distributed"]
-        unsaved += ["_world_size_change", "_train_lock", *type(self)._unsaved_attributes]
+        unsaved += ["_world_size_change", "_train_lock", "_finite_steps_env", *type(self)._unsaved_attributes]
         return [*super()._excluded_save_params(), *unsaved]
 
     def _update_learning_rate(self, optimizers: list[th.optim.Optimizer] | th.optim.Optimizer) -> None:

@@ -119,14 +119,18 @@ def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
 
 
 def summarize_diagnostics(rows: pd.DataFrame) -> dict[str, float]:
-    """Medians of the diagnostics over the trained iterations of the first half (``early_``) and the last half
-    (``late_``) of a run, and the number of trained iterations."""
+    """
+    Medians of the diagnostics over the trained iterations of the first half (``early_``) and the last half
+    (``late_``) of a run, and the number of trained iterations. The KL moved is the policy phase's: PPG's iterations
+    that end with an auxiliary phase are left out of it.
+    """
     trained = rows[rows["trained"] == 1].reset_index(drop=True)
     half = len(trained) // 2
     summary: dict[str, float] = {"iterations": float(len(trained))}
     for part, frame in (("early", trained.iloc[:half]), ("late", trained.iloc[half:])):
         for column in SUMMARY_COLUMNS:
-            values = pd.to_numeric(frame[column], errors="coerce").dropna() if column in frame else pd.Series(dtype=float)
+            selected = frame[frame["aux_phase"] == 0] if column.startswith("kl_") and "aux_phase" in frame else frame
+            values = pd.to_numeric(selected[column], errors="coerce").dropna() if column in frame else pd.Series(dtype=float)
             summary[f"{part}_{column}"] = float(np.median(values)) if len(values) else float("nan")
     return summary
 

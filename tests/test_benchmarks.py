@@ -982,3 +982,33 @@ def test_statistics_of_the_preregistrations_by_hand():
     # seeds: 2 (1.96 + 0.84)^2 = 15.7 per (sigma / delta)^2, plus 1.96^2 / 4 = 0.96
     assert statistics.seeds_for_difference(1.0, 1.0) == 17
     assert statistics.seeds_for_difference(0.23, 0.28) == math.ceil(15.698 * (0.23 / 0.28) ** 2 + 0.9604)
+
+
+def test_staleness_contrasts_of_the_preregistration():
+    import pandas as pd
+
+    finals = {("decoupled", 0): [9, 9, 9, 9, 9], ("decoupled", 2): range(10, 15), ("proximal", 2): range(5)}
+    finals[("behavior", 2)] = [12, 12, 12, 12, 12]
+    rows = [
+        {"variant": variant, "staleness": level, "seed": seed, "timesteps": 100, "total_timesteps": 100, "value": value}
+        for (variant, level), values in finals.items()
+        for seed, value in enumerate(values)
+    ]
+    frame = pd.DataFrame(rows)
+    names = [contrast[0] for contrast in staleness.contrasts(frame, [0, 2])]
+    # no PPO-EWMA cells: its contrast is left out
+    assert names == [
+        "decoupled - recent for both, staleness 2",
+        "decoupled - behavior for both, staleness 2",
+        "decoupled loss from 0 to 2",
+    ]
+    table = staleness.contrasts_table(frame, [0, 2]).splitlines()
+    # decoupled 10..14 against recent-for-both 0..4: +10, every resample's difference between +6 and +14, p = 1/252
+    assert table[2].startswith("| decoupled - recent for both, staleness 2 | 5 / 5 | +10 | [")
+    assert table[2].endswith("| > 0 | 0.00397 |")
+    assert "| decoupled loss from 0 to 2 | 5 / 5 | -3 |" in table[4] and table[4].endswith("| - | - |")
+
+
+def test_reports_of_unfinished_experiments_say_they_are_partial(tmp_path):
+    out_dir = staleness.main(["--preset", "smoke", "--out", str(tmp_path), "--report-only"])
+    assert "**Partial results: 0 of 7 runs finished.**" in (out_dir / "results.md").read_text()

@@ -201,6 +201,12 @@ def write_report(experiment: Experiment, specs: Sequence[RunSpec], out_dir: Path
         "deviation over seeds",
         "",
     ]
+    if len(finished) < len(specs):
+        lines += [
+            f"**Partial results: {len(finished)} of {len(specs)} runs finished.** The tables and figures hold the finished "
+            "runs only; the others run when the same command is run again.",
+            "",
+        ]
     if evaluations.empty:
         lines.append("No run has finished yet.")
     else:

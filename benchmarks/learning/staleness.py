@@ -21,9 +21,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmarks.harness import cli
+from benchmarks.harness import cli, statistics
 from benchmarks.harness.common import Experiment, RunSpec
-from benchmarks.harness.report import markdown_table, mean_std, new_figure, panels, plot_curves, save_figure, summarize
+from benchmarks.harness.report import (
+    final_values,
+    markdown_table,
+    mean_std,
+    new_figure,
+    panels,
+    plot_curves,
+    save_figure,
+    summarize,
+)
 from benchmarks.harness.settings import Scale, preset_setting, run_spec
 
 NAME = "staleness"
@@ -91,6 +100,61 @@ def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
     return specs
 
 
+def contrasts(frame: pd.DataFrame, levels: Sequence[int]) -> list[tuple[str, tuple[str, int], tuple[str, int], bool]]:
+    """
+    The contrasts of the pre-registration (``results/staleness/cpu_regime/preregistration.md``) present in
+    ``frame``: ``(name, first cell, second cell, predicted)``, the difference being first minus second, ``predicted``
+    whether the paper predicts it positive.
+    """
+    present = set(zip(frame["variant"], frame["staleness"].astype(int)))
+    found = []
+    for level in (level for level in levels if level > 0):
+        candidates = [
+            (f"decoupled - recent for both, staleness {level}", ("decoupled", level), ("proximal", level), True),
+            (f"decoupled - behavior for both, staleness {level}", ("decoupled", level), ("behavior", level), level <= 2),
+            (f"decoupled loss from 0 to {level}", ("decoupled", 0), ("decoupled", level), False),
+            (f"PPO-EWMA - decoupled, staleness {level}", ("ewma", level), ("decoupled", level), False),
+        ]
+        found += [candidate for candidate in candidates if candidate[1] in present and candidate[2] in present]
+    return found
+
+
+def contrasts_table(frame: pd.DataFrame, levels: Sequence[int]) -> str:
+    """
+    Each pre-registered contrast: the seeds of its two cells, the difference of their mean final returns with its 95%
+    percentile bootstrap interval, and the one-sided exact Mann-Whitney p-value where the paper predicts a direction.
+    """
+    finals = final_values(frame, ["variant", "staleness"])
+    rows = []
+    for name, first, second, predicted in contrasts(frame, levels):
+        values = [
+            finals[(finals["variant"] == cell[0]) & (finals["staleness"].astype(int) == cell[1])]["value"].to_numpy()
+            for cell in (second, first)
+        ]
+        estimate, low, high = statistics.bootstrap_ci(values, statistics.mean_difference)
+        p_value = f"{statistics.mann_whitney_greater(values[1], values[0])[1]:.3g}" if predicted else "-"
+        direction = "> 0" if predicted else "-"
+        rows.append(
+            [
+                name,
+                f"{len(values[1])} / {len(values[0])}",
+                f"{estimate:+.3g}",
+                f"[{low:+.3g}, {high:+.3g}]",
+                direction,
+                p_value,
+            ]
+        )
+    header = [
+        "contrast (first - second)",
+        "seeds",
+        "difference",
+        "95% bootstrap interval",
+        "paper",
+        "Mann-Whitney p (one-sided)",
+    ]
+    return markdown_table(header, rows)
+
+
 def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -> str:
     """Final return against staleness per mode, and the learning curves of each mode (figure and table)."""
     levels = sorted({int(spec.labels["staleness"]) for spec in specs})
@@ -118,6 +182,7 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
         ax.legend(fontsize=7)
         header = ["old policy", *(f"staleness {level}" for level in levels)]
         tables.append(f"### {title}: final return\n\n{markdown_table(header, rows)}")
+        tables.append(f"### {title}: the pre-registered contrasts\n\n{contrasts_table(frame, levels)}")
     iteration = specs[0].iteration_size
     note = f"One iteration is {iteration} environment steps ({specs[0].n_envs} environments x {iteration // specs[0].n_envs})."
     image = save_figure(figure, out_dir / f"{NAME}.png")

@@ -1012,3 +1012,17 @@ def test_staleness_contrasts_of_the_preregistration():
 def test_reports_of_unfinished_experiments_say_they_are_partial(tmp_path):
     out_dir = staleness.main(["--preset", "smoke", "--out", str(tmp_path), "--report-only"])
     assert "**Partial results: 0 of 7 runs finished.**" in (out_dir / "results.md").read_text()
+
+
+def test_staleness_report_with_diagnostics_shows_intervals_and_the_diagnostics(tmp_path):
+    from dataclasses import replace
+
+    from benchmarks.harness import cli
+    from benchmarks.harness.report import write_report
+
+    specs = [replace(spec, diagnostics=True) for spec in staleness.build_specs("smoke", {})]
+    cli.run_specs(specs, tmp_path, workers=1)
+    text = write_report(staleness.EXPERIMENT, specs, tmp_path, command="test").read_text()
+    assert "95% bootstrap interval of the mean" in text and "Paper (figure 1): decoupled >= behavior" in text
+    assert "## Training diagnostics" in text and (tmp_path / "staleness_diagnostics.png").stat().st_size > 0
+    assert "Partial results" not in text

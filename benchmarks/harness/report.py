@@ -96,21 +96,38 @@ def summarize(frame: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
 
 
 def plot_curves(
-    ax: Any, frame: pd.DataFrame, hue: str, order: Sequence[Any], label: Callable[[Any], str] = str, title: str = ""
+    ax: Any,
+    frame: pd.DataFrame,
+    hue: str,
+    order: Sequence[Any],
+    label: Callable[[Any], str] = str,
+    title: str = "",
+    band: str = "std",
 ) -> None:
     """
-    Learning curves of ``frame`` (``value`` against ``timesteps``), one per value of ``hue`` in ``order``: mean and
-    standard deviation over seeds. The y label says whether ``value`` is a raw or a normalized return.
+    Learning curves of ``frame`` (``value`` against ``timesteps``), one per value of ``hue`` in ``order``: the mean over
+    seeds, and a band of one standard deviation (``band="std"``) or the 95% percentile bootstrap interval of the mean
+    (``band="ci"``). The y label says whether ``value`` is a raw or a normalized return.
     """
+    from benchmarks.harness.statistics import mean_interval
+
     for position, key in enumerate(order):
         runs = frame[frame[hue] == key]
         if runs.empty:
             continue
-        stats = runs.groupby("timesteps")["value"].agg(["mean", lambda values: float(np.std(values))])
-        stats.columns = ["mean", "std"]
+        grouped = runs.groupby("timesteps")["value"]
+        mean = grouped.mean()
+        if band == "ci":
+            intervals = grouped.apply(
+                lambda values: mean_interval(values.dropna()) if values.notna().any() else (np.nan, np.nan)
+            )
+            low, high = np.array([interval[0] for interval in intervals]), np.array([interval[1] for interval in intervals])
+        else:
+            std = grouped.agg(lambda values: float(np.std(values)))
+            low, high = (mean - std).to_numpy(), (mean + std).to_numpy()
         color = f"C{position}"
-        ax.plot(stats.index, stats["mean"], color=color, label=label(key))
-        ax.fill_between(stats.index, stats["mean"] - stats["std"], stats["mean"] + stats["std"], color=color, alpha=0.2)
+        ax.plot(mean.index, mean, color=color, label=label(key))
+        ax.fill_between(mean.index, low, high, color=color, alpha=0.2)
     ax.set_title(title, fontsize=9)
     ax.set_xlabel("environment steps")
     ax.set_ylabel("mean normalized return" if ALL_GAMES in title else "mean episode return")

@@ -40,6 +40,14 @@ def bootstrap_ci(
     return float(statistic(arrays)), float(np.quantile(values, tail)), float(np.quantile(values, 1 - tail))
 
 
+def mean_interval(values: Sequence[float], level: float = 0.95, resamples: int = 2_000, seed: int = 0) -> tuple[float, float]:
+    """The percentile bootstrap interval of the mean of ``values`` (the seeds of one point of a learning curve)."""
+    array = np.asarray(values, dtype=float)
+    means = np.random.default_rng(seed).choice(array, size=(resamples, len(array)), replace=True).mean(axis=1)
+    tail = (1 - level) / 2
+    return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
+
+
 def mean_difference(groups: list[np.ndarray]) -> float:
     """``mean(groups[1]) - mean(groups[0])``."""
     return float(np.mean(groups[1]) - np.mean(groups[0]))

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmarks.harness import cli, statistics
-from benchmarks.harness.common import Experiment, RunSpec
+from benchmarks.harness import cli, results_store, statistics
+from benchmarks.harness.common import Experiment, Manifest, RunSpec
 from benchmarks.harness.report import (
     final_values,
     markdown_table,
@@ -155,8 +155,54 @@ def contrasts_table(frame: pd.DataFrame, levels: Sequence[int]) -> str:
     return markdown_table(header, rows)
 
 
+PAPER_DIRECTION = (
+    "paper (figure 1): decoupled >= behavior at small staleness; recent for both unstable from small staleness; "
+    "decoupled robust up to about 8 iterations"
+)
+DIAGNOSTICS_SHOWN = {
+    "outside_clip": "outside the clip range at the iteration's start",
+    "recent_behavior_kl": "KL[behav, recent]",
+    "ess_min": "smallest effective minibatch (ESS)",
+    "kl_moved": "KL moved per iteration",
+}
+
+
+def diagnostics_figure(specs: Sequence[RunSpec], out_dir: Path) -> str:
+    """
+    The training diagnostics of the finished runs against environment steps, mean over seeds per cell (variant and
+    staleness), one panel per diagnostic; empty when no finished run recorded diagnostics.
+    """
+    manifest = Manifest(out_dir / results_store.RUNS_FILE)
+    frames = []
+    for spec in specs:
+        record = manifest.records.get(spec.run_id)
+        if record is None or record.get("spec_hash") != spec.spec_hash or not record.get("diagnostics"):
+            continue
+        data = record["diagnostics"]
+        frame = pd.DataFrame(results_store.table_rows(data), columns=data["columns"])
+        frames.append(frame[frame["trained"] == 1].assign(cell=f"{spec.variant}, staleness {spec.labels['staleness']}"))
+    if not frames:
+        return ""
+    diagnostics = pd.concat(frames)
+    figure, axes = new_figure(1, len(DIAGNOSTICS_SHOWN), width=4.4)
+    for ax, (column, title) in zip(axes[0], DIAGNOSTICS_SHOWN.items()):
+        for position, (cell, frame) in enumerate(diagnostics.groupby("cell", sort=True)):
+            curve = frame.groupby("timesteps")[column].mean().rolling(8, min_periods=1).mean()
+            ax.plot(curve.index, curve, color=f"C{position % 10}", label=cell, linewidth=1)
+        ax.set_title(f"{title}\n(mean over seeds, 8-iteration moving average)", fontsize=8)
+        ax.set_xlabel("environment steps")
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=6)
+    return save_figure(figure, out_dir / f"{NAME}_diagnostics.png")
+
+
 def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -> str:
-    """Final return against staleness per mode, and the learning curves of each mode (figure and table)."""
+    """
+    Final return against staleness per mode, and the learning curves of each mode (figure and table); for runs with
+    diagnostics (the ``cpu_regime`` preset), 95% bootstrap intervals in place of standard deviations, the paper's
+    direction on the figure and a figure of the diagnostics.
+    """
+    with_diagnostics = any(spec.diagnostics for spec in specs)
     levels = sorted({int(spec.labels["staleness"]) for spec in specs})
     present = {spec.variant for spec in specs} | {alias for spec in specs for alias in spec.aliases}
     variants = {key: label for key, label in {**MODES, **EWMA_VARIANT}.items() if key in present}
@@ -170,14 +216,35 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
         for position, (mode, label) in enumerate(variants.items()):
             means = np.array([summary["mean"].get((mode, level), np.nan) for level in levels])
             stds = np.array([summary["std"].get((mode, level), np.nan) for level in levels])
-            ax.errorbar(range(len(levels)), means, yerr=stds, color=f"C{position}", marker="o", capsize=3, label=mode)
+            errors = stds
+            if with_diagnostics:  # the 95% bootstrap interval of the mean over seeds
+                finals = final_values(frame[frame["variant"] == mode], ["staleness"])
+                intervals = [
+                    (
+                        statistics.mean_interval(finals[finals["staleness"] == level]["value"])
+                        if (finals["staleness"] == level).any()
+                        else (np.nan, np.nan)
+                    )
+                    for level in levels
+                ]
+                errors = np.array(
+                    [
+                        [mean - low for mean, (low, _) in zip(means, intervals)],
+                        [high - mean for mean, (_, high) in zip(means, intervals)],
+                    ]
+                )
+            ax.errorbar(range(len(levels)), means, yerr=errors, color=f"C{position}", marker="o", capsize=3, label=mode)
             cells = [mean_std(mean, std) for mean, std in zip(means, stds)]
             rows.append([label, *cells])
             curves = frame[frame["variant"] == mode]
-            plot_curves(axes[row, position + 1], curves, "staleness", levels, lambda k: f"staleness {k}", f"{title}: {mode}")
+            band = "ci" if with_diagnostics else "std"
+            plot_curves(
+                axes[row, position + 1], curves, "staleness", levels, lambda k: f"staleness {k}", f"{title}: {mode}", band
+            )
         ax.set_xticks(range(len(levels)), [str(level) for level in levels])
         ax.set_xlabel("staleness (iterations)")
-        ax.set_title(f"{title}: final return", fontsize=9)
+        ax.set_title(f"{title}: final return" + (" (95% bootstrap intervals)" if with_diagnostics else ""), fontsize=9)
+        ax.set_ylabel("final return (last 25% of training)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         header = ["old policy", *(f"staleness {level}" for level in levels)]
@@ -185,8 +252,20 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
         tables.append(f"### {title}: the pre-registered contrasts\n\n{contrasts_table(frame, levels)}")
     iteration = specs[0].iteration_size
     note = f"One iteration is {iteration} environment steps ({specs[0].n_envs} environments x {iteration // specs[0].n_envs})."
+    if with_diagnostics:
+        figure.suptitle(PAPER_DIRECTION, fontsize=9)
+        note += " Curves: mean over seeds with the 95% bootstrap interval of the mean. " + PAPER_DIRECTION[0].upper()
+        note += PAPER_DIRECTION[1:] + "."
     image = save_figure(figure, out_dir / f"{NAME}.png")
-    return "\n\n".join(["## Results", note, image, *tables])
+    parts = ["## Results", note, image, *tables]
+    diagnostics = diagnostics_figure(specs, out_dir) if with_diagnostics else ""
+    if diagnostics:
+        parts += [
+            "## Training diagnostics",
+            "Per iteration, from each run's `diagnostics` table in `runs.jsonl`.",
+            diagnostics,
+        ]
+    return "\n\n".join(parts)
 
 
 EXPERIMENT = Experiment(

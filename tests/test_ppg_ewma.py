@@ -118,7 +118,7 @@ def spy(obj, name, before=None, after=None):
         (dict(kl_estimator="exactly"), "kl_estimator"),
         (dict(advantage_normalization="ewma", normalize_advantage=False), "advantage_normalization"),
         (dict(policy_kwargs=dict(arch="shared")), "arch"),
-        (dict(policy_kwargs=dict(share_features_extractor=True)), "share_features_extractor"),
+        (dict(arch="shared", policy_kwargs=dict(share_features_extractor=False)), "share_features_extractor"),
     ],
 )
 @pytest.mark.filterwarnings("ignore:You have specified a mini-batch size")
@@ -489,6 +489,27 @@ def test_dual_architecture_shares_no_parameters():
     policy_ids = {id(p) for n, p in model.policy.named_parameters() if n in policy_grads}
     value_ids = {id(p) for n, p in model.policy.named_parameters() if n in value_grads}
     assert not policy_ids & value_ids
+
+
+def test_dual_architecture_with_sb3s_shared_features_extractor(tmp_path):
+    # SB3's PPO builds one features extractor under separate MLP branches (its default); PPG with
+    # share_features_extractor=True too (tests/test_cnn.py of SB3 passes it), and saves and loads it
+    from stable_baselines3.common.envs import FakeImageEnv
+
+    env = DummyVecEnv([lambda: FakeImageEnv(screen_height=40, screen_width=40, n_channels=1, discrete=True)])
+    kwargs = dict(n_steps=32, batch_size=32, n_policy_iterations=1, device="cpu", seed=0)
+    model = PPG_EWMA("CnnPolicy", env, policy_kwargs=dict(share_features_extractor=True), **kwargs).learn(64)
+    policy = model.policy
+    assert policy.share_features_extractor and policy.arch == "dual"
+    assert policy.pi_features_extractor is policy.vf_features_extractor is policy.features_extractor
+    assert not any(name.startswith("mlp_extractor.shared_net.") for name, _ in policy.named_parameters())
+    obs, _ = policy.obs_to_tensor(model.observation_space.sample()[None])
+    value_grads = grad_names(policy, policy.predict_values(obs))
+    assert any(name.startswith("features_extractor.") for name in value_grads)  # both losses train it
+    model.save(tmp_path / "model.zip")
+    loaded = PPG_EWMA.load(tmp_path / "model.zip", env=env, device="cpu")
+    assert loaded.policy.share_features_extractor
+    loaded.learn(32)
 
 
 def test_detach_architecture_value_loss_does_not_reach_the_trunk():

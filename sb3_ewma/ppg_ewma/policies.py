@@ -135,8 +135,10 @@ class PPGPolicy(HeadInitMixin, ForeachOptimizerMixin, ActorCriticPolicy):
         ``CombinedExtractor`` for ``MultiInputPolicy``, as SB3's)
     :param features_extractor_kwargs: Keyword arguments
         to pass to the features extractor.
-    :param share_features_extractor: Set by the architecture (``False`` for ``"dual"``, ``True`` otherwise); ``None``
-        (default) or that value are accepted, anything else raises a ``ValueError``.
+    :param share_features_extractor: ``None`` (default): set by the architecture (``False`` for ``"dual"``, ``True``
+        otherwise). ``True`` with ``"dual"``: one features extractor that both losses train, under separate policy and
+        value MLP branches, as SB3's ``PPO`` builds it; ``False`` with ``"shared"`` or ``"detach"`` raises a
+        ``ValueError``.
     :param normalize_images: Whether to normalize images or not,
          dividing by 255.0 (True by default)
     :param optimizer_class: The optimizer to use,
@@ -178,10 +180,10 @@ class PPGPolicy(HeadInitMixin, ForeachOptimizerMixin, ActorCriticPolicy):
         check_arch(arch)
         features_extractor_class = features_extractor_class or self.default_features_extractor_class
         shared = arch != "dual"
-        if share_features_extractor is not None and share_features_extractor != shared:
+        if shared and share_features_extractor is not None and not share_features_extractor:
             raise ValueError(
-                f"share_features_extractor={share_features_extractor} contradicts arch={arch!r} "
-                "('dual' has separate features extractors, 'shared' and 'detach' one): leave it unset"
+                f"share_features_extractor={share_features_extractor} contradicts arch={arch!r} ('shared' and "
+                "'detach' have one trunk, so one features extractor): leave it unset, or use arch='dual'"
             )
         if net_arch is None:
             if features_extractor_class == NatureCNN:
@@ -204,7 +206,8 @@ class PPGPolicy(HeadInitMixin, ForeachOptimizerMixin, ActorCriticPolicy):
             squash_output=squash_output,
             features_extractor_class=features_extractor_class,
             features_extractor_kwargs=features_extractor_kwargs,
-            share_features_extractor=shared,
+            # "dual" with SB3's share_features_extractor=True: one features extractor, separate MLP branches (SB3's PPO)
+            share_features_extractor=shared or bool(share_features_extractor),
             normalize_images=normalize_images,
             optimizer_class=optimizer_class,
             optimizer_kwargs=optimizer_kwargs,

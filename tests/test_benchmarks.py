@@ -1026,3 +1026,20 @@ def test_staleness_report_with_diagnostics_shows_intervals_and_the_diagnostics(t
     assert "95% bootstrap interval of the mean" in text and "Paper (figure 1): decoupled >= behavior" in text
     assert "## Training diagnostics" in text and (tmp_path / "staleness_diagnostics.png").stat().st_size > 0
     assert "Partial results" not in text
+
+
+@pytest.mark.parametrize("module", [batch_size_invariance, ewma_comparison], ids=lambda module: module.NAME)
+def test_reports_with_diagnostics_hold_the_preregistered_statistics(module, tmp_path):
+    from dataclasses import replace
+
+    from benchmarks.harness import cli
+    from benchmarks.harness.report import write_report
+
+    specs = [replace(spec, diagnostics=True) for spec in module.build_specs("smoke", {})]
+    cli.run_specs(specs, tmp_path, workers=1)
+    text = write_report(module.EXPERIMENT, specs, tmp_path, command="test").read_text()
+    if module is batch_size_invariance:
+        assert "spread across batch sizes" in text and "| no_lr vs ppg_ewma | 1 | 1 / 1 |" in text
+        assert "| ppg | 1/1 |" in text  # the spread of PPG over 4 and 1 environments, one seed each
+    else:
+        assert "EWMA minus none" in text and "| PPO-EWMA - PPO (SB3) | 2 / 2 |" in text

@@ -25,9 +25,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmarks.harness import cli
+from benchmarks.harness import cli, statistics
 from benchmarks.harness.common import Experiment, RunSpec
-from benchmarks.harness.report import markdown_table, mean_std, new_figure, panels, plot_curves, save_figure, summarize
+from benchmarks.harness.report import (
+    final_values,
+    markdown_table,
+    mean_std,
+    new_figure,
+    panels,
+    plot_curves,
+    save_figure,
+    summarize,
+)
 from benchmarks.harness.settings import Scale, Setting, preset_setting, run_spec
 from sb3_ewma import center_of_mass_from_ewma_decay, ewma_span_from_decay, scale_hyperparams
 
@@ -183,6 +192,66 @@ def _scaled_table(specs: Sequence[RunSpec], evaluations: pd.DataFrame) -> str:
     return markdown_table([*header, "aux phases (planned / done)"], rows)
 
 
+ABLATION_PAIRS = (("no_lr", "ppg_ewma"), ("ppg", "ppg_ewma"), ("ppo_no_lr", "ppo_ewma"), ("ppo", "ppo_ewma"))
+"""(ablation, full rescaling) of appendix F's test."""
+
+
+def seed_finals(frame: pd.DataFrame) -> dict[tuple[str, int], dict[int, float]]:
+    """The final return of every run, by (variant, number of environments) and seed."""
+    finals = final_values(frame, ["variant", "n_envs"])
+    table: dict[tuple[str, int], dict[int, float]] = {}
+    for row in finals.itertuples():
+        table.setdefault((str(row.variant), int(row.n_envs)), {})[int(row.seed)] = float(row.value)
+    return table
+
+
+def spread_table(frame: pd.DataFrame, n_envs: Sequence[int]) -> str:
+    """
+    Each variant's spread (max - min over the numbers of environments) of its mean final returns, with its 95%
+    percentile bootstrap interval over seeds, and the 95th percentile of the spread that the seed noise alone gives
+    (the same bootstrap with every batch size's seeds centered on the variant's grand mean).
+    """
+    finals = seed_finals(frame)
+    rows = []
+    for variant in [*VARIANTS, *PPO_VARIANTS]:
+        groups = [list(finals[(variant, n)].values()) for n in n_envs if (variant, n) in finals]
+        if len(groups) < 2:
+            continue
+        estimate, low, high = statistics.bootstrap_ci(groups, statistics.spread_of_means)
+        grand = float(np.mean([value for group in groups for value in group]))
+        centered = [[value - float(np.mean(group)) + grand for value in group] for group in groups]
+        noise = statistics.bootstrap_ci(centered, statistics.spread_of_means, level=0.90)[2]
+        seeds = "/".join(str(len(group)) for group in groups)
+        rows.append([variant, seeds, f"{estimate:.3g}", f"[{low:.3g}, {high:.3g}]", f"{noise:.3g}"])
+    header = ["variant", "seeds per batch size", "spread", "95% bootstrap interval", "noise alone (95th percentile)"]
+    return markdown_table(header, rows)
+
+
+def appendix_f_table(frame: pd.DataFrame, n_envs: Sequence[int], reference: int) -> str:
+    """
+    Appendix F's test with one environment: at each smaller batch size, whether the ablation's final return departs
+    from its reference's (same seed) more than the full rescaling's does: the mean of ``|d|`` of each, their difference
+    (the effect size) and the one-sided exact Mann-Whitney test of the ablation's ``|d|`` against the full's.
+    """
+    finals = seed_finals(frame)
+    rows = []
+    for ablation, full in ABLATION_PAIRS:
+        for n in (n for n in n_envs if n != reference):
+            departures = []
+            for variant in (ablation, full):
+                runs, base = finals.get((variant, n), {}), finals.get((variant, reference), {})
+                departures.append([abs(runs[seed] - base[seed]) for seed in sorted(runs) if seed in base])
+            if not all(departures):
+                continue
+            u, p_value, z = statistics.mann_whitney_greater(departures[0], departures[1])
+            effect = float(np.mean(departures[0]) - np.mean(departures[1]))
+            seeds = f"{len(departures[0])} / {len(departures[1])}"
+            means = f"{np.mean(departures[0]):.3g} / {np.mean(departures[1]):.3g}"
+            rows.append([f"{ablation} vs {full}", n, seeds, means, f"{effect:+.3g}", f"{u:g}", f"{p_value:.3g}", f"{z:.2f}"])
+    header = ["ablation vs full", "envs", "seeds", "mean abs(d): ablation / full", "effect", "U", "p (one-sided)", "z"]
+    return markdown_table(header, rows)
+
+
 def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -> str:
     """Curves per variant (one per batch size), the spread of final returns across batch sizes (figure and tables)."""
     n_envs = sorted({spec.n_envs for spec in specs}, reverse=True)
@@ -199,9 +268,9 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
         spreads = {}
         rows = []
         for column, (variant, label) in enumerate(variants.items()):
-            plot_curves(
-                panel_axes[column], frame[frame["variant"] == variant], "n_envs", n_envs, _envs_label, f"{title}: {label}"
-            )
+            band = "ci" if any(spec.diagnostics for spec in specs) else "std"
+            curves = frame[frame["variant"] == variant]
+            plot_curves(panel_axes[column], curves, "n_envs", n_envs, _envs_label, f"{title}: {label}", band)
             means = [summary["mean"].get((variant, n), float("nan")) for n in n_envs]
             cells = [mean_std(summary["mean"].get((variant, n)), summary["std"].get((variant, n))) for n in n_envs]
             finite = [mean for mean in means if not np.isnan(mean)]
@@ -213,6 +282,10 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
         panel_axes[-1].grid(alpha=0.3, axis="y")
         header = ["variant", *(_envs_label(n) for n in n_envs), "spread (max - min)"]
         tables.append(f"### {title}: final return\n\n{markdown_table(header, rows)}")
+        if any(spec.diagnostics for spec in specs):  # the pre-registered statistics (cpu_regime)
+            reference = max(n_envs)
+            tables.append(f"### {title}: spread across batch sizes\n\n{spread_table(frame, n_envs)}")
+            tables.append(f"### {title}: appendix F's test\n\n{appendix_f_table(frame, n_envs, reference)}")
     image = save_figure(figure, out_dir / f"{NAME}.png")
     return "\n\n".join(["## Results", image, *tables, "## Rescaled hyperparameters", _scaled_table(specs, evaluations)])
 

@@ -14,9 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from benchmarks.harness import cli
+from benchmarks.harness import cli, statistics
 from benchmarks.harness.common import ALGORITHMS, Experiment, RunSpec
 from benchmarks.harness.report import (
     ALGORITHM_LABELS,
@@ -67,6 +68,32 @@ def _table(frame: pd.DataFrame, summary: pd.DataFrame) -> str:
     return markdown_table(["algorithm", "final return", "EWMA - baseline", "per seed"], rows)
 
 
+def differences_table(frame: pd.DataFrame) -> str:
+    """
+    The pre-registered statistics of each pair: EWMA minus none, its 95% percentile bootstrap interval over seeds, the
+    one-sided Mann-Whitney p-value (EWMA greater) and the difference the seeds resolve at 80% power (5% level).
+    """
+    finals = final_values(frame, ["variant"])
+    rows = []
+    for baseline, ewma in PAIRS:
+        values = [finals[finals["variant"] == algo]["value"].to_numpy() for algo in (baseline, ewma)]
+        if min(len(value) for value in values) < 2:
+            continue
+        estimate, low, high = statistics.bootstrap_ci(values, statistics.mean_difference)
+        p_value = statistics.mann_whitney_greater(values[1], values[0])[1]
+        sigma = float(np.sqrt((np.var(values[0], ddof=1) + np.var(values[1], ddof=1)) / 2))
+        seeds = min(len(value) for value in values)
+        detectable = next(
+            (delta for delta in np.arange(0.01, 5.0, 0.01) if statistics.seeds_for_difference(sigma, delta) <= seeds), np.nan
+        )
+        rows.append(
+            [f"{ALGORITHM_LABELS[ewma]} - {ALGORITHM_LABELS[baseline]}", f"{len(values[1])} / {len(values[0])}",
+             f"{estimate:+.3g}", f"[{low:+.3g}, {high:+.3g}]", f"{p_value:.3g}", f"{sigma:.3g}", f"{detectable:.2f}"]
+        )  # fmt: skip
+    header = ["difference", "seeds", "mean", "95% bootstrap interval", "Mann-Whitney p (EWMA greater)", "seed sigma"]
+    return markdown_table([*header, "detectable at 80% power"], rows)
+
+
 def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -> str:
     """Curves of each pair and the final returns (figure), final returns per algorithm and seed (table)."""
     all_panels = panels(evaluations, ["variant"])
@@ -75,7 +102,8 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
     for row, (title, frame) in enumerate(all_panels):
         for column, pair in enumerate(PAIRS):
             name = f"{title}: {ALGORITHM_LABELS[pair[0]]} vs {ALGORITHM_LABELS[pair[1]]}"
-            plot_curves(axes[row, column], frame, "variant", pair, ALGORITHM_LABELS.get, name)
+            band = "ci" if any(spec.diagnostics for spec in specs) else "std"
+            plot_curves(axes[row, column], frame, "variant", pair, ALGORITHM_LABELS.get, name, band)
         summary = summarize(frame, ["variant"]).set_index("variant").reindex(list(ALGORITHMS))
         labels = [ALGORITHM_LABELS[algo] for algo in ALGORITHMS]
         axes[row, 2].bar(labels, summary["mean"], yerr=summary["std"], color=["C0", "C1"] * 2, capsize=3)
@@ -83,6 +111,8 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
         axes[row, 2].tick_params(axis="x", labelsize=7)
         axes[row, 2].grid(alpha=0.3, axis="y")
         tables.append(f"### {title}\n\n{_table(frame, summary)}")
+        if any(spec.diagnostics for spec in specs):  # the pre-registered statistics (cpu_regime)
+            tables.append(f"### {title}: EWMA minus none\n\n{differences_table(frame)}")
     image = save_figure(figure, out_dir / f"{NAME}.png")
     return "\n\n".join(["## Results", image, *tables])
 

@@ -120,7 +120,7 @@ def test_ppg_has_no_ewma() -> None:
         (-5, 1, r"total_timesteps must be a whole number >= 0, got -5"),
         ("100", 1, r"total_timesteps must be a whole number >= 0, got '100'"),
         (100.5, 1, r"total_timesteps must be a whole number >= 0, got 100.5"),
-        (64, 0, r"log_interval must be an integer >= 1, got 0"),
+        (64, 0, r"log_interval must be None \(no logs\) or an integer other than 0 .*got 0"),
     ],
 )
 def test_bad_learn_arguments_raise_before_the_environment_is_used(name, total_timesteps, log_interval, message) -> None:
@@ -475,3 +475,134 @@ def test_a_folder_that_cannot_be_written_is_refused_before_training(tmp_path: Pa
     # a folder that does not exist yet is made, as SB3 makes it
     model.learn(32, callback=CheckpointCallback(save_freq=16, save_path=str(tmp_path / "new" / "checkpoints")))
     assert (tmp_path / "new" / "checkpoints").is_dir()
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# the second bad-input trial (issue 46: benchmarks/results/bad_input_trial/results.md)
+
+
+@pytest.mark.parametrize(
+    "policy_kwargs, message",
+    [
+        (
+            {"activation_fn": "tanh"},
+            r"^policy_kwargs activation_fn must be a class, such as torch.nn.Tanh \(nn.Tanh in an rl-zoo3 policy_kwargs "
+            r"string\), got 'tanh'$",
+        ),
+        ({"optimizer_class": "adam"}, r"^policy_kwargs optimizer_class must be a class, such as torch.optim.Adam, got 'adam'"),
+        ({"features_extractor_class": "NatureCNN"}, r"^policy_kwargs features_extractor_class must be a class, such as "),
+        (
+            {"optimizer_kwargs": {"lr": 1.0}},
+            r"^policy_kwargs optimizer_kwargs must not hold lr \(got lr=1.0\): the optimizer's step size is the "
+            r"algorithm's learning_rate argument",
+        ),
+    ],
+)
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_policy_kwargs_that_sb3_fails_on_unnamed_are_named(name: str, policy_kwargs: dict, message: str) -> None:
+    # SB3 fails on each when it builds the policy: "'str' object is not callable", "got multiple values for 'lr'"
+    with pytest.raises(TypeError):
+        PPO("MlpPolicy", DummyVecEnv([CountingEnv]), policy_kwargs=policy_kwargs, **SMALL)
+    CountingEnv.calls = 0
+    with pytest.raises(ValueError, match=message):
+        make(name, policy_kwargs=policy_kwargs)
+    assert CountingEnv.calls == 0
+
+
+def test_a_callable_activation_that_is_not_a_class_is_accepted_as_in_sb3() -> None:
+    # SB3 calls activation_fn() and optimizer_class(params, lr=...): any callable does
+    model = make("PPO_EWMA", policy_kwargs={"activation_fn": lambda: th.nn.Tanh(), "optimizer_kwargs": {"eps": 1e-5}})
+    assert isinstance(model.policy.mlp_extractor.policy_net[1], th.nn.Tanh)
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_log_interval_is_read_as_sb3_reads_it(name: str) -> None:
+    # SB3 logs when iteration % log_interval == 0: -1 logs every iteration (rl-zoo3's -1 is its own default), 0 divides
+    # by zero at the first log
+    model = make(name)
+    model.learn(32, log_interval=-1)
+    assert model.num_timesteps == 32
+    PPO("MlpPolicy", DummyVecEnv([CountingEnv]), **SMALL).learn(32, log_interval=-1)
+    for bad in (0, "1", 1.5):
+        CountingEnv.calls = 0
+        with pytest.raises(
+            ValueError,
+            match=rf"^log_interval must be None \(no logs\) or an integer other than 0 .*got {re.escape(repr(bad))}$",
+        ):
+            model.learn(32, log_interval=bad)
+        assert CountingEnv.calls == 0
+
+
+def test_a_tensorboard_log_that_is_not_a_path_is_named_before_training() -> None:
+    model = make("PPO_EWMA", tensorboard_log=123)
+    CountingEnv.calls = 0
+    with pytest.raises(ValueError, match=r"^tensorboard_log must be None or a folder's path, got 123$"):
+        model.learn(32)
+    assert CountingEnv.calls == 0
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_a_schedule_that_gives_no_finite_number_is_named(name: str) -> None:
+    # the first learning rate builds the optimizer: torch said "Invalid learning rate: nan"
+    CountingEnv.calls = 0
+    with pytest.raises(
+        ValueError, match=r"^the learning_rate schedule returned nan at progress_remaining=1: a schedule must return"
+    ):
+        make(name, learning_rate=lambda _: float("nan"))
+    assert CountingEnv.calls == 0
+    # a clip range schedule that returns None: SB3's FloatSchedule failed in float(), unnamed; here before any update
+    model = make(name, clip_range=lambda _: None)
+    before = [parameter.detach().clone() for parameter in model.policy.parameters()]
+    with pytest.raises(
+        ValueError,
+        match=r"^the clip_range schedule gave no number at progress_remaining=[0-9.]+ \(TypeError: float\(\) argument "
+        r".*\): a schedule must return a finite number",
+    ):
+        model.learn(32)
+    assert all(th.equal(a, b) for a, b in zip(before, model.policy.parameters()))
+
+
+def test_a_device_that_is_not_a_torch_device_is_named() -> None:
+    CountingEnv.calls = 0
+    with pytest.raises(
+        ValueError, match=r"^device must be 'auto', 'cpu', 'cuda', 'cuda:N' or another torch device .*got 'gpu'$"
+    ):
+        make("PPO_EWMA", device="gpu")
+    assert CountingEnv.calls == 0
+    with pytest.raises(RuntimeError):  # SB3: torch's list of twenty device types
+        PPO("MlpPolicy", DummyVecEnv([CountingEnv]), **{**SMALL, "device": "gpu"})
+    assert make("PPO_EWMA", device="auto") is not None
+
+
+def test_load_warns_of_a_keyword_that_nothing_reads(tmp_path: Path) -> None:
+    # SB3's load sets any keyword as an attribute: a misspelt setting changed nothing without a word
+    make("PPO_EWMA").save(tmp_path / "model.zip")
+    with pytest.warns(
+        UserWarning,
+        match=r"^load\(..., learnig_rate=0.0001\): PPO_EWMA has no argument learnig_rate=0.0001: did you mean "
+        r"'learning_rate'\? SB3's load sets it as an attribute of the model, which nothing reads$",
+    ) as record:
+        loaded = PPO_EWMA.load(tmp_path / "model.zip", learnig_rate=1e-4)
+    assert record[0].filename == __file__
+    assert loaded.learnig_rate == 1e-4  # set, as SB3 sets it: warned, not refused
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        # settings, saved entries and attributes of the class are what load is for
+        PPO_EWMA.load(tmp_path / "model.zip", learning_rate=1e-4, n_envs=1, seed=3)
+
+
+def test_recurrent_predict_takes_one_episode_start_per_observation() -> None:
+    model = make("RecurrentPPO_EWMA")
+    observations = np.zeros((2, 2), dtype=np.float32)
+    with pytest.raises(
+        ValueError,
+        match=r"^episode_start of shape \(3,\) for 2 observation\(s\): give one flag per observation \(shape \(2,\)",
+    ):
+        model.predict(observations, episode_start=np.ones(3))
+    actions, state = model.predict(observations, episode_start=np.ones(2))
+    assert actions.shape == (2,) and state is not None
+
+
+def test_scale_hyperparams_names_what_is_not_an_entry() -> None:
+    with pytest.raises(ValueError, match=r"^hyperparams must be a dict of an rl-zoo3 entry's settings .*got None$"):
+        scale_hyperparams(None, 16)  # type: ignore[arg-type]

@@ -177,8 +177,12 @@ def test_check_entry_values_checks_the_numbers_rl_zoo3_makes_schedules_of() -> N
     # the numbers, as the entry wrote them: refused as the constructor refuses learning_rate=0
     with pytest.raises(ValueError, match=r"^learning_rate must be a number > 0 or a schedule .*got 0 \(-params"):
         check_entry_values("ppo_ewma", PPO_EWMA, kwargs, {"learning_rate": 0, "clip_range": "lin_0.0"})
-    # a schedule ("lin_..." in the entry) is a schedule, as in a script
-    check_entry_values("ppo_ewma", PPO_EWMA, kwargs, {"learning_rate": "lin_0.0", "clip_range": "lin_0.0"})
+    # a schedule ("lin_..." in the entry) is a schedule, as in a script; its start is checked as the number it is
+    # (rl-zoo3's lin_X goes from X to 0: lin_0.0 is 0 all along, a frozen policy as the number 0 is)
+    kwargs = {**kwargs, "learning_rate": SimpleLinearSchedule(1e-3), "clip_range": SimpleLinearSchedule(0.2)}
+    check_entry_values("ppo_ewma", PPO_EWMA, kwargs, {"learning_rate": "lin_1e-3", "clip_range": "lin_0.2"})
+    with pytest.raises(ValueError, match=r"^clip_range must be .*got 0.0 \(the start of clip_range 'lin_0.0', an rl-zoo3"):
+        check_entry_values("ppo_ewma", PPO_EWMA, kwargs, {"learning_rate": "lin_1e-3", "clip_range": "lin_0.0"})
     # what the constructors accept passes, also where SB3's own checks are assertions
     check_entry_values("ppo_ewma", PPO_EWMA, {"policy": "MlpPolicy", "n_steps": 8, "batch_size": 4}, {"learning_rate": 1e-3})
     with pytest.raises(ValueError, match=r"^batch_size must be an integer >= 2, got 1"):
@@ -418,3 +422,158 @@ def test_record_video_prints_no_error_line_on_a_headless_machine(tmp_path: Path)
     assert "XDG_RUNTIME_DIR" not in result.stderr + result.stdout
     assert not [line for line in (result.stderr + result.stdout).splitlines() if line.startswith("error:")]
     assert len(list((tmp_path / "videos").glob("*.mp4"))) == 1
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# the second bad-input trial (issue 46: benchmarks/results/bad_input_trial/results.md): one line each, nothing written
+
+
+ENTRY_ORIGIN = "-params or the hyperparameter entry of --algo ppo_ewma"
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        # SB3's VecFrameStack asserted it without a message
+        (["frame_stack:0"], f"frame_stack must be an integer >= 1, got 0 ({ENTRY_ORIGIN}; nothing was written)"),
+        # learn refused it after the run folder existed, as total_timesteps
+        (["n_timesteps:-5"], f"n_timesteps must be a finite number >= 0, got -5 ({ENTRY_ORIGIN}; nothing was written)"),
+        # rl-zoo3: "could not convert string to float: 'abc'"
+        (
+            ["learning_rate:'lin_abc'"],
+            f"learning_rate: cannot read 'lin_abc'; rl-zoo3 takes a number or a schedule string like 'lin_2.5e-4' "
+            f"({ENTRY_ORIGIN}; nothing was written)",
+        ),
+        # lin_0 is 0 all along: a frozen policy trained, as clip_range:0 did
+        (
+            ["clip_range:'lin_0'"],
+            "clip_range must be None (no clipping), a schedule or a number > 0, got 0.0 (the start of clip_range 'lin_0', "
+            f"an rl-zoo3 linear schedule) ({ENTRY_ORIGIN}; nothing was written)",
+        ),
+        # torch: "Invalid learning rate: -0.001"
+        (
+            ["learning_rate:'lin_-1e-3'"],
+            "learning_rate must be a number > 0 or a schedule (a function of the progress remaining), got -0.001 (the "
+            f"start of learning_rate 'lin_-1e-3', an rl-zoo3 linear schedule) ({ENTRY_ORIGIN}; nothing was written)",
+        ),
+        # eval's traceback (NameError)
+        (
+            ["policy_kwargs:'dict(net_arch=big)'"],
+            f"policy_kwargs 'dict(net_arch=big)' ({ENTRY_ORIGIN}) is read as Python and gives NameError: name 'big' is "
+            'not defined; write it as Python, with names of torch as nn and th: "dict(net_arch=[64, 64], '
+            'activation_fn=nn.Tanh)". Nothing was written.',
+        ),
+        # SB3: "'str' object is not callable"
+        (
+            ["policy_kwargs:dict(activation_fn='tanh')"],
+            "policy_kwargs activation_fn must be a class, such as torch.nn.Tanh (nn.Tanh in an rl-zoo3 policy_kwargs "
+            f"string), got 'tanh' ({ENTRY_ORIGIN}; nothing was written)",
+        ),
+        # rl-zoo3's import: "No module named 'not_a_module'", without the key
+        (
+            ["env_wrapper:'not_a_module.Wrapper'"],
+            f"No module named 'not_a_module' (env_wrapper: 'not_a_module.Wrapper', {ENTRY_ORIGIN}: rl-zoo3 imports each "
+            "value as 'module.Class' from the modules Python finds; nothing was written)",
+        ),
+    ],
+)
+def test_entry_values_rl_zoo3_fails_on_unnamed_are_one_sentence(
+    params: list[str],
+    message: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    log_folder = tmp_path / "logs"
+    status, err = run_train(
+        capsys, monkeypatch, "--algo", "ppo_ewma", "--env", "CartPole-v1", "-f", str(log_folder), "-params", *params
+    )
+    assert status == 1
+    assert err == [f"{TRAIN}: error: {message}", TRACEBACK_HINT]
+    assert not log_folder.exists()
+
+
+def test_the_entrys_n_timesteps_is_checked_only_when_it_is_used() -> None:
+    from sb3_ewma.zoo.checks import check_entry_counts
+
+    check_entry_counts("ppo_ewma", {"n_timesteps": -5}, n_timesteps_flag=64)  # -n 64 replaces it, as in rl-zoo3
+    check_entry_counts("ppo_ewma", {"n_timesteps": 1e5, "frame_stack": None, "n_envs": 8})
+    with pytest.raises(ValueError, match=r"^n_timesteps must be a finite number >= 0, got '1e5' \(-params or the"):
+        check_entry_counts("ppo_ewma", {"n_timesteps": "1e5"})
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        # rl-zoo3: 36 lines ending in "'list' object has no attribute 'keys'"
+        (
+            "- CartPole-v1\n- policy: MlpPolicy\n",
+            "the hyperparameter file {conf} holds a list, not a mapping of environment ids to entries: write "
+            "'CartPole-v1:' and under it the entry's 'key: value' lines, indented. Nothing was written.",
+        ),
+        # the constructor: "missing 1 required positional argument: 'policy'"
+        (
+            "CartPole-v1:\n  n_timesteps: 64\n",
+            "the hyperparameter entry of --algo ppo_ewma has no policy: add one (MlpPolicy, CnnPolicy, MultiInputPolicy) "
+            "to the entry, or -params \"policy:'MlpPolicy'\"; nothing was written",
+        ),
+    ],
+)
+def test_a_hyperparameter_file_rl_zoo3_cannot_read_is_one_sentence(
+    content: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conf = tmp_path / "conf.yml"
+    conf.write_text(content)
+    log_folder = tmp_path / "logs"
+    status, err = run_train(
+        capsys, monkeypatch, "--algo", "ppo_ewma", "--env", "CartPole-v1", "-f", str(log_folder), "-conf", str(conf)
+    )
+    assert status == 1
+    assert err == [f"{TRAIN}: error: {message.format(conf=conf)}", TRACEBACK_HINT]
+    assert not log_folder.exists()
+
+
+def test_an_optuna_storage_that_is_not_one_is_an_argparse_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLAlchemy's URL parser failed with a 40-line traceback
+    log_folder = tmp_path / "logs"
+    status, err = run_train(
+        capsys,
+        monkeypatch,
+        *("--algo", "ppo_ewma", "--env", "CartPole-v1", "-f", str(log_folder)),
+        *("-optimize", "--n-trials", "1", "--storage", "bogus"),
+    )
+    assert status == 2
+    assert err[-1] == (
+        f"{TRAIN}: error: argument --storage: 'bogus' is neither a journal file (a path ending in .log) nor a database "
+        "URL (sqlite:///study.db, postgresql://user@host/db)"
+    )
+    assert not log_folder.exists()
+
+
+def test_save_freq_zero_turns_checkpoints_off_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from sb3_ewma.zoo.arguments import SAVE_FREQ_HELP
+
+    zoo.train(short_run(tmp_path, "--eval-freq", "-1", "--save-freq", "0"))
+    out = capsys.readouterr().out
+    assert "No checkpoints: --save-freq 0 turns them off (as any value <= 0 does; -1 by convention)" in out
+    run = tmp_path / "ppo_ewma" / "CartPole-v1_1"
+    assert (run / "CartPole-v1.zip").is_file() and not list(run.glob("rl_model_*"))
+    with pytest.raises(SystemExit):
+        zoo.train(["-h"])
+    assert " ".join(SAVE_FREQ_HELP.split()) in " ".join(capsys.readouterr().out.split())
+
+
+def test_record_video_refuses_an_output_folder_it_cannot_write(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # rl-zoo3 played the episode, then failed with "'DummyVecEnv' object has no attribute 'recorded_frames'"
+    blocker = tmp_path / "videos"
+    blocker.write_text("a user's file")
+    with pytest.raises(SystemExit) as exit_info:
+        zoo.record_video(["--algo", "ppo_ewma", "--env", "CartPole-v1", "-f", str(tmp_path), "-o", str(blocker)])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        f"python -m sb3_ewma.record_video: error: argument -o/--output-folder: {str(blocker)!r} cannot be written: "
+        f"{blocker} is a file, not a folder"
+    )
+    assert blocker.read_text() == "a user's file"

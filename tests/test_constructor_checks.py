@@ -190,8 +190,11 @@ def test_cuda_by_name_without_a_gpu_warns_once(monkeypatch: pytest.MonkeyPatch) 
         warnings.simplefilter("error")
         warn_cuda_unavailable("cuda:1")  # once per process
         monkeypatch.setattr(checks, "_CUDA_FALLBACK_WARNED", False)
-        for device in ("auto", "cpu", th.device("cpu"), "not a device"):
+        for device in ("auto", "cpu", th.device("cpu")):
             warn_cuda_unavailable(device)
+    # a name that is not a device is refused, after the warning as before (torch's RuntimeError in SB3)
+    with pytest.raises(ValueError, match=r"^device must be 'auto', 'cpu', 'cuda', 'cuda:N' .*got 'not a device'$"):
+        warn_cuda_unavailable("not a device")
 
 
 @pytest.mark.parametrize("algorithm", [PPO_EWMA, PPG_EWMA, PPG, RecurrentPPO_EWMA, MaskablePPO_EWMA])

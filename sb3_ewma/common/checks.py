@@ -9,7 +9,7 @@ import numbers
 import os
 import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any, TypeGuard
 
@@ -96,9 +96,36 @@ def check_number(name: str, value: object, low: float, high: float = math.inf, *
         )
 
 
+def scheduled_value(
+    name: str, schedule: Callable[[float], Any], progress_remaining: float, infinity_allowed: bool = False
+) -> float:
+    """
+    ``schedule(progress_remaining)``, or a ``NonFiniteError`` naming the setting if it is NaN (or infinite, unless
+    ``infinity_allowed``: an infinite clip range is no clipping).
+    """
+    try:
+        # SB3 wraps a schedule in FloatSchedule, which converts the value itself
+        value = float(schedule(progress_remaining))
+    except (TypeError, ValueError) as error:
+        raise HyperparameterError(
+            f"the {name} schedule gave no number at progress_remaining={progress_remaining:.6g} ({type(error).__name__}: "
+            f"{error}): a schedule must return a finite number at every progress from 1 (start) to 0 (end)"
+        ) from error
+    if math.isnan(value) or (math.isinf(value) and not infinity_allowed):
+        raise NonFiniteError(
+            f"the {name} schedule returned {value} at progress_remaining={progress_remaining:.6g}: a schedule must "
+            f"return a finite number at every progress from 1 (start) to 0 (end)"
+        )
+    return value
+
+
 def check_schedule(name: str, value: object, *, allow_none: bool = False, positive: bool = True) -> None:
     """A number (``> 0`` if ``positive``, else ``>= 0``) or a schedule (a callable of the progress remaining)."""
-    if (value is None and allow_none) or callable(value):
+    if value is None and allow_none:
+        return
+    if callable(value):
+        # its first value, which the optimizer is built with (torch refuses a NaN learning rate without naming it)
+        scheduled_value(name, value, 1.0)
         return
     if not _is_number(value) or (float(value) <= 0 if positive else float(value) < 0):
         allowed = ("None, " if allow_none else "") + f"a number {'> 0' if positive else '>= 0'} or a schedule"
@@ -168,13 +195,20 @@ def check_on_policy_hyperparams(
 
 
 def check_learn_arguments(total_timesteps: Any, log_interval: Any) -> None:
-    """``learn``'s ``total_timesteps`` (a whole number >= 0; ``1e5`` is accepted) and ``log_interval`` (>= 1 or None)."""
+    """
+    ``learn``'s ``total_timesteps`` (a whole number >= 0; ``1e5`` is accepted) and ``log_interval`` (None or an integer
+    other than 0: SB3 logs when ``iteration % log_interval == 0``, so a negative one logs every ``-log_interval``
+    iterations, and 0 divides by zero at the first log).
+    """
     if not (_is_integer(total_timesteps) or (_is_number(total_timesteps) and float(total_timesteps).is_integer())):
         raise HyperparameterError(f"total_timesteps must be a whole number >= 0, got {total_timesteps!r}")
     if float(total_timesteps) < 0:
         raise HyperparameterError(f"total_timesteps must be a whole number >= 0, got {total_timesteps!r}")
-    if log_interval is not None:
-        check_integer("log_interval", log_interval, 1)
+    if log_interval is not None and (not _is_integer(log_interval) or log_interval == 0):
+        raise HyperparameterError(
+            f"log_interval must be None (no logs) or an integer other than 0 (log every log_interval iterations; SB3 "
+            f"reads -n as n), got {log_interval!r}"
+        )
 
 
 # The constructors' arguments that SB3 passes on unchecked (wired by the algorithms' constructors: see
@@ -186,6 +220,12 @@ NET_ARCH_FORMS = (
     "(or SB3's deprecated [dict(pi=[...], vf=[...])])"
 )
 OBSERVATION_SPACES = "Box, Discrete, MultiDiscrete, MultiBinary, or a Dict of these (with a MultiInput policy)"
+POLICY_CLASS_KEYWORDS = {
+    "activation_fn": "torch.nn.Tanh (nn.Tanh in an rl-zoo3 policy_kwargs string)",
+    "optimizer_class": "torch.optim.Adam",
+    "features_extractor_class": "stable_baselines3.common.torch_layers.NatureCNN",
+}
+"""Keywords of SB3's policies that take a class (called when the policy is built: a name fails there, unnamed)."""
 
 
 def check_policy_argument(policy: object) -> None:
@@ -261,6 +301,16 @@ def check_policy_kwargs(policy_kwargs: object) -> None:
         )
     if "net_arch" in policy_kwargs and not _is_sb3_net_arch(policy_kwargs["net_arch"]):
         raise HyperparameterError(f"policy_kwargs net_arch must be {NET_ARCH_FORMS}, got {policy_kwargs['net_arch']!r}")
+    for key, example in POLICY_CLASS_KEYWORDS.items():
+        if key in policy_kwargs and not callable(policy_kwargs[key]):
+            raise HyperparameterError(f"policy_kwargs {key} must be a class, such as {example}, got {policy_kwargs[key]!r}")
+    optimizer_kwargs = policy_kwargs.get("optimizer_kwargs")
+    if isinstance(optimizer_kwargs, Mapping) and "lr" in optimizer_kwargs:
+        # the policy passes lr itself: the optimizer would get it twice ("got multiple values for keyword argument 'lr'")
+        raise HyperparameterError(
+            f"policy_kwargs optimizer_kwargs must not hold lr (got lr={optimizer_kwargs['lr']!r}): the optimizer's step "
+            "size is the algorithm's learning_rate argument (a number or a schedule)"
+        )
 
 
 def check_observation_space(observation_space: object) -> None:
@@ -313,7 +363,7 @@ def check_callback(callback: object) -> None:
         )
 
 
-def _writable_folder_problem(folder: str) -> str | None:
+def writable_folder_problem(folder: str) -> str | None:
     """Why files cannot be written in ``folder`` (made if missing, as SB3 makes it), or None."""
     path = os.path.abspath(folder)
     existing = path
@@ -346,9 +396,11 @@ def check_save_folders(callback: object, tensorboard_log: object) -> None:
             folders.append((f"{name}'s {attribute}", getattr(item, attribute, None)))
         log_path = getattr(item, "log_path", None)  # EvalCallback's: the file evaluations.npz in that folder
         folders.append((f"{name}'s log_path", os.path.dirname(log_path) if isinstance(log_path, str) else None))
+    if tensorboard_log is not None and not isinstance(tensorboard_log, (str, os.PathLike)):
+        raise HyperparameterError(f"tensorboard_log must be None or a folder's path, got {tensorboard_log!r}")
     for name, folder in folders:
         if isinstance(folder, (str, os.PathLike)) and str(folder):
-            problem = _writable_folder_problem(os.fspath(folder))
+            problem = writable_folder_problem(os.fspath(folder))
             if problem is not None:
                 raise HyperparameterError(f"{name}={os.fspath(folder)!r} cannot be written: {problem}; nothing was trained")
 
@@ -395,6 +447,25 @@ def check_action_masks(action_masks: object, action_space: object, n_observation
         )
 
 
+def check_episode_starts(episode_start: object, n_observations: int | None) -> None:
+    """
+    ``predict``'s ``episode_start`` for ``RecurrentPPO_EWMA``: one flag per observation (sb3-contrib's policy reshapes
+    it to the number of observations, and fails with "shape '[2, -1]' is invalid for input of size 3"). ``None`` (no
+    episode starts) passes, as does a count of observations that cannot be read (``predict`` reports that).
+
+    :param episode_start: the flags given to ``predict``
+    :param n_observations: the number of observations given to ``predict`` (:func:`count_observations`)
+    """
+    if episode_start is None or n_observations is None:
+        return
+    flags = np.asarray(episode_start)
+    if flags.size != n_observations:
+        raise HyperparameterError(
+            f"episode_start of shape {flags.shape} for {n_observations} observation(s): give one flag per observation "
+            f"(shape ({n_observations},), True where an episode starts), or None"
+        )
+
+
 def count_observations(observation: object, observation_space: object) -> int | None:
     """
     The number of observations given to ``predict`` (1 for a single one, the batch size for a batch, as SB3's
@@ -427,17 +498,19 @@ def warn_cuda_unavailable(device: object) -> None:
     """
     Warn once per process, at the user's line, when ``device`` names CUDA (``"cuda"``, ``"cuda:1"``, a CUDA
     ``torch.device``) and no CUDA GPU is available: SB3 then trains on the CPU without a word. ``"auto"`` stays quiet.
+    A name that is not a torch device (``"gpu"``) raises a ``ValueError`` (torch's ``RuntimeError`` in SB3).
     """
     global _CUDA_FALLBACK_WARNED
     import torch as th
 
-    if _CUDA_FALLBACK_WARNED:
-        return
     try:
-        asked = th.device(device) if isinstance(device, (str, th.device)) else None
+        asked = th.device(device) if isinstance(device, (str, th.device)) and device != "auto" else None
     except (RuntimeError, ValueError):
-        return  # not a device name: SB3's own error
-    if asked is None or asked.type != "cuda" or th.cuda.is_available():
+        # torch's own message lists twenty device types without naming the argument
+        raise HyperparameterError(
+            f"device must be 'auto', 'cpu', 'cuda', 'cuda:N' or another torch device ('mps', 'xpu'), got {device!r}"
+        ) from None
+    if _CUDA_FALLBACK_WARNED or asked is None or asked.type != "cuda" or th.cuda.is_available():
         return
     _CUDA_FALLBACK_WARNED = True
     warn_at_caller(f"device={device!r}: no CUDA GPU is available here, so the model trains on the CPU (SB3's fallback)")

@@ -8,7 +8,6 @@ that says where it came from, before any update uses it:
 - a minibatch's gradient, before the optimizer step (:func:`check_finite_gradient_norm`): the weights stay as they were.
 """
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +17,7 @@ from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvObs, VecEnvStepReturn
 
 from sb3_ewma.common.checks import NonFiniteError
+from sb3_ewma.common.checks import scheduled_value as scheduled_value  # beside check_schedule, which uses it
 
 
 def first_non_finite(array: np.ndarray) -> tuple[int, ...] | None:
@@ -120,22 +120,6 @@ class FiniteStepsVecEnv(VecEnvWrapper):
     def _where(self) -> str:
         timesteps = self.num_timesteps + self.steps * self.timesteps_per_step
         return f"at step {self.steps} of the rollout (num_timesteps {timesteps})"
-
-
-def scheduled_value(
-    name: str, schedule: Callable[[float], Any], progress_remaining: float, infinity_allowed: bool = False
-) -> float:
-    """
-    ``schedule(progress_remaining)``, or a ``NonFiniteError`` naming the setting if it is NaN (or infinite, unless
-    ``infinity_allowed``: an infinite clip range is no clipping).
-    """
-    value = float(schedule(progress_remaining))
-    if math.isnan(value) or (math.isinf(value) and not infinity_allowed):
-        raise NonFiniteError(
-            f"the {name} schedule returned {value} at progress_remaining={progress_remaining:.6g}: a schedule must "
-            f"return a finite number at every progress from 1 (start) to 0 (end)"
-        )
-    return value
 
 
 def check_finite_gradient_norm(total_norm: th.Tensor, log_prefix: str, n_updates: int) -> None:

@@ -215,13 +215,29 @@ def check_load_keywords(algorithm: type, keywords: dict[str, Any], saved: dict[s
     model unchecked, and a bad one fails deep inside it. The settings they are checked against (``n_steps`` for a new
     ``batch_size``, ...) are the saved ones (the defaults where the file's data cannot be read first: a stream).
 
+    A keyword that is neither a constructor argument nor an entry of the saved data (a misspelt setting:
+    ``learnig_rate=1e-4``), which SB3's ``load`` sets as an attribute that nothing reads, gets a warning at the
+    caller's line (SB3 takes it without a word; it is not refused).
+
     :param algorithm: the class whose ``load`` it is
     :param keywords: ``load``'s ``**kwargs``
     :param saved: the file's ``data``, or None
     """
     import inspect
 
+    from sb3_ewma.common.checks import warn_at_caller
+    from sb3_ewma.common.keywords import unknown_keyword_message
+
     parameters = inspect.signature(algorithm).parameters
+    for name, value in keywords.items():
+        # SB3's load sets any keyword as an attribute: one that no setting or saved entry has is most likely misspelt
+        if name not in parameters and not name.startswith("_") and (saved is None or name not in saved):
+            if not hasattr(algorithm, name):
+                message = unknown_keyword_message(algorithm, name, value).rstrip(".")
+                warn_at_caller(
+                    f"load(..., {name}={value!r}): {message}{' ' if message.endswith('?') else '. '}SB3's load sets it "
+                    "as an attribute of the model, which nothing reads"
+                )
     given = {name: value for name, value in keywords.items() if name in parameters and name not in _LOAD_OWN_ARGUMENTS}
     if not given:
         return

@@ -2,6 +2,7 @@ import math
 from collections.abc import Iterator
 from typing import Any, ClassVar, TypeAlias, TypeVar, cast
 
+import numpy as np
 import torch as th
 from gymnasium import spaces
 from sb3_contrib import RecurrentPPO
@@ -13,7 +14,12 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.vec_env import VecEnv
 
-from sb3_ewma.common.checks import check_constructor_arguments, check_on_policy_hyperparams
+from sb3_ewma.common.checks import (
+    check_constructor_arguments,
+    check_episode_starts,
+    check_on_policy_hyperparams,
+    count_observations,
+)
 from sb3_ewma.common.collection.rollout import tensors_to
 from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
 from sb3_ewma.common.decoupled.options import check_decoupled_options
@@ -289,6 +295,20 @@ class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
         typed as this class's (as ``RecurrentPPO.learn`` is typed as ``RecurrentPPO``'s).
         """
         return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
+
+    def predict(
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        """
+        ``RecurrentPPO.predict`` (same arguments); an ``episode_start`` without one flag per observation is refused
+        first (:func:`~sb3_ewma.common.checks.check_episode_starts`).
+        """
+        check_episode_starts(episode_start, count_observations(observation, self.observation_space))
+        return super().predict(observation, state, episode_start, deterministic)
 
     def _collect_rollout_with(
         self, policy: Any, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int

@@ -9,6 +9,7 @@ import difflib
 import inspect
 import numbers
 import warnings
+from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -99,6 +100,11 @@ def scale_with_log(
     :func:`scale_hyperparams` with positional arguments, returning the log instead of warning (the command line prints
     it): ``(rescaled settings, what changed and the caveats)``.
     """
+    if not isinstance(hyperparams, Mapping):
+        raise ValueError(
+            "hyperparams must be a dict of an rl-zoo3 entry's settings ({'n_envs': 8, 'batch_size': 256, ...}), got "
+            f"{hyperparams!r}"
+        )
     n_envs = _check_n_envs("n_envs", n_envs)
     if "n_envs" in hyperparams:
         reference = _check_n_envs("the reference n_envs (hyperparams['n_envs'])", hyperparams["n_envs"])

@@ -136,6 +136,23 @@ def learning_rate_rule(policy_kwargs: Any, lr_rule: str | None) -> tuple[str, st
     return detected, description, detected == "sqrt"
 
 
+def schedule_start(name: str, value: str) -> float:
+    """
+    The initial value of an rl-zoo3 schedule string (``"lin_2.5e-4"``: rl-zoo3 reads ``"<prefix>_<initial value>"`` as
+    a linear schedule from the initial value to 0), or a ``ValueError`` naming the setting (rl-zoo3's own is "could
+    not convert string to float").
+    """
+    parts = value.split("_")
+    try:
+        if len(parts) != 2:
+            raise ValueError
+        return float(parts[1])
+    except ValueError:
+        raise ValueError(
+            f"{name}: cannot read {value!r}; rl-zoo3 takes a number or a schedule string like 'lin_2.5e-4'"
+        ) from None
+
+
 def scale_rate(name: str, value: Any, factor: float) -> Any:
     """Multiply a learning rate given as a number, an rl-zoo3 ``"lin_<value>"`` string or a schedule."""
     if isinstance(value, bool):
@@ -143,17 +160,7 @@ def scale_rate(name: str, value: Any, factor: float) -> Any:
     if isinstance(value, numbers.Real):
         return float(value) * factor
     if isinstance(value, str):
-        # rl-zoo3 reads "<prefix>_<initial value>" as a linear schedule from the initial value to 0
-        parts = value.split("_")
-        try:
-            if len(parts) != 2:
-                raise ValueError
-            initial_value = float(parts[1])
-        except ValueError:
-            raise ValueError(
-                f"{name}: cannot read {value!r}; rl-zoo3 takes a number or a schedule string like 'lin_2.5e-4'"
-            ) from None
-        return f"{parts[0]}_{initial_value * factor!r}"
+        return f"{value.split('_')[0]}_{schedule_start(name, value) * factor!r}"
     if callable(value):
         # a callable learning rate is a schedule: progress remaining -> value (SB3's Schedule)
         return scale_schedule(cast(Callable[[float], float], value), factor)

@@ -112,6 +112,7 @@ class TrainArgumentParser(argparse.ArgumentParser):
             scale_options_from_args(parsed)
             check_train_counts(parsed)
             check_device_argument(parsed)
+            check_storage_argument(parsed)
         except ValueError as error:
             self.error(str(error))
         num_threads = getattr(parsed, "num_threads", threads.AUTO)
@@ -190,25 +191,65 @@ EVAL_FREQ_HELP = (
 )
 
 
+SAVE_FREQ_HELP = (
+    "Save a checkpoint every n steps (any value <= 0, e.g. -1, the default, saves none: rl-zoo3 saves checkpoints only "
+    "for values > 0)"
+)
+
+
 def _set_eval_freq_help(parser: argparse.ArgumentParser) -> None:
-    """rl-zoo3's ``--eval-freq`` help, saying that 0 turns evaluation off as -1 does (rl-zoo3: ``eval_freq > 0``)."""
+    """
+    rl-zoo3's ``--eval-freq`` and ``--save-freq`` help, saying that 0 turns them off as -1 does (rl-zoo3:
+    ``eval_freq > 0``, ``save_freq > 0``).
+    """
     for action in parser._actions:
         if "--eval-freq" in action.option_strings:
             action.help = EVAL_FREQ_HELP
+        if "--save-freq" in action.option_strings:
+            action.help = SAVE_FREQ_HELP
+
+
+def check_storage_argument(args: argparse.Namespace) -> None:
+    """
+    Raise a ``ValueError`` for an ``-optimize`` ``--storage`` that Optuna cannot open: rl-zoo3 takes a path ending in
+    ``.log`` (a journal file) or an SQLAlchemy database URL (``sqlite:///study.db``); anything else fails in
+    SQLAlchemy's URL parser with a traceback, after the study's settings are printed. Arguments without it pass.
+    """
+    storage = getattr(args, "storage", None)
+    if storage is not None and not storage.endswith(".log") and "://" not in storage:
+        raise ValueError(
+            f"argument --storage: {storage!r} is neither a journal file (a path ending in .log) nor a database URL "
+            "(sqlite:///study.db, postgresql://user@host/db)"
+        )
+
+
+def check_output_folder(args: argparse.Namespace) -> None:
+    """
+    ``record_video``'s ``-o/--output-folder``: a folder that can be written (made if missing), checked with
+    :func:`sb3_ewma.common.checks.writable_folder_problem` before the model is loaded (a file there failed after
+    playing, with ``'DummyVecEnv' object has no attribute 'recorded_frames'``). Arguments without it pass.
+    """
+    from sb3_ewma.common.checks import writable_folder_problem
+
+    folder = getattr(args, "output_folder", None)
+    problem = writable_folder_problem(folder) if folder else None
+    if problem is not None:
+        raise ValueError(f"argument -o/--output-folder: {folder!r} cannot be written: {problem}")
 
 
 def check_play_counts(argv: Sequence[str], prog: str, check_device: bool = True) -> None:
     """
     ``enjoy`` / ``record_video``: ``-n`` (steps to play) and ``--n-envs`` must be >= 1 (rl-zoo3 plays nothing for
     ``-n 0``, and fails to build ``--n-envs 0`` environments), and ``--device`` must be one this machine has
-    (:func:`check_device_argument`; ``check_device=False`` for ``record_video``, which has no ``--device``), checked
-    before rl-zoo3 loads anything; an argparse error (status 2) otherwise. Values that are not integers are left to
-    rl-zoo3's parser.
+    (:func:`check_device_argument`; ``check_device=False`` for ``record_video``, which has no ``--device`` but an
+    output folder, :func:`check_output_folder`), checked before rl-zoo3 loads anything; an argparse error (status 2)
+    otherwise. Values that are not integers are left to rl-zoo3's parser.
     """
     parser = argparse.ArgumentParser(prog=prog, add_help=False, allow_abbrev=False)
     parser.add_argument("-n", "--n-timesteps", type=int, default=1)
     parser.add_argument("--n-envs", type=int, default=1)
     parser.add_argument("--device", default="auto")
+    parser.add_argument("-o", "--output-folder", default=None)
     try:
         known, _ = parser.parse_known_args(list(argv))
     except SystemExit:
@@ -216,6 +257,8 @@ def check_play_counts(argv: Sequence[str], prog: str, check_device: bool = True)
     try:
         if check_device:
             check_device_argument(known)
+        else:
+            check_output_folder(known)
     except ValueError as error:
         parser.exit(2, f"{prog}: error: {error}\n")
     for flag, value, what in (

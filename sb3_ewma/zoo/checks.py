@@ -7,18 +7,19 @@ an empty run folder that ``enjoy`` then picks; :func:`remove_unused_run_folder` 
 fails anyway.
 """
 
+import contextlib
 import glob
 import numbers
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import gymnasium as gym
 from gymnasium import spaces
 
 from sb3_ewma.common.keywords import constructor_keywords, unknown_keyword_message
-from sb3_ewma.scale.zoo_entry import ZOO_ENTRY_KEYS
+from sb3_ewma.scale.zoo_entry import ZOO_ENTRY_KEYS, schedule_start
 
 SET_BY_COMMAND_LINE: dict[str, str] = {
     "env": "--env",
@@ -284,24 +285,96 @@ def entry_origin(algo: str, scale_n_envs: int | None = None) -> str:
     return f"-params or the hyperparameter entry of --algo {algo}{rescaled}"
 
 
-def check_entry_counts(algo: str, hyperparams: dict[str, Any], scale_n_envs: int | None = None) -> None:
+def check_entry_counts(
+    algo: str, hyperparams: dict[str, Any], scale_n_envs: int | None = None, n_timesteps_flag: int = -1
+) -> None:
     """
-    Raise a ``ValueError`` for an entry's ``n_envs`` (after ``-params``) that is not a count >= 1 (rl-zoo3 passes it
-    to ``make_vec_env``: 0 fails with DummyVecEnv's ``IndexError`` after the run folder exists), with
-    :func:`sb3_ewma.common.checks.check_integer`'s message. A missing ``n_envs`` is rl-zoo3's 1.
+    Raise a ``ValueError`` for an entry's count (after ``-params``) that cannot work, with
+    :func:`sb3_ewma.common.checks.check_integer`'s and :func:`~sb3_ewma.common.checks.check_number`'s messages:
+    ``n_envs`` below 1 (rl-zoo3 passes it to ``make_vec_env``: 0 fails with DummyVecEnv's ``IndexError`` after the run
+    folder exists), ``frame_stack`` below 1 (SB3's ``VecFrameStack`` asserts it without a message) and a negative
+    ``n_timesteps`` (what ``learn`` gets without ``-n``: ``learn`` refuses it after the run folder exists). A missing
+    key is rl-zoo3's default.
 
     :param algo: the rl-zoo3 name (``--algo``)
     :param hyperparams: the entry, with rl-zoo3's keys
     :param scale_n_envs: ``--scale-n-envs``, when the entry was rescaled
+    :param n_timesteps_flag: ``-n``: above 0 it replaces the entry's ``n_timesteps``, which is then not checked
     """
-    from sb3_ewma.common.checks import check_integer
+    from sb3_ewma.common.checks import check_integer, check_number
 
-    if "n_envs" not in hyperparams:
-        return
     try:
-        check_integer("n_envs", hyperparams["n_envs"], 1)
+        for key in ("n_envs", "frame_stack"):
+            if key in hyperparams and not (key == "frame_stack" and hyperparams[key] is None):
+                check_integer(key, hyperparams[key], 1)
+        if "n_timesteps" in hyperparams and n_timesteps_flag <= 0:
+            # rl-zoo3 reads it with int(): a float such as 1e5 is its usual form
+            check_number("n_timesteps", hyperparams["n_timesteps"], 0.0)
     except ValueError as error:
         raise ValueError(f"{error} ({entry_origin(algo, scale_n_envs)}; nothing was written)") from None
+
+
+def check_entry_schedules(algo: str, hyperparams: dict[str, Any]) -> dict[str, Any]:
+    """
+    The values of :data:`SCHEDULE_KEYS` in the entry (after ``-params``), checked before rl-zoo3 makes schedules of
+    them: an rl-zoo3 schedule string that it cannot read (``"lin_abc"``: "could not convert string to float") raises
+    a ``ValueError`` naming the key (:func:`sb3_ewma.scale.zoo_entry.schedule_start`).
+
+    :param algo: the rl-zoo3 name (``--algo``)
+    :param hyperparams: the entry, with rl-zoo3's keys
+    :return: the values of :data:`SCHEDULE_KEYS` as the entry has them (``raw_schedules`` of :func:`check_entry_values`)
+    """
+    raw_schedules = {key: hyperparams[key] for key in SCHEDULE_KEYS if key in hyperparams}
+    for key, value in raw_schedules.items():
+        if isinstance(value, str):
+            try:
+                schedule_start(key, value)
+            except ValueError as error:
+                raise ValueError(f"{error} ({entry_origin(algo)}; nothing was written)") from None
+    return raw_schedules
+
+
+def evaluate_policy_kwargs(algo: str, text: str, namespace: dict[str, Any]) -> Any:
+    """
+    An entry's ``policy_kwargs`` string, evaluated as Python in ``namespace`` (as rl-zoo3 evaluates it), or a
+    ``ValueError`` that names it, where ``eval`` printed its traceback (``NameError: name 'big' is not defined``).
+
+    :param algo: the rl-zoo3 name (``--algo``)
+    :param text: the string
+    :param namespace: the names the string may use (``nn``, ``th``, ``ImpalaCNN``, ...)
+    """
+    try:
+        return eval(text, namespace)
+    except Exception as error:
+        raise ValueError(
+            f"policy_kwargs {text!r} ({entry_origin(algo)}) is read as Python and gives {type(error).__name__}: {error}; "
+            'write it as Python, with names of torch as nn and th: "dict(net_arch=[64, 64], activation_fn=nn.Tanh)". '
+            "Nothing was written."
+        ) from None
+
+
+IMPORTED_ENTRY_KEYS = ("env_wrapper", "vec_env_wrapper", "callback")
+"""The entry's keys whose values rl-zoo3 imports (``"module.Class"``, or lists and dicts of them)."""
+
+
+@contextlib.contextmanager
+def named_entry_imports(algo: str, hyperparams: dict[str, Any]) -> Iterator[None]:
+    """
+    Within it, rl-zoo3's import of the entry's :data:`IMPORTED_ENTRY_KEYS` (``get_class_by_name``) that fails (a
+    module or class that is not there: "No module named 'not_a_module'") raises a ``ValueError`` that names the keys
+    and their values.
+    """
+    try:
+        yield
+    except (ImportError, AttributeError) as error:
+        given = {key: hyperparams[key] for key in IMPORTED_ENTRY_KEYS if key in hyperparams}
+        if not given:
+            raise
+        named = ", ".join(f"{key}: {value!r}" for key, value in given.items())
+        raise ValueError(
+            f"{error} ({named}, {entry_origin(algo)}: rl-zoo3 imports each value as 'module.Class' from the modules "
+            "Python finds; nothing was written)"
+        ) from error
 
 
 def check_entry_values(
@@ -318,9 +391,10 @@ def check_entry_values(
     script's call refuses, with the same message (and the place the values came from). rl-zoo3 turns numbers of
     :data:`SCHEDULE_KEYS` into constant schedules, which the constructors accept whatever their value
     (``-params clip_range:0`` would train a frozen policy): those keys are checked as the numbers they were
-    (``raw_schedules``). The constructors' warnings are left to the real call. A ``ValueError`` (or SB3's
-    ``AssertionError``) becomes a ``ValueError``, a ``TypeError`` stays one, each with its message and where the values
-    came from.
+    (``raw_schedules``), and an rl-zoo3 schedule string ``"lin_<value>"`` as its initial value (``lin_0`` is 0 all
+    along). The constructors' warnings are left to the real call. A ``ValueError`` (or SB3's ``AssertionError``)
+    becomes a ``ValueError``, a ``TypeError`` stays one, each with its message and where the values came from. An
+    entry without a ``policy`` is a ``ValueError`` that says how to give one.
 
     :param algo: the rl-zoo3 name (``--algo``)
     :param algorithm: its class
@@ -332,9 +406,19 @@ def check_entry_values(
     import warnings
 
     if "policy" not in constructor_kwargs:
-        return  # rl-zoo3's own error (a KeyError) names the missing policy
+        # the constructor's TypeError would say "missing 1 required positional argument: 'policy'"
+        policies = ", ".join(getattr(algorithm, "policy_aliases", {})) or "MlpPolicy"
+        raise ValueError(
+            f"the hyperparameter entry of --algo {algo} has no policy: add one ({policies}) to the entry, or "
+            f"-params \"policy:'{next(iter(getattr(algorithm, 'policy_aliases', {'MlpPolicy': None})))}'\"; nothing was "
+            "written"
+        )
     kwargs = dict(constructor_kwargs)
+    schedule_strings = []
     for key, value in raw_schedules.items():
+        if isinstance(value, str):
+            value = schedule_start(key, value)
+            schedule_strings.append(key)
         if isinstance(value, numbers.Real) and not isinstance(value, bool):
             kwargs[key] = value
     policy = kwargs.pop("policy")
@@ -344,6 +428,9 @@ def check_entry_values(
             algorithm(policy, None, _init_setup_model=False, **kwargs)
     except (ValueError, AssertionError, TypeError) as error:
         message = str(error).strip() or type(error).__name__
+        for key in schedule_strings:
+            if message.startswith(f"{key} "):
+                message += f" (the start of {key} {raw_schedules[key]!r}, an rl-zoo3 linear schedule)"
         # a TypeError stays one (a policy keyword of another algorithm's policy, say): its message says what it is
         error_type = TypeError if isinstance(error, TypeError) else ValueError
         raise error_type(f"{message} ({entry_origin(algo, scale_n_envs)}; nothing was written)") from error
@@ -400,6 +487,28 @@ def device_problem(device: Any) -> str | None:
             f"{available_devices()}"
         )
     return None
+
+
+def check_hyperparameter_file(path: str) -> None:
+    """
+    Raise a ``ValueError`` for a hyperparameter file (``-conf``, ``.yml`` or ``.yaml``) that rl-zoo3 cannot read: not
+    YAML (:func:`yaml_error_message`), or YAML that is not a mapping of environment ids to entries (a list: rl-zoo3
+    fails with "'list' object has no attribute 'keys'"). A missing file, or a Python module, is left to rl-zoo3.
+    """
+    import yaml
+
+    if not path.endswith((".yml", ".yaml")) or not os.path.isfile(path):
+        return
+    with open(path) as file:
+        try:
+            content = yaml.safe_load(file)
+        except yaml.YAMLError as error:
+            raise ValueError(yaml_error_message(path, error)) from error
+    if not isinstance(content, dict):
+        raise ValueError(
+            f"the hyperparameter file {path} holds a {type(content).__name__}, not a mapping of environment ids to "
+            "entries: write 'CartPole-v1:' and under it the entry's 'key: value' lines, indented. Nothing was written."
+        )
 
 
 def yaml_error_message(path: str, error: Exception) -> str:

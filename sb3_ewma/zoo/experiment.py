@@ -26,14 +26,17 @@ from sb3_ewma.scale import scale_hyperparams_with_report
 from sb3_ewma.zoo import threads
 from sb3_ewma.zoo.arguments import ScaleOptions, scale_options_from_args
 from sb3_ewma.zoo.checks import (
-    SCHEDULE_KEYS,
     check_async_rollouts_env,
     check_entry_counts,
     check_entry_keys,
+    check_entry_schedules,
     check_entry_values,
     check_env_spaces,
+    check_hyperparameter_file,
+    evaluate_policy_kwargs,
     is_non_finite_error,
     missing_folders,
+    named_entry_imports,
     non_finite_message,
     remove_run_folder_without_model,
     remove_unused_run_folder,
@@ -223,6 +226,8 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
         return hyperparams, saved_hyperparams
 
     def _read_entry(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        if self.config is not None and (self.entry_choice is None or self.entry_choice.source != "derived"):
+            check_hyperparameter_file(str(self.config))
         try:
             return self._read_entry_unchecked()
         except yaml.YAMLError as error:
@@ -256,7 +261,8 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
 
     def _read_scaled_hyperparameters(self) -> tuple[dict[str, Any], dict[str, Any]]:
         hyperparams, saved_hyperparams = self._read_entry()
-        check_entry_counts(self.algo, hyperparams)  # any algorithm's: before --scale-n-envs divides by it
+        # any algorithm's: before --scale-n-envs divides by n_envs
+        check_entry_counts(self.algo, hyperparams, n_timesteps_flag=self.n_timesteps)
         if self.scale is None:
             return hyperparams, saved_hyperparams
         reference_n_envs = None if "n_envs" in hyperparams else 1
@@ -288,6 +294,9 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
         if self.rank == 0 and self.eval_freq <= 0 and self.eval_freq != -1 and not self.optimize_hyperparameters:
             # rl-zoo3 evaluates only for eval_freq > 0, without a word for the others: -1 is its documented "off"
             print(f"No evaluation: --eval-freq {self.eval_freq} turns it off (as any value <= 0 does; -1 by convention)")
+        if self.rank == 0 and self.save_freq <= 0 and self.save_freq != -1:
+            # the same for checkpoints (rl-zoo3: save_freq > 0)
+            print(f"No checkpoints: --save-freq {self.save_freq} turns them off (as any value <= 0 does; -1 by convention)")
         if self.rank == 0:
             # save_freq and eval_freq count global steps: each step of rank 0 is world_size * n_envs of them
             with patched(self, "n_envs", self.n_envs * self.world_size):
@@ -315,11 +324,13 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
         self, hyperparams: dict[str, Any]
     ) -> tuple[dict[str, Any], Callable | None, list[Any], Callable | None]:
         if isinstance(hyperparams.get("policy_kwargs"), str):
-            namespace = {**vars(rl_zoo3.exp_manager), **POLICY_KWARGS_NAMESPACE}
-            hyperparams["policy_kwargs"] = eval(hyperparams["policy_kwargs"], namespace)
-        # the numbers rl-zoo3 is about to turn into constant schedules, checked as numbers (check_entry_values)
-        raw_schedules = {key: hyperparams[key] for key in SCHEDULE_KEYS if key in hyperparams}
-        result = super()._preprocess_hyperparams(hyperparams)
+            hyperparams["policy_kwargs"] = evaluate_policy_kwargs(
+                self.algo, hyperparams["policy_kwargs"], {**vars(rl_zoo3.exp_manager), **POLICY_KWARGS_NAMESPACE}
+            )
+        # the values rl-zoo3 is about to turn into schedules, checked as numbers (check_entry_values)
+        raw_schedules = check_entry_schedules(self.algo, hyperparams)
+        with named_entry_imports(self.algo, hyperparams):
+            result = super()._preprocess_hyperparams(hyperparams)
         if self.algo in ZOO_ALGOS:
             # before rl-zoo3 creates the run folder (sb3_ewma.zoo.checks)
             algorithm = ZOO_ALGORITHMS[self.algo]

@@ -606,3 +606,24 @@ def test_recurrent_predict_takes_one_episode_start_per_observation() -> None:
 def test_scale_hyperparams_names_what_is_not_an_entry() -> None:
     with pytest.raises(ValueError, match=r"^hyperparams must be a dict of an rl-zoo3 entry's settings .*got None$"):
         scale_hyperparams(None, 16)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_predict_names_a_non_finite_observation(name: str) -> None:
+    # SB3: torch's "Expected parameter logits ... found invalid values", which names the policy's output
+    model = make(name)
+    with pytest.raises(
+        ValueError,
+        match=r"^predict was given a non-finite observation \(nan at index \(1,\)\): the policy acts on finite observations",
+    ):
+        model.predict(np.array([0.0, np.nan], dtype=np.float32))
+    with pytest.raises(ValueError, match=r"^predict was given a non-finite observation \(inf at index \(1, 0\)\)"):
+        model.predict(np.array([[0.0, 0.0], [np.inf, 0.0]], dtype=np.float32))
+    assert model.predict(np.zeros(2, dtype=np.float32))[0].shape == ()
+
+
+def test_load_names_a_device_that_is_not_one(tmp_path: Path) -> None:
+    make("PPO_EWMA").save(tmp_path / "model.zip")
+    with pytest.raises(ValueError, match=r"^device must be 'auto', 'cpu', 'cuda', 'cuda:N' .*got 'gpu'$"):
+        PPO_EWMA.load(tmp_path / "model.zip", device="gpu")
+    assert PPO_EWMA.load(tmp_path / "model.zip", device="cpu").device == th.device("cpu")

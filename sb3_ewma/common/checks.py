@@ -491,6 +491,24 @@ def count_observations(observation: object, observation_space: object) -> int | 
         return None
 
 
+def check_device_name(device: object) -> Any:
+    """
+    ``device``: ``"auto"``, a torch device name (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``) or a
+    ``torch.device``; a name that is not a torch device (``"gpu"``) raises a ``ValueError`` naming the argument (SB3:
+    torch's ``RuntimeError``, a list of twenty device types). Other types are SB3's to take or refuse.
+
+    :return: the parsed ``torch.device``, or None for ``"auto"`` and other types
+    """
+    import torch as th
+
+    try:
+        return th.device(device) if isinstance(device, (str, th.device)) and device != "auto" else None
+    except (RuntimeError, ValueError):
+        raise HyperparameterError(
+            f"device must be 'auto', 'cpu', 'cuda', 'cuda:N' or another torch device ('mps', 'xpu'), got {device!r}"
+        ) from None
+
+
 _CUDA_FALLBACK_WARNED = False
 
 
@@ -498,18 +516,12 @@ def warn_cuda_unavailable(device: object) -> None:
     """
     Warn once per process, at the user's line, when ``device`` names CUDA (``"cuda"``, ``"cuda:1"``, a CUDA
     ``torch.device``) and no CUDA GPU is available: SB3 then trains on the CPU without a word. ``"auto"`` stays quiet.
-    A name that is not a torch device (``"gpu"``) raises a ``ValueError`` (torch's ``RuntimeError`` in SB3).
+    A name that is not a torch device (``"gpu"``) raises a ``ValueError`` (:func:`check_device_name`).
     """
     global _CUDA_FALLBACK_WARNED
     import torch as th
 
-    try:
-        asked = th.device(device) if isinstance(device, (str, th.device)) and device != "auto" else None
-    except (RuntimeError, ValueError):
-        # torch's own message lists twenty device types without naming the argument
-        raise HyperparameterError(
-            f"device must be 'auto', 'cpu', 'cuda', 'cuda:N' or another torch device ('mps', 'xpu'), got {device!r}"
-        ) from None
+    asked = check_device_name(device)
     if _CUDA_FALLBACK_WARNED or asked is None or asked.type != "cuda" or th.cuda.is_available():
         return
     _CUDA_FALLBACK_WARNED = True

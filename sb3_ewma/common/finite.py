@@ -64,6 +64,25 @@ def check_finite_observation(observation: Any, where: Callable[[], str], batched
         raise NonFiniteError(f"the environment returned a non-finite observation{key} ({value}) {place} {where()}: {_ADVICE}")
 
 
+def check_finite_prediction_input(observation: Any) -> None:
+    """
+    Raise a ``NonFiniteError`` if an observation given to ``predict`` (an array, or a dict or tuple of arrays) holds a
+    NaN or an infinity, which the policy would turn into NaN action parameters (torch's "Expected parameter logits ...
+    found invalid values", which names the policy's output, not its input). One sum per array.
+    """
+    try:
+        arrays = _arrays_of(observation)
+    except (TypeError, ValueError):
+        return  # not arrays (a ragged list): predict's own message says what it expects
+    for key, array in arrays:
+        index = first_non_finite(array)
+        if index is not None:
+            raise NonFiniteError(
+                f"predict was given a non-finite observation{key} ({array[index]} at index {index}): the policy acts on "
+                "finite observations only; check the environment or the code that built the observation"
+            )
+
+
 def check_finite_rewards(rewards: np.ndarray, where: Callable[[], str]) -> None:
     """Raise a ``NonFiniteError`` if a step's rewards (one per environment) hold a NaN or an infinity."""
     index = first_non_finite(np.asarray(rewards))

@@ -25,6 +25,7 @@ from sb3_ewma.common.decoupled.options import check_decoupled_options
 from sb3_ewma.common.distributed import rank_local_settings
 from sb3_ewma.common.distributions import policy_latents
 from sb3_ewma.common.export import to_parent_algorithm
+from sb3_ewma.common.finite import check_finite_prediction_input
 from sb3_ewma.common.keywords import check_policy_keywords
 from sb3_ewma.maskable_ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
@@ -356,5 +357,6 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
     ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
         """``MaskablePPO.predict``, with the parameters of an iteration boundary under ``async_rollouts``."""
         check_action_masks(action_masks, self.action_space, count_observations(observation, self.observation_space))
+        check_finite_prediction_input(observation)
         with self._training_lock:
             return MaskablePPO.predict(self, observation, state, episode_start, deterministic, action_masks)

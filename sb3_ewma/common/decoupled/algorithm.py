@@ -26,7 +26,13 @@ from stable_baselines3.common.utils import explained_variance
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
 
-from sb3_ewma.common.checks import check_callback, check_learn_arguments, check_observation_space, check_save_folders
+from sb3_ewma.common.checks import (
+    check_callback,
+    check_device_name,
+    check_learn_arguments,
+    check_observation_space,
+    check_save_folders,
+)
 from sb3_ewma.common.collection.overlap import learn_with_overlapped_rollouts, rollout_settings
 from sb3_ewma.common.collection.rollout import RolloutView, new_rollout_buffer
 from sb3_ewma.common.decoupled.advantages import AdvantageNormalizer
@@ -54,6 +60,7 @@ from sb3_ewma.common.finite import (
     FiniteStepsVecEnv,
     check_finite_gradient_norm,
     check_finite_observation,
+    check_finite_prediction_input,
     scheduled_value,
 )
 from sb3_ewma.common.format import without_rounding_noise
@@ -428,7 +435,11 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         episode_start: np.ndarray | None = None,
         deterministic: bool = False,
     ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
-        """SB3's ``predict``, with the parameters of an iteration boundary under ``async_rollouts``."""
+        """
+        SB3's ``predict``, with the parameters of an iteration boundary under ``async_rollouts``; an observation that
+        holds NaN or infinity is refused first (:func:`~sb3_ewma.common.finite.check_finite_prediction_input`).
+        """
+        check_finite_prediction_input(observation)
         with self._training_lock:
             return super().predict(observation, state, episode_start, deterministic)
 
@@ -462,6 +473,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         SB3's ``load``, for the files this algorithm opens (its own, and its parent's: the EWMA then starts from the
         loaded policy); ``env`` may be a registered environment id.
         """
+        check_device_name(device)  # before the file is opened
         data = check_loadable(cls, path)
         check_load_keywords(cls, kwargs, data)
         if isinstance(env, str):

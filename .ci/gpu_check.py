@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch as th
 import torch.distributed as dist
@@ -114,6 +115,16 @@ def masked_env() -> Any:
     return InvalidActionEnvDiscrete(dim=4, ep_length=10, n_invalid_actions=1)
 
 
+class StepPids(gym.Wrapper):
+    """Leaves a file named for each process that steps the environment in ``folder`` (a forked collector's pid too)."""
+
+    folder = Path(".")
+
+    def step(self, action: Any) -> Any:
+        (self.folder / str(os.getpid())).touch()
+        return self.env.step(action)
+
+
 def check_collector(device: str, steps: int, out_dir: Path) -> None:
     want = indexed(device)
     cases = (
@@ -125,7 +136,9 @@ def check_collector(device: str, steps: int, out_dir: Path) -> None:
     for algo, policy, env_id, kwargs in cases:
         name = algo.__name__
         start = time.perf_counter()
-        env = make_vec_env(env_id, n_envs=N_ENVS, seed=0)
+        StepPids.folder = out_dir / f"{name}_pids"
+        StepPids.folder.mkdir()
+        env = make_vec_env(env_id, n_envs=N_ENVS, seed=0, wrapper_class=StepPids)
         model = algo(
             policy,
             env,
@@ -140,6 +153,9 @@ def check_collector(device: str, steps: int, out_dir: Path) -> None:
         assert indexed(model.device) == want, f"{name} is on {model.device}, not {want}"
         model.learn(steps)
         assert model.num_timesteps == steps, f"{name}: {model.num_timesteps} steps, not {steps}"
+        children = sorted(int(p.name) for p in StepPids.folder.iterdir() if int(p.name) != os.getpid())
+        assert children, f"{name}: no process but this one stepped the environments"
+        assert (StepPids.folder / str(os.getpid())).exists(), f"{name}: this process collected no rollout (the first)"
         parameters_on(model, want)
         path = out_dir / f"{name}.zip"
         model.save(path)
@@ -148,8 +164,9 @@ def check_collector(device: str, steps: int, out_dir: Path) -> None:
         assert np.array_equal(flat_parameters(loaded), flat_parameters(model)), f"{name}: loaded other values"
         env.close()
         print(
-            f"{name}: async_rollouts='process' with the learner on {want}: {steps} steps, parameters on {want} and "
-            f"finite, saved and loaded onto {want} ({time.perf_counter() - start:.1f} s)",
+            f"{name}: async_rollouts='process' with the learner on {want}: {steps} steps (collected here and by the "
+            f"forked process {children}), parameters on {want} and finite, saved and loaded onto {want} "
+            f"({time.perf_counter() - start:.1f} s)",
             flush=True,
         )
 

@@ -900,6 +900,7 @@ def test_runner_records_the_diagnostics_across_a_pause(tmp_path, monkeypatch):
     common.append_csv(diagnostics_csv, {**read(diagnostics_csv)[-1], "timesteps": 2 * spec.iteration_size})
     monkeypatch.setattr(common, "clock", lambda: 0.0)
     record = runner.execute(spec, tmp_path)["record"]
+    assert 0 < record["cpu_time"]  # over both invocations (CPU seconds of the process while it ran the run)
     rows = [dict(zip(record["diagnostics"]["columns"], row)) for row in record["diagnostics"]["rows"]]
     assert [row["timesteps"] for row in rows] == list(
         range(spec.iteration_size, spec.total_timesteps + 1, spec.iteration_size)

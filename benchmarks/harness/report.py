@@ -201,6 +201,8 @@ def write_report(experiment: Experiment, specs: Sequence[RunSpec], out_dir: Path
     manifest = Manifest(out_dir / RUNS_FILE)
     finished = [spec for spec in specs if manifest.is_done(spec.run_id, spec.spec_hash)]
     run_seconds = sum(float(manifest.records[spec.run_id]["wall_time"]) for spec in finished)
+    cpu_times = [manifest.records[spec.run_id].get("cpu_time") for spec in finished]
+    cpu_note = f", of CPU time {sum(cpu_times) / 60:.1f} min" if cpu_times and None not in cpu_times else ""
     envs = ", ".join(dict.fromkeys(spec.env for spec in specs))
     steps = sorted({spec.total_timesteps for spec in specs})
     seeds = len({spec.seed for spec in specs})
@@ -212,7 +214,8 @@ def write_report(experiment: Experiment, specs: Sequence[RunSpec], out_dir: Path
         f"- preset: `{out_dir.name}`; environments: {envs}; {', '.join(map(str, steps))} environment steps per run; "
         f"{seeds} seed(s)",
         f"- command: `{command}`",
-        f"- runs finished: {len(finished)} of {len(specs)}; sum of their wall-clock times: {run_seconds / 60:.1f} min "
+        f"- runs finished: {len(finished)} of {len(specs)}; sum of their wall-clock times: {run_seconds / 60:.1f} min"
+        f"{cpu_note} "
         f"(machine: {platform.machine()}, {os.cpu_count()} cores; report written {time.strftime('%Y-%m-%d %H:%M')})",
         f"- final return: mean of the evaluations in the last {FINAL_FRACTION:.0%} of training; +- is the standard "
         "deviation over seeds",

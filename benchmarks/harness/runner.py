@@ -178,6 +178,8 @@ class _Run:
         self.csv_path = self.checkpoint.evaluations_path
         meta = self.checkpoint.meta(spec.spec_hash) or {"wall_time": 0.0, "chunk": 0}
         self.previous_wall_time = float(meta["wall_time"])
+        self.previous_cpu_time = float(meta.get("cpu_time", 0.0))
+        self.cpu_start = time.process_time()
         self.chunk = int(meta["chunk"])
         # a resumed run plays new episodes (levels): its environments get a new seed
         seed = spec.seed + 1_000_003 * self.chunk
@@ -220,6 +222,10 @@ class _Run:
         """Seconds of this run so far, over all the invocations that ran it."""
         return self.previous_wall_time + time.perf_counter() - self.start
 
+    def cpu_time(self) -> float:
+        """CPU seconds of this run's process while it ran the run (every thread), over all the invocations that ran it."""
+        return self.previous_cpu_time + time.process_time() - self.cpu_start
+
     def evaluate(self) -> dict[str, Any]:
         """Append the evaluation row of the current step to the run's CSV, and return it."""
         if self.eval_env is not None:
@@ -253,6 +259,7 @@ class _Run:
     def pause(self) -> None:
         """Save a checkpoint that the next invocation resumes from."""
         meta = {"spec_hash": self.spec.spec_hash, "wall_time": self.wall_time(), "chunk": self.chunk + 1}
+        meta["cpu_time"] = self.cpu_time()
         self.checkpoint.save(self.model, self.env, meta)
         self.close()
 
@@ -289,6 +296,7 @@ class _Run:
             "seed": spec.seed,
             "timesteps": self.model.num_timesteps,
             "wall_time": round(wall_time, 2),
+            "cpu_time": round(self.cpu_time(), 2),
             "steps_per_second": round(self.model.num_timesteps / max(wall_time, 1e-9), 1),
             "final_return": round(final_return(rows, spec.total_timesteps), 4),
             "finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),

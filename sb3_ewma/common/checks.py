@@ -194,6 +194,20 @@ def check_on_policy_hyperparams(
         )
 
 
+def check_constructor_settings(algorithm: type, policy: object, settings: Mapping[str, Any]) -> None:
+    """
+    The checks that ``algorithm``'s constructor makes of ``settings``, and nothing else: the constructor is called
+    without an environment and without building anything (``env=None, _init_setup_model=False``, as SB3's ``load``
+    calls it). What a script's call refuses is refused with the same message; ``load``'s keyword arguments and the
+    command line's hyperparameter entries are checked this way, so there is one validation.
+
+    :param algorithm: the algorithm's class
+    :param policy: the policy its constructor is given (a name or a class)
+    :param settings: keyword arguments of its constructor
+    """
+    algorithm(policy, None, _init_setup_model=False, **settings)
+
+
 def check_learn_arguments(total_timesteps: Any, log_interval: Any) -> None:
     """
     ``learn``'s ``total_timesteps`` (a whole number >= 0; ``1e5`` is accepted) and ``log_interval`` (None or an integer

@@ -225,7 +225,7 @@ def check_load_keywords(algorithm: type, keywords: dict[str, Any], saved: dict[s
     """
     import inspect
 
-    from sb3_ewma.common.checks import warn_at_caller
+    from sb3_ewma.common.checks import check_constructor_settings, warn_at_caller
     from sb3_ewma.common.keywords import unknown_keyword_message
 
     parameters = inspect.signature(algorithm).parameters
@@ -247,5 +247,4 @@ def check_load_keywords(algorithm: type, keywords: dict[str, Any], saved: dict[s
         if saved is not None and name in saved and name in parameters and name not in given
     }
     policy = next(iter(getattr(algorithm, "policy_aliases", {"MlpPolicy": None})))
-    # the constructor without an environment and without building anything, as SB3's load calls it
-    algorithm(policy=policy, env=None, verbose=0, _init_setup_model=False, **context, **given)
+    check_constructor_settings(algorithm, policy, {"verbose": 0, **context, **given})

@@ -18,6 +18,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium import spaces
 
+from sb3_ewma.common.checks import check_constructor_settings
 from sb3_ewma.common.keywords import constructor_keywords, unknown_keyword_message
 from sb3_ewma.scale.zoo_entry import ZOO_ENTRY_KEYS, schedule_start
 
@@ -425,7 +426,7 @@ def check_entry_values(
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            algorithm(policy, None, _init_setup_model=False, **kwargs)
+            check_constructor_settings(algorithm, policy, kwargs)
     except (ValueError, AssertionError, TypeError) as error:
         message = str(error).strip() or type(error).__name__
         for key in schedule_strings:

@@ -1042,5 +1042,6 @@ def test_reports_with_diagnostics_hold_the_preregistered_statistics(module, tmp_
     if module is batch_size_invariance:
         assert "spread across batch sizes" in text and "| no_lr vs ppg_ewma | 1 | 1 / 1 |" in text
         assert "| ppg | 1/1 |" in text  # the spread of PPG over 4 and 1 environments, one seed each
+        assert "## KL moved per environment step" in text and (tmp_path / "batch_size_invariance_kl_per_step.png").exists()
     else:
         assert "EWMA minus none" in text and "| PPO-EWMA - PPO (SB3) | 2 / 2 |" in text

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmarks.harness import cli, statistics
-from benchmarks.harness.common import Experiment, RunSpec
+from benchmarks.harness import cli, results_store, statistics
+from benchmarks.harness.common import Experiment, Manifest, RunSpec
 from benchmarks.harness.report import (
     final_values,
     markdown_table,
@@ -252,6 +252,61 @@ def appendix_f_table(frame: pd.DataFrame, n_envs: Sequence[int], reference: int)
     return markdown_table(header, rows)
 
 
+def movement(specs: Sequence[RunSpec], out_dir: Path) -> pd.DataFrame:
+    """
+    Per finished run with diagnostics: the median over its policy-phase iterations (PPG's iterations that end with an
+    auxiliary phase left out) of the KL moved per environment step, and the median ``B_simple``.
+    """
+    manifest = Manifest(out_dir / results_store.RUNS_FILE)
+    rows = []
+    for spec in specs:
+        record = manifest.records.get(spec.run_id)
+        if record is None or record.get("spec_hash") != spec.spec_hash or not record.get("diagnostics"):
+            continue
+        data = record["diagnostics"]
+        frame = pd.DataFrame(results_store.table_rows(data), columns=data["columns"])
+        policy = frame[(frame["trained"] == 1) & (frame["aux_phase"] == 0)]
+        for variant in (spec.variant, *spec.aliases):
+            rows.append(
+                {
+                    "env": spec.env,
+                    "variant": variant,
+                    "n_envs": spec.n_envs,
+                    "seed": spec.seed,
+                    "kl_per_step": float(policy["kl_per_step"].median()),
+                    "gradient_noise_scale": float(policy["gradient_noise_scale"].median()),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def movement_section(specs: Sequence[RunSpec], out_dir: Path) -> str:
+    """The KL moved per environment step against the batch size, per variant (figure and table); empty without
+    diagnostics."""
+    moves = movement(specs, out_dir)
+    if moves.empty:
+        return ""
+    n_envs = sorted(moves["n_envs"].unique(), reverse=True)
+    figure, axes = new_figure(1, 1, width=5.5, height=3.8)
+    ax = axes[0, 0]
+    rows = []
+    for position, (variant, frame) in enumerate(moves.groupby("variant", sort=False)):
+        means = frame.groupby("n_envs")["kl_per_step"].mean().reindex(n_envs)
+        ax.plot(means.index, means.to_numpy(), marker="o", color=f"C{position % 10}", label=variant)
+        rows.append([variant, *(f"{value:.3g}" for value in means.to_numpy())])
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("parallel environments (the batch sizes scale with them)")
+    ax.set_ylabel("KL moved per environment step")
+    ax.set_title("paper: with all adjustments, the same at every batch size", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    image = save_figure(figure, out_dir / f"{NAME}_kl_per_step.png")
+    header = ["variant", *(_envs_label(int(n)) for n in n_envs)]
+    note = "Mean over seeds of each run's median over its policy-phase iterations."
+    return "\n\n".join(["## KL moved per environment step", note, image, markdown_table(header, rows)])
+
+
 def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -> str:
     """Curves per variant (one per batch size), the spread of final returns across batch sizes (figure and tables)."""
     n_envs = sorted({spec.n_envs for spec in specs}, reverse=True)
@@ -287,7 +342,10 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
             tables.append(f"### {title}: spread across batch sizes\n\n{spread_table(frame, n_envs)}")
             tables.append(f"### {title}: appendix F's test\n\n{appendix_f_table(frame, n_envs, reference)}")
     image = save_figure(figure, out_dir / f"{NAME}.png")
-    return "\n\n".join(["## Results", image, *tables, "## Rescaled hyperparameters", _scaled_table(specs, evaluations)])
+    parts = ["## Results", image, *tables]
+    if any(spec.diagnostics for spec in specs):
+        parts.append(movement_section(specs, out_dir))
+    return "\n\n".join([*parts, "## Rescaled hyperparameters", _scaled_table(specs, evaluations)])
 
 
 EXPERIMENT = Experiment(

@@ -117,9 +117,9 @@ def test_ppg_has_no_ewma() -> None:
 @pytest.mark.parametrize(
     "total_timesteps, log_interval, message",
     [
-        (-5, 1, r"total_timesteps must be a whole number >= 0, got -5"),
-        ("100", 1, r"total_timesteps must be a whole number >= 0, got '100'"),
-        (100.5, 1, r"total_timesteps must be a whole number >= 0, got 100.5"),
+        ("100", 1, r"total_timesteps must be a finite number of environment steps, got '100'"),
+        (float("inf"), 1, r"total_timesteps must be a finite number of environment steps, got inf"),
+        (float("nan"), 1, r"total_timesteps must be a finite number of environment steps, got nan"),
         (64, 0, r"log_interval must be None \(no logs\) or an integer other than 0 .*got 0"),
     ],
 )
@@ -627,3 +627,13 @@ def test_load_names_a_device_that_is_not_one(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"^device must be 'auto', 'cpu', 'cuda', 'cuda:N' .*got 'gpu'$"):
         PPO_EWMA.load(tmp_path / "model.zip", device="gpu")
     assert PPO_EWMA.load(tmp_path / "model.zip", device="cpu").device == th.device("cpu")
+
+
+@pytest.mark.parametrize("total_timesteps, trained", [(-5, 0), (0, 0), (16.5, 32)])
+def test_learn_takes_the_budgets_sb3_takes(total_timesteps: float, trained: int) -> None:
+    # SB3 trains while num_timesteps < total_timesteps: nothing for 0 or less, whole rollouts past a fraction
+    from stable_baselines3 import PPO
+
+    for algorithm in (PPO, PPO_EWMA):
+        model = algorithm("MlpPolicy", DummyVecEnv([CountingEnv]), **SMALL).learn(total_timesteps)
+        assert model.num_timesteps == trained

@@ -210,14 +210,13 @@ def check_constructor_settings(algorithm: type, policy: object, settings: Mappin
 
 def check_learn_arguments(total_timesteps: Any, log_interval: Any) -> None:
     """
-    ``learn``'s ``total_timesteps`` (a whole number >= 0; ``1e5`` is accepted) and ``log_interval`` (None or an integer
-    other than 0: SB3 logs when ``iteration % log_interval == 0``, so a negative one logs every ``-log_interval``
-    iterations, and 0 divides by zero at the first log).
+    ``learn``'s ``total_timesteps`` (a finite number, as SB3 takes it: it trains while ``num_timesteps`` is below it,
+    so ``1e5`` and ``100.5`` train and 0 or less trains nothing; NaN would train nothing and infinity never end) and
+    ``log_interval`` (None or an integer other than 0: SB3 logs when ``iteration % log_interval == 0``, so a negative one
+    logs every ``-log_interval`` iterations, and 0 divides by zero at the first log).
     """
-    if not (_is_integer(total_timesteps) or (_is_number(total_timesteps) and float(total_timesteps).is_integer())):
-        raise HyperparameterError(f"total_timesteps must be a whole number >= 0, got {total_timesteps!r}")
-    if float(total_timesteps) < 0:
-        raise HyperparameterError(f"total_timesteps must be a whole number >= 0, got {total_timesteps!r}")
+    if not (_is_integer(total_timesteps) or _is_number(total_timesteps)):
+        raise HyperparameterError(f"total_timesteps must be a finite number of environment steps, got {total_timesteps!r}")
     if log_interval is not None and (not _is_integer(log_interval) or log_interval == 0):
         raise HyperparameterError(
             f"log_interval must be None (no logs) or an integer other than 0 (log every log_interval iterations; SB3 "

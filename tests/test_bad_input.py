@@ -637,3 +637,18 @@ def test_learn_takes_the_budgets_sb3_takes(total_timesteps: float, trained: int)
     for algorithm in (PPO, PPO_EWMA):
         model = algorithm("MlpPolicy", DummyVecEnv([CountingEnv]), **SMALL).learn(total_timesteps)
         assert model.num_timesteps == trained
+
+
+def test_the_constructor_check_joins_no_process_group(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # under torchrun (WORLD_SIZE > 1) a new model would join the group: the check of load's keywords must not
+    import torch.distributed as dist
+
+    from sb3_ewma.common.checks import check_constructor_settings
+
+    make("PPO_EWMA").save(tmp_path / "model.zip")
+    for name, value in dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT="1").items():
+        monkeypatch.setenv(name, value)
+    check_constructor_settings(PPO_EWMA, "MlpPolicy", {"n_epochs": 2})
+    with pytest.raises(ValueError, match=r"^n_epochs must be an integer >= 1, got 0$"):
+        PPO_EWMA.load(tmp_path / "model.zip", n_epochs=0)
+    assert not dist.is_initialized()

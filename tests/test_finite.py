@@ -5,6 +5,7 @@ names where it came from, and no update has used it: the weights are those befor
 """
 
 import math
+from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
@@ -15,13 +16,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 from sb3_ewma import PPG_EWMA, PPO_EWMA, MaskablePPO_EWMA, RecurrentPPO_EWMA
 from sb3_ewma.common.checks import NonFiniteError
-from sb3_ewma.common.finite import (
-    FiniteStepsVecEnv,
-    check_finite_gradient_norm,
-    check_finite_observation,
-    first_non_finite,
-    scheduled_value,
-)
+from sb3_ewma.common.finite import check_finite_gradient_norm, check_finite_rollout, first_non_finite, scheduled_value
 
 SMALL = dict(n_steps=16, batch_size=16, n_epochs=1, device="cpu", seed=0)
 
@@ -78,24 +73,53 @@ def test_a_non_finite_step_is_named_before_any_update(algorithm: type, what: str
 
 
 def test_infinity_and_dict_observations_are_named() -> None:
-    observation = {"image": np.zeros((2, 3)), "vector": np.array([[0.0, 1.0], [np.inf, 0.0]])}
-    with pytest.raises(NonFiniteError, match=r"observation\['vector'\] \(inf\) in environment 1 at reset"):
-        check_finite_observation(observation, lambda: "at reset")
+    # a Dict observation space's buffer: one array per key, (n_steps, n_envs, ...)
+    buffer = SimpleNamespace(
+        buffer_size=4,
+        full=False,
+        pos=3,
+        rewards=np.zeros((4, 2), dtype=np.float32),
+        observations={"image": np.zeros((4, 2, 3)), "vector": np.zeros((4, 2, 2))},
+    )
+    buffer.observations["vector"][3, 1, 0] = np.nan  # not stored yet (pos 3): not read
+    check_finite_rollout(buffer, {"image": np.zeros((2, 3)), "vector": np.zeros((2, 2))}, 96)
+    buffer.observations["vector"][2, 1, 0] = np.inf
+    with pytest.raises(NonFiniteError, match=r"observation\['vector'\] \(inf\) in environment 1 at step 2 of the rollout"):
+        check_finite_rollout(buffer, None, 96)
 
 
-def test_a_non_finite_final_observation_is_named() -> None:
-    class NaNAtEnd(gym.Wrapper):
+class NaNAtEnd(gym.Wrapper):
+    """CartPole whose final observation of an episode is NaN."""
+
+    def step(self, action):  # type: ignore[no-untyped-def]
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        if terminated or truncated:
+            observation = np.full_like(observation, np.nan)
+        return observation, reward, terminated, truncated, info
+
+
+def test_a_truncated_episodes_non_finite_final_observation_is_named() -> None:
+    # SB3 adds the value of a truncated episode's final observation to its last reward: that reward is not finite
+    env = DummyVecEnv([lambda: NaNAtEnd(gym.make("CartPole-v1", max_episode_steps=5))])
+    model = PPO_EWMA("MlpPolicy", env, **SMALL)
+    with pytest.raises(
+        NonFiniteError, match=r"non-finite reward \(nan\) in environment 0 at step 5 of the rollout.*truncated"
+    ):
+        model.learn(16)
+
+
+def test_a_terminated_episodes_final_observation_is_not_read_as_in_sb3() -> None:
+    # SB3 reads the final observation of a truncated episode only: a terminated one's NaN trains, as with SB3's PPO
+    from stable_baselines3 import PPO
+
+    class TerminatedNaNAtEnd(NaNAtEnd):
         def step(self, action):  # type: ignore[no-untyped-def]
-            observation, reward, terminated, truncated, info = self.env.step(action)
-            if terminated or truncated:
-                observation = np.full_like(observation, np.nan)
-            return observation, reward, terminated, truncated, info
+            observation, reward, terminated, truncated, info = super().step(action)
+            return observation, reward, terminated or truncated, False, info
 
-    env = FiniteStepsVecEnv(DummyVecEnv([lambda: NaNAtEnd(gym.make("CartPole-v1"))])).start_rollout(0, 1)
-    env.reset()
-    with pytest.raises(NonFiniteError, match=r"in an environment's final observation at step \d+ of the rollout"):
-        for _ in range(600):
-            env.step(np.array([0]))
+    for algorithm in (PPO, PPO_EWMA):
+        env = DummyVecEnv([lambda: TerminatedNaNAtEnd(gym.make("CartPole-v1", max_episode_steps=5))])
+        assert algorithm("MlpPolicy", env, **SMALL).learn(32).num_timesteps == 32
 
 
 def test_a_non_finite_first_observation_is_named() -> None:
@@ -148,17 +172,22 @@ def test_check_finite_gradient_norm() -> None:
         check_finite_gradient_norm(th.tensor(math.inf), "aux", 4)
 
 
-def test_the_model_keeps_its_environment() -> None:
-    # the checked environment wraps the rollout only: model.env is the user's VecEnv
-    env = DummyVecEnv([lambda: gym.make("CartPole-v1")])
-    model = PPO_EWMA("MlpPolicy", env, **SMALL).learn(32)
-    assert model.get_env() is env
+def test_callbacks_see_the_models_environment_as_in_sb3() -> None:
+    # the checks read the rollout buffer: the parent's loop steps the model's own VecEnv (locals["env"])
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    seen = []
+
+    class Record(BaseCallback):
+        def _on_step(self) -> bool:
+            seen.append(self.locals["env"])
+            return True
+
+    env = VecNormalize(DummyVecEnv([lambda: gym.make("CartPole-v1")]))
+    model = PPO_EWMA("MlpPolicy", env, **SMALL).learn(16, callback=Record())
+    assert model.get_env() is env and all(item is env for item in seen) and len(seen) == 16
     assert isinstance(model.observation_space, spaces.Box)
-    # one checking wrapper for the model's rollouts, not saved with it
-    assert model._finite_steps_env.venv is env
-    model.learn(16, reset_num_timesteps=False)
-    assert model._finite_steps_env.venv is env
-    assert "_finite_steps_env" in model._excluded_save_params()
 
 
 def test_the_cost_benchmark_times_both_and_restores_the_checks(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -169,4 +198,4 @@ def test_the_cost_benchmark_times_both_and_restores_the_checks(tmp_path) -> None
     assert len(result["cpu_seconds"]["checked"]) == len(result["cpu_seconds"]["unchecked"]) == 1
     assert result["median_ratio_checked_over_unchecked"] > 0
     assert (tmp_path / "results.json").is_file()
-    assert algorithm_module.FiniteStepsVecEnv is FiniteStepsVecEnv
+    assert algorithm_module.check_finite_rollout is check_finite_rollout

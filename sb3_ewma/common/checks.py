@@ -201,11 +201,18 @@ def check_constructor_settings(algorithm: type, policy: object, settings: Mappin
     calls it). What a script's call refuses is refused with the same message; ``load``'s keyword arguments and the
     command line's hyperparameter entries are checked this way, so there is one validation.
 
+    The check joins no process group and touches no GPU: it runs with ``distributed=False`` and ``device="cpu"`` (where
+    the constructor takes them) unless ``settings`` checks those.
+
     :param algorithm: the algorithm's class
     :param policy: the policy its constructor is given (a name or a class)
     :param settings: keyword arguments of its constructor
     """
-    algorithm(policy, None, _init_setup_model=False, **settings)
+    import inspect
+
+    parameters = inspect.signature(algorithm).parameters
+    quiet = {name: value for name, value in (("distributed", False), ("device", "cpu")) if name in parameters}
+    algorithm(policy, None, _init_setup_model=False, **{**quiet, **settings})
 
 
 def check_learn_arguments(total_timesteps: Any, log_interval: Any) -> None:

@@ -2,19 +2,16 @@
 Non-finite numbers caught where they enter training, each with a :class:`~sb3_ewma.common.checks.NonFiniteError`
 that says where it came from, before any update uses it:
 
-- an environment's observation or reward, at the step of the rollout that returned it (:class:`FiniteStepsVecEnv`,
-  :func:`check_finite_observation`);
+- an environment's observation or reward, by the environment and the step of the rollout that returned it
+  (:func:`check_finite_rollout`), after the rollout and before the update;
 - a schedule's value (learning rate, clip range), at the progress it was asked for (:func:`scheduled_value`);
 - a minibatch's gradient, before the optimizer step (:func:`check_finite_gradient_norm`): the weights stay as they were.
 """
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch as th
-from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
-from stable_baselines3.common.vec_env.base_vec_env import VecEnvObs, VecEnvStepReturn
 
 from sb3_ewma.common.checks import NonFiniteError
 from sb3_ewma.common.checks import scheduled_value as scheduled_value  # beside check_schedule, which uses it
@@ -46,24 +43,6 @@ _ADVICE = (
 )
 
 
-def check_finite_observation(observation: Any, where: Callable[[], str], batched: bool = True) -> None:
-    """
-    Raise a ``NonFiniteError`` if an observation (an array, or a dict or tuple of arrays) holds a NaN or an infinity.
-
-    :param observation: the observations of a step, one row per environment when ``batched``
-    :param where: the step that returned it, for the message (``"at step 3 of the rollout (num_timesteps 1024)"``),
-        built only when the check fails
-    :param batched: whether the first axis is the environment (a ``VecEnv``'s observations); else one observation
-    """
-    for key, array in _arrays_of(observation):
-        index = first_non_finite(array)
-        if index is None:
-            continue
-        value = array[index]
-        place = f"in environment {index[0]}" if batched else "in an environment's final observation"
-        raise NonFiniteError(f"the environment returned a non-finite observation{key} ({value}) {place} {where()}: {_ADVICE}")
-
-
 def check_finite_prediction_input(observation: Any) -> None:
     """
     Raise a ``NonFiniteError`` if an observation given to ``predict`` (an array, or a dict or tuple of arrays) holds a
@@ -83,62 +62,56 @@ def check_finite_prediction_input(observation: Any) -> None:
             )
 
 
-def check_finite_rewards(rewards: np.ndarray, where: Callable[[], str]) -> None:
-    """Raise a ``NonFiniteError`` if a step's rewards (one per environment) hold a NaN or an infinity."""
-    index = first_non_finite(np.asarray(rewards))
+def _first_non_finite_of(observation: Any) -> tuple[str, np.ndarray, tuple[int, ...]] | None:
+    """The key (``""`` or ``"['image']"``), the array and the index of the first non-finite entry, or None."""
+    for key, array in _arrays_of(observation):
+        index = first_non_finite(array)
+        if index is not None:
+            return key, array, index
+    return None
+
+
+def check_finite_rollout(buffer: Any, last_observation: Any, num_timesteps: int) -> None:
+    """
+    Raise a ``NonFiniteError`` naming the environment and the step of the rollout that returned a NaN or an infinity:
+    in the rollout buffer's rewards (where SB3 also adds the value of a truncated episode's final observation) or
+    observations (the steps stored so far, ``buffer.pos`` of them, or all when full), or in the observation the next
+    step would act on (``last_observation``). One sum per array when all is finite.
+
+    :param buffer: the rollout buffer the parent's rollout loop fills (``observations`` and ``rewards`` of shape
+        ``(n_steps, n_envs, ...)``; a dict of arrays for ``Dict`` observations)
+    :param last_observation: the model's ``_last_obs``: the observation returned by the last step taken
+    :param num_timesteps: the model's ``num_timesteps``, for the message
+    """
+    steps = buffer.buffer_size if buffer.full else buffer.pos
+    rewards = buffer.rewards[:steps]
+    index = first_non_finite(rewards)
     if index is not None:
         raise NonFiniteError(
-            f"the environment returned a non-finite reward ({rewards[index]}) in environment {index[0]} {where()}: {_ADVICE}"
+            f"the environment returned a non-finite reward ({rewards[index]}) in environment {index[1]} at step "
+            f"{index[0] + 1} of the rollout (num_timesteps {num_timesteps}; or the value of a truncated episode's final "
+            f"observation, which SB3 adds to the reward, was not finite): {_ADVICE}"
         )
-
-
-class FiniteStepsVecEnv(VecEnvWrapper):
-    """
-    The environment of the rollouts, whose every step is checked: observations, rewards and the final observations of
-    the episodes that end (:func:`check_finite_observation`, :func:`check_finite_rewards`). The parent's rollout loop
-    steps it in place of the model's ``VecEnv``; ``model.env`` is unchanged.
-
-    :param venv: the environment the rollouts step
-    """
-
-    def __init__(self, venv: VecEnv) -> None:
-        super().__init__(venv)
-        self.num_timesteps = 0
-        self.timesteps_per_step = venv.num_envs
-        self.steps = 0
-
-    def start_rollout(self, num_timesteps: int, timesteps_per_step: int) -> "FiniteStepsVecEnv":
-        """
-        Count the steps of a new rollout, for the messages.
-
-        :param num_timesteps: the model's ``num_timesteps`` when the rollout starts
-        :param timesteps_per_step: the timesteps one step counts for (``n_envs``, times the ranks when data-parallel)
-        """
-        self.num_timesteps, self.timesteps_per_step, self.steps = num_timesteps, timesteps_per_step, 0
-        return self
-
-    def reset(self) -> VecEnvObs:
-        observation = self.venv.reset()
-        check_finite_observation(observation, lambda: "at reset")
-        return observation
-
-    def step_async(self, actions: np.ndarray) -> None:
-        self.venv.step_async(actions)
-
-    def step_wait(self) -> VecEnvStepReturn:
-        observation, rewards, dones, infos = self.venv.step_wait()
-        self.steps += 1
-        check_finite_rewards(rewards, self._where)
-        check_finite_observation(observation, self._where)
-        for info in infos if dones.any() else ():
-            terminal = info.get("terminal_observation")
-            if terminal is not None:
-                check_finite_observation(terminal, self._where, batched=False)
-        return observation, rewards, dones, infos
-
-    def _where(self) -> str:
-        timesteps = self.num_timesteps + self.steps * self.timesteps_per_step
-        return f"at step {self.steps} of the rollout (num_timesteps {timesteps})"
+    observations = buffer.observations
+    stored = (
+        {key: value[:steps] for key, value in observations.items()} if isinstance(observations, dict) else observations[:steps]
+    )
+    found = _first_non_finite_of(stored)
+    if found is not None:
+        key, array, index = found
+        place = "at the start of the rollout" if index[0] == 0 else f"at step {index[0]} of the rollout"
+        raise NonFiniteError(
+            f"the environment returned a non-finite observation{key} ({array[index]}) in environment {index[1]} {place} "
+            f"(num_timesteps {num_timesteps}): {_ADVICE}"
+        )
+    found = _first_non_finite_of(last_observation)
+    if found is not None:
+        key, array, index = found
+        place = "at the start of the rollout" if steps == 0 else f"at step {steps} of the rollout"
+        raise NonFiniteError(
+            f"the environment returned a non-finite observation{key} ({array[index]}) in environment {index[0]} {place} "
+            f"(num_timesteps {num_timesteps}): {_ADVICE}"
+        )
 
 
 def check_finite_gradient_norm(total_norm: th.Tensor, log_prefix: str, n_updates: int) -> None:

@@ -1,13 +1,13 @@
 """
-The optimizer step of every phase, with fewer kernel launches on CPU and the same numbers as SB3's.
+The optimizer's implementation, chosen where the package's policies build it: fewer kernel launches on CPU, the same
+numbers as SB3's.
 
 For small networks an optimizer step is a loop of tiny tensor operations, and Python's per-operation cost dominates
-(the documentation's benchmarks page has the share of a minibatch it takes). Torch has "foreach" versions of the
-gradient-norm clipping and of Adam's step that handle all parameters in one call, but uses them by itself only on
-CUDA. The algorithms clip with ``torch.nn.utils.clip_grad_norm_(..., foreach=True)``, and the package's own policies
-(PPO_EWMA's and PPG's) build an Adam or AdamW optimizer with ``foreach=True`` in their ``optimizer_kwargs`` unless the
-user chose an implementation (:func:`with_foreach_default`). Both give SB3's results bit for bit (tested in
-``tests/test_optim.py``), so the choice changes only the time. Nothing rewrites an optimizer after it is built.
+(the documentation's benchmarks page has the share of a minibatch it takes). Torch's Adam has a "foreach" version
+that handles all parameters in one call, but chooses it by itself only on CUDA (its gradient-norm clipping uses the
+foreach calls on CPU too). The package's own policies (PPO_EWMA's and PPG's) build an Adam or AdamW optimizer with
+``foreach=True`` in their ``optimizer_kwargs`` unless the user chose an implementation (:func:`with_foreach_default`).
+It gives SB3's results bit for bit (tested in ``tests/test_optim.py``), so the choice changes only the time.
 """
 
 from typing import Any

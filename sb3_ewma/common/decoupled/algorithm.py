@@ -57,10 +57,9 @@ from sb3_ewma.common.distributed import (
 from sb3_ewma.common.distributions import evaluate_actions_with_distribution
 from sb3_ewma.common.ewma import ParameterEWMA, center_of_mass_from_ewma_decay
 from sb3_ewma.common.finite import (
-    FiniteStepsVecEnv,
     check_finite_gradient_norm,
-    check_finite_observation,
     check_finite_prediction_input,
+    check_finite_rollout,
     scheduled_value,
 )
 from sb3_ewma.common.format import without_rounding_noise
@@ -408,17 +407,16 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         algorithm: Any = self
         if policy is not self.policy or self._timesteps_per_env_step != self.n_envs:
             algorithm = RolloutView(self, policy, self._timesteps_per_env_step)
-        # a NaN or an infinity from the environment stops the rollout at the step that returned it
-        check_finite_observation(self._last_obs, lambda: f"at the start of the rollout (num_timesteps {self.num_timesteps})")
-        checked_env = self._checked_env(env).start_rollout(self.num_timesteps, self._timesteps_per_env_step)
-        return loop(algorithm, checked_env, callback, rollout_buffer, n_rollout_steps, **self._rollout_loop_kwargs())
-
-    def _checked_env(self, env: VecEnv) -> FiniteStepsVecEnv:
-        """``env`` with its steps checked for NaN and infinity: one wrapper per environment, kept for its rollouts."""
-        checked = getattr(self, "_finite_steps_env", None)
-        if checked is None or checked.venv is not env:
-            checked = self._finite_steps_env = FiniteStepsVecEnv(env)
-        return checked
+        try:
+            continue_training = loop(algorithm, env, callback, rollout_buffer, n_rollout_steps, **self._rollout_loop_kwargs())
+        except ValueError:
+            # a NaN or an infinity in an observation makes the policy's action distribution refuse it (torch's
+            # "Expected parameter logits ... found invalid values"): say which environment and step returned it
+            check_finite_rollout(rollout_buffer, self._last_obs, self.num_timesteps)
+            raise
+        # before any update uses them: the rewards and observations of the rollout
+        check_finite_rollout(rollout_buffer, self._last_obs, self.num_timesteps)
+        return continue_training
 
     def _rollout_loop_kwargs(self) -> dict[str, Any]:
         """Further arguments of the parent's rollout loop (``MaskablePPO``'s ``use_masking``); none here."""
@@ -522,7 +520,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     def _excluded_save_params(self) -> list[str]:
         # the collaborators (rebuilt by _setup_model), this run's state (world size change, epoch in progress), the lock
         unsaved = ["proximal", "data_parallel", "gradient_noise", "training_precision", "distributed"]
-        unsaved += ["_world_size_change", "_train_lock", "_finite_steps_env", *type(self)._unsaved_attributes]
+        unsaved += ["_world_size_change", "_train_lock", *type(self)._unsaved_attributes]
         return [*super()._excluded_save_params(), *unsaved]
 
     def _update_learning_rate(self, optimizers: list[th.optim.Optimizer] | th.optim.Optimizer) -> None:
@@ -721,7 +719,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             estimate = gradient_noise.observe_optimizer(optimizer, tag=self.num_timesteps)
             if estimate is not None and estimate.noise_scale is not None:
                 self.logger.record(f"{log_prefix}/gradient_noise_scale", estimate.noise_scale)
-        # SB3's clipping, in foreach calls on CPU too (the same numbers: sb3_ewma.common.optim)
-        total_norm = th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm, foreach=True)
+        # SB3's clipping
+        total_norm = th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
         check_finite_gradient_norm(total_norm, log_prefix, self._n_updates)
         optimizer.step()

@@ -577,3 +577,16 @@ def test_record_video_refuses_an_output_folder_it_cannot_write(tmp_path: Path, c
         f"{blocker} is a file, not a folder"
     )
     assert blocker.read_text() == "a user's file"
+
+
+def test_a_log_folder_that_cannot_be_written_is_an_argument_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    status, lines = run_train(capsys, monkeypatch, *short_run(blocker / "logs"))
+    assert status == 2
+    assert lines[-1] == (
+        f"{TRAIN}: error: argument -f/--log-folder: '{blocker / 'logs'}' cannot be written: {blocker} is a file, not a folder"
+    )
+    assert blocker.read_text() == "not a folder"

@@ -11,6 +11,7 @@ from typing import Any, NoReturn, TypeVar, overload
 
 from rl_zoo3.utils import StoreDict
 
+from sb3_ewma.common.checks import writable_folder_problem
 from sb3_ewma.scale import ALGOS, LR_RULES
 from sb3_ewma.zoo import threads
 from sb3_ewma.zoo.checks import device_problem
@@ -113,6 +114,7 @@ class TrainArgumentParser(argparse.ArgumentParser):
             check_train_counts(parsed)
             check_device_argument(parsed)
             check_storage_argument(parsed)
+            check_log_folder_argument(parsed)
         except ValueError as error:
             self.error(str(error))
         num_threads = getattr(parsed, "num_threads", threads.AUTO)
@@ -183,6 +185,18 @@ def check_device_argument(args: argparse.Namespace) -> None:
     problem = device_problem(getattr(args, "device", None))
     if problem is not None:
         raise ValueError(f"argument --device: {problem}")
+
+
+def check_log_folder_argument(args: argparse.Namespace) -> None:
+    """
+    Raise a ``ValueError`` for a ``-f/--log-folder`` that cannot be written (under a file, or read-only), which rl-zoo3
+    would otherwise find when it makes the run folder, after building the environment. Arguments without
+    ``log_folder`` are skipped.
+    """
+    folder = getattr(args, "log_folder", None)
+    problem = None if not isinstance(folder, str) else writable_folder_problem(folder)
+    if problem is not None:
+        raise ValueError(f"argument -f/--log-folder: {folder!r} cannot be written: {problem}")
 
 
 EVAL_FREQ_HELP = (

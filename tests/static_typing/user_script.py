@@ -11,6 +11,7 @@ does not find an error there.
 from typing import assert_type
 
 import gymnasium as gym
+import stable_baselines3.ppo
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from stable_baselines3.common.policies import ActorCriticPolicy
@@ -74,6 +75,8 @@ maskable.lern(1_000)  # type: ignore[attr-defined]
 ppg_ewma = PPG_EWMA("MlpPolicy", env, 5e-4, 256, 64, 1, 1, n_aux_epochs=2, ewma_decay=0.99)
 assert_type(ppg_ewma, PPG_EWMA)
 assert_type(PPG_EWMA(MyPPGPolicy, env), PPG_EWMA)
+# a script written for PPO passes SB3's policy class: PPG builds its own policy of the same kind
+assert_type(PPG_EWMA(stable_baselines3.ppo.MlpPolicy, env), PPG_EWMA)
 assert_type(ppg_ewma.learn(1_000), PPG_EWMA)
 assert_type(PPG_EWMA.load("ppg_ewma.zip"), PPG_EWMA)
 PPG_EWMA("MlpPolicy", env, kl_coeff=0.1)  # type: ignore[call-arg]

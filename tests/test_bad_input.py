@@ -652,3 +652,13 @@ def test_the_constructor_check_joins_no_process_group(monkeypatch: pytest.Monkey
     with pytest.raises(ValueError, match=r"^n_epochs must be an integer >= 1, got 0$"):
         PPO_EWMA.load(tmp_path / "model.zip", n_epochs=0)
     assert not dist.is_initialized()
+
+
+def test_load_checks_against_the_saved_options(tmp_path: Path) -> None:
+    # the options a new value depends on are the saved ones, not the defaults: no false warning, no false pass
+    make("PPO_EWMA", advantage_normalization="ewma", kl_coef=0.5, minibatch_sampling="rollouts").save(tmp_path / "m.zip")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # advantage_ewma_decay has an effect with the saved "ewma" normalization
+        PPO_EWMA.load(tmp_path / "m.zip", advantage_ewma_decay=0.95, clip_range=None)
+    with pytest.raises(ValueError, match=r"minibatch_sampling='rollouts' .* got 100"):
+        PPO_EWMA.load(tmp_path / "m.zip", batch_size=100)

@@ -202,6 +202,18 @@ def check_saved_file(algorithm: type, path: Any) -> dict[str, Any] | None:
     return check_saved_algorithm(algorithm.__name__, (*own_modules, *parent_modules), path)
 
 
+# the saved settings that other hyperparameters' checks depend on, saved as the constructor takes them (not resolved
+# ones, such as PPG's aux_micro_batch_size, whose None becomes aux_batch_size)
+_SETTINGS_CHECKED_TOGETHER = (
+    "n_steps",
+    "batch_size",
+    "n_epochs",
+    "normalize_advantage",
+    "advantage_normalization",
+    "advantage_ewma_decay",
+    "minibatch_sampling",
+    "kl_coef",
+)
 # what load sets itself (SB3's arguments of load), not a hyperparameter to check
 _LOAD_OWN_ARGUMENTS = ("policy", "env", "device", "verbose", "_init_setup_model")
 
@@ -239,15 +251,11 @@ def check_load_keywords(algorithm: type, keywords: dict[str, Any], saved: dict[s
     given = {name: value for name, value in keywords.items() if name in parameters and name not in _LOAD_OWN_ARGUMENTS}
     if not given:
         return
-    # the saved settings, which the given ones are checked against (batch_size against n_steps, ...); a serialized
-    # object (a schedule, a class: SB3's {":serialized:": ...}) is left to its default
+    # the saved settings that the given ones are checked against (batch_size against n_steps, ...)
     context = {
-        name: value
-        for name, value in (saved or {}).items()
-        if name in parameters
-        and name not in given
-        and name not in _LOAD_OWN_ARGUMENTS
-        and not (isinstance(value, dict) and ":serialized:" in value)
+        name: saved[name]
+        for name in _SETTINGS_CHECKED_TOGETHER
+        if saved is not None and name in saved and name in parameters and name not in given
     }
     policy = next(iter(getattr(algorithm, "policy_aliases", {"MlpPolicy": None})))
     check_constructor_settings(algorithm, policy, {"verbose": 0, **context, **given})

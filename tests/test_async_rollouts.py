@@ -387,7 +387,10 @@ def test_benchmarks_run_the_async_variants(tmp_path):
 
 
 def _learn_in_a_daemonic_worker(mode: str) -> int:
-    model = PPO_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=0), async_rollouts=mode, **SETTINGS)
+    # on the CPU: a process forked after its parent has used CUDA cannot use CUDA (torch's rule), and pytest's worker
+    # may have
+    env = make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=0)
+    model = PPO_EWMA("MlpPolicy", env, async_rollouts=mode, device="cpu", **SETTINGS)
     model.learn(3 * ROLLOUT)
     return model.num_timesteps
 
@@ -447,10 +450,15 @@ def test_collector_process_inside_a_pool_worker():
 
 
 def test_collector_process_trains_the_model_a_thread_trains():
-    """The same computation: CartPole's environments draw from their own seeded generators, training from none of torch's."""
+    """
+    The same computation: CartPole's environments draw from their own seeded generators, training from none of torch's.
+    On the CPU: with a learner on a GPU the thread acts on the GPU and the process with a CPU copy, whose numbers and
+    random generator differ.
+    """
     trained = []
     for mode in (True, "process"):
-        model = PPO_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=0), async_rollouts=mode, **SETTINGS)
+        env = make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=0)
+        model = PPO_EWMA("MlpPolicy", env, async_rollouts=mode, device="cpu", **SETTINGS)
         model.learn(5 * ROLLOUT)
         trained.append(parameters(model.policy))
     assert same(*trained)

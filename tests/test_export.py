@@ -27,7 +27,8 @@ def assert_same_predictions(model, exported, obs: np.ndarray) -> None:
         np.testing.assert_array_equal(actual, expected)
     obs_tensor = model.policy.obs_to_tensor(obs)[0]
     with th.no_grad():
-        np.testing.assert_array_equal(exported.policy.predict_values(obs_tensor), model.policy.predict_values(obs_tensor))
+        expected_values = model.policy.predict_values(obs_tensor).cpu().numpy()
+        np.testing.assert_array_equal(exported.policy.predict_values(obs_tensor).cpu().numpy(), expected_values)
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])

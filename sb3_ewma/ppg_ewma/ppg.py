@@ -527,6 +527,7 @@ class PPG(DecoupledAlgorithm):
                     if values is None:
                         with self.training_precision.forward(self.device):
                             values = self.policy.predict_values(rollout_data.observations).flatten()
+                        values = values.float()  # the value loss in float32, as the policy terms
                     value_loss = self._value_loss(values, rollout_data, clip_range_vf)
                     value_losses.append(value_loss.detach())
                     loss = loss + self.vf_coef * value_loss

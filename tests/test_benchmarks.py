@@ -1045,3 +1045,25 @@ def test_reports_with_diagnostics_hold_the_preregistered_statistics(module, tmp_
         assert "## KL moved per environment step" in text and (tmp_path / "batch_size_invariance_kl_per_step.png").exists()
     else:
         assert "EWMA minus none" in text and "| PPO-EWMA - PPO (SB3) | 2 / 2 |" in text
+
+
+def test_the_command_line_runs_only_the_algorithms_asked_for_and_evaluates_as_often_as_asked(tmp_path):
+    """--algos keeps the runs of those algorithms (a pair left out is left out of the report's table); --eval-every
+    rounds up to whole iterations; an algorithm without runs is refused, naming those with runs."""
+    from benchmarks.harness import cli
+
+    specs = ewma_comparison.build_specs("smoke", {"seeds": 2, "eval_every": 100})
+    iteration = SETTINGS["smoke"].iteration_size
+    assert {spec.eval_every for spec in specs} == {-(-100 // iteration) * iteration}
+    kept = cli.select_algorithms(specs, "ppo, ppo_ewma")
+    assert [(spec.algo, spec.seed) for spec in kept] == [
+        (spec.algo, spec.seed) for spec in specs if spec.algo in ("ppo", "ppo_ewma")
+    ] and len(kept) == 4
+    refusal = r"--algos 'ppo,sac': the runs of this experiment are of ppg, ppg_ewma, ppo, ppo_ewma"
+    with pytest.raises(SystemExit, match=refusal):
+        cli.select_algorithms(specs, "ppo,sac")
+    arguments = ["--preset", "smoke", "--algos", "ppo,ppo_ewma", "--seeds", "1", "--timesteps", "64", "--workers", "1"]
+    out = cli.main(ewma_comparison.EXPERIMENT, [*arguments, "--out", str(tmp_path)])
+    report = (out / "results.md").read_text()
+    assert "| PPO-EWMA |" in report and "| PPG-EWMA |" not in report
+    assert "command: `python -m benchmarks.learning.ewma_comparison --preset smoke --algos ppo,ppo_ewma" in report

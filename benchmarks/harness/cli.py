@@ -93,10 +93,22 @@ def experiment_parser(experiment: Experiment) -> argparse.ArgumentParser:
     overrides = parser.add_argument_group("overrides of the preset")
     overrides.add_argument("--timesteps", type=int, default=None, help="environment steps per run")
     overrides.add_argument("--seeds", type=int, default=None, help="number of seeds")
+    overrides.add_argument("--eval-every", type=int, default=None, help="environment steps between evaluations")
     overrides.add_argument("--envs", default=None, help="comma-separated environment ids")
     overrides.add_argument("--device", default=None, help="torch device")
     overrides.add_argument("--eval-episodes", type=int, default=None, help="evaluate on a separate env (0: training episodes)")
+    overrides.add_argument("--algos", default=None, help="comma-separated: only these algorithms' runs (e.g. ppo,ppo_ewma)")
     return parser
+
+
+def select_algorithms(specs: Sequence[RunSpec], algos: str) -> list[RunSpec]:
+    """The runs of the comma-separated ``algos`` (each must have runs in ``specs``), in their order."""
+    wanted = [name.strip() for name in algos.split(",") if name.strip()]
+    known = sorted({spec.algo for spec in specs})
+    unknown = [name for name in wanted if name not in known]
+    if not wanted or unknown:
+        raise SystemExit(f"--algos {algos!r}: the runs of this experiment are of {', '.join(known)}")
+    return [spec for spec in specs if spec.algo in wanted]
 
 
 def default_workers(specs: Sequence[RunSpec]) -> int:
@@ -112,10 +124,12 @@ def main(experiment: Experiment, argv: Sequence[str] | None = None) -> Path:
     :return: the results directory ``<out>/<experiment>/<preset>``
     """
     args = experiment_parser(experiment).parse_args(argv)
-    overrides = {key: getattr(args, key) for key in ("timesteps", "seeds", "envs", "device", "eval_episodes")}
+    overrides = {key: getattr(args, key) for key in ("timesteps", "seeds", "eval_every", "envs", "device", "eval_episodes")}
     if overrides["envs"] is not None:
         overrides["envs"] = tuple(env.strip() for env in overrides["envs"].split(",") if env.strip())
     specs = experiment.build_specs(args.preset, overrides)
+    if args.algos is not None:
+        specs = select_algorithms(specs, args.algos)
     out_dir = Path(args.out) / experiment.name / args.preset
     out_dir.mkdir(parents=True, exist_ok=True)
     if args.list:
@@ -141,4 +155,4 @@ def main(experiment: Experiment, argv: Sequence[str] | None = None) -> Path:
 
 def experiment_module(experiment: Experiment) -> str:
     """The module that runs ``experiment``, e.g. ``benchmarks.learning.ewma_comparison``."""
-    return f"benchmarks.{experiment.name}"
+    return f"benchmarks.learning.{experiment.name}"

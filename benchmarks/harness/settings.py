@@ -184,10 +184,15 @@ class Scale:
     seeds: int
 
     def with_overrides(self, overrides: dict[str, Any], multiple: int) -> "Scale":
-        """This scale with the command line's ``timesteps`` (rounded up to ``multiple``) and ``seeds`` when given."""
+        """
+        This scale with the command line's ``timesteps`` and ``eval_every`` (each rounded up to ``multiple``) and
+        ``seeds`` when given.
+        """
         scale = self
         if overrides.get("seeds") is not None:
             scale = replace(scale, seeds=int(overrides["seeds"]))
+        if overrides.get("eval_every") is not None:
+            scale = replace(scale, eval_every=-(-int(overrides["eval_every"]) // multiple) * multiple)
         if overrides.get("timesteps") is not None:
             timesteps = -(-int(overrides["timesteps"]) // multiple) * multiple
             scale = replace(scale, timesteps=timesteps, eval_every=min(scale.eval_every, timesteps))

@@ -59,7 +59,10 @@ def _table(frame: pd.DataFrame, summary: pd.DataFrame) -> str:
     """Final return of each algorithm (mean +- std over seeds, and per seed), and the EWMA's difference."""
     finals = final_values(frame, ["variant"])
     rows = []
+    measured = set(finals["variant"])
     for baseline, ewma in PAIRS:
+        if not {baseline, ewma} & measured:
+            continue  # a pair left out of the runs (--algos)
         for algo in (baseline, ewma):
             seeds = ", ".join(f"{value:.3g}" for value in finals[finals["variant"] == algo]["value"])
             delta = f"{summary.loc[ewma, 'mean'] - summary.loc[baseline, 'mean']:+.3g}" if algo == ewma else ""

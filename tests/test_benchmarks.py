@@ -1067,3 +1067,16 @@ def test_the_command_line_runs_only_the_algorithms_asked_for_and_evaluates_as_of
     report = (out / "results.md").read_text()
     assert "| PPO-EWMA |" in report and "| PPG-EWMA |" not in report
     assert "command: `python -m benchmarks.learning.ewma_comparison --preset smoke --algos ppo,ppo_ewma" in report
+
+
+def test_the_staleness_mechanism_table_takes_each_runs_median_then_the_mean_over_seeds():
+    import pandas as pd
+
+    rows = []
+    for seed, values in ((0, (0.1, 0.2, 0.9)), (1, (0.3, 0.3, 0.5))):  # medians 0.2 and 0.3
+        for value in values:
+            row = {column: 1.0 for column in staleness.MECHANISM_COLUMNS}
+            rows.append({**row, "outside_clip": value, "cell": "decoupled, staleness 2", "seed": seed})
+    table = staleness.mechanism_table(pd.DataFrame(rows))
+    line = next(line for line in table.splitlines() if line.startswith("| decoupled, staleness 2"))
+    assert line.split(" | ")[1:3] == ["2", "0.25 (0.2-0.3)"]

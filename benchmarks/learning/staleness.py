@@ -167,10 +167,10 @@ DIAGNOSTICS_SHOWN = {
 }
 
 
-def diagnostics_figure(specs: Sequence[RunSpec], out_dir: Path) -> str:
+def diagnostics_frame(specs: Sequence[RunSpec], out_dir: Path) -> pd.DataFrame:
     """
-    The training diagnostics of the finished runs against environment steps, mean over seeds per cell (variant and
-    staleness), one panel per diagnostic; empty when no finished run recorded diagnostics.
+    The training diagnostics of the finished runs' trained iterations, one row per iteration, with the run's ``cell``
+    (variant and staleness) and ``seed``; empty when no finished run recorded diagnostics.
     """
     manifest = Manifest(out_dir / results_store.RUNS_FILE)
     frames = []
@@ -180,10 +180,37 @@ def diagnostics_figure(specs: Sequence[RunSpec], out_dir: Path) -> str:
             continue
         data = record["diagnostics"]
         frame = pd.DataFrame(results_store.table_rows(data), columns=data["columns"])
-        frames.append(frame[frame["trained"] == 1].assign(cell=f"{spec.variant}, staleness {spec.labels['staleness']}"))
-    if not frames:
-        return ""
-    diagnostics = pd.concat(frames)
+        cell = f"{spec.variant}, staleness {spec.labels['staleness']}"
+        frames.append(frame[frame["trained"] == 1].assign(cell=cell, seed=spec.seed))
+    return pd.concat(frames) if frames else pd.DataFrame()
+
+
+MECHANISM_COLUMNS = {
+    "outside_clip": "outside the clip range at the iteration's start",
+    "clip_fraction": "clipped during training",
+    "recent_behavior_kl": "KL[behav, recent]",
+    "ess_fraction": "ESS / minibatch",
+    "ess_min": "smallest effective minibatch",
+}
+
+
+def mechanism_table(diagnostics: pd.DataFrame) -> str:
+    """
+    The pre-registration's mechanism check: per cell, the median over a run's trained iterations of each diagnostic,
+    then the mean (and range) over the cell's seeds.
+    """
+    medians = diagnostics.groupby(["cell", "seed"])[list(MECHANISM_COLUMNS)].median()
+    rows = []
+    for cell, frame in medians.groupby(level="cell", sort=True):
+        cells = [
+            f"{frame[column].mean():.3g} ({frame[column].min():.3g}-{frame[column].max():.3g})" for column in MECHANISM_COLUMNS
+        ]
+        rows.append([cell, str(len(frame)), *cells])
+    return markdown_table(["cell", "seeds", *MECHANISM_COLUMNS.values()], rows)
+
+
+def diagnostics_figure(diagnostics: pd.DataFrame, out_dir: Path) -> str:
+    """The training diagnostics against environment steps, mean over seeds per cell, one panel per diagnostic."""
     figure, axes = new_figure(1, len(DIAGNOSTICS_SHOWN), width=4.4)
     for ax, (column, title) in zip(axes[0], DIAGNOSTICS_SHOWN.items()):
         for position, (cell, frame) in enumerate(diagnostics.groupby("cell", sort=True)):
@@ -258,12 +285,14 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
         note += PAPER_DIRECTION[1:] + "."
     image = save_figure(figure, out_dir / f"{NAME}.png")
     parts = ["## Results", note, image, *tables]
-    diagnostics = diagnostics_figure(specs, out_dir) if with_diagnostics else ""
-    if diagnostics:
+    diagnostics = diagnostics_frame(specs, out_dir) if with_diagnostics else pd.DataFrame()
+    if not diagnostics.empty:
         parts += [
             "## Training diagnostics",
-            "Per iteration, from each run's `diagnostics` table in `runs.jsonl`.",
-            diagnostics,
+            "Per iteration, from each run's `diagnostics` table in `runs.jsonl`. The mechanism check of the "
+            "pre-registration: per cell, the median over a run's trained iterations, mean (range) over seeds.",
+            mechanism_table(diagnostics),
+            diagnostics_figure(diagnostics, out_dir),
         ]
     return "\n\n".join(parts)
 

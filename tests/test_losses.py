@@ -209,3 +209,25 @@ def test_distribution_kl_gaussian_multicategorical_bernoulli():
     q_bern = BernoulliDistribution(2).proba_distribution(th.tensor([[0.0, math.log(3.0)]]))  # p = 0.75
     expected_bern = 0.5 * math.log(0.5 / 0.75) + 0.5 * math.log(0.5 / 0.25)
     assert distribution_kl(p_bern, q_bern).item() == pytest.approx(expected_bern, rel=1e-6)
+
+
+def test_the_objectives_diagnostics_are_each_minibatchs_value_averaged_over_minibatches():
+    """Computed once from the kept log-probabilities, they equal the per-minibatch functions' values averaged, with
+    minibatches of different sizes (an epoch's shorter last one) each counting once."""
+    generator = th.Generator().manual_seed(0)
+    objective = DecoupledPolicyObjective(clip_range=0.2, imp_samp_max=1.5)
+    expected: dict[str, list[float]] = {"proximal_kl": [], "clip_fraction": [], "imp_samp_capped_fraction": []}
+    for size in (8, 8, 3, 8, 3):
+        log_behav = -th.rand(size, generator=generator)
+        log_prox = log_behav + 0.3 * th.randn(size, generator=generator)
+        log_pi = (log_prox + 0.3 * th.randn(size, generator=generator)).requires_grad_(True)
+        objective(th.randn(size, generator=generator), log_pi, log_prox, log_behav)
+        expected["proximal_kl"].append(sampled_kl(log_pi, log_prox).item())
+        expected["clip_fraction"].append(clip_fraction(log_pi, log_prox, 0.2).item())
+        expected["imp_samp_capped_fraction"].append(capped_fraction(log_pi, log_behav, 1.5).item())
+    stats = objective.mean_stats()
+    for key, values in expected.items():
+        assert stats[key] == pytest.approx(np.mean(values), rel=1e-6), key
+    assert 0 < stats["clip_fraction"] < 1 and 0 < stats["imp_samp_capped_fraction"] < 1  # the data exercises both
+    objective.reset_stats()
+    assert objective.mean_stats() == {}

@@ -8,6 +8,7 @@ that says where it came from, before any update uses it:
 - a minibatch's gradient, before the optimizer step (:func:`check_finite_gradient_norm`): the weights stay as they were.
 """
 
+import math
 from typing import Any
 
 import numpy as np
@@ -122,7 +123,7 @@ def check_finite_gradient_norm(total_norm: th.Tensor, log_prefix: str, n_updates
     :param log_prefix: the phase whose loss it is, as its logs name it (``"train"``, PPG's ``"aux"``)
     :param n_updates: the model's ``_n_updates`` (``train/n_updates``), to say when
     """
-    if not bool(th.isfinite(total_norm)):
+    if not math.isfinite(total_norm.item()):  # one read of the norm (a device sync on a GPU, as a GradScaler's)
         raise NonFiniteError(
             f"the gradient of a minibatch's loss is {total_norm.item()} ({log_prefix}/ logs, n_updates {n_updates}): "
             f"training stopped before the optimizer step, the weights are left as they were. Lower the learning rate, "

@@ -108,27 +108,41 @@ def clipped_values(values: th.Tensor, old_values: th.Tensor, clip_range_vf: floa
     return old_values + th.clamp(values - old_values, -clip_range_vf, clip_range_vf)
 
 
-def sampled_kl(log_prob: th.Tensor, proximal_log_prob: th.Tensor) -> th.Tensor:
+def sampled_kl(log_prob: th.Tensor, proximal_log_prob: th.Tensor, dim: int | None = None) -> th.Tensor:
     """
     Sampled-action estimate of ``KL[pi_prox, pi]``: ``0.5 * mean((log pi - log pi_prox)^2)`` (the authors' choice;
     accurate to second order when the two policies are close, with actions drawn from the behavior policy).
+
+    :param dim: the dimension to average over (one estimate per minibatch of a stack); None: every element
     """
-    return 0.5 * th.mean(th.square(log_prob - proximal_log_prob))
+    return 0.5 * _mean(th.square(log_prob - proximal_log_prob), dim)
 
 
-def clip_fraction(log_prob: th.Tensor, proximal_log_prob: th.Tensor, clip_range: float) -> th.Tensor:
+def clip_fraction(log_prob: th.Tensor, proximal_log_prob: th.Tensor, clip_range: float, dim: int | None = None) -> th.Tensor:
     """
     Fraction of samples whose ratio ``pi / pi_prox`` lies outside ``[1 - eps, 1 + eps]`` (tested in log space; a clip
     range at or below 0 counts every sample whose ratio is not 1, see :func:`log_clip_bounds`).
+
+    :param dim: the dimension to average over (one fraction per minibatch of a stack); None: every element
     """
     log_ratio = log_prob - proximal_log_prob
     low, high = log_clip_bounds(clip_range)
     outside = (log_ratio < low) | (log_ratio > high)
-    return th.mean(outside.float())
+    return _mean(outside.float(), dim)
 
 
-def capped_fraction(log_prob: th.Tensor, behavior_log_prob: th.Tensor, imp_samp_max: float) -> th.Tensor:
-    """Fraction of samples whose importance weight ``pi / pi_behav`` is at the cap ``imp_samp_max``."""
+def capped_fraction(
+    log_prob: th.Tensor, behavior_log_prob: th.Tensor, imp_samp_max: float, dim: int | None = None
+) -> th.Tensor:
+    """
+    Fraction of samples whose importance weight ``pi / pi_behav`` is at the cap ``imp_samp_max``.
+
+    :param dim: the dimension to average over (one fraction per minibatch of a stack); None: every element
+    """
     if imp_samp_max == 0:
-        return th.zeros((), device=log_prob.device)
-    return th.mean((log_prob - math.log(imp_samp_max) > behavior_log_prob).float())
+        return _mean(th.zeros_like(log_prob), dim)
+    return _mean((log_prob - math.log(imp_samp_max) > behavior_log_prob).float(), dim)
+
+
+def _mean(values: th.Tensor, dim: int | None) -> th.Tensor:
+    return values.mean() if dim is None else values.mean(dim)

@@ -33,6 +33,9 @@ class DecoupledPolicyObjective:
     kl_estimator: str = "sample"
     imp_samp_max: float = 0.0
     stats: dict[str, list[th.Tensor]] = field(default_factory=lambda: defaultdict(list))
+    # each minibatch's (log pi, log pi_prox, log pi_behav), detached: the per-sample diagnostics are computed from them
+    # once, by mean_stats, for all the minibatches together (fewer small operations per optimizer step)
+    log_probs: list[tuple[th.Tensor, th.Tensor, th.Tensor]] = field(default_factory=list)
 
     def __call__(
         self,
@@ -43,12 +46,13 @@ class DecoupledPolicyObjective:
         distribution: Distribution | None = None,
         proximal_distribution: Distribution | None = None,
     ) -> th.Tensor:
-        """Return the loss to minimize; diagnostics are appended to ``self.stats`` (as tensors: no device sync)."""
+        """
+        Return the loss to minimize; the diagnostics' inputs are kept (as tensors: no device sync), for
+        :meth:`mean_stats`.
+        """
         policy_loss = decoupled_policy_loss(
             advantages, log_prob, proximal_log_prob, behavior_log_prob, self.clip_range, self.imp_samp_max
         )
-        with th.no_grad():
-            proximal_kl = sampled_kl(log_prob, proximal_log_prob)
         loss = policy_loss
         if self.kl_coef > 0:
             if self.kl_estimator == "exact":
@@ -59,15 +63,31 @@ class DecoupledPolicyObjective:
             loss = loss + self.kl_coef * kl_penalty
             self.stats["kl_penalty"].append(kl_penalty.detach())
         self.stats["policy_gradient_loss"].append(policy_loss.detach())
-        self.stats["proximal_kl"].append(proximal_kl)
-        if self.clip_range is not None:
-            self.stats["clip_fraction"].append(clip_fraction(log_prob, proximal_log_prob, self.clip_range))
-        self.stats["imp_samp_capped_fraction"].append(capped_fraction(log_prob, behavior_log_prob, self.imp_samp_max))
+        self.log_probs.append((log_prob.detach(), proximal_log_prob.detach(), behavior_log_prob.detach()))
         return loss
 
     def reset_stats(self) -> None:
         self.stats.clear()
+        self.log_probs.clear()
 
     def mean_stats(self) -> dict[str, float]:
-        """Mean of each diagnostic over the minibatches since the last ``reset_stats``."""
-        return {key: mean_of(values) for key, values in self.stats.items() if values}
+        """
+        Mean of each diagnostic over the minibatches since the last ``reset_stats`` (each minibatch's value, then
+        their mean, as SB3 logs its ``clip_fraction``).
+        """
+        stats = {key: mean_of(values) for key, values in self.stats.items() if values}
+        per_minibatch: dict[str, list[th.Tensor]] = defaultdict(list)
+        # the minibatches of one size stacked (n, size): one computation per size (an epoch's last minibatch may be
+        # shorter)
+        by_size: dict[int, list[tuple[th.Tensor, th.Tensor, th.Tensor]]] = defaultdict(list)
+        for minibatch in self.log_probs:
+            by_size[minibatch[0].numel()].append(minibatch)
+        for minibatches in by_size.values():
+            log_prob, proximal_log_prob, behavior_log_prob = (th.stack(column).flatten(1) for column in zip(*minibatches))
+            per_minibatch["proximal_kl"].append(sampled_kl(log_prob, proximal_log_prob, dim=1))
+            if self.clip_range is not None:
+                per_minibatch["clip_fraction"].append(clip_fraction(log_prob, proximal_log_prob, self.clip_range, dim=1))
+            capped = capped_fraction(log_prob, behavior_log_prob, self.imp_samp_max, dim=1)
+            per_minibatch["imp_samp_capped_fraction"].append(capped)
+        stats.update({key: float(th.cat(values).double().mean()) for key, values in per_minibatch.items()})
+        return stats

@@ -116,8 +116,18 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
         tables.append(f"### {title}\n\n{_table(frame, summary)}")
         if any(spec.diagnostics for spec in specs):  # the pre-registered statistics (cpu_regime)
             tables.append(f"### {title}: EWMA minus none\n\n{differences_table(frame)}")
+    figure.suptitle(PAPER_DIRECTION, fontsize=9)
     image = save_figure(figure, out_dir / f"{NAME}.png")
-    return "\n\n".join(["## Results", image, *tables])
+    note = "Curves: mean episode return over seeds, with " + (
+        "the 95% bootstrap interval of the mean." if any(spec.diagnostics for spec in specs) else "+- one standard deviation."
+    )
+    return "\n\n".join(["## Results", f"{note} {PAPER_DIRECTION[0].upper()}{PAPER_DIRECTION[1:]}.", image, *tables])
+
+
+PAPER_DIRECTION = (
+    "paper (figure 4): with the EWMA slightly above without, for PPO and for PPG (small but consistent across its 16 "
+    "Procgen games)"
+)
 
 
 EXPERIMENT = Experiment(

@@ -1080,3 +1080,15 @@ def test_the_staleness_mechanism_table_takes_each_runs_median_then_the_mean_over
     table = staleness.mechanism_table(pd.DataFrame(rows))
     line = next(line for line in table.splitlines() if line.startswith("| decoupled, staleness 2"))
     assert line.split(" | ")[1:3] == ["2", "0.25 (0.2-0.3)"]
+
+
+def test_records_are_read_from_the_gzip_archive_then_the_file(tmp_path):
+    import gzip
+
+    path = tmp_path / results_store.RUNS_FILE
+    (tmp_path / (results_store.RUNS_FILE + ".gz")).write_bytes(
+        gzip.compress(b'{"run_id": "a", "x": 1}\n{"run_id": "b", "x": 2}\n')
+    )
+    results_store.append(path, {"run_id": "a", "x": 3})
+    assert [record["x"] for record in results_store.read(path)] == [1, 2, 3]
+    assert {key: record["x"] for key, record in results_store.latest(path).items()} == {"a": 3, "b": 2}

@@ -8,7 +8,8 @@ Layout of an experiment's results, ``<out>/<experiment>/<preset>/``:
 - ``runs.jsonl``: one record per finished run (:mod:`benchmarks.harness.results_store`), appended when it finishes:
   the fields of :data:`MANIFEST_FIELDS` (with a hash of its settings) and its evaluations, one row each (``timesteps``,
   ``mean_return``, ``episodes``, ``wall_time`` and the run's settings); finished runs are skipped when the command is
-  run again, so an interrupted benchmark resumes where it stopped;
+  run again, so an interrupted benchmark resumes where it stopped; committed results keep their records gzipped
+  (``runs.jsonl.gz``, read before ``runs.jsonl``), so that the repository stays within what a GPU runner carries;
 - ``checkpoints/<run_id>/`` (not in version control): a run in progress, its evaluations so far (``evaluations.csv``,
   appended as training goes) and, once paused at a deadline (``--max-minutes``), the checkpoint the next invocation
   resumes from;

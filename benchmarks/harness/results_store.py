@@ -17,6 +17,7 @@ or ``runs/<run_id>.csv`` with a ``manifest.csv``), is converted by::
 
 import argparse
 import csv
+import gzip
 import json
 import math
 import os
@@ -71,12 +72,17 @@ def append(path: Path, record: dict[str, Any]) -> None:
 
 
 def read(path: Path) -> list[dict[str, Any]]:
-    """Every record of the file ``path`` in order (none when it does not exist); a line cut short is skipped, with a
-    warning."""
-    if not path.exists():
-        return []
+    """
+    Every record of the file ``path`` in order (none when it does not exist), after those of its gzip archive
+    ``<path>.gz`` when there is one (large records, e.g. per-iteration diagnostics, are committed compressed); a line
+    cut short is skipped, with a warning.
+    """
+    archive = path.with_name(path.name + ".gz")
+    lines = gzip.decompress(archive.read_bytes()).decode().splitlines() if archive.exists() else []
+    if path.exists():
+        lines += path.read_text().splitlines()
     records = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:

@@ -605,10 +605,11 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             proximal_log_prob, proximal_distribution = self.proximal.log_prob(
                 rollout_data, actions, rollout_data.old_log_prob, self._needs_distributions
             )
-        # the losses in float32, whatever format the forward passes ran in (autocast's outputs are bfloat16; CUDA's
-        # mse_loss has no backward for a bfloat16 input against a float32 target)
-        values, log_prob, proximal_log_prob = values.float(), log_prob.float(), proximal_log_prob.float()
-        entropy = None if entropy is None else entropy.float()
+        if self.training_precision.autocast_dtype is not None:
+            # the losses in float32 (autocast's outputs are bfloat16; CUDA's mse_loss has no backward for a bfloat16
+            # input against a float32 target)
+            values, log_prob, proximal_log_prob = values.float(), log_prob.float(), proximal_log_prob.float()
+            entropy = None if entropy is None else entropy.float()
         # Normalize advantage (per minibatch, or by the EWMA moments of the iteration)
         advantages = self.advantage_normalizer.minibatch(rollout_data.advantages)
         behavior_log_prob = rollout_data.old_log_prob

@@ -1092,3 +1092,36 @@ def test_records_are_read_from_the_gzip_archive_then_the_file(tmp_path):
     results_store.append(path, {"run_id": "a", "x": 3})
     assert [record["x"] for record in results_store.read(path)] == [1, 2, 3]
     assert {key: record["x"] for key, record in results_store.latest(path).items()} == {"a": 3, "b": 2}
+
+
+def test_saved_figures_are_palette_pngs_that_keep_the_plot(tmp_path):
+    """save_figure stores a 256-color palette PNG (committed figures stay small) whose pixels match the full-color one."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import numpy as np
+    from PIL import Image
+
+    from benchmarks.harness.report import new_figure, save_figure
+
+    def draw():
+        figure, axes = new_figure(1, 2)
+        for ax, shift in zip(axes[0], (0.0, 1.0)):
+            steps = np.linspace(0, 1, 50)
+            ax.plot(steps, np.sin(steps * 6 + shift), label="a")
+            ax.fill_between(steps, -1, 1, alpha=0.2)
+            ax.legend()
+        return figure
+
+    full = tmp_path / "full.png"
+    figure = draw()
+    figure.tight_layout()
+    figure.savefig(full, dpi=110)
+    markdown = save_figure(draw(), tmp_path / "palette.png")
+    assert markdown == "![palette](palette.png)"
+    with Image.open(tmp_path / "palette.png") as palette, Image.open(full) as reference:
+        assert palette.mode == "P"
+        assert palette.size == reference.size
+        difference = np.abs(np.asarray(palette.convert("RGB"), float) - np.asarray(reference.convert("RGB"), float))
+    assert difference.mean() < 2.0  # of 255: the same picture
+    assert (tmp_path / "palette.png").stat().st_size < full.stat().st_size

@@ -143,11 +143,28 @@ def new_figure(rows: int, columns: int, width: float = 4.2, height: float = 3.2)
 
 
 def save_figure(figure: Any, path: Path) -> str:
-    """Save a figure as a PNG and close it; returns the markdown that shows it."""
+    """Save a figure as a PNG and close it; returns the markdown that shows it.
+
+    The PNG is stored with a palette of 256 colors (:func:`palette_png`): a third of the size, for figures that are
+    committed and carried to the GPU machines.
+    """
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
+    palette_png(path)
     return f"![{path.stem}]({path.name})"
+
+
+def palette_png(path: Path) -> None:
+    """Rewrite a PNG in place with a palette of at most 256 colors, without dithering (line plots need no more)."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        image.load()
+        if image.mode == "P":
+            return
+        paletted = image.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    paletted.save(path, format="PNG", optimize=True)
 
 
 def mean_std(mean: float, std: float) -> str:

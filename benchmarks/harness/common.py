@@ -286,6 +286,7 @@ class Experiment:
     :param build_specs: ``(preset, overrides) -> runs``; the overrides are ``timesteps``, ``seeds``, ``envs``,
         ``device`` and ``eval_episodes`` (None: the preset's)
     :param report: ``(evaluations, specs, out_dir) -> markdown``: writes the figures, returns the tables
+    :param extra_presets: presets of this experiment alone (a follow-up's regime), beside the shared :data:`PRESETS`
     """
 
     name: str
@@ -293,6 +294,7 @@ class Experiment:
     description: str
     build_specs: Callable[[str, dict[str, Any]], list[RunSpec]]
     report: Callable[[Any, list[RunSpec], Path], str]
+    extra_presets: tuple[str, ...] = ()
 
     def main(self, argv: Sequence[str] | None = None) -> Path:
         """Run the experiment from the command line (see ``--help``); returns its results directory."""

@@ -14,9 +14,15 @@ mechanism needs and not by returns:
   and the ``cpu`` preset's 64-environment reference: ``B_simple`` against the minibatch size, the KL moved per
   environment step at each batch size.
 
+At the ``cpu_moving`` preset (the follow-up of the staleness outcome at ``cpu_regime``), only the staleness
+candidates, at that regime's iteration (64 x 256, minibatch 2,048) with larger Adam step sizes, more epochs or a wider clip range, for a
+policy that moves further per iteration: the staleness preset ``cpu_moving`` takes its learning rate and importance-weight cap
+from these runs (``benchmarks/results/staleness/cpu_moving/preregistration.md``).
+
 Reported (``results.md``): per run, medians over the iterations of the first and the last half of training.
 
     python -m benchmarks.learning.regime_diagnostics --preset cpu --workers 1
+    python -m benchmarks.learning.regime_diagnostics --preset cpu_moving --workers 1
 """
 
 from collections.abc import Sequence
@@ -34,14 +40,32 @@ from benchmarks.harness.settings import SETTINGS, Scale, run_spec
 from benchmarks.learning.batch_size_invariance import reference_hyperparams, variant_hyperparams
 
 NAME = "regime_diagnostics"
-STALENESS_REGIMES = {"smoke": ((4, 16),), "cpu": ((16, 128), (64, 128), (64, 256))}
+STALENESS_REGIMES = {"smoke": ((4, 16),), "cpu": ((16, 128), (64, 128), (64, 256)), "cpu_moving": ((64, 256),)}
 """(environments, steps per environment) of an iteration."""
 STALENESS_CELLS = (("decoupled", 2), ("decoupled", 8), ("behavior", 2))
+CANDIDATE_CHANGES: dict[str, tuple[dict[str, Any], ...]] = {
+    "cpu_moving": (
+        {"learning_rate": 1e-3},
+        {"learning_rate": 2e-3},
+        {"learning_rate": 4e-3},
+        {"n_epochs": 6},
+        {"n_epochs": 12},
+        {"n_epochs": 12, "learning_rate": 1e-3},
+        {"clip_range": 0.3},
+        {"clip_range": 0.5},
+        {"clip_range": 0.5, "learning_rate": 2e-3},
+    )
+}
+"""The hyperparameters each staleness candidate changes from the setting's (default: none): Adam's step size
+(5e-4), the epochs (3) and the clip range (0.2), what decides how far the policy moves in an iteration."""
+_SHORT_NAMES = {"learning_rate": "lr", "n_epochs": "epochs", "clip_range": "clip"}
+BASE_SETTING = {"smoke": "smoke", "cpu": "cpu", "cpu_moving": "cpu"}
 BATCH_REFERENCE = {"smoke": 4, "cpu": 16}
-BATCH_N_ENVS = {"smoke": (4, 1), "cpu": (16, 4, 1)}
+BATCH_N_ENVS = {"smoke": (4, 1), "cpu": (16, 4, 1), "cpu_moving": ()}
 SCALES = {
     "smoke": (Scale(timesteps=512, eval_every=256, seeds=1), Scale(timesteps=256, eval_every=128, seeds=1)),
     "cpu": (Scale(timesteps=2**19, eval_every=2**16, seeds=1), Scale(timesteps=10 * 2**15, eval_every=2**14, seeds=1)),
+    "cpu_moving": (Scale(timesteps=2**19, eval_every=2**16, seeds=1), Scale(timesteps=2**14, eval_every=2**14, seeds=1)),
 }
 """(staleness runs, batch-size runs)."""
 SUMMARY_COLUMNS = (
@@ -62,21 +86,26 @@ def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
     """The staleness candidates, then the batch-size candidates (one seed: they measure mechanisms, not returns)."""
     if preset not in STALENESS_REGIMES:
         raise ValueError(f"the regime diagnostics have the presets {sorted(STALENESS_REGIMES)}, got {preset!r}")
-    base = replace(SETTINGS[preset], diagnostics=True).with_overrides(overrides)
+    base = replace(SETTINGS[BASE_SETTING[preset]], diagnostics=True).with_overrides(overrides)
     stale_scale, batch_scale = SCALES[preset]
     specs = []
     for n_envs, n_steps in STALENESS_REGIMES[preset]:
         setting = replace(base, n_envs=n_envs, common=dict(base.common, n_steps=n_steps))
         scale = stale_scale.with_overrides(overrides, setting.iteration_size)
-        for mode, staleness in STALENESS_CELLS:
-            hyperparams = setting.hyperparams("ppo_ewma")
-            hyperparams.update(ewma_decay=None, imp_samp_max=100.0, staleness=staleness, staleness_mode=mode)
-            labels = {"regime": f"{n_envs}x{n_steps}", "staleness": staleness}
-            specs.append(
-                run_spec(
-                    NAME, setting, scale, base.envs[0], "ppo_ewma", 0, variant=mode, hyperparams=hyperparams, labels=labels
+        for changes in CANDIDATE_CHANGES.get(preset, ({},)):
+            regime = ", ".join([f"{n_envs}x{n_steps}", *(f"{_SHORT_NAMES[key]} {value:g}" for key, value in changes.items())])
+            for mode, staleness in STALENESS_CELLS:
+                hyperparams = setting.hyperparams("ppo_ewma")
+                hyperparams.update(ewma_decay=None, imp_samp_max=100.0, staleness=staleness, staleness_mode=mode)
+                hyperparams.update(changes)
+                labels = {"regime": regime, "staleness": staleness}
+                specs.append(
+                    run_spec(
+                        NAME, setting, scale, base.envs[0], "ppo_ewma", 0, variant=mode, hyperparams=hyperparams, labels=labels
+                    )
                 )
-            )
+    if not BATCH_N_ENVS[preset]:
+        return specs
     setting = replace(base, n_envs=BATCH_REFERENCE[preset])
     scale = batch_scale.with_overrides(overrides, setting.iteration_size)
     reference = reference_hyperparams(setting)
@@ -203,7 +232,9 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
     )
 
 
-EXPERIMENT = Experiment(NAME, "Regime diagnostics (issue 49)", __doc__ or "", build_specs, report)
+EXPERIMENT = Experiment(
+    NAME, "Regime diagnostics (issue 49)", __doc__ or "", build_specs, report, extra_presets=("cpu_moving",)
+)
 
 
 def main(argv: Sequence[str] | None = None) -> Path:

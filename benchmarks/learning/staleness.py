@@ -12,6 +12,13 @@ against staleness.
     python -m benchmarks.learning.staleness --preset cpu                    # MinAtar Breakout, 16 envs, staleness 0-8, 3 seeds
     python -m benchmarks.learning.staleness --preset cpu_regime --workers 1 --max-minutes 60   # issue 49; repeat until done
     python -m benchmarks.learning.staleness --preset gpu --max-minutes 8     # Procgen starpilot; repeat until all finished
+
+The ``cpu_moving`` preset is the follow-up of ``cpu_regime``'s outcome: the same iteration with a policy that moves
+further per iteration (clip range 0.5, Adam step size 2e-3), chosen by the pre-registered rule from the short runs of
+``python -m benchmarks.learning.regime_diagnostics --preset cpu_moving`` (``results/staleness/cpu_moving/
+preregistration.md``); the three modes, no PPO-EWMA.
+
+    python -m benchmarks.learning.staleness --preset cpu_moving --workers 2 --max-minutes 60   # repeat until done
 """
 
 from collections.abc import Sequence
@@ -44,23 +51,29 @@ MODES = {
 EWMA_VARIANT = {"ewma": "PPO-EWMA (decoupled: behavior for IS, EWMA for clipping)"}
 """The variant with the EWMA on, at the presets of :data:`EWMA_PRESETS`."""
 EWMA_PRESETS = ("cpu_regime",)
+MOVING_PRESET = "cpu_moving"
+MOVING_CHANGES: dict[str, Any] = {"clip_range": 0.5, "learning_rate": 2e-3}
+"""What the ``cpu_moving`` preset changes from the ``cpu_regime`` setting (the pre-registration's choice from the
+regime diagnostics)."""
 STALENESS = {
     "smoke": (0, 1, 2),
     "cpu": (0, 1, 2, 4, 8),
     "cpu_regime": (0, 2, 8),
+    "cpu_moving": (0, 2, 8),
     "gpu": (0, 1, 2, 4, 8),
     "paper": (0, 1, 2, 4, 8, 16, 32),
 }
-N_ENVS = {"cpu": 16, "cpu_regime": 64}
+N_ENVS = {"cpu": 16, "cpu_regime": 64, "cpu_moving": 64}
 """Fewer environments than the shared setting at the cpu preset, for more (smaller) iterations in a short run; at
 cpu_regime the iteration of the pre-registration (``results/staleness/cpu_regime/preregistration.md``)."""
-N_STEPS = {"cpu_regime": 256}
+N_STEPS = {"cpu_regime": 256, "cpu_moving": 256}
 ENVS = {"gpu": ("procgen-starpilot-easy",)}
 """One game at the gpu preset (its runs are long); ``--envs`` adds others."""
 SCALES = {
     "smoke": Scale(timesteps=256, eval_every=128, seeds=1),
     "cpu": Scale(timesteps=2**19, eval_every=2**14, seeds=3),
     "cpu_regime": Scale(timesteps=4 * 2**20, eval_every=2**17, seeds=5),
+    "cpu_moving": Scale(timesteps=2 * 2**20, eval_every=2**16, seeds=5),
     "gpu": Scale(timesteps=16 * 2**20, eval_every=2**18, seeds=2),
     "paper": Scale(timesteps=100 * 2**20, eval_every=2**20, seeds=4),
 }
@@ -68,8 +81,10 @@ SCALES = {
 
 def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
     """Every mode at every staleness (one shared run at staleness 0), for every seed; PPO-EWMA at every staleness at
-    the presets of :data:`EWMA_PRESETS`."""
-    setting = preset_setting(preset, overrides, ENVS, N_ENVS, N_STEPS)
+    the presets of :data:`EWMA_PRESETS`; at the ``cpu_moving`` preset the ``cpu_regime`` setting with
+    :data:`MOVING_CHANGES`."""
+    moving = preset == MOVING_PRESET
+    setting = preset_setting("cpu_regime" if moving else preset, overrides, ENVS, N_ENVS, N_STEPS)
     scale = SCALES[preset].with_overrides(overrides, setting.iteration_size)
     specs = []
     for env in setting.envs:
@@ -82,6 +97,8 @@ def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
                     hyperparams.update(imp_samp_max=100.0, staleness=staleness, staleness_mode=mode)
                     if variant not in EWMA_VARIANT:
                         hyperparams.update(ewma_decay=None)  # the recent policy as the clipping anchor, as figure 1
+                    if moving:
+                        hyperparams.update(MOVING_CHANGES)
                     aliases = tuple(other for other in MODES if other != mode) if staleness == 0 and variant in MODES else ()
                     spec = run_spec(
                         NAME,
@@ -298,7 +315,12 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
 
 
 EXPERIMENT = Experiment(
-    NAME, "PPO with artificial staleness: decoupled vs coupled objectives (paper figure 1)", __doc__ or "", build_specs, report
+    NAME,
+    "PPO with artificial staleness: decoupled vs coupled objectives (paper figure 1)",
+    __doc__ or "",
+    build_specs,
+    report,
+    extra_presets=(MOVING_PRESET,),
 )
 
 

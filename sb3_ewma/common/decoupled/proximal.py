@@ -85,10 +85,8 @@ def proximal_action_log_prob(proximal: ParameterEWMA, obs: PyTorchObs, actions: 
     (same values, bit for bit) but without building and validating distribution objects, a large share of the
     proximal pass's time on small networks; other distributions go through ``get_distribution``.
     """
-    # Kept because it pays on small networks: in three runs of `python -m benchmarks.timing.proximal_pass` (2 cores,
-    # one torch thread), PPO_EWMA's train() on CartPole's MLP with rl-zoo3's shapes took 1% to 17% less time than
-    # through a distribution object (1.22 / 1.24, 0.96 / 1.20, 1.10 / 1.15 of SB3 PPO's); on the IMPALA CNN it makes
-    # no difference within the noise.
+    # Kept because it pays on small networks (`python -m benchmarks.timing.proximal_pass`; the figures are on the
+    # benchmarks page, docs/misc/benchmarks.md).
     policy = proximal.average
     action_dist = getattr(policy, "action_dist", None)
     if type(action_dist) not in (CategoricalDistribution, DiagGaussianDistribution):

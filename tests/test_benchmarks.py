@@ -946,6 +946,37 @@ def test_cpu_regime_presets_hold_the_preregistered_runs():
     assert len(ewma) == 4 * 14 and {spec.iteration_size for spec in ewma} == {64 * 128} and ewma[0].diagnostics
 
 
+def test_cpu_moving_follow_up_holds_the_preregistered_runs_and_its_candidates():
+    """The staleness follow-up: the cpu_regime runs with the chosen clip range and step size, no PPO-EWMA; the regime
+    diagnostics' candidates are the cpu_regime iteration with one or two hyperparameters changed."""
+    from benchmarks.learning import regime_diagnostics
+
+    regime = {(spec.variant, spec.labels["staleness"], spec.seed): spec for spec in staleness.build_specs("cpu_regime", {})}
+    moving = staleness.build_specs("cpu_moving", {})
+    cells = {(spec.variant, spec.labels["staleness"]) for spec in moving}
+    assert cells == {("decoupled", 0)} | {(mode, level) for mode in staleness.MODES for level in (2, 8)}
+    assert len(moving) == 5 * len(cells) and {spec.total_timesteps for spec in moving} == {2 * 2**20}
+    for spec in moving:
+        assert spec.diagnostics and spec.iteration_size == 64 * 256 and spec.hyperparams["batch_size"] == 2048
+        expected = dict(regime[(spec.variant, spec.labels["staleness"], spec.seed)].hyperparams)
+        expected.update(clip_range=0.5, learning_rate=2e-3)
+        assert spec.hyperparams == expected
+    candidates = regime_diagnostics.build_specs("cpu_moving", {})
+    assert len(candidates) == 3 * len(regime_diagnostics.CANDIDATE_CHANGES["cpu_moving"])
+    base = SETTINGS["cpu"].hyperparams("ppo_ewma")
+    for spec in candidates:
+        changed = {key for key, value in spec.hyperparams.items() if base.get(key) != value}
+        assert changed - {"n_steps", "batch_size", "ewma_decay", "imp_samp_max", "staleness", "staleness_mode"} <= {
+            "learning_rate",
+            "n_epochs",
+            "clip_range",
+        }
+    assert {spec.labels["regime"] for spec in candidates} >= {"64x256, clip 0.5, lr 0.002", "64x256, epochs 12"}
+    # the follow-up's preset is its experiments' own: the shared experiments refuse it on their command line
+    with pytest.raises(SystemExit):
+        ewma_comparison.main(["--preset", "cpu_moving", "--list"])
+
+
 def test_regime_diagnostics_smoke_report(tmp_path):
     from benchmarks.learning import regime_diagnostics
 

@@ -452,7 +452,7 @@ def test_load_checks_its_hyperparameters_as_the_constructor_does(tmp_path: Path)
 
 
 def test_a_folder_that_cannot_be_written_is_refused_before_training(tmp_path: Path) -> None:
-    from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback, EvalCallback
+    from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback, EvalCallback, EveryNTimesteps
 
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
@@ -461,6 +461,10 @@ def test_a_folder_that_cannot_be_written_is_refused_before_training(tmp_path: Pa
         CheckpointCallback(save_freq=16, save_path=str(blocker / "checkpoints")),
         [EvalCallback(DummyVecEnv([CountingEnv]), best_model_save_path=str(blocker / "best"))],
         CallbackList([EvalCallback(DummyVecEnv([CountingEnv]), log_path=str(blocker / "evaluations"))]),
+        # the callbacks an event callback runs
+        EvalCallback(DummyVecEnv([CountingEnv]), callback_on_new_best=CheckpointCallback(1, str(blocker / "on_best"))),
+        EvalCallback(DummyVecEnv([CountingEnv]), callback_after_eval=CheckpointCallback(1, str(blocker / "after_eval"))),
+        EveryNTimesteps(16, CallbackList([CheckpointCallback(1, str(blocker / "every"))])),
     ):
         CountingEnv.calls = 0
         with pytest.raises(

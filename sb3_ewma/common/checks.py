@@ -400,7 +400,9 @@ def check_save_folders(callback: object, tensorboard_log: object) -> None:
     """
     The folders that ``learn`` writes in, checked before training: ``tensorboard_log`` and the callbacks' save and log
     paths (SB3's ``CheckpointCallback.save_path``, ``EvalCallback.best_model_save_path`` and ``log_path``, also inside
-    a ``CallbackList``). SB3 finds a read-only one only when it first saves, after training.
+    a ``CallbackList`` and in the callbacks an event callback runs: ``EvalCallback(callback_on_new_best=...,
+    callback_after_eval=...)``, ``EveryNTimesteps(callback=...)``). SB3 finds a read-only one only when it first saves,
+    after training.
     """
     from stable_baselines3.common.callbacks import CallbackList
 
@@ -411,6 +413,8 @@ def check_save_folders(callback: object, tensorboard_log: object) -> None:
         if isinstance(item, CallbackList):
             pending.extend(item.callbacks)
             continue
+        # EventCallback's child (EvalCallback's callback_after_eval) and EvalCallback's callback_on_new_best
+        pending.extend(child for child in (getattr(item, "callback", None), getattr(item, "callback_on_new_best", None)) if child)
         name = type(item).__name__
         for attribute in ("save_path", "best_model_save_path"):
             folders.append((f"{name}'s {attribute}", getattr(item, attribute, None)))

@@ -1156,3 +1156,44 @@ def test_saved_figures_are_palette_pngs_that_keep_the_plot(tmp_path):
         difference = np.abs(np.asarray(palette.convert("RGB"), float) - np.asarray(reference.convert("RGB"), float))
     assert difference.mean() < 2.0  # of 255: the same picture
     assert (tmp_path / "palette.png").stat().st_size < full.stat().st_size
+
+
+def test_proximal_noise_comes_from_the_minibatch_order_alone(tmp_path):
+    """Copies of one kept state trained with the same minibatch order end with the same anchor (noise 0), with
+    different orders with different ones; PPO's anchor is its policy, PPO-EWMA's the EWMA; the smoke run reports."""
+    import io
+    import json
+
+    import numpy as np
+
+    from benchmarks.learning import proximal_noise
+
+    preset = proximal_noise.PRESETS["smoke"]
+    for algo, decay in proximal_noise.ALGOS.items():
+        setting = SETTINGS["smoke"]
+        hyperparams = setting.hyperparams("ppo_ewma", 4)
+        policy_kwargs = hyperparams.pop("policy_kwargs")
+        hyperparams.update(batch_size=16, ewma_decay=decay)
+        env = importlib.import_module("benchmarks.harness.envs").make_env(setting.envs[0], 4, 0)
+        model = proximal_noise.PPO_EWMA("MlpPolicy", env, policy_kwargs=policy_kwargs, seed=0, **hyperparams)
+        keep = proximal_noise._KeepRollout()
+        model.learn(128, callback=keep)
+        anchor = proximal_noise.anchor_of(model)
+        assert (anchor is model.policy) == (decay is None)
+        same = proximal_noise.measure_point(keep.state, keep.buffer, env, 2, seed=0)
+        assert same["noise"] > 0 and same["movement"] > 0
+        # the same order twice: the copies are identical
+        original_seed = np.random.seed
+        try:
+            np.random.seed = lambda value: original_seed(7)  # type: ignore[assignment]
+            identical = proximal_noise.measure_point(keep.state, keep.buffer, env, 2, seed=0)
+        finally:
+            np.random.seed = original_seed  # type: ignore[assignment]
+        assert identical["noise"] == 0.0 and identical["movement"] > 0
+        # the kept state is the model before that iteration's training
+        before = proximal_noise.PPO_EWMA.load(io.BytesIO(keep.state), env=env)
+        assert before.num_timesteps == 128 and before._n_updates < model._n_updates
+        env.close()
+    out_dir = proximal_noise.main(["--preset", "smoke", "--out", str(tmp_path)])
+    text = (out_dir / "results.md").read_text()
+    assert "noise ratio" in text and len(json.loads((out_dir / "runs.json").read_text())) == 2 * len(preset["minibatches"])

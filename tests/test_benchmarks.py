@@ -1158,18 +1158,19 @@ def test_saved_figures_are_palette_pngs_that_keep_the_plot(tmp_path):
     assert (tmp_path / "palette.png").stat().st_size < full.stat().st_size
 
 
-def test_proximal_noise_comes_from_the_minibatch_order_alone(tmp_path):
+def test_proximal_noise_comes_from_the_minibatch_order_alone(tmp_path, monkeypatch):
     """Copies of one kept state trained with the same minibatch order end with the same anchor (noise 0), with
     different orders with different ones; PPO's anchor is its policy, PPO-EWMA's the EWMA; the smoke run reports."""
     import io
     import json
+    from functools import partial
 
     import numpy as np
 
     from benchmarks.learning import proximal_noise
 
     preset = proximal_noise.PRESETS["smoke"]
-    for algo, decay in proximal_noise.ALGOS.items():
+    for decay in proximal_noise.ALGOS.values():
         setting = SETTINGS["smoke"]
         hyperparams = setting.hyperparams("ppo_ewma", 4)
         policy_kwargs = hyperparams.pop("policy_kwargs")
@@ -1183,12 +1184,10 @@ def test_proximal_noise_comes_from_the_minibatch_order_alone(tmp_path):
         same = proximal_noise.measure_point(keep.state, keep.buffer, env, 2, seed=0)
         assert same["noise"] > 0 and same["movement"] > 0
         # the same order twice: the copies are identical
-        original_seed = np.random.seed
-        try:
-            np.random.seed = lambda value: original_seed(7)  # type: ignore[assignment]
+        with monkeypatch.context() as patch:
+            always_seven = partial(lambda value, _requested, reseed: reseed(value), 7, reseed=np.random.seed)
+            patch.setattr(np.random, "seed", always_seven)
             identical = proximal_noise.measure_point(keep.state, keep.buffer, env, 2, seed=0)
-        finally:
-            np.random.seed = original_seed  # type: ignore[assignment]
         assert identical["noise"] == 0.0 and identical["movement"] > 0
         # the kept state is the model before that iteration's training
         before = proximal_noise.PPO_EWMA.load(io.BytesIO(keep.state), env=env)

@@ -15,9 +15,10 @@ mechanism needs and not by returns:
   environment step at each batch size.
 
 At the ``cpu_moving`` preset (the follow-up of the staleness outcome at ``cpu_regime``), only the staleness
-candidates, at that regime's iteration (64 x 256, minibatch 2,048) with larger Adam step sizes, more epochs or a wider clip range, for a
-policy that moves further per iteration: the staleness preset ``cpu_moving`` takes its learning rate and importance-weight cap
-from these runs (``benchmarks/results/staleness/cpu_moving/preregistration.md``).
+candidates, at that regime's iteration (64 x 256, minibatch 2,048) with larger Adam step sizes, more epochs or a
+wider clip range, for a policy that moves further per iteration: the staleness preset ``cpu_moving`` takes its clip
+range and step size from these runs by a pre-registered rule (``benchmarks/results/staleness/cpu_moving/
+preregistration.md``).
 
 Reported (``results.md``): per run, medians over the iterations of the first and the last half of training.
 

@@ -414,7 +414,8 @@ def check_save_folders(callback: object, tensorboard_log: object) -> None:
             pending.extend(item.callbacks)
             continue
         # EventCallback's child (EvalCallback's callback_after_eval) and EvalCallback's callback_on_new_best
-        pending.extend(child for child in (getattr(item, "callback", None), getattr(item, "callback_on_new_best", None)) if child)
+        children = (getattr(item, "callback", None), getattr(item, "callback_on_new_best", None))
+        pending.extend(child for child in children if child is not None)
         name = type(item).__name__
         for attribute in ("save_path", "best_model_save_path"):
             folders.append((f"{name}'s {attribute}", getattr(item, attribute, None)))

@@ -8,9 +8,16 @@ training diagnostics (``results/ewma_comparison/cpu_regime/preregistration.md``)
     python -m benchmarks.learning.ewma_comparison --preset cpu              # MinAtar Breakout, 3 seeds, 2^20 steps per run
     python -m benchmarks.learning.ewma_comparison --preset cpu_regime --workers 1 --max-minutes 60   # repeat until done
     python -m benchmarks.learning.ewma_comparison --preset gpu --max-minutes 9   # Procgen easy; repeat until done
+
+The ``cpu_noise`` preset is the follow-up of ``cpu_regime``'s outcome where the proximal policy is noisy: PPO against
+PPO-EWMA at the ``cpu_regime`` setting with 128 minibatches of 64 per epoch, the minibatch count a pre-registered rule
+chose from :mod:`benchmarks.learning.proximal_noise` (``results/ewma_comparison/cpu_noise/preregistration.md``).
+
+    python -m benchmarks.learning.ewma_comparison --preset cpu_noise --workers 2 --max-minutes 60   # repeat until done
 """
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,20 +45,30 @@ SCALES = {
     "smoke": Scale(timesteps=256, eval_every=128, seeds=2),
     "cpu": Scale(timesteps=2**20, eval_every=2**15, seeds=3),
     "cpu_regime": Scale(timesteps=2**20, eval_every=2**15, seeds=14),
+    "cpu_noise": Scale(timesteps=2**20, eval_every=2**16, seeds=10),
     "gpu": Scale(timesteps=25 * 2**20, eval_every=2**18, seeds=3),
     "paper": Scale(timesteps=100 * 2**20, eval_every=2**20, seeds=4),
 }
 
 
+NOISE_PRESET = "cpu_noise"
+NOISE_MINIBATCHES = 128
+"""Minibatches per epoch at the ``cpu_noise`` preset (the pre-registration's rule applied to the proximal noise)."""
+
+
 def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
-    """The four algorithms on every environment of the preset, for every seed."""
-    setting = preset_setting(preset, overrides)
+    """The four algorithms on every environment of the preset, for every seed; at the ``cpu_noise`` preset PPO and
+    PPO-EWMA at the ``cpu_regime`` setting with :data:`NOISE_MINIBATCHES` minibatches per epoch."""
+    noisy = preset == NOISE_PRESET
+    setting = preset_setting("cpu_regime" if noisy else preset, overrides)
+    if noisy:
+        setting = replace(setting, n_minibatches=NOISE_MINIBATCHES)
     scale = SCALES[preset].with_overrides(overrides, setting.iteration_size)
     return [
         run_spec(NAME, setting, scale, env, algo, seed, eval_episodes=overrides.get("eval_episodes"))
         for env in setting.envs
         for seed in range(scale.seeds)
-        for algo in ALGORITHMS
+        for algo in (PAIRS[0] if noisy else ALGORITHMS)
     ]
 
 
@@ -131,7 +148,12 @@ PAPER_DIRECTION = (
 
 
 EXPERIMENT = Experiment(
-    NAME, "EWMA comparison: PPO vs PPO-EWMA, PPG vs PPG-EWMA (paper figure 4)", __doc__ or "", build_specs, report
+    NAME,
+    "EWMA comparison: PPO vs PPO-EWMA, PPG vs PPG-EWMA (paper figure 4)",
+    __doc__ or "",
+    build_specs,
+    report,
+    extra_presets=(NOISE_PRESET,),
 )
 
 

@@ -977,6 +977,19 @@ def test_cpu_moving_follow_up_holds_the_preregistered_runs_and_its_candidates():
         ewma_comparison.main(["--preset", "cpu_moving", "--list"])
 
 
+def test_cpu_noise_follow_up_holds_the_preregistered_runs():
+    """The EWMA follow-up: PPO and PPO-EWMA at the cpu_regime comparison's setting with 128 minibatches of 64."""
+    regime = {(spec.algo, spec.seed): spec for spec in ewma_comparison.build_specs("cpu_regime", {})}
+    noise = ewma_comparison.build_specs("cpu_noise", {})
+    assert sorted({spec.algo for spec in noise}) == ["ppo", "ppo_ewma"] and len(noise) == 2 * 10
+    for spec in noise:
+        assert spec.iteration_size == 64 * 128 and spec.hyperparams["batch_size"] == 64 and spec.diagnostics
+        expected = dict(regime[(spec.algo, spec.seed)].hyperparams, batch_size=64)
+        assert spec.hyperparams == expected and spec.total_timesteps == 2**20
+    # PPO-EWMA's default EWMA: center of mass = minibatches per epoch
+    assert "ewma_decay" not in next(spec for spec in noise if spec.algo == "ppo_ewma").hyperparams
+
+
 def test_regime_diagnostics_smoke_report(tmp_path):
     from benchmarks.learning import regime_diagnostics
 

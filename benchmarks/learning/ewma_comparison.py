@@ -117,19 +117,23 @@ def differences_table(frame: pd.DataFrame) -> str:
 def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -> str:
     """Curves of each pair and the final returns (figure), final returns per algorithm and seed (table)."""
     all_panels = panels(evaluations, ["variant"])
-    figure, axes = new_figure(len(all_panels), 3)
+    run_algos = {spec.algo for spec in specs}
+    pairs = [pair for pair in PAIRS if run_algos & set(pair)]  # the pairs run (cpu_noise: PPO's alone)
+    algos = [algo for pair in pairs for algo in pair]
+    figure, axes = new_figure(len(all_panels), len(pairs) + 1)
     tables = []
     for row, (title, frame) in enumerate(all_panels):
-        for column, pair in enumerate(PAIRS):
+        for column, pair in enumerate(pairs):
             name = f"{title}: {ALGORITHM_LABELS[pair[0]]} vs {ALGORITHM_LABELS[pair[1]]}"
             band = "ci" if any(spec.diagnostics for spec in specs) else "std"
             plot_curves(axes[row, column], frame, "variant", pair, ALGORITHM_LABELS.get, name, band)
-        summary = summarize(frame, ["variant"]).set_index("variant").reindex(list(ALGORITHMS))
-        labels = [ALGORITHM_LABELS[algo] for algo in ALGORITHMS]
-        axes[row, 2].bar(labels, summary["mean"], yerr=summary["std"], color=["C0", "C1"] * 2, capsize=3)
-        axes[row, 2].set_title(f"{title}: final return (mean +- std over seeds)", fontsize=9)
-        axes[row, 2].tick_params(axis="x", labelsize=7)
-        axes[row, 2].grid(alpha=0.3, axis="y")
+        summary = summarize(frame, ["variant"]).set_index("variant").reindex(algos)
+        labels = [ALGORITHM_LABELS[algo] for algo in algos]
+        bars = axes[row, len(pairs)]
+        bars.bar(labels, summary["mean"], yerr=summary["std"], color=["C0", "C1"] * len(pairs), capsize=3)
+        bars.set_title(f"{title}: final return (mean +- std over seeds)", fontsize=9)
+        bars.tick_params(axis="x", labelsize=7)
+        bars.grid(alpha=0.3, axis="y")
         tables.append(f"### {title}\n\n{_table(frame, summary)}")
         if any(spec.diagnostics for spec in specs):  # the pre-registered statistics (cpu_regime)
             tables.append(f"### {title}: EWMA minus none\n\n{differences_table(frame)}")

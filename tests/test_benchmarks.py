@@ -961,6 +961,11 @@ def test_cpu_moving_follow_up_holds_the_preregistered_runs_and_its_candidates():
         expected = dict(regime[(spec.variant, spec.labels["staleness"], spec.seed)].hyperparams)
         expected.update(clip_range=0.5, learning_rate=2e-3)
         assert spec.hyperparams == expected
+    clip03 = staleness.build_specs("cpu_clip03", {})
+    assert len(clip03) == len(moving)
+    for spec in clip03:
+        expected = dict(regime[(spec.variant, spec.labels["staleness"], spec.seed)].hyperparams, clip_range=0.3)
+        assert spec.hyperparams == expected
     candidates = regime_diagnostics.build_specs("cpu_moving", {})
     assert len(candidates) == 3 * len(regime_diagnostics.CANDIDATE_CHANGES["cpu_moving"])
     base = SETTINGS["cpu"].hyperparams("ppo_ewma")

@@ -19,6 +19,11 @@ further per iteration (clip range 0.5, Adam step size 2e-3), chosen by the pre-r
 preregistration.md``); the three modes, no PPO-EWMA.
 
     python -m benchmarks.learning.staleness --preset cpu_moving --workers 2 --max-minutes 60   # repeat until done
+
+The ``cpu_clip03`` preset is the regime between the two that ``cpu_moving``'s outcome named: the ``cpu_regime``
+setting with clip range 0.3 (``results/staleness/cpu_clip03/preregistration.md``).
+
+    python -m benchmarks.learning.staleness --preset cpu_clip03 --workers 2 --max-minutes 60   # repeat until done
 """
 
 from collections.abc import Sequence
@@ -51,22 +56,25 @@ MODES = {
 EWMA_VARIANT = {"ewma": "PPO-EWMA (decoupled: behavior for IS, EWMA for clipping)"}
 """The variant with the EWMA on, at the presets of :data:`EWMA_PRESETS`."""
 EWMA_PRESETS = ("cpu_regime",)
-MOVING_PRESET = "cpu_moving"
-MOVING_CHANGES: dict[str, Any] = {"clip_range": 0.5, "learning_rate": 2e-3}
-"""What the ``cpu_moving`` preset changes from the ``cpu_regime`` setting (the pre-registration's choice from the
-regime diagnostics)."""
+FOLLOW_UPS: dict[str, dict[str, Any]] = {
+    "cpu_moving": {"clip_range": 0.5, "learning_rate": 2e-3},
+    "cpu_clip03": {"clip_range": 0.3},
+}
+"""The follow-up presets of ``cpu_regime`` and what each changes from its setting (their pre-registrations' choices
+from the regime diagnostics)."""
 STALENESS = {
     "smoke": (0, 1, 2),
     "cpu": (0, 1, 2, 4, 8),
     "cpu_regime": (0, 2, 8),
     "cpu_moving": (0, 2, 8),
+    "cpu_clip03": (0, 2, 8),
     "gpu": (0, 1, 2, 4, 8),
     "paper": (0, 1, 2, 4, 8, 16, 32),
 }
-N_ENVS = {"cpu": 16, "cpu_regime": 64, "cpu_moving": 64}
+N_ENVS = {"cpu": 16, "cpu_regime": 64}
 """Fewer environments than the shared setting at the cpu preset, for more (smaller) iterations in a short run; at
 cpu_regime the iteration of the pre-registration (``results/staleness/cpu_regime/preregistration.md``)."""
-N_STEPS = {"cpu_regime": 256, "cpu_moving": 256}
+N_STEPS = {"cpu_regime": 256}
 ENVS = {"gpu": ("procgen-starpilot-easy",)}
 """One game at the gpu preset (its runs are long); ``--envs`` adds others."""
 SCALES = {
@@ -74,6 +82,7 @@ SCALES = {
     "cpu": Scale(timesteps=2**19, eval_every=2**14, seeds=3),
     "cpu_regime": Scale(timesteps=4 * 2**20, eval_every=2**17, seeds=5),
     "cpu_moving": Scale(timesteps=2 * 2**20, eval_every=2**16, seeds=5),
+    "cpu_clip03": Scale(timesteps=2 * 2**20, eval_every=2**16, seeds=5),
     "gpu": Scale(timesteps=16 * 2**20, eval_every=2**18, seeds=2),
     "paper": Scale(timesteps=100 * 2**20, eval_every=2**20, seeds=4),
 }
@@ -81,10 +90,10 @@ SCALES = {
 
 def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
     """Every mode at every staleness (one shared run at staleness 0), for every seed; PPO-EWMA at every staleness at
-    the presets of :data:`EWMA_PRESETS`; at the ``cpu_moving`` preset the ``cpu_regime`` setting with
-    :data:`MOVING_CHANGES`."""
-    moving = preset == MOVING_PRESET
-    setting = preset_setting("cpu_regime" if moving else preset, overrides, ENVS, N_ENVS, N_STEPS)
+    the presets of :data:`EWMA_PRESETS`; at a follow-up preset (:data:`FOLLOW_UPS`) the ``cpu_regime`` setting with
+    the follow-up's changes."""
+    changes = FOLLOW_UPS.get(preset)
+    setting = preset_setting("cpu_regime" if changes is not None else preset, overrides, ENVS, N_ENVS, N_STEPS)
     scale = SCALES[preset].with_overrides(overrides, setting.iteration_size)
     specs = []
     for env in setting.envs:
@@ -97,8 +106,8 @@ def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
                     hyperparams.update(imp_samp_max=100.0, staleness=staleness, staleness_mode=mode)
                     if variant not in EWMA_VARIANT:
                         hyperparams.update(ewma_decay=None)  # the recent policy as the clipping anchor, as figure 1
-                    if moving:
-                        hyperparams.update(MOVING_CHANGES)
+                    if changes is not None:
+                        hyperparams.update(changes)
                     aliases = tuple(other for other in MODES if other != mode) if staleness == 0 and variant in MODES else ()
                     spec = run_spec(
                         NAME,
@@ -320,7 +329,7 @@ EXPERIMENT = Experiment(
     __doc__ or "",
     build_specs,
     report,
-    extra_presets=(MOVING_PRESET,),
+    extra_presets=tuple(FOLLOW_UPS),
 )
 
 

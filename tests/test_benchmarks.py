@@ -1,6 +1,7 @@
 """The benchmarks: every experiment's smoke preset end to end, resuming, pausing at a deadline, the presets' runs."""
 
 import csv
+import gzip
 import importlib
 import itertools
 import math
@@ -23,7 +24,8 @@ EXPERIMENTS = {module.NAME: module for module in (ewma_comparison, batch_size_in
 
 
 def read(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as file:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", newline="") as file:
         return list(csv.DictReader(file))
 
 
@@ -47,7 +49,8 @@ def test_smoke_preset_end_to_end_then_resume(name, tmp_path, capsys):
     assert {record["status"] for record in records} == {"finished"}
     assert not (out_dir / "runs").exists() and not (out_dir / "manifest.csv").exists()
     assert [path.name for path in (out_dir / "checkpoints").iterdir()] == [".gitignore"]  # runs in progress: none
-    evaluations = read(out_dir / "evaluations.csv")
+    assert not (out_dir / "evaluations.csv").exists()
+    evaluations = read(out_dir / "evaluations.csv.gz")
     assert len(evaluations) == sum(spec.total_timesteps // spec.eval_every for spec in specs)
     assert len(evaluations) == sum(len(record["evaluations"]["rows"]) for record in records)
     for row in evaluations:

@@ -13,7 +13,7 @@ Layout of an experiment's results, ``<out>/<experiment>/<preset>/``:
 - ``checkpoints/<run_id>/`` (not in version control): a run in progress, its evaluations so far (``evaluations.csv``,
   appended as training goes) and, once paused at a deadline (``--max-minutes``), the checkpoint the next invocation
   resumes from;
-- ``evaluations.csv`` (all finished runs), ``<experiment>.png`` and ``results.md``, written by the report.
+- ``evaluations.csv.gz`` (all finished runs, gzipped), ``<experiment>.png`` and ``results.md``, written by the report.
 
 An evaluation is, by default, the mean return of the training episodes that ended since the previous evaluation
 (as in the paper's Procgen curves: unlimited levels, so training episodes are new levels); with ``eval_episodes > 0``

@@ -37,6 +37,10 @@ ALL_GAMES = "all games (normalized)"
 """Title of the panel that averages Procgen's normalized return over the games."""
 
 
+EVALUATIONS_FILE = "evaluations.csv.gz"
+"""The evaluation rows of an experiment's finished runs, one gzipped CSV beside ``results.md``."""
+
+
 def load_evaluations(specs: Sequence[RunSpec], out_dir: Path) -> pd.DataFrame:
     """
     The evaluation rows of the finished runs (in ``runs.jsonl`` with their current settings), one copy per variant the
@@ -210,7 +214,7 @@ def _settings_table(specs: Sequence[RunSpec]) -> str:
 
 def write_report(experiment: Experiment, specs: Sequence[RunSpec], out_dir: Path, command: str) -> Path:
     """
-    Write ``evaluations.csv``, the experiment's figures and ``results.md`` from the finished runs (``runs.jsonl``).
+    Write ``evaluations.csv.gz``, the experiment's figures and ``results.md`` from the finished runs (``runs.jsonl``).
 
     :return: the path of ``results.md``
     """
@@ -247,9 +251,12 @@ def write_report(experiment: Experiment, specs: Sequence[RunSpec], out_dir: Path
     if evaluations.empty:
         lines.append("No run has finished yet.")
     else:
+        # gzipped (a tenth of the size; pandas and `zcat` read it), with no time stamp: a rewrite of the same rows is
+        # the same file
         evaluations[~evaluations["shared"]].drop(columns=["shared", "score", "total_timesteps"]).to_csv(
-            out_dir / "evaluations.csv", index=False
+            out_dir / EVALUATIONS_FILE, index=False, compression={"method": "gzip", "mtime": 0}
         )
+        (out_dir / "evaluations.csv").unlink(missing_ok=True)  # written uncompressed before
         lines.append(experiment.report(evaluations, list(specs), out_dir))
     lines += ["", "## Settings", "", _settings_table(specs), ""]
     path = out_dir / "results.md"

@@ -46,30 +46,48 @@ SCALES = {
     "cpu": Scale(timesteps=2**20, eval_every=2**15, seeds=3),
     "cpu_regime": Scale(timesteps=2**20, eval_every=2**15, seeds=14),
     "cpu_noise": Scale(timesteps=2**20, eval_every=2**16, seeds=10),
+    "cpu_noise_old": Scale(timesteps=2**20, eval_every=2**16, seeds=10),
     "gpu": Scale(timesteps=25 * 2**20, eval_every=2**18, seeds=3),
     "paper": Scale(timesteps=100 * 2**20, eval_every=2**20, seeds=4),
 }
 
 
-NOISE_PRESET = "cpu_noise"
+NOISE_PRESETS: dict[str, float | None] = {"cpu_noise": None, "cpu_noise_old": 1 - 1 / (1 + 3 * 128)}
+"""The follow-up presets where the proximal policy is noisy, and PPO-EWMA's ``ewma_decay`` at each (None: the class
+default, center of mass = the 128 minibatches per epoch; ``cpu_noise_old``: center of mass 384, the iteration's
+3 x 128 optimizer steps, an older anchor)."""
 NOISE_MINIBATCHES = 128
-"""Minibatches per epoch at the ``cpu_noise`` preset (the pre-registration's rule applied to the proximal noise)."""
+"""Minibatches per epoch at the ``cpu_noise`` presets (the pre-registration's rule applied to the proximal noise)."""
 
 
 def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
-    """The four algorithms on every environment of the preset, for every seed; at the ``cpu_noise`` preset PPO and
+    """The four algorithms on every environment of the preset, for every seed; at the ``cpu_noise`` presets PPO and
     PPO-EWMA at the ``cpu_regime`` setting with :data:`NOISE_MINIBATCHES` minibatches per epoch."""
-    noisy = preset == NOISE_PRESET
+    noisy = preset in NOISE_PRESETS
     setting = preset_setting("cpu_regime" if noisy else preset, overrides)
     if noisy:
         setting = replace(setting, n_minibatches=NOISE_MINIBATCHES)
     scale = SCALES[preset].with_overrides(overrides, setting.iteration_size)
-    return [
-        run_spec(NAME, setting, scale, env, algo, seed, eval_episodes=overrides.get("eval_episodes"))
-        for env in setting.envs
-        for seed in range(scale.seeds)
-        for algo in (PAIRS[0] if noisy else ALGORITHMS)
-    ]
+    specs = []
+    for env in setting.envs:
+        for seed in range(scale.seeds):
+            for algo in PAIRS[0] if noisy else ALGORITHMS:
+                hyperparams = setting.hyperparams(algo)
+                if algo == "ppo_ewma" and NOISE_PRESETS.get(preset) is not None:
+                    hyperparams["ewma_decay"] = NOISE_PRESETS[preset]
+                specs.append(
+                    run_spec(
+                        NAME,
+                        setting,
+                        scale,
+                        env,
+                        algo,
+                        seed,
+                        hyperparams=hyperparams,
+                        eval_episodes=overrides.get("eval_episodes"),
+                    )
+                )
+    return specs
 
 
 def _table(frame: pd.DataFrame, summary: pd.DataFrame) -> str:
@@ -157,7 +175,7 @@ EXPERIMENT = Experiment(
     __doc__ or "",
     build_specs,
     report,
-    extra_presets=(NOISE_PRESET,),
+    extra_presets=tuple(NOISE_PRESETS),
 )
 
 

@@ -996,6 +996,14 @@ def test_cpu_noise_follow_up_holds_the_preregistered_runs():
         assert spec.hyperparams == expected and spec.total_timesteps == 2**20
     # PPO-EWMA's default EWMA: center of mass = minibatches per epoch
     assert "ewma_decay" not in next(spec for spec in noise if spec.algo == "ppo_ewma").hyperparams
+    # the older anchor: the same runs but PPO-EWMA's center of mass, 1 / (1 - decay) - 1 = 384 (the iteration's steps)
+    old = {(spec.algo, spec.seed): spec for spec in ewma_comparison.build_specs("cpu_noise_old", {})}
+    for spec in noise:
+        if spec.algo == "ppo":  # PPO's arm is the same runs
+            assert old[("ppo", spec.seed)].spec_hash == spec.spec_hash
+        else:
+            decay = old[("ppo_ewma", spec.seed)].hyperparams.pop("ewma_decay")
+            assert math.isclose(1 / (1 - decay) - 1, 384) and old[("ppo_ewma", spec.seed)].hyperparams == spec.hyperparams
 
 
 def test_regime_diagnostics_smoke_report(tmp_path):

@@ -1192,7 +1192,6 @@ def test_proximal_noise_comes_from_the_minibatch_order_alone(tmp_path, monkeypat
     different orders with different ones; PPO's anchor is its policy, PPO-EWMA's the EWMA; the smoke run reports."""
     import io
     import json
-    from functools import partial
 
     import numpy as np
 
@@ -1214,8 +1213,7 @@ def test_proximal_noise_comes_from_the_minibatch_order_alone(tmp_path, monkeypat
         assert same["noise"] > 0 and same["movement"] > 0
         # the same order twice: the copies are identical
         with monkeypatch.context() as patch:
-            always_seven = partial(lambda value, _requested, reseed: reseed(value), 7, reseed=np.random.seed)
-            patch.setattr(np.random, "seed", always_seven)
+            patch.setattr(np.random, "seed", lambda _requested, reseed=np.random.seed: reseed(7))
             identical = proximal_noise.measure_point(keep.state, keep.buffer, env, 2, seed=0)
         assert identical["noise"] == 0.0 and identical["movement"] > 0
         # the kept state is the model before that iteration's training

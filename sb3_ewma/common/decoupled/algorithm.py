@@ -54,7 +54,11 @@ from sb3_ewma.common.distributed import (
     wants_data_parallel,
     warn_world_size_change,
 )
-from sb3_ewma.common.distributions import evaluate_actions_with_distribution
+from sb3_ewma.common.distributions import (
+    evaluate_actions_with_distribution,
+    has_lean_evaluation,
+    lean_evaluate_actions,
+)
 from sb3_ewma.common.ewma import ParameterEWMA, center_of_mass_from_ewma_decay
 from sb3_ewma.common.finite import (
     check_finite_gradient_norm,
@@ -701,7 +705,11 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         """The policy's values, log-probabilities, entropy (or None), and the distribution if the exact KL needs it."""
         if self._needs_distributions:
             return evaluate_actions_with_distribution(self.policy, rollout_data.observations, actions)
-        values, log_prob, entropy = self.policy.evaluate_actions(rollout_data.observations, actions)
+        if has_lean_evaluation(self.policy):
+            # the same tensors as SB3's evaluate_actions, without building and validating the distribution
+            values, log_prob, entropy = lean_evaluate_actions(self.policy, rollout_data.observations, actions)
+        else:
+            values, log_prob, entropy = self.policy.evaluate_actions(rollout_data.observations, actions)
         return values, log_prob, entropy, None
 
     def _kl_exceeds_target(self, approx_kl_div: th.Tensor) -> bool:

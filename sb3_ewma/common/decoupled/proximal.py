@@ -1,6 +1,5 @@
 """Building the proximal policy of an SB3 actor-critic policy and handling its persistence."""
 
-import math
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -14,6 +13,7 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.type_aliases import PyTorchObs
 
+from sb3_ewma.common.distributions import categorical_log_prob, diag_gaussian_log_prob
 from sb3_ewma.common.ewma import ParameterEWMA
 from sb3_ewma.common.saved_files import check_saved_algorithm, read_saved_value
 
@@ -95,13 +95,8 @@ def proximal_action_log_prob(proximal: ParameterEWMA, obs: PyTorchObs, actions: 
     features = BasePolicy.extract_features(policy, obs, policy.pi_features_extractor)  # type: ignore[arg-type]
     action_head = policy.action_net(policy.mlp_extractor.forward_actor(features))  # type: ignore[operator, union-attr]
     if isinstance(action_dist, CategoricalDistribution):
-        # torch.distributions.Categorical: normalized logits, gathered at the actions
-        log_pmf = action_head - action_head.logsumexp(dim=-1, keepdim=True)
-        return log_pmf.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
-    # torch.distributions.Normal(mean, ones_like(mean) * exp(log_std)).log_prob, summed over the action dimensions
-    std = th.ones_like(action_head) * policy.log_std.exp()  # type: ignore[operator]
-    log_prob = -((actions - action_head) ** 2) / (2 * std**2) - std.log() - math.log(math.sqrt(2 * math.pi))
-    return log_prob.sum(dim=1) if log_prob.dim() > 1 else log_prob.sum()
+        return categorical_log_prob(action_head, actions)[1]
+    return diag_gaussian_log_prob(action_head, policy.log_std, actions)[1]  # type: ignore[arg-type]
 
 
 def warn_missing_proximal(algorithm_name: str) -> None:

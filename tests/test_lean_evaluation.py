@@ -1,0 +1,98 @@
+"""The lean evaluation of the policy in train(): SB3's evaluate_actions' values and gradients, bit for bit."""
+
+import numpy as np
+import pytest
+import torch as th
+from stable_baselines3.common.envs import IdentityEnvMultiDiscrete
+from stable_baselines3.common.policies import ActorCriticPolicy
+
+from sb3_ewma import PPO_EWMA
+from sb3_ewma.common.decoupled import algorithm as algorithm_module
+from sb3_ewma.common.distributions import has_lean_evaluation, lean_evaluate_actions
+from sb3_ewma.ppg_ewma import PPG_EWMA
+
+
+def _perturbed_model(algorithm, env, **kwargs):
+    model = algorithm("MlpPolicy", env, n_steps=64, batch_size=32, seed=0, device="cpu", **kwargs)
+    with th.no_grad():
+        for parameter in model.policy.parameters():  # away from the initialization (log_std = 0, zero heads)
+            parameter.add_(0.3 * th.randn_like(parameter))
+    return model
+
+
+def _evaluation_and_gradients(policy, evaluate, obs, actions):
+    policy.optimizer.zero_grad()
+    values, log_prob, entropy = evaluate(obs, actions)
+    # every output reaches the loss, with distinct weights
+    (values.square().mean() - 0.7 * log_prob.exp().mean() - 0.3 * entropy.mean()).backward()
+    gradients = [parameter.grad.clone() for parameter in policy.parameters() if parameter.grad is not None]
+    return [values.detach(), log_prob.detach(), entropy.detach()], gradients
+
+
+@pytest.mark.parametrize("algorithm", [PPO_EWMA, PPG_EWMA])
+@pytest.mark.parametrize(
+    "env, kwargs",
+    [
+        ("CartPole-v1", {}),
+        ("CartPole-v1", {"policy_kwargs": {"share_features_extractor": False}}),
+        ("Pendulum-v1", {}),
+        ("Pendulum-v1", {"policy_kwargs": {"net_arch": [8]}}),
+    ],
+)
+def test_lean_evaluation_equals_sb3s_bit_for_bit(algorithm, env, kwargs):
+    model = _perturbed_model(algorithm, env, **kwargs)
+    policy = model.policy
+    assert has_lean_evaluation(policy)
+    obs = th.as_tensor(np.stack([model.observation_space.sample() for _ in range(64)])).float()
+    actions = th.as_tensor(np.stack([model.action_space.sample() for _ in range(64)]))
+    if actions.dim() == 1:
+        actions = actions.long()
+    lean, lean_gradients = _evaluation_and_gradients(policy, lambda o, a: lean_evaluate_actions(policy, o, a), obs, actions)
+    reference, reference_gradients = _evaluation_and_gradients(policy, policy.evaluate_actions, obs, actions)
+    assert [t.shape for t in lean] == [t.shape for t in reference] == [(64, 1), (64,), (64,)]
+    assert all(th.equal(first, second) for first, second in zip(lean, reference, strict=True))
+    assert len(lean_gradients) == len(reference_gradients) > 0
+    assert all(th.equal(first, second) for first, second in zip(lean_gradients, reference_gradients, strict=True))
+
+
+@pytest.mark.parametrize(
+    "env, kwargs",
+    [("Pendulum-v1", {"use_sde": True}), (IdentityEnvMultiDiscrete(3), {})],
+)
+def test_other_distributions_take_sb3s_evaluation(env, kwargs):
+    model = PPO_EWMA("MlpPolicy", env, n_steps=64, batch_size=32, seed=0, device="cpu", **kwargs)
+    assert not has_lean_evaluation(model.policy)
+
+
+class _CountingPolicy(ActorCriticPolicy):
+    calls = 0
+
+    def evaluate_actions(self, obs, actions):
+        type(self).calls += 1
+        return super().evaluate_actions(obs, actions)
+
+
+def test_a_policy_that_overrides_evaluate_actions_is_called_in_train():
+    model = PPO_EWMA(_CountingPolicy, "CartPole-v1", n_steps=32, batch_size=16, n_epochs=2, seed=0, device="cpu")
+    assert not has_lean_evaluation(model.policy)
+    model.learn(32)
+    assert _CountingPolicy.calls == 2 * 2  # 2 epochs of 2 minibatches
+
+
+def test_train_runs_the_lean_evaluation_with_sb3s_numbers(monkeypatch):
+    # one iteration with the lean evaluation and one with SB3's, from the same state: the same parameters after it
+    def trained() -> list[th.Tensor]:
+        model = PPO_EWMA("MlpPolicy", "Pendulum-v1", n_steps=64, batch_size=32, n_epochs=2, seed=3, device="cpu")
+        model.learn(64)
+        return [parameter.detach().clone() for parameter in model.policy.parameters()]
+
+    lean = trained()
+    monkeypatch.setattr(algorithm_module, "has_lean_evaluation", lambda policy: False)
+    reference = trained()
+    assert not all(th.equal(first, second) for first, second in zip(lean, _initial_parameters(), strict=True))
+    assert all(th.equal(first, second) for first, second in zip(lean, reference, strict=True))
+
+
+def _initial_parameters() -> list[th.Tensor]:
+    model = PPO_EWMA("MlpPolicy", "Pendulum-v1", n_steps=64, batch_size=32, n_epochs=2, seed=3, device="cpu")
+    return [parameter.detach().clone() for parameter in model.policy.parameters()]

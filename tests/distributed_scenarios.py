@@ -188,7 +188,7 @@ def check_iterations_identical(out_dir: Path) -> None:
             assert len(model.ep_info_buffer) == sum(counts) > counts[0], (len(model.ep_info_buffer), counts)
         # the losses rank 0 logs are the mean over the ranks (each rank's own data): averaged at the next iteration
         local_losses = gather(model.logger.name_to_value["train/value_loss"])
-        model._synchronize_iteration(True)
+        model.data_parallel.synchronize_iteration(model, True)
         if rank() == 0:
             assert local_losses[0] != local_losses[1]
             assert abs(model.logger.name_to_value["train/value_loss"] - np.mean(local_losses)) < 1e-12
@@ -229,9 +229,9 @@ def check_target_kl() -> None:
     model = PPO_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2), n_steps=8, batch_size=16, seed=0, target_kl=0.01)
     # rank 0 alone is under 1.5 * target_kl, the mean is over it: both ranks stop
     local_kl = 0.0 if rank() == 0 else 0.04
-    assert model._kl_exceeds_target(th.tensor(local_kl)) is True
+    assert model._reached_target_kl(th.tensor(local_kl), 0) is True
     local_kl = 0.0 if rank() == 0 else 0.02
-    assert model._kl_exceeds_target(th.tensor(local_kl)) is False
+    assert model._reached_target_kl(th.tensor(local_kl), 0) is False
     # in training: a tiny target stops early, at the same minibatch on both ranks
     model = PPO_EWMA(
         "MlpPolicy",

@@ -287,6 +287,37 @@ def test_policy_and_value_epochs():
     assert model._n_updates == 3
 
 
+@pytest.mark.parametrize(
+    "n_epochs, n_value_epochs, stop_at, expected",
+    [
+        # stop at the 2nd policy minibatch of epoch 0: one step on both losses, the other 3 on the value loss alone
+        (3, 1, 2, dict(steps=4, ewma_updates=1, policy_minibatches=2, value_minibatches=4, n_updates=1, loss=True)),
+        # the same with a second value epoch: it runs in full on the value loss
+        (3, 2, 2, dict(steps=8, ewma_updates=1, policy_minibatches=2, value_minibatches=8, n_updates=2, loss=True)),
+        # no value epoch, stopped at the very first minibatch: no step, so no total loss to log
+        (2, 0, 1, dict(steps=0, ewma_updates=0, policy_minibatches=1, value_minibatches=0, n_updates=1, loss=False)),
+    ],
+)
+def test_target_kl_stops_the_policy_epochs_and_the_value_epochs_go_on(n_epochs, n_value_epochs, stop_at, expected):
+    model = make_model(n_epochs=n_epochs, n_value_epochs=n_value_epochs, batch_size=8, n_aux_epochs=0, target_kl=0.01)
+    # one iteration of 4 minibatches; the KL check says "reached" at its stop_at-th call
+    checks = []
+    model._reached_target_kl = lambda approx_kl_div, epoch: checks.append(epoch) or len(checks) == stop_at
+    steps, ewma_updates, logged = [], [], {}
+    spy(model.policy.optimizer, "step", before=lambda *a, **k: steps.append(1))
+    spy(model.proximal_ewma, "update", before=lambda: ewma_updates.append(1))
+    spy(model, "_record_train_logs", before=lambda buffer, stats, losses, loss, *a: logged.update(losses, loss=loss))
+    model.learn(ROLLOUT)
+    assert len(checks) == stop_at  # no policy minibatch after the stop
+    assert len(steps) == expected["steps"] and len(ewma_updates) == expected["ewma_updates"]
+    # the entropy and the KL of every policy minibatch computed, the one that reached target_kl included (as PPO's)
+    assert len(logged["entropy_loss"]) == len(logged["approx_kl"]) == expected["policy_minibatches"]
+    assert len(logged["value_loss"]) == expected["value_minibatches"]
+    assert model._n_updates == expected["n_updates"]
+    assert (logged["loss"] is not None) == expected["loss"]
+    assert ("train/loss" in model.logger.name_to_value) == expected["loss"]
+
+
 def test_value_only_epochs_leave_the_dual_policy_unchanged():
     model = make_model(n_epochs=0, n_value_epochs=2, n_aux_epochs=0)
     policy_names = [n for n, _ in model.policy.named_parameters() if is_ppg_policy_parameter(n)]

@@ -9,8 +9,10 @@ policy (one forward pass, no gradient) on every minibatch, on top of the forward
 The forward pass is the one PPO_EWMA makes
 (:func:`~sb3_ewma.common.decoupled.proximal.proximal_action_log_prob`: the action head and the log-probabilities
 of the taken actions, no value head), on a proximal copy of the policy; the
-forward-backward pass is the loss's (values, log-probabilities, entropy). ``f`` = forward / forward-backward is the
-floor of the EWMA's extra cost in training time.
+forward-backward pass is the loss's (values, log-probabilities, entropy), timed twice: through SB3's
+``evaluate_actions`` (which builds and validates a torch distribution) and as ``train()`` computes it
+(:func:`~sb3_ewma.common.distributions.lean_evaluate_actions`, the same tensors). ``f`` = forward / forward-backward is
+the floor of the EWMA's extra cost in training time.
 """
 
 import argparse
@@ -24,6 +26,7 @@ from stable_baselines3.common.policies import ActorCriticCnnPolicy, ActorCriticP
 
 from benchmarks.harness.common import add_malloc_argument, apply_malloc
 from sb3_ewma.common.decoupled.proximal import make_proximal_ewma, proximal_action_log_prob
+from sb3_ewma.common.distributions import lean_evaluate_actions
 from sb3_ewma.common.torch_layers import ImpalaCNN
 
 
@@ -80,15 +83,22 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         policy.optimizer.zero_grad()
         (values.mean() + log_prob.mean() + entropy.mean()).backward()
 
+    def lean_forward_backward() -> None:
+        values, log_prob, entropy = lean_evaluate_actions(policy, obs, actions)
+        policy.optimizer.zero_grad()
+        (values.mean() + log_prob.mean() + entropy.mean()).backward()
+
     def proximal_forward() -> None:
         proximal_action_log_prob(proximal, obs, actions)
 
-    train_step = seconds_per_call(forward_backward, args.repeats, device)
+    sb3_step = seconds_per_call(forward_backward, args.repeats, device)
+    train_step = seconds_per_call(lean_forward_backward, args.repeats, device)
     forward = seconds_per_call(proximal_forward, args.repeats, device)
     print(f"network={args.network} device={device} batch_size={args.batch_size} threads={args.threads} malloc={args.malloc}")
-    print(f"forward-backward (the loss): {train_step * 1e3:.1f} ms")
-    print(f"forward, no gradient (the proximal policy): {forward * 1e3:.1f} ms = {forward / train_step:.0%} of it")
-    return {"forward_backward_s": train_step, "forward_s": forward}
+    print(f"forward-backward, SB3's evaluate_actions: {sb3_step * 1e3:.3f} ms")
+    print(f"forward-backward, as train() evaluates: {train_step * 1e3:.3f} ms = {train_step / sb3_step:.0%} of it")
+    print(f"forward, no gradient (the proximal policy): {forward * 1e3:.3f} ms = {forward / train_step:.0%} of the loss's")
+    return {"sb3_forward_backward_s": sb3_step, "forward_backward_s": train_step, "forward_s": forward}
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
-from stable_baselines3.common.type_aliases import GymEnv, RolloutBufferSamples, Schedule
+from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from stable_baselines3.common.utils import FloatSchedule, update_learning_rate
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
@@ -459,32 +459,18 @@ class PPG(DecoupledAlgorithm):
         self._policy_phase_time += time.perf_counter() - start
         return result
 
-    def _start_policy_phase(self) -> None:
-        """
-        At the first iteration of a policy phase: empty the auxiliary buffer and restart the EWMA from the policy,
-        which the auxiliary phase moved. With ``n_aux_epochs=0`` nothing moves the policy between phases: the EWMA goes
-        on as in PPO-EWMA (and a snapshot proximal policy, without an EWMA, is taken as at every iteration).
-        """
-        if self.aux_buffer is not None:
-            self.aux_buffer.reset()
-        if self.n_aux_epochs > 0:
-            self.proximal.restart()
-        else:
-            self.proximal.start_iteration()
-
-    def _value_loss(self, values: th.Tensor, rollout_data: RolloutBufferSamples, clip_range_vf: float | None) -> th.Tensor:
-        """The policy phase's value loss ``MSE(V, V_targ)``, optionally with SB3's value clipping (:func:`clipped_values`)."""
-        # Clip the difference between old and new value (depends on the reward scaling)
-        return F.mse_loss(rollout_data.returns, clipped_values(values, rollout_data.old_values, clip_range_vf))
-
     def train(self) -> None:
         """
         One iteration of the policy phase on the rollout buffer (``n_epochs`` policy epochs and ``n_value_epochs``
         value epochs), then, at the end of every ``n_policy_iterations``-th iteration, the auxiliary phase.
         """
         start = time.perf_counter()
-        if self.phase_iteration == 0:
-            self._start_policy_phase()
+        if self.phase_iteration == 0 and self.n_aux_epochs > 0:
+            # a new policy phase: the auxiliary phase moved the policy, so the EWMA restarts from it (without an
+            # auxiliary phase the EWMA goes on, as in PPO-EWMA)
+            assert self.aux_buffer is not None
+            self.aux_buffer.reset()
+            self.proximal.restart()
         else:
             self.proximal.start_iteration()
         # Switch to train mode (this affects batch norm / dropout)
@@ -493,46 +479,46 @@ class PPG(DecoupledAlgorithm):
         self._update_learning_rate(self.policy.optimizer)
         # Compute current clip ranges (None: no clipping)
         clip_range, clip_range_vf = self._current_clip_ranges()
-
         buffer = self.rollout_buffer
         buffer.advantages = self.advantage_normalizer.start_iteration(buffer.advantages)
         policy_objective = DecoupledPolicyObjective(clip_range, self.kl_coef, self.kl_estimator, self.imp_samp_max)
 
         entropy_losses, value_losses, approx_kl_divs = [], [], []
-        loss = th.zeros(())
+        # logged after the loop: the last optimized minibatch's loss
+        loss: th.Tensor | None = None
         continue_training = True
         # the first min(E_pi, E_V) epochs train both, the others only the policy or only the value function
         for epoch in range(max(self.n_epochs, self.n_value_epochs)):
             train_value = epoch < self.n_value_epochs
             if not (train_value or (continue_training and epoch < self.n_epochs)):
-                break
+                break  # no value epoch left, and the policy epochs are done or stopped at target_kl
             for rollout_data in self._minibatches(buffer):
                 train_policy = continue_training and epoch < self.n_epochs
-                if not (train_policy or train_value):
-                    break
-                loss, values = th.zeros((), device=self.device), None
+                values, minibatch_loss = None, None
                 if train_policy:
                     # the policy terms of the PPO family's train() (the decoupled policy loss)
                     values, policy_loss, entropy_loss, approx_kl_div = self._policy_loss_terms(rollout_data, policy_objective)
+                    entropy_losses.append(entropy_loss.detach())
                     approx_kl_divs.append(approx_kl_div)
-                    if self._kl_exceeds_target(approx_kl_div):
-                        # stop the policy epochs of this iteration; the value epochs go on
-                        train_policy = continue_training = False
-                        if self.verbose >= 1:
-                            print(f"Early stopping at step {epoch} due to reaching max kl: {approx_kl_div:.2f}")
+                    if self._reached_target_kl(approx_kl_div, epoch):
+                        # the policy epochs of this iteration stop here; the value epochs go on
+                        continue_training = train_policy = False
                     else:
-                        loss = policy_loss + self.ent_coef * entropy_loss
-                        entropy_losses.append(entropy_loss.detach())
+                        minibatch_loss = policy_loss + self.ent_coef * entropy_loss
                 if train_value:
                     if values is None:
                         with self.training_precision.forward(self.device):
                             values = self.policy.predict_values(rollout_data.observations).flatten()
                         values = values.float()  # the value loss in float32, as the policy terms
-                    value_loss = self._value_loss(values, rollout_data, clip_range_vf)
+                    # Clip the difference between old and new value (None: no clipping)
+                    values_pred = clipped_values(values, rollout_data.old_values, clip_range_vf)
+                    value_loss = F.mse_loss(rollout_data.returns, values_pred)
                     value_losses.append(value_loss.detach())
-                    loss = loss + self.vf_coef * value_loss
-                if not (train_policy or train_value):
-                    continue
+                    value_term = self.vf_coef * value_loss
+                    minibatch_loss = value_term if minibatch_loss is None else minibatch_loss + value_term
+                if minibatch_loss is None:
+                    break  # a policy-only epoch stopped at target_kl
+                loss = minibatch_loss
 
                 # Optimization step
                 self.policy.optimizer.zero_grad()

@@ -100,8 +100,8 @@ def learn_with_overlapped_rollouts(
         collector = RolloutCollector(algorithm, learn_callback)
     training_buffer, next_buffer = algorithm.rollout_buffer, algorithm._make_rollout_buffer()
     try:
-        continue_training = algorithm.num_timesteps < total_timesteps and algorithm._synchronize_iteration(
-            collector.collect(env, training_buffer)
+        continue_training = algorithm.num_timesteps < total_timesteps and algorithm.data_parallel.synchronize_iteration(
+            algorithm, collector.collect(env, training_buffer)
         )
         while continue_training:
             # the hand-off: the collector is joined, this thread owns the environments and the model
@@ -116,7 +116,7 @@ def learn_with_overlapped_rollouts(
             if not collecting:
                 break
             # every rank's decision, episode statistics and VecNormalize pooled (data-parallel training)
-            continue_training = algorithm._synchronize_iteration(collector.hand_off())
+            continue_training = algorithm.data_parallel.synchronize_iteration(algorithm, collector.hand_off())
             training_buffer, next_buffer = next_buffer, training_buffer
     except BaseException:
         collector.stop()

@@ -41,6 +41,12 @@ def tensors_to(value: Any, device: th.device) -> Any:
     return value
 
 
+class IterationSynchronizer(Protocol):
+    """What the overlapped learn loop calls once per iteration (``DataParallelTraining``, ``SingleProcessTraining``)."""
+
+    def synchronize_iteration(self, algorithm: Any, continue_training: bool) -> bool: ...
+
+
 class CollectingAlgorithm(Protocol):
     """
     What the rollout collectors (:mod:`~sb3_ewma.common.collection.thread`,
@@ -78,6 +84,9 @@ class CollectingAlgorithm(Protocol):
     def rollout_collector(self) -> str: ...
 
     @property
+    def data_parallel(self) -> IterationSynchronizer: ...
+
+    @property
     def _training_lock(self) -> threading.RLock: ...
 
     @property
@@ -91,8 +100,6 @@ class CollectingAlgorithm(Protocol):
     def _collect_rollout_with(
         self, policy: Any, env: VecEnv, callback: Any, rollout_buffer: RolloutBuffer, n_rollout_steps: int
     ) -> bool: ...
-
-    def _synchronize_iteration(self, continue_training: bool) -> bool: ...
 
     def _make_rollout_buffer(self) -> RolloutBuffer: ...
 

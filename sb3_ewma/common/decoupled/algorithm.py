@@ -22,7 +22,7 @@ from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, RolloutBufferSamples, Schedule
-from stable_baselines3.common.utils import explained_variance
+from stable_baselines3.common.utils import explained_variance, update_learning_rate
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
 
@@ -396,7 +396,8 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
     ) -> bool:
         continue_training = self._collect_rollout_with(self.policy, env, callback, rollout_buffer, n_rollout_steps)
-        return self._synchronize_iteration(continue_training)
+        # once per iteration, after the rollout: whether training goes on (on every rank, when data-parallel)
+        return self.data_parallel.synchronize_iteration(self, continue_training)
 
     def _collect_rollout_with(
         self, policy: Any, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
@@ -425,10 +426,6 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     def _rollout_loop_kwargs(self) -> dict[str, Any]:
         """Further arguments of the parent's rollout loop (``MaskablePPO``'s ``use_masking``); none here."""
         return {}
-
-    def _synchronize_iteration(self, continue_training: bool) -> bool:
-        """Once per iteration, after the rollout: whether training goes on (on every rank, when data-parallel)."""
-        return self.data_parallel.synchronize_iteration(self, continue_training)
 
     def predict(
         self,
@@ -528,9 +525,11 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         return [*super()._excluded_save_params(), *unsaved]
 
     def _update_learning_rate(self, optimizers: list[th.optim.Optimizer] | th.optim.Optimizer) -> None:
-        # SB3's, after checking that the schedule's value is a number
-        scheduled_value("learning_rate", self.lr_schedule, self._current_progress_remaining)
-        super()._update_learning_rate(optimizers)
+        # SB3's, with the schedule's value checked (a finite number) and read once
+        learning_rate = scheduled_value("learning_rate", self.lr_schedule, self._current_progress_remaining)
+        self.logger.record("train/learning_rate", learning_rate)
+        for optimizer in optimizers if isinstance(optimizers, list) else [optimizers]:
+            update_learning_rate(optimizer, learning_rate)
 
     def train(self) -> None:
         """
@@ -572,10 +571,8 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
                 loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
                 approx_kl_divs.append(approx_kl_div)
 
-                if self._kl_exceeds_target(approx_kl_div):
+                if self._reached_target_kl(approx_kl_div, epoch):
                     continue_training = False
-                    if self.verbose >= 1:
-                        print(f"Early stopping at step {epoch} due to reaching max kl: {approx_kl_div:.2f}")
                     break
 
                 # Optimization step
@@ -633,7 +630,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         buffer: RolloutBuffer,
         stats: dict[str, float],
         losses: dict[str, list[th.Tensor]],
-        loss: th.Tensor,
+        loss: th.Tensor | None,
         clip_range: float | None,
         clip_range_vf: float | None,
     ) -> None:
@@ -644,7 +641,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         :param stats: the decoupled objective's mean diagnostics (``policy_gradient_loss``, ``clip_fraction``, ...)
         :param losses: the per-minibatch ``entropy_loss``, ``value_loss`` and ``approx_kl``; one that no minibatch
             computed (PPG's value-only epochs, a policy phase stopped by ``target_kl``) is not logged
-        :param loss: the last minibatch's total loss
+        :param loss: the last minibatch's total loss (None: no minibatch computed one, not logged)
         """
         explained_var = explained_variance(buffer.values.flatten(), buffer.returns.flatten())
         # Logs
@@ -658,7 +655,8 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             self.logger.record("train/approx_kl", mean_of(losses["approx_kl"]))
         if clip_range is not None and "clip_fraction" in stats:
             self.logger.record("train/clip_fraction", stats["clip_fraction"])
-        self.logger.record("train/loss", loss.item())
+        if loss is not None:
+            self.logger.record("train/loss", loss.item())
         self.logger.record("train/explained_variance", explained_var)
         if hasattr(self.policy, "log_std"):
             self.logger.record("train/std", th.exp(self.policy.log_std).mean().item())
@@ -707,16 +705,21 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             return evaluate_actions_with_distribution(self.policy, rollout_data.observations, actions)
         if has_lean_evaluation(self.policy):
             # the same tensors as SB3's evaluate_actions, without building and validating the distribution
-            values, log_prob, entropy = lean_evaluate_actions(self.policy, rollout_data.observations, actions)
-        else:
-            values, log_prob, entropy = self.policy.evaluate_actions(rollout_data.observations, actions)
+            return (*lean_evaluate_actions(self.policy, rollout_data.observations, actions), None)
+        values, log_prob, entropy = self.policy.evaluate_actions(rollout_data.observations, actions)
         return values, log_prob, entropy, None
 
-    def _kl_exceeds_target(self, approx_kl_div: th.Tensor) -> bool:
-        """SB3's ``target_kl`` early stop on the KL from the behavior policy (its mean over the ranks, data-parallel)."""
+    def _reached_target_kl(self, approx_kl_div: th.Tensor, epoch: int) -> bool:
+        """
+        SB3's ``target_kl`` early stop on the KL from the behavior policy (its mean over the ranks, data-parallel),
+        with SB3's message at ``verbose >= 1``.
+        """
         if self.target_kl is None:
             return False  # the KL is read from the device only with a target
-        return self.data_parallel.mean_kl(approx_kl_div.item()) > 1.5 * self.target_kl
+        reached = self.data_parallel.mean_kl(approx_kl_div.item()) > 1.5 * self.target_kl
+        if reached and self.verbose >= 1:
+            print(f"Early stopping at step {epoch} due to reaching max kl: {approx_kl_div:.2f}")
+        return reached
 
     def _apply_gradients(
         self, optimizer: th.optim.Optimizer, gradient_noise: GradientNoiseScale | None, log_prefix: str

@@ -306,13 +306,13 @@ def test_target_kl_stops_the_policy_epochs_and_the_value_epochs_go_on(n_epochs, 
     steps, ewma_updates, logged = [], [], {}
     spy(model.policy.optimizer, "step", before=lambda *a, **k: steps.append(1))
     spy(model.proximal_ewma, "update", before=lambda: ewma_updates.append(1))
-    spy(model, "_record_train_logs", before=lambda buffer, stats, losses, loss, *a: logged.update(losses, loss=loss))
+    spy(model, "_record_train_logs", before=lambda buffer, stats, **losses: logged.update(losses))
     model.learn(ROLLOUT)
     assert len(checks) == stop_at  # no policy minibatch after the stop
     assert len(steps) == expected["steps"] and len(ewma_updates) == expected["ewma_updates"]
     # the entropy and the KL of every policy minibatch computed, the one that reached target_kl included (as PPO's)
-    assert len(logged["entropy_loss"]) == len(logged["approx_kl"]) == expected["policy_minibatches"]
-    assert len(logged["value_loss"]) == expected["value_minibatches"]
+    assert len(logged["entropy_losses"]) == len(logged["approx_kl_divs"]) == expected["policy_minibatches"]
+    assert len(logged["value_losses"]) == expected["value_minibatches"]
     assert model._n_updates == expected["n_updates"]
     assert (logged["loss"] is not None) == expected["loss"]
     assert ("train/loss" in model.logger.name_to_value) == expected["loss"]

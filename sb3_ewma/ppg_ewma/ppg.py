@@ -533,8 +533,16 @@ class PPG(DecoupledAlgorithm):
             self.aux_buffer.add(buffer)
         self.phase_iteration += 1
         self._policy_phase_time += time.perf_counter() - start
-        losses = {"entropy_loss": entropy_losses, "value_loss": value_losses, "approx_kl": approx_kl_divs}
-        self._record_train_logs(buffer, policy_objective.mean_stats(), losses, loss, clip_range, clip_range_vf)
+        self._record_train_logs(
+            buffer,
+            policy_objective.mean_stats(),
+            entropy_losses=entropy_losses,
+            value_losses=value_losses,
+            approx_kl_divs=approx_kl_divs,
+            loss=loss,
+            clip_range=clip_range,
+            clip_range_vf=clip_range_vf,
+        )
         self._record_phase_logs()
 
         if self.phase_iteration >= self.n_policy_iterations:

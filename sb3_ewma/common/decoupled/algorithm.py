@@ -587,8 +587,16 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
                 break
 
         assert loss is not None, "n_epochs >= 1, and a rollout makes at least one minibatch"
-        losses = {"entropy_loss": entropy_losses, "value_loss": value_losses, "approx_kl": approx_kl_divs}
-        self._record_train_logs(self.rollout_buffer, policy_objective.mean_stats(), losses, loss, clip_range, clip_range_vf)
+        self._record_train_logs(
+            self.rollout_buffer,
+            policy_objective.mean_stats(),
+            entropy_losses=entropy_losses,
+            value_losses=value_losses,
+            approx_kl_divs=approx_kl_divs,
+            loss=loss,
+            clip_range=clip_range,
+            clip_range_vf=clip_range_vf,
+        )
 
     def _policy_loss_terms(self, rollout_data: Any, policy_objective: DecoupledPolicyObjective) -> PolicyLossTerms:
         """
@@ -629,7 +637,10 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         self,
         buffer: RolloutBuffer,
         stats: dict[str, float],
-        losses: dict[str, list[th.Tensor]],
+        *,
+        entropy_losses: list[th.Tensor],
+        value_losses: list[th.Tensor],
+        approx_kl_divs: list[th.Tensor],
         loss: th.Tensor | None,
         clip_range: float | None,
         clip_range_vf: float | None,
@@ -639,20 +650,21 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         the EWMA's center of mass.
 
         :param stats: the decoupled objective's mean diagnostics (``policy_gradient_loss``, ``clip_fraction``, ...)
-        :param losses: the per-minibatch ``entropy_loss``, ``value_loss`` and ``approx_kl``; one that no minibatch
-            computed (PPG's value-only epochs, a policy phase stopped by ``target_kl``) is not logged
+        :param entropy_losses: the per-minibatch entropy losses, value losses and approximate KL divergences; a list
+            that no minibatch filled (PPG's entropy and KL with no policy epoch, its value loss with no value epoch) is
+            not logged
         :param loss: the last minibatch's total loss (None: no minibatch computed one, not logged)
         """
         explained_var = explained_variance(buffer.values.flatten(), buffer.returns.flatten())
         # Logs
-        if losses["entropy_loss"]:
-            self.logger.record("train/entropy_loss", mean_of(losses["entropy_loss"]))
+        if entropy_losses:
+            self.logger.record("train/entropy_loss", mean_of(entropy_losses))
         if "policy_gradient_loss" in stats:
             self.logger.record("train/policy_gradient_loss", stats["policy_gradient_loss"])
-        if losses["value_loss"]:
-            self.logger.record("train/value_loss", mean_of(losses["value_loss"]))
-        if losses["approx_kl"]:
-            self.logger.record("train/approx_kl", mean_of(losses["approx_kl"]))
+        if value_losses:
+            self.logger.record("train/value_loss", mean_of(value_losses))
+        if approx_kl_divs:
+            self.logger.record("train/approx_kl", mean_of(approx_kl_divs))
         if clip_range is not None and "clip_fraction" in stats:
             self.logger.record("train/clip_fraction", stats["clip_fraction"])
         if loss is not None:

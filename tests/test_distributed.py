@@ -5,6 +5,7 @@ Data-parallel training (sb3_ewma.common.distributed) on 2 ranks, gloo on the CPU
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -86,11 +87,19 @@ def core_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     return out_dir, returncode, output
 
 
+# the lines of the stacks that faulthandler prints (a stuck collector process's, before it is killed), whatever prefix
+# torchrun puts before a rank's output; a traceback's lines ("line 3, in f") are not among them
+FAULTHANDLER_LINE = re.compile(r'^(\[[^]]*\]:)?((Current thread|Thread) 0x[0-9a-f]+|  File ".*", line \d+ in )')
+
+
 def _assert_passed(core_run: tuple[Path, int, str], check: str) -> None:
     out_dir, returncode, output = core_run
     passed_file = out_dir / "passed.json"
     passed = json.loads(passed_file.read_text()) if passed_file.exists() else []
-    assert check in passed, f"check {check!r} failed (exit status {returncode}):\n{output[-6000:]}"
+    stacks = "\n".join(line for line in output.splitlines() if FAULTHANDLER_LINE.match(line))
+    assert check in passed, f"check {check!r} failed (exit status {returncode}):\n{output[-6000:]}" + (
+        f"\n\nstacks printed by faulthandler:\n{stacks[-6000:]}" if stacks else ""
+    )
 
 
 def test_one_update_equals_one_process(core_run: tuple[Path, int, str]) -> None:

@@ -7,6 +7,7 @@ from stable_baselines3.common.envs import IdentityEnvMultiDiscrete
 from stable_baselines3.common.policies import ActorCriticPolicy
 
 from sb3_ewma import PPO_EWMA
+from sb3_ewma.common.checks import NonFiniteError
 from sb3_ewma.common.decoupled import algorithm as algorithm_module
 from sb3_ewma.common.distributions import has_lean_evaluation, lean_evaluate_actions
 from sb3_ewma.ppg_ewma import PPG_EWMA
@@ -73,6 +74,7 @@ class _CountingPolicy(ActorCriticPolicy):
 
 
 def test_a_policy_that_overrides_evaluate_actions_is_called_in_train():
+    _CountingPolicy.calls = 0
     model = PPO_EWMA(_CountingPolicy, "CartPole-v1", n_steps=32, batch_size=16, n_epochs=2, seed=0, device="cpu")
     assert not has_lean_evaluation(model.policy)
     model.learn(32)
@@ -96,3 +98,17 @@ def test_train_runs_the_lean_evaluation_with_sb3s_numbers(monkeypatch):
 def _initial_parameters() -> list[th.Tensor]:
     model = PPO_EWMA("MlpPolicy", "Pendulum-v1", n_steps=64, batch_size=32, n_epochs=2, seed=3, device="cpu")
     return [parameter.detach().clone() for parameter in model.policy.parameters()]
+
+
+def test_a_nan_in_the_policys_output_stops_train_before_the_step():
+    # torch's argument validation does not run on the lean path: the gradient's finite check stops the NaN instead
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=16, seed=0, device="cpu")
+    model.learn(32)  # a filled buffer
+    assert has_lean_evaluation(model.policy)
+    with th.no_grad():
+        model.policy.action_net.bias[0] = float("nan")
+    before = [parameter.detach().clone() for parameter in model.policy.parameters()]
+    with pytest.raises(NonFiniteError, match="gradient"):
+        model.train()
+    after = list(model.policy.parameters())
+    assert all(th.equal(first.nan_to_num(), second.detach().nan_to_num()) for first, second in zip(before, after, strict=True))

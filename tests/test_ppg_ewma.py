@@ -318,6 +318,21 @@ def test_target_kl_stops_the_policy_epochs_and_the_value_epochs_go_on(n_epochs, 
     assert ("train/loss" in model.logger.name_to_value) == expected["loss"]
 
 
+def test_logs_the_last_policy_epochs_kl_and_feeds_the_noise_scale_policy_steps_only():
+    # 3 policy epochs, 4 value epochs of 4 minibatches: train/approx_kl is the last policy epoch's mean (as PPO's), and
+    # the gradient noise scale sees the 12 policy steps, not the 4 value-only ones
+    model = make_model(n_epochs=3, n_value_epochs=4, batch_size=8, n_aux_epochs=0, log_gradient_noise_scale=True)
+    checked, logged, observed = [], {}, []
+    spy(model, "_reached_target_kl", before=lambda approx_kl_div, epoch: checked.append(approx_kl_div))
+    spy(model, "_record_train_logs", before=lambda buffer, stats, **losses: logged.update(losses))
+    spy(model.gradient_noise, "observe_optimizer", before=lambda *a, **k: observed.append(1))
+    model.learn(ROLLOUT)
+    assert len(checked) == 12 and len(observed) == 12
+    assert len(logged["approx_kl_divs"]) == 4
+    assert all(th.equal(first, second) for first, second in zip(logged["approx_kl_divs"], checked[-4:], strict=True))
+    assert len(logged["value_losses"]) == 16 and len(logged["entropy_losses"]) == 12
+
+
 def test_value_only_epochs_leave_the_dual_policy_unchanged():
     model = make_model(n_epochs=0, n_value_epochs=2, n_aux_epochs=0)
     policy_names = [n for n, _ in model.policy.named_parameters() if is_ppg_policy_parameter(n)]

@@ -1,11 +1,15 @@
 """SB3's own save/load contract (the logic of stable-baselines3's tests/test_save_load.py) and loading with fewer envs."""
 
+import pickle
 from collections import OrderedDict
 from copy import deepcopy
 
 import numpy as np
 import pytest
 import torch as th
+from sb3_contrib import MaskablePPO
+from sb3_contrib.common.envs import InvalidActionEnvDiscrete
+from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -173,3 +177,28 @@ def test_load_puts_every_tensor_on_the_device(tmp_path, model_class, device):
                 model.proximal_ewma.n_updates,
             )
         loaded.learn(64)  # trains on that device
+
+
+@pytest.mark.parametrize(
+    "model_class, kwargs",
+    [
+        (PPO, {}),
+        (PPO_EWMA, {}),
+        (PPO_EWMA, {"async_rollouts": True}),
+        (PPG_EWMA, {}),
+        (MaskablePPO, {}),
+        (MaskablePPO_EWMA, {}),
+    ],
+)
+def test_a_model_deep_copies_and_pickles_after_predict_and_save_as_sb3s(tmp_path, model_class, kwargs):
+    # SB3's PPO copies and pickles whatever it did before; so do these models (their training lock copies as a new one)
+    settings = {**SETTINGS.get(model_class, dict(n_steps=64, batch_size=32, n_epochs=2)), **kwargs}
+    env = InvalidActionEnvDiscrete(dim=10, n_invalid_actions=3) if "Maskable" in model_class.__name__ else "CartPole-v1"
+    model = model_class("MlpPolicy", env, seed=0, device="cpu", **settings)
+    model.learn(64)
+    observation = model.env.reset()
+    action, _ = model.predict(observation, deterministic=True)
+    model.save(tmp_path / "model.zip")
+    for copy in (deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert np.array_equal(copy.predict(observation, deterministic=True)[0], action)
+        copy.save(tmp_path / "copy.zip")  # the copy's lock is free

@@ -12,7 +12,7 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
-from stable_baselines3.common.type_aliases import GymEnv, Schedule
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.utils import FloatSchedule, update_learning_rate
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
@@ -483,17 +483,22 @@ class PPG(DecoupledAlgorithm):
         buffer.advantages = self.advantage_normalizer.start_iteration(buffer.advantages)
         policy_objective = DecoupledPolicyObjective(clip_range, self.kl_coef, self.kl_estimator, self.imp_samp_max)
 
-        entropy_losses, value_losses, approx_kl_divs = [], [], []
-        # logged after the loop: the last optimized minibatch's loss
+        entropy_losses, value_losses = [], []
+        # logged after the loop: the last policy epoch's KL estimates and the last optimized minibatch's loss
+        approx_kl_divs: list[th.Tensor] = []
         loss: th.Tensor | None = None
         continue_training = True
         # the first min(E_pi, E_V) epochs train both, the others only the policy or only the value function
         for epoch in range(max(self.n_epochs, self.n_value_epochs)):
-            train_value = epoch < self.n_value_epochs
-            if not (train_value or (continue_training and epoch < self.n_epochs)):
+            policy_epoch, train_value = continue_training and epoch < self.n_epochs, epoch < self.n_value_epochs
+            if not (policy_epoch or train_value):
                 break  # no value epoch left, and the policy epochs are done or stopped at target_kl
-            for rollout_data in self._minibatches(buffer):
-                train_policy = continue_training and epoch < self.n_epochs
+            if policy_epoch:
+                approx_kl_divs = []
+            # a value-only epoch needs no advantages (nor, data-parallel, their moments pooled over the ranks)
+            minibatches = self._minibatches(buffer) if policy_epoch else self._sampled_minibatches(buffer)
+            for rollout_data in minibatches:
+                train_policy = continue_training and policy_epoch
                 values, minibatch_loss = None, None
                 if train_policy:
                     # the policy terms of the PPO family's train() (the decoupled policy loss)
@@ -523,7 +528,8 @@ class PPG(DecoupledAlgorithm):
                 # Optimization step
                 self.policy.optimizer.zero_grad()
                 loss.backward()
-                self._apply_gradients(self.policy.optimizer, self.gradient_noise, "train")
+                # the gradient noise scale of the policy updates (not of value-only steps)
+                self._apply_gradients(self.policy.optimizer, self.gradient_noise if train_policy else None, "train")
                 if train_policy:
                     # only steps on the policy loss (as the authors): value-only steps of a shared trunk do not count
                     self.proximal.step()
@@ -601,11 +607,20 @@ class PPG(DecoupledAlgorithm):
         self.logger.record("aux/n_phases", self.n_aux_phases)
         self.logger.record("time/aux_phase_s", time.perf_counter() - start)
 
-    def _check_can_learn(self) -> None:
-        # a model loaded with fewer environments may lack room for its auxiliary batches: it cannot learn as it is
+    def _setup_learn(
+        self,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        reset_num_timesteps: bool = True,
+        tb_log_name: str = "run",
+        progress_bar: bool = False,
+    ) -> tuple[int, BaseCallback]:
+        # before anything is set up or written: a model loaded with fewer environments may lack room for its
+        # auxiliary batches, and cannot learn as it is
         problem = self._aux_batch_size_problem()
         if problem is not None and not self._aux_minibatch_may_be_truncated():
             raise ValueError(problem)
+        return super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
 
     @classmethod
     def _check_saved_data(cls, data: dict[str, Any], path: Any) -> None:

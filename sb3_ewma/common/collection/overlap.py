@@ -22,6 +22,10 @@ Which thread does what:
 made from ``on_step`` (``CheckpointCallback``, ``EvalCallback``) sees the parameters of an iteration boundary.
 """
 
+import threading
+from types import TracebackType
+from typing import Any
+
 import numpy as np
 from stable_baselines3.common.type_aliases import MaybeCallback
 from stable_baselines3.common.vec_env import VecEnv
@@ -29,6 +33,29 @@ from stable_baselines3.common.vec_env import VecEnv
 from sb3_ewma.common.collection.process import ProcessRolloutCollector, check_forkable_env, check_process_collector
 from sb3_ewma.common.collection.rollout import CollectingAlgorithm
 from sb3_ewma.common.collection.thread import RolloutCollector
+
+
+class TrainingLock:
+    """
+    The lock that ``train()`` holds under ``async_rollouts`` and that ``save`` and ``predict`` take (re-entrant). A
+    model's copy (``copy.deepcopy``, ``pickle``) gets a new, free lock, as a lock's state means nothing outside its
+    process and ``threading.RLock`` itself neither copies nor pickles.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+
+    def __enter__(self) -> bool:
+        return self._lock.__enter__()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self._lock.__exit__(exc_type, exc, traceback)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (TrainingLock, ())
+
 
 ASYNC_ROLLOUTS = (False, True, "thread", "process")
 """The values of ``async_rollouts``: off, a collector thread (``True`` or ``"thread"``) or a collector process."""

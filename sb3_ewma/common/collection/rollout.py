@@ -10,8 +10,8 @@ steps one vectorized step counts for (``n_envs * world_size`` under data-paralle
 global).
 """
 
-import threading
 from collections import deque
+from contextlib import AbstractContextManager
 from typing import Any, ClassVar, Protocol, cast
 
 import numpy as np
@@ -87,7 +87,7 @@ class CollectingAlgorithm(Protocol):
     def data_parallel(self) -> IterationSynchronizer: ...
 
     @property
-    def _training_lock(self) -> threading.RLock: ...
+    def _training_lock(self) -> AbstractContextManager[Any]: ...
 
     @property
     def _timesteps_per_env_step(self) -> int: ...

@@ -8,7 +8,6 @@ the parent's methods (``PPO_EWMA``'s MRO: ``PPO_EWMA, DecoupledAlgorithm, PPO, O
 import io
 import math
 import pathlib
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
@@ -33,7 +32,7 @@ from sb3_ewma.common.checks import (
     check_observation_space,
     check_save_folders,
 )
-from sb3_ewma.common.collection.overlap import learn_with_overlapped_rollouts, rollout_settings
+from sb3_ewma.common.collection.overlap import TrainingLock, learn_with_overlapped_rollouts, rollout_settings
 from sb3_ewma.common.collection.rollout import RolloutView, new_rollout_buffer
 from sb3_ewma.common.decoupled.advantages import AdvantageNormalizer
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective, mean_of
@@ -175,6 +174,8 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         self.log_gradient_noise_scale = log_gradient_noise_scale
         self.distributed = distributed
         self.async_rollouts, self.rollout_collector = rollout_settings(async_rollouts, self.env)
+        # held during train() under async_rollouts; save and predict take it
+        self._training_lock = TrainingLock()
         # created here, not in _setup_model, so that `load` restores the saved moments
         self.advantage_normalizer = AdvantageNormalizer(
             self.normalize_advantage, advantage_normalization, advantage_ewma_decay
@@ -301,14 +302,6 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         """Whether the policy loss needs whole distributions (the exact KL penalty), not only log-probabilities."""
         return self.kl_coef > 0 and self.kl_estimator == "exact"
 
-    @property
-    def _training_lock(self) -> threading.RLock:
-        """Held during ``train()`` under ``async_rollouts``; ``save`` and ``predict`` take it."""
-        lock: threading.RLock | None = getattr(self, "_train_lock", None)
-        if lock is None:
-            lock = self._train_lock = threading.RLock()
-        return lock
-
     def _get_policy_from_name(self, policy_name: str) -> type[BasePolicy]:
         """SB3's, with the algorithm's policy names and the nearest one in the error for an unknown name."""
         if policy_name not in self.policy_aliases:
@@ -327,9 +320,8 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         super().set_env(maybe_make_env(env, self.verbose), force_reset=force_reset)
 
     def set_random_seed(self, seed: int | None = None) -> None:
-        """Seed as SB3 does, with ``seed + rank * n_envs`` on each rank: distinct, reproducible environments."""
-        rank = self.data_parallel.rank if hasattr(self, "data_parallel") else 0
-        super().set_random_seed(None if seed is None else seed + rank * self.n_envs)
+        """Seed as SB3 does; data-parallel, each rank with a seed of its own (distinct, reproducible environments)."""
+        super().set_random_seed(self.data_parallel.seed_for_rank(seed, self.n_envs))
 
     def learn(
         self: SelfDecoupledAlgorithm,
@@ -348,7 +340,6 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         check_learn_arguments(total_timesteps, log_interval)
         check_callback(callback)
         check_save_folders(callback, self.tensorboard_log)
-        self._check_can_learn()
         if tb_log_name is None:  # the package's class, also for a user's subclass of it
             tb_log_name = type(self)._package_class_name()
         if self.async_rollouts:
@@ -364,9 +355,6 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             reset_num_timesteps=reset_num_timesteps,
             progress_bar=progress_bar,
         )
-
-    def _check_can_learn(self) -> None:
-        """Raise a ``ValueError`` when the model cannot learn as it is (a loaded model's settings); nothing here."""
 
     def _setup_learn(
         self,
@@ -521,7 +509,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     def _excluded_save_params(self) -> list[str]:
         # the collaborators (rebuilt by _setup_model), this run's state (world size change, epoch in progress), the lock
         unsaved = ["proximal", "data_parallel", "gradient_noise", "training_precision", "distributed"]
-        unsaved += ["_world_size_change", "_train_lock", *type(self)._unsaved_attributes]
+        unsaved += ["_world_size_change", "_training_lock", *type(self)._unsaved_attributes]
         return [*super()._excluded_save_params(), *unsaved]
 
     def _update_learning_rate(self, optimizers: list[th.optim.Optimizer] | th.optim.Optimizer) -> None:
@@ -701,10 +689,14 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         return (None if math.isinf(clip_range) else clip_range), clip_range_vf
 
     def _minibatches(self, buffer: RolloutBuffer) -> Iterator[RolloutBufferSamples]:
-        """One epoch over the rollout buffer: SB3's random steps, or whole rollouts of environments (the authors')."""
+        """One epoch over the rollout buffer (:meth:`_sampled_minibatches`), ready for the advantage normalization."""
+        return self.advantage_normalizer.epoch(self._sampled_minibatches(buffer))
+
+    def _sampled_minibatches(self, buffer: RolloutBuffer) -> Iterator[RolloutBufferSamples]:
+        """One epoch's minibatches: SB3's random steps, or whole rollouts of environments (the authors')."""
         if self.minibatch_sampling == "rollouts":
-            return self.advantage_normalizer.epoch(self._rollout_minibatches(buffer))
-        return self.advantage_normalizer.epoch(buffer.get(self.batch_size))
+            return self._rollout_minibatches(buffer)
+        return buffer.get(self.batch_size)
 
     def _rollout_minibatches(self, buffer: RolloutBuffer) -> Iterator[RolloutBufferSamples]:
         return rollout_minibatches(buffer, self._minibatch_size)  # minibatch_sampling="rollouts"
@@ -728,9 +720,10 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         """
         if self.target_kl is None:
             return False  # the KL is read from the device only with a target
-        reached = self.data_parallel.mean_kl(approx_kl_div.item()) > 1.5 * self.target_kl
+        kl = self.data_parallel.mean_kl(approx_kl_div.item())
+        reached = kl > 1.5 * self.target_kl
         if reached and self.verbose >= 1:
-            print(f"Early stopping at step {epoch} due to reaching max kl: {approx_kl_div:.2f}")
+            print(f"Early stopping at step {epoch} due to reaching max kl: {kl:.2f}")
         return reached
 
     def _apply_gradients(

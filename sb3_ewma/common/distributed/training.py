@@ -159,6 +159,10 @@ class DataParallelTraining:
         logger.record("time/world_size", context.world_size)
         return all(flag for flag, _, _ in gathered)
 
+    def seed_for_rank(self, seed: int | None, n_envs: int) -> int | None:
+        """This rank's seed: ``seed + rank * n_envs``, so that the ranks' environments differ, reproducibly."""
+        return None if seed is None else seed + self.rank * n_envs
+
     def average_gradients(self, optimizer: th.optim.Optimizer) -> None:
         """Before the clip and the step: the gradients of ``optimizer``'s parameters averaged over the ranks."""
         self.context.average_gradients(param for group in optimizer.param_groups for param in group["params"])
@@ -201,6 +205,9 @@ class SingleProcessTraining:
 
     def synchronize_iteration(self, algorithm: OnPolicyAlgorithm, continue_training: bool) -> bool:
         return continue_training
+
+    def seed_for_rank(self, seed: int | None, n_envs: int) -> int | None:
+        return seed
 
     def average_gradients(self, optimizer: th.optim.Optimizer) -> None:
         """The gradients are this process's."""

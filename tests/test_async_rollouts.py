@@ -575,6 +575,28 @@ def test_the_collector_process_never_finalizes_the_parents_garbage(monkeypatch):
     assert not child_processes()
 
 
+@pytest.mark.parametrize("collecting", [True, False])
+def test_the_collector_process_is_forked_with_the_garbage_collector_off(monkeypatch, collecting):
+    # the child freezes the parent's objects before anything runs in it; until then no collection may start there
+    fork, at_fork = os.fork, []
+
+    def recording_fork() -> int:
+        at_fork.append(gc.isenabled())
+        return fork()
+
+    monkeypatch.setattr(os, "fork", recording_fork)
+    model = PPO_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=N_ENVS), async_rollouts="process", **SETTINGS)
+    if not collecting:
+        gc.disable()
+    try:
+        model.learn(3 * ROLLOUT)
+        assert at_fork == [False]
+        assert gc.isenabled() is collecting  # the parent's setting, back after the fork
+    finally:
+        gc.enable()
+    assert model.num_timesteps == 3 * ROLLOUT
+
+
 def test_a_stuck_collector_process_is_killed_not_waited_for(monkeypatch, capfd):
     from sb3_ewma.common.collection import process as process_collector
 

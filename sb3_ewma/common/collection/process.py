@@ -173,13 +173,21 @@ class _StepRecorder:
         self._locals = {}
 
 
-def _collector_main(collector: "ProcessRolloutCollector", env: VecEnv, buffer: RolloutBuffer, connection: Connection) -> None:
-    """The child: collect one rollout per go-ahead until told to stop (or the parent goes away)."""
+def _collector_main(
+    collector: "ProcessRolloutCollector", env: VecEnv, buffer: RolloutBuffer, connection: Connection, collect_garbage: bool
+) -> None:
+    """
+    The child: collect one rollout per go-ahead until told to stop (or the parent goes away). ``collect_garbage``:
+    whether the parent had the garbage collector on (it forks with it off).
+    """
+    # the objects inherited from the parent are never collected here: a finalizer of the parent's garbage may wait on
+    # threads of the parent (a process group's, a thread pool's) that this process does not have. The parent forked
+    # with the collector off, so that no collection runs before this line; this process's own garbage is collected.
+    gc.freeze()
+    if collect_garbage:
+        gc.enable()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it then stops this process
     faulthandler.register(STACK_DUMP_SIGNAL, all_threads=True)  # where it hangs, printed before the watchdog kills it
-    # the objects inherited from the parent are never collected here: a finalizer of the parent's garbage may wait on
-    # threads of the parent (a process group's, a thread pool's) that this process does not have
-    gc.freeze()
     th.set_num_threads(1)  # one core for the collection; the parent trains on the others
     algorithm = collector.algorithm  # this process's copy
     recorder = _StepRecorder()
@@ -250,15 +258,25 @@ class ProcessRolloutCollector(RolloutCollector):
             setattr(self.algorithm, name, tensors_to(getattr(self.algorithm, name), COLLECTOR_DEVICE))
         parent_connection, child_connection = multiprocessing.Pipe()
         buffer = self.algorithm._make_rollout_buffer()
-        pid = os.fork()
+        # no garbage collection in the child before it freezes the parent's objects (see _collector_main)
+        collect_garbage = gc.isenabled()
+        gc.disable()
+        try:
+            pid = os.fork()
+        except BaseException:
+            if collect_garbage:
+                gc.enable()
+            raise
         if pid == 0:  # the child: never returns into the caller's code
             status = 1
             try:
                 parent_connection.close()
-                _collector_main(self, env, buffer, child_connection)
+                _collector_main(self, env, buffer, child_connection, collect_garbage)
                 status = 0
             finally:
                 os._exit(status)
+        if collect_garbage:
+            gc.enable()
         child_connection.close()
         self.pid, self._exit_status, self._connection, self._env = pid, None, parent_connection, env
 

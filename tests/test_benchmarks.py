@@ -7,6 +7,7 @@ import itertools
 import math
 import pickle
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -200,6 +201,12 @@ def test_batch_size_invariance_rescaling_and_ablations():
     ppg = specs[("ppg", 1, 0)]
     assert ppg.algo == "ppg" and "ewma_decay" not in ppg.hyperparams  # PPG has no EWMA
     assert math.isclose(ppg.hyperparams["learning_rate"], full["learning_rate"])
+    import pandas as pd
+
+    # the report's EWMA column: off for PPG (which takes no ewma_decay), "auto" where the EWMA keeps its default
+    rows = batch_size_invariance._scaled_table(list(specs.values()), pd.DataFrame()).splitlines()
+    assert all("| off |" in row for row in rows if row.startswith("| ppg |"))
+    assert all("| auto (minibatches per epoch) |" in row for row in rows if row.startswith("| no_ewma |"))
     for spec in specs.values():
         # several auxiliary phases in every run, whatever the batch size
         phase = spec.hyperparams["n_policy_iterations"] * spec.iteration_size
@@ -663,7 +670,7 @@ def test_results_store_gathers_the_files_of_each_run(tmp_path):
         results_store.gather(zoo)  # once only
 
     manifest = common.Manifest(harness / results_store.RUNS_FILE)
-    assert all(manifest.is_done(spec.run_id, spec.spec_hash) for spec in specs) and len(manifest.records) == 2
+    assert all(manifest.is_done(spec) for spec in specs) and len(manifest.records) == 2
     assert manifest.rows[specs[0].run_id]["spec_hash"] == specs[0].spec_hash
     assert pd.DataFrame(manifest.rows.values())["final_return"].astype(float).isna().all()
     assert results_store.latest(harness / results_store.RUNS_FILE)["abandoned__seed=0"]["status"] == "unfinished"
@@ -1223,3 +1230,19 @@ def test_proximal_noise_comes_from_the_minibatch_order_alone(tmp_path, monkeypat
     out_dir = proximal_noise.main(["--preset", "smoke", "--out", str(tmp_path)])
     text = (out_dir / "results.md").read_text()
     assert "noise ratio" in text and len(json.loads((out_dir / "runs.json").read_text())) == 2 * len(preset["minibatches"])
+
+
+def test_ppg_runs_recorded_with_ewma_decay_none_count_as_done(tmp_path):
+    # PPG took ewma_decay (None: no EWMA) until its constructor was written out; its runs of then are the same settings
+    specs = batch_size_invariance.build_specs("cpu", {})
+    ppg = next(spec for spec in specs if spec.algo == "ppg")
+    ppg_ewma = next(spec for spec in specs if spec.algo == "ppg_ewma")
+    assert "ewma_decay" not in ppg.hyperparams
+    old_hash = replace(ppg, hyperparams={**ppg.hyperparams, "ewma_decay": None}).spec_hash
+    assert ppg.recorded_hashes == (ppg.spec_hash, old_hash) and old_hash != ppg.spec_hash
+    assert ppg_ewma.recorded_hashes == (ppg_ewma.spec_hash,)
+    other_settings = replace(ppg, hyperparams={**ppg.hyperparams, "ewma_decay": None, "n_epochs": 2}).spec_hash
+    for spec, recorded, done in ((ppg, old_hash, True), (ppg, other_settings, False), (ppg_ewma, old_hash, False)):
+        manifest = common.Manifest(tmp_path / f"{spec.algo}-{recorded}.jsonl")
+        manifest.add({"run_id": spec.run_id, "spec_hash": recorded, "wall_time": 1.0, "evaluations": []})
+        assert manifest.is_done(spec) is done

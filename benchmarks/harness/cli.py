@@ -36,7 +36,7 @@ def run_specs(
     """
     manifest = Manifest(out_dir / RUNS_FILE)
     pending = sorted(
-        (spec for spec in specs if not manifest.is_done(spec.run_id, spec.spec_hash)),
+        (spec for spec in specs if not manifest.is_done(spec)),
         key=lambda spec: spec.relative_cost,
         reverse=True,
     )
@@ -136,7 +136,7 @@ def main(experiment: Experiment, argv: Sequence[str] | None = None) -> Path:
         manifest = Manifest(out_dir / RUNS_FILE)
         total = sum(spec.relative_cost for spec in specs)
         for spec in specs:
-            status = "done" if manifest.is_done(spec.run_id, spec.spec_hash) else "todo"
+            status = "done" if manifest.is_done(spec) else "todo"
             print(f"{status}  {spec.run_id}  {spec.algo}  {spec.total_timesteps} steps  cost {spec.relative_cost / total:.1%}")
         print(f"{len(specs)} runs, {sum(spec.total_timesteps for spec in specs)} environment steps in all")
         return out_dir

@@ -26,7 +26,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +160,16 @@ class RunSpec:
         return hashlib.sha1(json.dumps(content, sort_keys=True, default=repr).encode()).hexdigest()[:12]
 
     @property
+    def recorded_hashes(self) -> tuple[str, ...]:
+        """
+        The ``spec_hash`` values that a finished run of these settings may carry: this one, and for PPG the one of its
+        runs made while PPG took ``ewma_decay`` (they recorded ``ewma_decay=None``: no EWMA, as PPG has now).
+        """
+        if self.algo == "ppg" and "ewma_decay" not in self.hyperparams:
+            return self.spec_hash, replace(self, hyperparams={**self.hyperparams, "ewma_decay": None}).spec_hash
+        return (self.spec_hash,)
+
+    @property
     def relative_cost(self) -> float:
         """An estimate of the run's compute, in arbitrary units (see ``_ALGO_COST``)."""
         return self.total_timesteps * (1.0 + 5.5 / self.n_envs) * _ALGO_COST[self.algo]
@@ -232,10 +242,10 @@ class Manifest:
             for run_id, record in self.records.items()
         }
 
-    def is_done(self, run_id: str, spec_hash: str) -> bool:
-        """Whether the run finished with these settings."""
-        record = self.records.get(run_id)
-        return record is not None and record.get("spec_hash") == spec_hash
+    def is_done(self, spec: RunSpec) -> bool:
+        """Whether the run of ``spec`` finished with its settings (:attr:`RunSpec.recorded_hashes`)."""
+        record = self.records.get(spec.run_id)
+        return record is not None and record.get("spec_hash") in spec.recorded_hashes
 
     def add(self, record: dict[str, Any]) -> None:
         """Record a finished run: the fields of :data:`MANIFEST_FIELDS` and its ``evaluations``

@@ -51,7 +51,7 @@ def load_evaluations(specs: Sequence[RunSpec], out_dir: Path) -> pd.DataFrame:
     manifest = Manifest(out_dir / RUNS_FILE)
     frames = []
     for spec in specs:
-        if not manifest.is_done(spec.run_id, spec.spec_hash):
+        if not manifest.is_done(spec):
             continue
         frame = pd.DataFrame(manifest.evaluations(spec.run_id))
         if frame.empty:
@@ -220,7 +220,7 @@ def write_report(experiment: Experiment, specs: Sequence[RunSpec], out_dir: Path
     """
     evaluations = load_evaluations(specs, out_dir)
     manifest = Manifest(out_dir / RUNS_FILE)
-    finished = [spec for spec in specs if manifest.is_done(spec.run_id, spec.spec_hash)]
+    finished = [spec for spec in specs if manifest.is_done(spec)]
     run_seconds = sum(float(manifest.records[spec.run_id]["wall_time"]) for spec in finished)
     cpu_times = [manifest.records[spec.run_id].get("cpu_time") for spec in finished]
     cpu_note = f", of CPU time {sum(cpu_times) / 60:.1f} min" if cpu_times and None not in cpu_times else ""

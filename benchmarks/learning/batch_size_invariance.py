@@ -174,7 +174,8 @@ def _scaled_table(specs: Sequence[RunSpec], evaluations: pd.DataFrame) -> str:
     order = [*VARIANTS, *PPO_VARIANTS]
     for spec in sorted(first, key=lambda spec: (order.index(spec.variant), -spec.n_envs)):
         hp = spec.hyperparams
-        decay = hp.get("ewma_decay", "auto")
+        # PPG and PPO have no EWMA (no ewma_decay argument); the EWMA algorithms default to "auto"
+        decay = hp.get("ewma_decay", None if spec.algo in ("ppg", "ppo") else "auto")
         if decay is None:
             center = "off"
         elif decay == "auto":

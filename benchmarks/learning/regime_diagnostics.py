@@ -180,7 +180,7 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
     manifest = Manifest(out_dir / results_store.RUNS_FILE)
     stale_rows, batch_rows = [], []
     for spec in specs:
-        if not manifest.is_done(spec.run_id, spec.spec_hash):
+        if not manifest.is_done(spec):
             continue
         record = manifest.records[spec.run_id]
         summary = summarize_diagnostics(diagnostics_frame(record))

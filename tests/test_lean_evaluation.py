@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 import torch as th
-from stable_baselines3.common.envs import IdentityEnvMultiDiscrete
+from gymnasium import spaces
+from stable_baselines3.common.envs import IdentityEnvMultiDiscrete, SimpleMultiObsEnv
 from stable_baselines3.common.policies import ActorCriticPolicy
 
 from sb3_ewma import PPO_EWMA
@@ -13,12 +14,18 @@ from sb3_ewma.common.distributions import has_lean_evaluation, lean_evaluate_act
 from sb3_ewma.ppg_ewma import PPG_EWMA
 
 
-def _perturbed_model(algorithm, env, **kwargs):
-    model = algorithm("MlpPolicy", env, n_steps=64, batch_size=32, seed=0, device="cpu", **kwargs)
+def _perturbed_model(algorithm, env, policy="MlpPolicy", **kwargs):
+    model = algorithm(policy, env, n_steps=64, batch_size=32, seed=0, device="cpu", **kwargs)
     with th.no_grad():
         for parameter in model.policy.parameters():  # away from the initialization (log_std = 0, zero heads)
             parameter.add_(0.3 * th.randn_like(parameter))
     return model
+
+
+def _observations(space, n):
+    if isinstance(space, spaces.Dict):
+        return {key: _observations(subspace, n) for key, subspace in space.spaces.items()}
+    return th.as_tensor(np.stack([space.sample() for _ in range(n)])).float()
 
 
 def _evaluation_and_gradients(policy, evaluate, obs, actions):
@@ -38,13 +45,14 @@ def _evaluation_and_gradients(policy, evaluate, obs, actions):
         ("CartPole-v1", {"policy_kwargs": {"share_features_extractor": False}}),
         ("Pendulum-v1", {}),
         ("Pendulum-v1", {"policy_kwargs": {"net_arch": [8]}}),
+        (SimpleMultiObsEnv(random_start=False), {"policy": "MultiInputPolicy"}),
     ],
 )
 def test_lean_evaluation_equals_sb3s_bit_for_bit(algorithm, env, kwargs):
     model = _perturbed_model(algorithm, env, **kwargs)
     policy = model.policy
     assert has_lean_evaluation(policy)
-    obs = th.as_tensor(np.stack([model.observation_space.sample() for _ in range(64)])).float()
+    obs = _observations(model.observation_space, 64)
     actions = th.as_tensor(np.stack([model.action_space.sample() for _ in range(64)]))
     if actions.dim() == 1:
         actions = actions.long()

@@ -119,9 +119,10 @@ def evaluate_actions_with_distribution(
 
 
 # The lean evaluation. torch's Categorical and Normal normalize their parameters, validate them and the actions (a
-# dozen small operations and a host synchronization each) and build Python objects: on a small MLP that is about a
-# sixth of a minibatch's forward and backward pass. The functions below compute the same tensors with the same
-# operations in the same order (the same values and gradients, bit for bit; tests/test_lean_evaluation.py).
+# dozen small operations and a host synchronization each) and build Python objects: a large share of a small network's
+# forward and backward pass (benchmarks page, `benchmarks.timing.forward_cost`). The functions below compute the same
+# tensors with the same operations in the same order (the same values and gradients, bit for bit;
+# tests/test_lean_evaluation.py).
 
 
 def categorical_log_prob(logits: th.Tensor, actions: th.Tensor) -> tuple[th.Tensor, th.Tensor]:

@@ -490,7 +490,8 @@ class PPG(DecoupledAlgorithm):
         continue_training = True
         # the first min(E_pi, E_V) epochs train both, the others only the policy or only the value function
         for epoch in range(max(self.n_epochs, self.n_value_epochs)):
-            policy_epoch, train_value = continue_training and epoch < self.n_epochs, epoch < self.n_value_epochs
+            policy_epoch = continue_training and epoch < self.n_epochs
+            train_value = epoch < self.n_value_epochs
             if not (policy_epoch or train_value):
                 break  # no value epoch left, and the policy epochs are done or stopped at target_kl
             if policy_epoch:

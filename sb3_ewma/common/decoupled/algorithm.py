@@ -638,9 +638,11 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         the EWMA's center of mass.
 
         :param stats: the decoupled objective's mean diagnostics (``policy_gradient_loss``, ``clip_fraction``, ...)
-        :param entropy_losses: the per-minibatch entropy losses, value losses and approximate KL divergences; a list
-            that no minibatch filled (PPG's entropy and KL with no policy epoch, its value loss with no value epoch) is
-            not logged
+        :param entropy_losses: the entropy loss of each minibatch (an empty list is not logged: PPG with no policy
+            epoch)
+        :param value_losses: the value loss of each minibatch (empty: PPG with no value epoch)
+        :param approx_kl_divs: the approximate KL from the behavior policy of each minibatch of the last epoch (empty:
+            PPG with no policy epoch)
         :param loss: the last minibatch's total loss (None: no minibatch computed one, not logged)
         """
         explained_var = explained_variance(buffer.values.flatten(), buffer.returns.flatten())

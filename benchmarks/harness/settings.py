@@ -51,6 +51,17 @@ PROCGEN_GAMES_HARD = tuple(
 )
 """The 16 games in the order of the paper's figures."""
 
+MINATAR_GAMES = (
+    "MinAtar/Asterix-v1",
+    "MinAtar/Breakout-v1",
+    "MinAtar/Freeway-v1",
+    "MinAtar/Seaquest-v1",
+    "MinAtar/SpaceInvaders-v1",
+)
+"""MinAtar's five games: the replication's (``benchmarks/results/replication/minatar5/preregistration.md``)."""
+REPLICATION_FIRST_SEED = 100
+"""The replication's seeds start here: no run before it used a seed above 13."""
+
 
 @dataclass(frozen=True)
 class Setting:
@@ -177,11 +188,18 @@ class Scale:
     :param timesteps: environment steps per run
     :param eval_every: environment steps between evaluations
     :param seeds: number of seeds
+    :param first_seed: the first seed (the seeds are ``first_seed, first_seed + 1, ...``)
     """
 
     timesteps: int
     eval_every: int
     seeds: int
+    first_seed: int = 0
+
+    @property
+    def seed_range(self) -> range:
+        """The seeds of the runs."""
+        return range(self.first_seed, self.first_seed + self.seeds)
 
     def with_overrides(self, overrides: dict[str, Any], multiple: int) -> "Scale":
         """

@@ -129,7 +129,7 @@ def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
         families.append((reference_hyperparams(setting, "ppo_ewma"), tuple(PPO_VARIANTS), "ppo_ewma"))
     specs = []
     for env in setting.envs:
-        for seed in range(scale.seeds):
+        for seed in scale.seed_range:
             for n_envs in N_ENVS[preset]:
                 for reference, variants, full in families:
                     for variant in variants:

@@ -59,7 +59,7 @@ def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
     reference = batch_size_invariance.reference_hyperparams(setting)
     specs = []
     for env in setting.envs:
-        for seed in range(scale.seeds):
+        for seed in scale.seed_range:
             all_n_envs = batch_size_invariance.N_ENVS[preset]
             for index, n_envs in enumerate(all_n_envs):
                 for variant in VARIANTS:

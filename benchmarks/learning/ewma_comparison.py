@@ -70,7 +70,7 @@ def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
     scale = SCALES[preset].with_overrides(overrides, setting.iteration_size)
     specs = []
     for env in setting.envs:
-        for seed in range(scale.seeds):
+        for seed in scale.seed_range:
             for algo in PAIRS[0] if noisy else ALGORITHMS:
                 hyperparams = setting.hyperparams(algo)
                 if algo == "ppo_ewma" and NOISE_PRESETS.get(preset) is not None:

@@ -97,7 +97,7 @@ def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
     scale = SCALES[preset].with_overrides(overrides, setting.iteration_size)
     specs = []
     for env in setting.envs:
-        for seed in range(scale.seeds):
+        for seed in scale.seed_range:
             for staleness in STALENESS[preset]:
                 variants = [*(MODES if staleness else ["decoupled"]), *(EWMA_VARIANT if preset in EWMA_PRESETS else [])]
                 for variant in variants:

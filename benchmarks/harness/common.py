@@ -308,7 +308,7 @@ class Experiment:
 
     def main(self, argv: Sequence[str] | None = None) -> Path:
         """Run the experiment from the command line (see ``--help``); returns its results directory."""
-        from benchmarks import cli
+        from benchmarks.harness import cli
 
         return cli.main(self, argv)
 

@@ -10,6 +10,9 @@ the hyperparameters of PPO and PPG (the paper's appendix B, scaled down for the 
   (:mod:`benchmarks.harness.diagnostics`); each experiment sets its own iteration at this preset, the regime its
   pre-registration (``benchmarks/results/<experiment>/cpu_regime/preregistration.md``) chose from the short runs of
   :mod:`benchmarks.learning.regime_diagnostics` (issue 49).
+- ``minatar5``: the ``cpu_regime`` setting on MinAtar's five games, the confirmatory replication's
+  (``benchmarks/results/replication/minatar5/preregistration.md``); each experiment sets its iteration as at
+  ``cpu_regime``, and its seeds start at :data:`REPLICATION_FIRST_SEED`.
 - ``gpu``: Procgen easy (starpilot, bigfish, bossfight), the IMPALA CNN, reward normalization, the paper's
   hyperparameters at one worker: 64 environments x 256 steps, 8 minibatches, Adam 5e-4, gamma 0.999, GAE 0.95,
   entropy 0.01, no gradient clipping; PPO 3 epochs; PPG ``N_pi = 32``, ``E_aux = 6``, auxiliary minibatch 4 x 256.
@@ -147,6 +150,16 @@ SETTINGS: dict[str, Setting] = {
     ),
     "cpu_regime": Setting(
         envs=("MinAtar/Breakout-v1",),
+        network="mlp",
+        n_envs=64,
+        n_minibatches=8,
+        common=dict(_MINATAR_COMMON, n_steps=128, policy_kwargs=dict(net_arch=[64, 64])),
+        ppo=dict(n_epochs=3),
+        ppg=dict(_PPG, n_policy_iterations=4, aux_batch_size=4 * 128),
+        diagnostics=True,
+    ),
+    "minatar5": Setting(
+        envs=MINATAR_GAMES,
         network="mlp",
         n_envs=64,
         n_minibatches=8,

@@ -37,7 +37,7 @@ from benchmarks.harness.report import (
     save_figure,
     summarize,
 )
-from benchmarks.harness.settings import Scale, Setting, preset_setting, run_spec
+from benchmarks.harness.settings import REPLICATION_FIRST_SEED, Scale, Setting, preset_setting, run_spec
 from sb3_ewma import center_of_mass_from_ewma_decay, ewma_span_from_decay, scale_hyperparams
 
 NAME = "batch_size_invariance"
@@ -54,17 +54,21 @@ PPO_VARIANTS = {
     "ppo": "PPO (no EWMA), other adjustments",
 }
 """The PPO variants, at the presets of :data:`PPO_PRESETS`."""
-PPO_PRESETS = ("cpu_regime",)
-PPG_VARIANTS_AT = {"cpu_regime": ("ppg_ewma", "no_lr", "ppg")}
+PPO_PRESETS = ("cpu_regime", "minatar5")
+PPG_VARIANTS_AT = {"cpu_regime": ("ppg_ewma", "no_lr", "ppg"), "minatar5": ("ppg_ewma", "no_lr", "ppg")}
 """The PPG variants of a preset (default: all of :data:`VARIANTS`)."""
 UNDONE = {"no_lr": "learning_rate", "no_ewma": "ewma_decay", "no_adv": "advantage_ewma_decay", "ppo_no_lr": "learning_rate"}
 """The hyperparameter each ablation keeps at its reference value."""
-ENVS = {"gpu": ("procgen-starpilot-easy",)}
+REPLICATION_GAMES = ("MinAtar/Asterix-v1", "MinAtar/Freeway-v1", "MinAtar/Seaquest-v1")
+"""The replication's three games: the first three of the five other than Breakout, alphabetically
+(``results/replication/minatar5/preregistration.md``)."""
+ENVS = {"gpu": ("procgen-starpilot-easy",), "minatar5": REPLICATION_GAMES}
 """One game at the gpu preset (its runs at 1 environment are long); ``--envs`` adds others."""
 N_ENVS = {
     "smoke": (4, 1),
     "cpu": (64, 16, 4, 1),
     "cpu_regime": (16, 4, 1),
+    "minatar5": (16, 4, 1),
     "gpu": (64, 16, 4, 1),
     "paper": (256, 64, 16, 4, 1),
 }
@@ -72,12 +76,13 @@ SCALES = {
     "smoke": Scale(timesteps=256, eval_every=128, seeds=1),
     "cpu": Scale(timesteps=10 * 2**15, eval_every=2**14, seeds=2),
     "cpu_regime": Scale(timesteps=10 * 2**15, eval_every=2**14, seeds=5),
+    "minatar5": Scale(timesteps=10 * 2**15, eval_every=2**14, seeds=4, first_seed=REPLICATION_FIRST_SEED),
     "gpu": Scale(timesteps=8 * 2**20, eval_every=2**18, seeds=2),
     "paper": Scale(timesteps=100 * 2**20, eval_every=2**20, seeds=3),
 }
 
 
-REFERENCE_N_ENVS = {"cpu_regime": 16}
+REFERENCE_N_ENVS = {"cpu_regime": 16, "minatar5": 16}
 """The reference's number of environments, where it is not the shared setting's."""
 
 
@@ -350,7 +355,12 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
 
 
 EXPERIMENT = Experiment(
-    NAME, "Batch size-invariance of PPG-EWMA, with ablations (paper figures 2 and 3)", __doc__ or "", build_specs, report
+    NAME,
+    "Batch size-invariance of PPG-EWMA, with ablations (paper figures 2 and 3)",
+    __doc__ or "",
+    build_specs,
+    report,
+    extra_presets=("minatar5",),
 )
 
 

@@ -14,6 +14,11 @@ PPO-EWMA at the ``cpu_regime`` setting with 128 minibatches of 64 per epoch, the
 chose from :mod:`benchmarks.learning.proximal_noise` (``results/ewma_comparison/cpu_noise/preregistration.md``).
 
     python -m benchmarks.learning.ewma_comparison --preset cpu_noise --workers 2 --max-minutes 60   # repeat until done
+
+The ``minatar5`` preset is the confirmatory replication on MinAtar's five games (``results/replication/minatar5/
+preregistration.md``): the ``cpu_regime`` setting, the four algorithms paired by seed, new seeds.
+
+    python -m benchmarks.learning.ewma_comparison --preset minatar5 --workers 1 --max-minutes 60   # repeat until done
 """
 
 from collections.abc import Sequence
@@ -37,7 +42,7 @@ from benchmarks.harness.report import (
     save_figure,
     summarize,
 )
-from benchmarks.harness.settings import Scale, preset_setting, run_spec
+from benchmarks.harness.settings import REPLICATION_FIRST_SEED, Scale, preset_setting, run_spec
 
 NAME = "ewma_comparison"
 PAIRS = (("ppo", "ppo_ewma"), ("ppg", "ppg_ewma"))
@@ -47,6 +52,7 @@ SCALES = {
     "cpu_regime": Scale(timesteps=2**20, eval_every=2**15, seeds=14),
     "cpu_noise": Scale(timesteps=2**20, eval_every=2**16, seeds=10),
     "cpu_noise_old": Scale(timesteps=2**20, eval_every=2**16, seeds=10),
+    "minatar5": Scale(timesteps=2**20, eval_every=2**15, seeds=12, first_seed=REPLICATION_FIRST_SEED),
     "gpu": Scale(timesteps=25 * 2**20, eval_every=2**18, seeds=3),
     "paper": Scale(timesteps=100 * 2**20, eval_every=2**20, seeds=4),
 }
@@ -175,7 +181,7 @@ EXPERIMENT = Experiment(
     __doc__ or "",
     build_specs,
     report,
-    extra_presets=tuple(NOISE_PRESETS),
+    extra_presets=(*NOISE_PRESETS, "minatar5"),
 )
 
 

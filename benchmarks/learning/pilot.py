@@ -55,7 +55,8 @@ def learns(final_return: float, random_mean: float) -> bool:
 
 def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -> str:
     """Per game: the random policy's return, PPO's final return, whether the game learns, and PPO's speed."""
-    finals = final_values(evaluations, ["env"]).set_index("env")["value"]
+    filled = evaluations.assign(value=evaluations.groupby("run_id")["mean_return"].ffill())
+    finals = final_values(filled, ["env"]).set_index("env")["value"]
     speed = evaluations.groupby("env")["wall_time"].max()
     rows = []
     for env in dict.fromkeys(spec.env for spec in specs):

@@ -24,9 +24,15 @@ The ``cpu_clip03`` preset is the regime between the two that ``cpu_moving``'s ou
 setting with clip range 0.3 (``results/staleness/cpu_clip03/preregistration.md``).
 
     python -m benchmarks.learning.staleness --preset cpu_clip03 --workers 2 --max-minutes 60   # repeat until done
+
+The ``minatar5`` preset is the confirmatory replication on MinAtar's five games (``results/replication/minatar5/
+preregistration.md``): ``cpu_clip03``'s setting exactly, with PPO-EWMA (decoupled) beside the three modes, new seeds.
+
+    python -m benchmarks.learning.staleness --preset minatar5 --workers 1 --max-minutes 60   # repeat until done
 """
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +51,7 @@ from benchmarks.harness.report import (
     save_figure,
     summarize,
 )
-from benchmarks.harness.settings import Scale, preset_setting, run_spec
+from benchmarks.harness.settings import MINATAR_GAMES, REPLICATION_FIRST_SEED, Scale, preset_setting, run_spec
 
 NAME = "staleness"
 MODES = {
@@ -55,10 +61,11 @@ MODES = {
 }
 EWMA_VARIANT = {"ewma": "PPO-EWMA (decoupled: behavior for IS, EWMA for clipping)"}
 """The variant with the EWMA on, at the presets of :data:`EWMA_PRESETS`."""
-EWMA_PRESETS = ("cpu_regime",)
+EWMA_PRESETS = ("cpu_regime", "minatar5")
 FOLLOW_UPS: dict[str, dict[str, Any]] = {
     "cpu_moving": {"clip_range": 0.5, "learning_rate": 2e-3},
     "cpu_clip03": {"clip_range": 0.3},
+    "minatar5": {"clip_range": 0.3},
 }
 """The follow-up presets of ``cpu_regime`` and what each changes from its setting (their pre-registrations' choices
 from the regime diagnostics)."""
@@ -68,6 +75,7 @@ STALENESS = {
     "cpu_regime": (0, 2, 8),
     "cpu_moving": (0, 2, 8),
     "cpu_clip03": (0, 2, 8),
+    "minatar5": (0, 2, 8),
     "gpu": (0, 1, 2, 4, 8),
     "paper": (0, 1, 2, 4, 8, 16, 32),
 }
@@ -83,6 +91,7 @@ SCALES = {
     "cpu_regime": Scale(timesteps=4 * 2**20, eval_every=2**17, seeds=5),
     "cpu_moving": Scale(timesteps=2 * 2**20, eval_every=2**16, seeds=5),
     "cpu_clip03": Scale(timesteps=2 * 2**20, eval_every=2**16, seeds=5),
+    "minatar5": Scale(timesteps=2 * 2**20, eval_every=2**16, seeds=4, first_seed=REPLICATION_FIRST_SEED),
     "gpu": Scale(timesteps=16 * 2**20, eval_every=2**18, seeds=2),
     "paper": Scale(timesteps=100 * 2**20, eval_every=2**20, seeds=4),
 }
@@ -94,6 +103,8 @@ def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
     the follow-up's changes."""
     changes = FOLLOW_UPS.get(preset)
     setting = preset_setting("cpu_regime" if changes is not None else preset, overrides, ENVS, N_ENVS, N_STEPS)
+    if preset == "minatar5" and overrides.get("envs") is None:
+        setting = replace(setting, envs=MINATAR_GAMES)
     scale = SCALES[preset].with_overrides(overrides, setting.iteration_size)
     specs = []
     for env in setting.envs:

@@ -4,6 +4,8 @@ written now open with the parent algorithm's own ``load`` (SB3's ``PPO.load``, s
 ``MaskablePPO.load``), which ignore the proximal policy's state kept in the file's data.
 """
 
+import base64
+import io
 import json
 import warnings
 import zipfile
@@ -15,6 +17,7 @@ from sb3_contrib import MaskablePPO, RecurrentPPO
 from sb3_contrib.common.envs import InvalidActionEnvDiscrete
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.save_util import data_to_json
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from sb3_ewma import PPG_EWMA, PPO_EWMA, MaskablePPO_EWMA, RecurrentPPO_EWMA
@@ -34,6 +37,14 @@ def masked_env() -> DummyVecEnv:
 
 def env_for(name: str):
     return masked_env() if name == "ppo_mask_ewma" else make_vec_env("CartPole-v1")
+
+
+def saved_file(model) -> tuple[int, dict]:
+    """The size in bytes of the file ``model.save`` writes, and its ``data`` (as JSON)."""
+    buffer = io.BytesIO()
+    model.save(buffer)
+    with zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as archive:
+        return len(buffer.getvalue()), json.loads(archive.read("data"))
 
 
 def averaged_state(model) -> dict[str, np.ndarray]:
@@ -70,6 +81,29 @@ def test_a_file_saved_by_0_1_0_is_saved_again_without_its_stale_attributes(name:
         data = json.loads(archive.read("data"))
     assert not {"proximal_ewma", "proximal_decay", "staleness", "staleness_mode"} & set(data)
     assert "proximal_policy_state" in data  # the proximal policy itself is kept, where it belongs
+    # the advantage normalizer of a 0.1.0 file carries the means and stds of its last iteration's minibatches: not
+    # saved again
+    assert b"iteration_means" not in base64.b64decode(data["advantage_normalizer"][":serialized:"])
+    again = ALGORITHMS[name].load(tmp_path / "again.zip")
+    assert again.advantage_normalizer.moments.weight == model.advantage_normalizer.moments.weight
+
+
+def test_a_checkpoint_is_sb3_ppo_s_plus_the_proximal_policy() -> None:
+    """
+    A PPO_EWMA checkpoint after an iteration of 640 minibatches is SB3 PPO's with the same settings, plus the proximal
+    policy's state dict (as the file holds it: in ``data``, serialized as SB3 serializes a value JSON cannot hold),
+    within a few kilobytes: the per-minibatch statistics of the advantage normalization are not saved.
+    """
+    settings = {"batch_size": 32, "seed": 0, "device": "cpu"}
+    sb3_size, _ = saved_file(PPO("MlpPolicy", "CartPole-v1", **settings).learn(2048))
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", **settings).learn(2048)
+    size, data = saved_file(model)
+    proximal_state = {name: value.detach().cpu() for name, value in model.proximal_ewma.state_dict().items()}
+    proximal_size = len(data_to_json({"proximal_policy_state": proximal_state}))
+    assert size <= sb3_size + proximal_size + 4 * 1024
+    normalizer = data["advantage_normalizer"]
+    assert b"iteration_means" not in base64.b64decode(normalizer[":serialized:"])
+    assert normalizer["iteration_means"] == normalizer["iteration_stds"] == []  # the readable copy SB3 writes beside
 
 
 @pytest.mark.parametrize(

@@ -131,13 +131,25 @@ class AdvantageNormalizer:
         return n, mean, max(total_sq / n - mean**2, 0.0)
 
     def __getstate__(self) -> dict[str, Any]:
-        # the reducer belongs to the running processes, not to a saved model
-        return {**self.__dict__, "reducer": None, "_epoch_moments": deque()}
+        # what continuing to train needs: the moments (and the options, set again by the algorithm's _setup_model);
+        # not the reducer, which belongs to the running processes, nor this iteration's logs
+        return {"moments": self.moments, "enabled": self.enabled, "mode": self.mode}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update({"reducer": None, "_epoch_moments": deque(), **state})
+        # files saved by 0.2.0 and earlier also hold the reducer, the pooled moments and the logs of their last iteration
+        self.__dict__.update(moments=state["moments"], enabled=state["enabled"], mode=state["mode"])
+        self.reducer = None
+        self.iteration_means, self.iteration_stds = [], []
+        self._epoch_moments = deque()
 
     def stats(self) -> dict[str, float]:
-        if not self.iteration_means:
+        """
+        The advantage statistics of the iteration for the logger: the mean and std that normalized its advantages
+        (averaged over the minibatches in ``"minibatch"`` mode); read once per iteration, they are not kept after
+        (nor saved with the model).
+        """
+        means, stds = self.iteration_means, self.iteration_stds
+        self.iteration_means, self.iteration_stds = [], []
+        if not means:
             return {}
-        return {"advantage_mean": mean_of(self.iteration_means), "advantage_std": mean_of(self.iteration_stds)}
+        return {"advantage_mean": mean_of(means), "advantage_std": mean_of(stds)}

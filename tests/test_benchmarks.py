@@ -1031,25 +1031,55 @@ def test_regime_diagnostics_smoke_report(tmp_path):
     assert sum(trained) == len(records) - 1  # all but staleness 8, whose 8 iterations only queue their rollouts
 
 
-def test_statistics_of_the_preregistrations_by_hand():
+def test_statistics_of_the_reports_by_hand():
+    from scipy import stats
+
     from benchmarks.harness import statistics
 
-    # the bootstrap interval of a difference of means holds the estimate, and shrinks to it without spread
-    estimate, low, high = statistics.bootstrap_ci([[1.0, 2.0, 3.0], [2.0, 3.0, 4.0]], statistics.mean_difference)
-    assert estimate == pytest.approx(1.0) and low < 1.0 < high and low >= -1.0 and high <= 3.0
-    assert statistics.bootstrap_ci([[1.0, 1.0], [3.0, 3.0]], statistics.mean_difference) == (2.0, 2.0, 2.0)
-    assert statistics.spread_of_means([[1.0, 3.0], [5.0], [2.0, 2.0]]) == 3.0  # means 2, 5, 2
-    # Mann-Whitney: x above y in all 3 x 3 pairs: U = 9, exact p = 1 / C(6, 3) = 1/20
+    # Mann-Whitney (scipy, exact): x above y in all 3 x 3 pairs: U = 9, p = 1 / C(6, 3) = 1/20
     u, p, z = statistics.mann_whitney_greater([4.0, 5.0, 6.0], [1.0, 2.0, 3.0])
     assert u == 9 and p == pytest.approx(1 / 20) and z == pytest.approx((9 - 4.5) / math.sqrt(9 * 7 / 12))
     # 5 against 5 seeds, complete separation: p = 1/252, the smallest an appendix-F test of 5 seeds can give
     assert statistics.mann_whitney_greater(range(5, 10), range(5))[1] == pytest.approx(1 / 252)
-    # a tie counts one half; reversed groups give p = 1 (every assignment has U >= 0)
+    # a tie counts one half; reversed groups give p = 1
     assert statistics.mann_whitney_greater([1.0], [1.0])[:2] == (0.5, 1.0)
     assert statistics.mann_whitney_greater([1.0, 2.0], [3.0, 4.0])[1] == 1.0
-    # seeds: 2 (1.96 + 0.84)^2 = 15.7 per (sigma / delta)^2, plus 1.96^2 / 4 = 0.96
-    assert statistics.seeds_for_difference(1.0, 1.0) == 17
-    assert statistics.seeds_for_difference(0.23, 0.28) == math.ceil(15.698 * (0.23 / 0.28) ** 2 + 0.9604)
+    # 14 against 14 (C(28, 14) > EXACT_LIMIT): the normal approximation, p = 1 - Phi(z)
+    u, p, z = statistics.mann_whitney_greater([value + 0.5 for value in range(14)], range(0, 28, 2))
+    assert p == pytest.approx(stats.norm.sf(z)) and z == pytest.approx((u - 98) / math.sqrt(196 * 29 / 12))
+    # Wilcoxon signed-rank (paired): 5 positive differences, exact one-sided p = 1 / 2^5; no difference at all: NaN
+    assert statistics.wilcoxon_p([2.0, 3.0, 4.0, 5.0, 6.0], [1.0, 1.0, 1.0, 1.0, 1.5]) == pytest.approx(1 / 32)
+    assert statistics.wilcoxon_p([1.0, 6.0], [2.0, 7.0]) == pytest.approx(1.0)
+    assert math.isnan(statistics.wilcoxon_p([1.0, 2.0], [1.0, 2.0]))
+
+
+def test_paired_bootstrap_intervals_and_the_detectable_difference():
+    import numpy as np
+    from scipy import stats
+
+    from benchmarks.harness import statistics
+
+    # seeds far apart, every pair 0.5 apart: the paired interval is 0.5 exactly (it excludes 0), although the two
+    # cells' values overlap
+    base = np.array([1.0, 5.0, 2.0, 8.0, 3.0])
+    assert statistics.paired_difference(base + 0.5, base) == (0.5, 0.5, 0.5)
+    # symmetric noise around no difference: the interval holds 0
+    estimate, low, high = statistics.paired_difference(base + np.array([-1.0, 1.0, -2.0, 2.0, 0.0]), base)
+    assert estimate == 0.0 and low < 0 < high
+    with pytest.raises(ValueError):
+        statistics.paired_difference([1.0, 2.0], [1.0])
+    # the spread of the means (2, 5, 2) of three batch sizes; the same seeds' shift in every group changes nothing
+    assert statistics.paired_spread([[1.0, 3.0], [4.0, 6.0], [2.0, 2.0]])[0] == 3.0
+    assert statistics.paired_spread([[1.0, 3.0], [5.0, 7.0], [3.0, 5.0]]) == (4.0, 4.0, 4.0)
+    # a curve point's interval of the mean holds the mean; one seed is its own interval
+    low, high = statistics.mean_interval([1.0, 2.0, 3.0, 4.0])
+    assert 1.0 <= low < 2.5 < high <= 4.0 and statistics.mean_interval([2.0]) == (2.0, 2.0)
+    # the paired t-test detects the difference with 80% power: the noncentral t's tail beyond the critical value
+    delta = statistics.detectable_difference(sigma=2.0, pairs=10)
+    critical = stats.t.ppf(0.975, 9)
+    power = stats.nct.sf(critical, 9, delta / 2.0 * math.sqrt(10)) + stats.nct.cdf(-critical, 9, delta / 2.0 * math.sqrt(10))
+    assert power == pytest.approx(0.8, abs=1e-4)
+    assert math.isnan(statistics.detectable_difference(1.0, 1))
 
 
 def test_staleness_contrasts_of_the_preregistration():
@@ -1071,10 +1101,11 @@ def test_staleness_contrasts_of_the_preregistration():
         "decoupled loss from 0 to 2",
     ]
     table = staleness.contrasts_table(frame, [0, 2]).splitlines()
-    # decoupled 10..14 against recent-for-both 0..4: +10, every resample's difference between +6 and +14, p = 1/252
-    assert table[2].startswith("| decoupled - recent for both, staleness 2 | 5 / 5 | +10 | [")
-    assert table[2].endswith("| > 0 | 0.00397 |")
-    assert "| decoupled loss from 0 to 2 | 5 / 5 | -3 |" in table[4] and table[4].endswith("| - | - |")
+    assert "paired" in table[0]
+    # decoupled 10..14 against recent-for-both 0..4, seed by seed: +10 in every pair, so the paired interval is
+    # [+10, +10]; Wilcoxon p = 1/2^5, Mann-Whitney p = 1/252
+    assert table[2] == "| decoupled - recent for both, staleness 2 | 5 | +10 | [+10, +10] | > 0 | 0.0312 | 0.00397 |"
+    assert table[4].startswith("| decoupled loss from 0 to 2 | 5 | -3 | [") and table[4].endswith("| - | - | - |")
 
 
 def test_reports_of_unfinished_experiments_say_they_are_partial(tmp_path):
@@ -1108,10 +1139,10 @@ def test_reports_with_diagnostics_hold_the_preregistered_statistics(module, tmp_
     text = write_report(module.EXPERIMENT, specs, tmp_path, command="test").read_text()
     if module is batch_size_invariance:
         assert "spread across batch sizes" in text and "| no_lr vs ppg_ewma | 1 | 1 / 1 |" in text
-        assert "| ppg | 1/1 |" in text  # the spread of PPG over 4 and 1 environments, one seed each
+        assert "| ppg | 1 x 2 |" in text  # the spread of PPG over 4 and 1 environments, one seed each
         assert "## KL moved per environment step" in text and (tmp_path / "batch_size_invariance_kl_per_step.png").exists()
     else:
-        assert "EWMA minus none" in text and "| PPO-EWMA - PPO (SB3) | 2 / 2 |" in text
+        assert "EWMA minus none" in text and "| PPO-EWMA - PPO (SB3) | 2 | " in text and "paired bootstrap" in text
 
 
 def test_the_command_line_runs_only_the_algorithms_asked_for_and_evaluates_as_often_as_asked(tmp_path):

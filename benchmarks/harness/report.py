@@ -1,9 +1,10 @@
 """
 Reports of the learning experiments: the evaluations of the finished runs as a table, learning curves and final
-returns (mean and standard deviation over seeds), written as PNG figures (matplotlib, Agg backend) and markdown.
+returns (mean and sample standard deviation over seeds), written as PNG figures (matplotlib, Agg backend) and markdown.
 
 The *final return* of a run is the mean of its evaluations in the last quarter of training
-(:data:`benchmarks.harness.common.FINAL_FRACTION`); tables give its mean and standard deviation over seeds.
+(:data:`benchmarks.harness.common.FINAL_FRACTION`); tables give its mean and sample standard deviation (n - 1) over
+seeds.
 With several Procgen games, an extra panel averages the paper's normalized return over the games.
 """
 
@@ -92,10 +93,11 @@ def final_values(frame: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
 
 
 def summarize(frame: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
-    """Mean, standard deviation (ddof 0) and number of seeds of the final returns, per ``keys``."""
+    """Mean, sample standard deviation (n - 1; NaN for one seed) and number of seeds of the final returns, per
+    ``keys``."""
     finals = final_values(frame, keys)
     return finals.groupby(list(keys), as_index=False).agg(
-        mean=("value", "mean"), std=("value", lambda values: float(np.std(values))), seeds=("value", "size")
+        mean=("value", "mean"), std=("value", "std"), seeds=("value", "size")  # pandas' std: ddof=1
     )
 
 
@@ -110,7 +112,7 @@ def plot_curves(
 ) -> None:
     """
     Learning curves of ``frame`` (``value`` against ``timesteps``), one per value of ``hue`` in ``order``: the mean over
-    seeds, and a band of one standard deviation (``band="std"``) or the 95% percentile bootstrap interval of the mean
+    seeds, and a band of one sample standard deviation (``band="std"``) or the 95% percentile bootstrap interval of the mean
     (``band="ci"``). The y label says whether ``value`` is a raw or a normalized return.
     """
     from benchmarks.harness.statistics import mean_interval
@@ -127,7 +129,7 @@ def plot_curves(
             )
             low, high = np.array([interval[0] for interval in intervals]), np.array([interval[1] for interval in intervals])
         else:
-            std = grouped.agg(lambda values: float(np.std(values)))
+            std = grouped.std()  # ddof=1
             low, high = (mean - std).to_numpy(), (mean + std).to_numpy()
         color = f"C{position}"
         ax.plot(mean.index, mean, color=color, label=label(key))
@@ -172,9 +174,11 @@ def palette_png(path: Path) -> None:
 
 
 def mean_std(mean: float, std: float) -> str:
-    """``"12.3 +- 4.5"`` (``"-"`` when missing)."""
+    """``"12.3 +- 4.5"`` (``"-"`` when missing; the mean alone without a standard deviation, e.g. of one seed)."""
     if mean is None or np.isnan(mean):
         return "-"
+    if std is None or np.isnan(std):
+        return f"{mean:.3g}"
     return f"{mean:.3g} +- {std:.2g}"
 
 
@@ -238,8 +242,8 @@ def write_report(experiment: Experiment, specs: Sequence[RunSpec], out_dir: Path
         f"- runs finished: {len(finished)} of {len(specs)}; sum of their wall-clock times: {run_seconds / 60:.1f} min"
         f"{cpu_note} "
         f"(machine: {platform.machine()}, {os.cpu_count()} cores; report written {time.strftime('%Y-%m-%d %H:%M')})",
-        f"- final return: mean of the evaluations in the last {FINAL_FRACTION:.0%} of training; +- is the standard "
-        "deviation over seeds",
+        f"- final return: mean of the evaluations in the last {FINAL_FRACTION:.0%} of training; +- is the sample "
+        "standard deviation over seeds (n - 1)",
         "",
     ]
     if len(finished) < len(specs):

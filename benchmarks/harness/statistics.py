@@ -1,103 +1,135 @@
 """
-The statistics the pre-registered experiments of issue 49 report (``benchmarks/results/*/cpu_regime/preregistration.md``):
-percentile bootstrap confidence intervals over seeds, the one-sided Mann-Whitney test of the paper's appendix F (with one
-environment, the van Elteren test has one stratum and is the Mann-Whitney U test), and the seeds a two-sample comparison
-needs. Standard library and numpy only.
+The statistics of the effects experiments' reports on one game, from the libraries made for them: ``scipy.stats``
+(bootstrap intervals, the Mann-Whitney U test, the Wilcoxon signed-rank test) and ``statsmodels`` (the power of a
+t-test). The aggregates across games of the replication (``rliable``) are in :mod:`benchmarks.harness.aggregate`.
+
+The cells of an experiment share their seeds (seed ``i`` of every cell starts from the same initial weights and
+environments), so a comparison of two cells is paired by seed: the paired bootstrap of the mean difference and the
+Wilcoxon signed-rank test. The pre-registrations of issue 49 named the unpaired one-sided Mann-Whitney test (appendix
+F's test, whose van Elteren form has one stratum with one environment); it is reported as they named it.
 """
 
-import itertools
 import math
-from collections.abc import Callable, Sequence
-from statistics import NormalDist
+from collections.abc import Sequence
 
 import numpy as np
+from scipy import stats
 
 EXACT_LIMIT = 200_000
-"""Above this many assignments of the pooled samples to the groups, the Mann-Whitney p-value is the normal approximation."""
+"""Up to this many assignments of the pooled samples to the two groups (``C(n + m, n)``), the Mann-Whitney p-value is
+exact (as the pre-registrations of issue 49 fixed it); above, the normal approximation without continuity correction."""
 
 
-def bootstrap_ci(
-    groups: Sequence[Sequence[float]],
-    statistic: Callable[[list[np.ndarray]], float],
-    level: float = 0.95,
-    resamples: int = 10_000,
-    seed: int = 0,
-) -> tuple[float, float, float]:
-    """
-    The statistic of ``groups`` (independent samples, e.g. the final returns of the seeds of each cell) and its
-    percentile bootstrap interval: every group resampled with replacement, independently.
-
-    :return: ``(estimate, low, high)``
-    """
-    arrays = [np.asarray(group, dtype=float) for group in groups]
-    if any(len(array) == 0 for array in arrays):
-        raise ValueError("every group needs at least one sample")
-    rng = np.random.default_rng(seed)
-    values = np.empty(resamples)
-    for index in range(resamples):
-        values[index] = statistic([array[rng.integers(0, len(array), len(array))] for array in arrays])
-    tail = (1 - level) / 2
-    return float(statistic(arrays)), float(np.quantile(values, tail)), float(np.quantile(values, 1 - tail))
+def _bootstrap(data: tuple[np.ndarray, ...], statistic, level: float, resamples: int, seed: int, paired: bool):
+    """``scipy.stats.bootstrap``'s percentile interval (the method the pre-registrations named)."""
+    return stats.bootstrap(
+        data,
+        statistic,
+        paired=paired,
+        vectorized=True,
+        n_resamples=resamples,
+        confidence_level=level,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    ).confidence_interval
 
 
 def mean_interval(values: Sequence[float], level: float = 0.95, resamples: int = 2_000, seed: int = 0) -> tuple[float, float]:
-    """The percentile bootstrap interval of the mean of ``values`` (the seeds of one point of a learning curve)."""
+    """The percentile bootstrap interval of the mean of ``values`` (the seeds of one point of a learning curve); a
+    single value is its own interval."""
     array = np.asarray(values, dtype=float)
-    means = np.random.default_rng(seed).choice(array, size=(resamples, len(array)), replace=True).mean(axis=1)
-    tail = (1 - level) / 2
-    return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
+    if len(array) < 2:
+        return (float(array[0]), float(array[0])) if len(array) else (math.nan, math.nan)
+    interval = _bootstrap((array,), np.mean, level, resamples, seed, paired=False)
+    return float(interval.low), float(interval.high)
 
 
-def mean_difference(groups: list[np.ndarray]) -> float:
-    """``mean(groups[1]) - mean(groups[0])``."""
-    return float(np.mean(groups[1]) - np.mean(groups[0]))
+def _mean_difference(first: np.ndarray, second: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(first - second, axis=axis)
 
 
-def spread_of_means(groups: list[np.ndarray]) -> float:
-    """The spread (max - min) of the groups' means: the batch size-invariance metric over batch sizes."""
-    means = [float(np.mean(group)) for group in groups]
-    return max(means) - min(means)
+def paired_difference(
+    first: Sequence[float], second: Sequence[float], level: float = 0.95, resamples: int = 10_000, seed: int = 0
+) -> tuple[float, float, float]:
+    """
+    ``mean(first - second)`` over pairs (the same seed in both cells) and its paired percentile bootstrap interval
+    (``scipy.stats.bootstrap(..., paired=True)``: each resample draws seeds, and takes both cells' runs of each).
+
+    :return: ``(estimate, low, high)``
+    """
+    first, second = np.asarray(first, dtype=float), np.asarray(second, dtype=float)
+    if len(first) != len(second) or len(first) == 0:
+        raise ValueError(f"paired samples need the same, non-zero length, got {len(first)} and {len(second)}")
+    estimate = float(np.mean(first - second))
+    if len(first) < 2:
+        return estimate, estimate, estimate
+    interval = _bootstrap((first, second), _mean_difference, level, resamples, seed, paired=True)
+    return estimate, float(interval.low), float(interval.high)
+
+
+def _spread_of_means(*groups: np.ndarray, axis: int = -1) -> np.ndarray:
+    means = np.stack([np.mean(group, axis=axis) for group in groups])
+    return means.max(axis=0) - means.min(axis=0)
+
+
+def paired_spread(
+    groups: Sequence[Sequence[float]], level: float = 0.95, resamples: int = 10_000, seed: int = 0
+) -> tuple[float, float, float]:
+    """
+    The spread (max - min) of the groups' means (the batch size-invariance metric over batch sizes) and its paired
+    percentile bootstrap interval: ``groups`` hold the same seeds in the same order, and a resample draws seeds.
+
+    :return: ``(estimate, low, high)``
+    """
+    arrays = tuple(np.asarray(group, dtype=float) for group in groups)
+    if len({len(array) for array in arrays}) != 1 or len(arrays[0]) == 0:
+        raise ValueError("the groups must hold the same, non-zero number of seeds")
+    estimate = float(_spread_of_means(*arrays))
+    if len(arrays[0]) < 2:
+        return estimate, estimate, estimate
+    interval = _bootstrap(arrays, _spread_of_means, level, resamples, seed, paired=True)
+    return estimate, float(interval.low), float(interval.high)
 
 
 def mann_whitney_greater(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, float]:
     """
-    The one-sided Mann-Whitney U test of "``x`` tends to be larger than ``y``": ``U`` (pairs with ``x > y``, ties
-    counting one half), its p-value (exact over every assignment of the pooled samples when there are at most
-    :data:`EXACT_LIMIT` of them, else the normal approximation) and the Z-score of the normal approximation.
+    The one-sided Mann-Whitney U test of "``x`` tends to be larger than ``y``" (``scipy.stats.mannwhitneyu``): ``U``
+    (pairs with ``x > y``, ties counting one half), its p-value (exact up to :data:`EXACT_LIMIT` assignments, else the
+    normal approximation) and the Z-score of the normal approximation (tie-corrected, no continuity correction).
 
     :return: ``(U, p, z)``
     """
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    n, m = len(x), len(y)
-    if n == 0 or m == 0:
+    if len(x) == 0 or len(y) == 0:
         raise ValueError("both samples need at least one value")
-
-    def u_of(first: np.ndarray, second: np.ndarray) -> float:
-        return float((first[:, None] > second[None, :]).sum() + 0.5 * (first[:, None] == second[None, :]).sum())
-
-    u = u_of(x, y)
-    mean, std = n * m / 2, math.sqrt(n * m * (n + m + 1) / 12)
-    z = (u - mean) / std
-    if math.comb(n + m, n) <= EXACT_LIMIT:
-        pooled = np.concatenate([x, y])
-        count = total = 0
-        for chosen in itertools.combinations(range(n + m), n):
-            mask = np.zeros(n + m, dtype=bool)
-            mask[list(chosen)] = True
-            count += u_of(pooled[mask], pooled[~mask]) >= u - 1e-9
-            total += 1
-        return u, count / total, z
-    return u, 1 - NormalDist().cdf(z), z
+    exact = math.comb(len(x) + len(y), len(x)) <= EXACT_LIMIT
+    result = stats.mannwhitneyu(x, y, alternative="greater", method="exact" if exact else "asymptotic", use_continuity=False)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        normal = stats.mannwhitneyu(x, y, alternative="greater", method="asymptotic", use_continuity=False).pvalue
+    return float(result.statistic), float(result.pvalue), float(stats.norm.isf(normal))
 
 
-def seeds_for_difference(sigma: float, delta: float, alpha: float = 0.05, power: float = 0.8) -> int:
+def wilcoxon_p(first: Sequence[float], second: Sequence[float], alternative: str = "greater") -> float:
     """
-    Seeds per arm for a two-sided two-sample comparison of means at level ``alpha`` to detect a true difference
-    ``delta`` with probability ``power``, when each arm's seeds have standard deviation ``sigma``: the normal
-    approximation ``2 (z_{1-alpha/2} + z_power)^2 sigma^2 / delta^2`` plus ``z_{1-alpha/2}^2 / 4`` for the t-test's
-    heavier tails, rounded up.
+    The Wilcoxon signed-rank test of the paired differences ``first - second`` (``scipy.stats.wilcoxon``; one-sided
+    "``first`` tends to be larger" by default; pairs with no difference are left out, as Wilcoxon's own rule); NaN
+    when every pair is tied.
     """
-    if sigma <= 0 or delta <= 0:
-        raise ValueError(f"sigma and delta must be > 0, got {sigma}, {delta}")
-    z_alpha, z_power = NormalDist().inv_cdf(1 - alpha / 2), NormalDist().inv_cdf(power)
-    return math.ceil(2 * (z_alpha + z_power) ** 2 * sigma**2 / delta**2 + z_alpha**2 / 4)
+    differences = np.asarray(first, dtype=float) - np.asarray(second, dtype=float)
+    if not np.any(differences != 0):
+        return math.nan
+    return float(stats.wilcoxon(differences, alternative=alternative).pvalue)
+
+
+def detectable_difference(sigma: float, pairs: int, alpha: float = 0.05, power: float = 0.8) -> float:
+    """
+    The smallest true mean difference that a two-sided paired t-test at level ``alpha`` detects with probability
+    ``power`` over ``pairs`` pairs whose differences have standard deviation ``sigma``
+    (``statsmodels.stats.power.TTestPower``); NaN with fewer than 2 pairs.
+    """
+    if pairs < 2 or not sigma > 0:
+        return math.nan
+    from statsmodels.stats.power import TTestPower
+
+    effect = TTestPower().solve_power(effect_size=None, nobs=pairs, alpha=alpha, power=power, alternative="two-sided")
+    return float(effect) * sigma

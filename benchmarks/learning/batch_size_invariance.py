@@ -213,23 +213,25 @@ def seed_finals(frame: pd.DataFrame) -> dict[tuple[str, int], dict[int, float]]:
 
 def spread_table(frame: pd.DataFrame, n_envs: Sequence[int]) -> str:
     """
-    Each variant's spread (max - min over the numbers of environments) of its mean final returns, with its 95%
-    percentile bootstrap interval over seeds, and the 95th percentile of the spread that the seed noise alone gives
-    (the same bootstrap with every batch size's seeds centered on the variant's grand mean).
+    Each variant's spread (max - min over the numbers of environments) of its mean final returns over the seeds that
+    every batch size has, with its 95% paired percentile bootstrap interval (the batch sizes share their seeds: a
+    resample draws seeds), and the 95th percentile of the spread that the seed noise alone gives (the same bootstrap
+    with every batch size's seeds centered on the variant's grand mean).
     """
     finals = seed_finals(frame)
     rows = []
     for variant in [*VARIANTS, *PPO_VARIANTS]:
-        groups = [list(finals[(variant, n)].values()) for n in n_envs if (variant, n) in finals]
-        if len(groups) < 2:
+        cells = [finals[(variant, n)] for n in n_envs if (variant, n) in finals]
+        seeds = sorted(set.intersection(*(set(cell) for cell in cells))) if cells else []
+        if len(cells) < 2 or not seeds:
             continue
-        estimate, low, high = statistics.bootstrap_ci(groups, statistics.spread_of_means)
-        grand = float(np.mean([value for group in groups for value in group]))
+        groups = [[cell[seed] for seed in seeds] for cell in cells]
+        estimate, low, high = statistics.paired_spread(groups)
+        grand = float(np.mean(groups))
         centered = [[value - float(np.mean(group)) + grand for value in group] for group in groups]
-        noise = statistics.bootstrap_ci(centered, statistics.spread_of_means, level=0.90)[2]
-        seeds = "/".join(str(len(group)) for group in groups)
-        rows.append([variant, seeds, f"{estimate:.3g}", f"[{low:.3g}, {high:.3g}]", f"{noise:.3g}"])
-    header = ["variant", "seeds per batch size", "spread", "95% bootstrap interval", "noise alone (95th percentile)"]
+        noise = statistics.paired_spread(centered, level=0.90)[2]
+        rows.append([variant, f"{len(seeds)} x {len(groups)}", f"{estimate:.3g}", f"[{low:.3g}, {high:.3g}]", f"{noise:.3g}"])
+    header = ["variant", "seeds x batch sizes", "spread", "95% paired bootstrap interval", "noise alone (95th percentile)"]
     return markdown_table(header, rows)
 
 
@@ -237,7 +239,8 @@ def appendix_f_table(frame: pd.DataFrame, n_envs: Sequence[int], reference: int)
     """
     Appendix F's test with one environment: at each smaller batch size, whether the ablation's final return departs
     from its reference's (same seed) more than the full rescaling's does: the mean of ``|d|`` of each, their difference
-    (the effect size) and the one-sided exact Mann-Whitney test of the ablation's ``|d|`` against the full's.
+    (the effect size) and the one-sided exact Mann-Whitney test (``scipy.stats.mannwhitneyu``) of the ablation's
+    ``|d|`` against the full's, with the Z-score of its normal approximation.
     """
     finals = seed_finals(frame)
     rows = []

@@ -1,9 +1,9 @@
 """
 EWMA comparison (paper section 5.3, figure 4): SB3's PPO against PPO-EWMA, and PPG against PPG-EWMA, on identical
 settings (the EWMA variants use the paper's center of mass, the number of minibatches per epoch), over several
-seeds. Learning curves (mean and standard deviation over seeds) and final returns. The ``cpu_regime`` preset (issue
-49) is the ``cpu`` preset with the seeds of a power calculation made from the ``cpu`` preset's seed noise, and the
-training diagnostics (``results/ewma_comparison/cpu_regime/preregistration.md``).
+seeds. Learning curves (mean and sample standard deviation over seeds) and final returns. The ``cpu_regime`` preset
+(issue 49) is the ``cpu`` preset with the seeds of a power calculation made from the ``cpu`` preset's seed noise, and
+the training diagnostics (``results/ewma_comparison/cpu_regime/preregistration.md``).
 
     python -m benchmarks.learning.ewma_comparison --preset cpu              # MinAtar Breakout, 3 seeds, 2^20 steps per run
     python -m benchmarks.learning.ewma_comparison --preset cpu_regime --workers 1 --max-minutes 60   # repeat until done
@@ -114,28 +114,32 @@ def _table(frame: pd.DataFrame, summary: pd.DataFrame) -> str:
 
 def differences_table(frame: pd.DataFrame) -> str:
     """
-    The pre-registered statistics of each pair: EWMA minus none, its 95% percentile bootstrap interval over seeds, the
-    one-sided Mann-Whitney p-value (EWMA greater) and the difference the seeds resolve at 80% power (5% level).
+    The pre-registered statistics of each pair, paired by seed (the four algorithms share their seeds): the mean of the
+    paired differences (EWMA minus none) with its 95% paired percentile bootstrap interval, the one-sided p-values (EWMA
+    greater) of the Wilcoxon signed-rank test (paired) and of the Mann-Whitney test (unpaired, as pre-registered), the
+    sample standard deviation of the paired differences and the difference a two-sided paired t-test at 5% detects
+    with 80% power over these pairs.
     """
     finals = final_values(frame, ["variant"])
     rows = []
     for baseline, ewma in PAIRS:
-        values = [finals[finals["variant"] == algo]["value"].to_numpy() for algo in (baseline, ewma)]
-        if min(len(value) for value in values) < 2:
+        cells = [finals[finals["variant"] == algo].set_index("seed")["value"] for algo in (ewma, baseline)]
+        seeds = sorted(set(cells[0].index) & set(cells[1].index))
+        if len(seeds) < 2:
             continue
-        estimate, low, high = statistics.bootstrap_ci(values, statistics.mean_difference)
-        p_value = statistics.mann_whitney_greater(values[1], values[0])[1]
-        sigma = float(np.sqrt((np.var(values[0], ddof=1) + np.var(values[1], ddof=1)) / 2))
-        seeds = min(len(value) for value in values)
-        detectable = next(
-            (delta for delta in np.arange(0.01, 5.0, 0.01) if statistics.seeds_for_difference(sigma, delta) <= seeds), np.nan
-        )
+        first, second = (cell.loc[seeds].to_numpy(dtype=float) for cell in cells)
+        estimate, low, high = statistics.paired_difference(first, second)
+        wilcoxon = statistics.wilcoxon_p(first, second)
+        mann_whitney = statistics.mann_whitney_greater(first, second)[1]
+        sigma = float(np.std(first - second, ddof=1))
+        detectable = statistics.detectable_difference(sigma, len(seeds))
         rows.append(
-            [f"{ALGORITHM_LABELS[ewma]} - {ALGORITHM_LABELS[baseline]}", f"{len(values[1])} / {len(values[0])}",
-             f"{estimate:+.3g}", f"[{low:+.3g}, {high:+.3g}]", f"{p_value:.3g}", f"{sigma:.3g}", f"{detectable:.2f}"]
+            [f"{ALGORITHM_LABELS[ewma]} - {ALGORITHM_LABELS[baseline]}", len(seeds), f"{estimate:+.3g}",
+             f"[{low:+.3g}, {high:+.3g}]", f"{wilcoxon:.3g}", f"{mann_whitney:.3g}", f"{sigma:.3g}", f"{detectable:.2f}"]
         )  # fmt: skip
-    header = ["difference", "seeds", "mean", "95% bootstrap interval", "Mann-Whitney p (EWMA greater)", "seed sigma"]
-    return markdown_table([*header, "detectable at 80% power"], rows)
+    header = ["difference", "seed pairs", "mean paired difference", "95% paired bootstrap interval"]
+    header += ["Wilcoxon p (paired, EWMA greater)", "Mann-Whitney p (unpaired, EWMA greater)", "sd of the paired differences"]
+    return markdown_table([*header, "detectable at 80% power (paired t-test)"], rows)
 
 
 def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -> str:
@@ -155,7 +159,7 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
         labels = [ALGORITHM_LABELS[algo] for algo in algos]
         bars = axes[row, len(pairs)]
         bars.bar(labels, summary["mean"], yerr=summary["std"], color=["C0", "C1"] * len(pairs), capsize=3)
-        bars.set_title(f"{title}: final return (mean +- std over seeds)", fontsize=9)
+        bars.set_title(f"{title}: final return (mean +- sample std over seeds)", fontsize=9)
         bars.tick_params(axis="x", labelsize=7)
         bars.grid(alpha=0.3, axis="y")
         tables.append(f"### {title}\n\n{_table(frame, summary)}")
@@ -163,9 +167,9 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
             tables.append(f"### {title}: EWMA minus none\n\n{differences_table(frame)}")
     figure.suptitle(PAPER_DIRECTION, fontsize=9)
     image = save_figure(figure, out_dir / f"{NAME}.png")
-    note = "Curves: mean episode return over seeds, with " + (
-        "the 95% bootstrap interval of the mean." if any(spec.diagnostics for spec in specs) else "+- one standard deviation."
-    )
+    with_diagnostics = any(spec.diagnostics for spec in specs)
+    band_note = "the 95% bootstrap interval of the mean." if with_diagnostics else "+- one sample standard deviation."
+    note = f"Curves: mean episode return over seeds, with {band_note}"
     return "\n\n".join(["## Results", f"{note} {PAPER_DIRECTION[0].upper()}{PAPER_DIRECTION[1:]}.", image, *tables])
 
 

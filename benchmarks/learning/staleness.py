@@ -156,38 +156,43 @@ def contrasts(frame: pd.DataFrame, levels: Sequence[int]) -> list[tuple[str, tup
     return found
 
 
+def paired_finals(finals: pd.DataFrame, first: tuple[str, int], second: tuple[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    """The final returns of two cells (``(variant, staleness)``) on the seeds both have, in the order of the seeds."""
+    cells = [
+        finals[(finals["variant"] == cell[0]) & (finals["staleness"].astype(int) == cell[1])].set_index("seed")["value"]
+        for cell in (first, second)
+    ]
+    seeds = sorted(set(cells[0].index) & set(cells[1].index))
+    return cells[0].loc[seeds].to_numpy(dtype=float), cells[1].loc[seeds].to_numpy(dtype=float)
+
+
 def contrasts_table(frame: pd.DataFrame, levels: Sequence[int]) -> str:
     """
-    Each pre-registered contrast: the seeds of its two cells, the difference of their mean final returns with its 95%
-    percentile bootstrap interval, and the one-sided exact Mann-Whitney p-value where the paper predicts a direction.
+    Each pre-registered contrast, paired by seed (the cells share their seeds): the number of pairs, the mean of the
+    paired differences with its 95% paired percentile bootstrap interval, and where the paper predicts a direction the
+    one-sided Wilcoxon signed-rank p-value (paired) and the one-sided exact Mann-Whitney p-value (unpaired, the test
+    the pre-registrations named).
     """
     finals = final_values(frame, ["variant", "staleness"])
     rows = []
     for name, first, second, predicted in contrasts(frame, levels):
-        values = [
-            finals[(finals["variant"] == cell[0]) & (finals["staleness"].astype(int) == cell[1])]["value"].to_numpy()
-            for cell in (second, first)
-        ]
-        estimate, low, high = statistics.bootstrap_ci(values, statistics.mean_difference)
-        p_value = f"{statistics.mann_whitney_greater(values[1], values[0])[1]:.3g}" if predicted else "-"
+        values = paired_finals(finals, first, second)
+        if len(values[0]) == 0:
+            continue
+        estimate, low, high = statistics.paired_difference(*values)
+        wilcoxon = f"{statistics.wilcoxon_p(*values):.3g}" if predicted else "-"
+        mann_whitney = f"{statistics.mann_whitney_greater(*values)[1]:.3g}" if predicted else "-"
         direction = "> 0" if predicted else "-"
-        rows.append(
-            [
-                name,
-                f"{len(values[1])} / {len(values[0])}",
-                f"{estimate:+.3g}",
-                f"[{low:+.3g}, {high:+.3g}]",
-                direction,
-                p_value,
-            ]
-        )
+        interval = f"[{low:+.3g}, {high:+.3g}]"
+        rows.append([name, len(values[0]), f"{estimate:+.3g}", interval, direction, wilcoxon, mann_whitney])
     header = [
         "contrast (first - second)",
-        "seeds",
-        "difference",
-        "95% bootstrap interval",
+        "seed pairs",
+        "mean paired difference",
+        "95% paired bootstrap interval",
         "paper",
-        "Mann-Whitney p (one-sided)",
+        "Wilcoxon p (paired, one-sided)",
+        "Mann-Whitney p (unpaired, one-sided)",
     ]
     return markdown_table(header, rows)
 

@@ -45,6 +45,11 @@ EXTRAS = {
 }
 # what a user runs: every optional part but the documentation tools
 EXTRAS["all"] = sorted({req for name, reqs in EXTRAS.items() if name != "docs" for req in reqs})
+# the benchmarks' statistics (benchmarks/harness/statistics.py, aggregate.py): scipy.stats for the tests, rliable for the
+# aggregates across games (interquartile mean, stratified bootstrap, probability of improvement), statsmodels for the
+# power of a t-test (also a requirement of rliable's arch). pandas<3: rliable 1.2 requires arch<8, and arch 7.2 fails to
+# import with pandas 3 (a TypeError in its deprecate_kwarg), so `import rliable` needs pandas 2
+EXTRAS["benchmarks"] = ["rliable>=1.2", "scipy", "pandas<3", "matplotlib", "statsmodels"]
 # the environments of rl-zoo3's PPO entries beyond classic control and Box2D (MuJoCo -v4 ids, MiniGrid), and MinAtar:
 # python -m benchmarks.learning.zoo_table trains on them, tests/test_zoo_derivation.py builds their derived entries
 EXTRAS["tasks"] = ["gymnasium[mujoco]>=1.0,<2", "minigrid>=3", "minatar>=1.0.15"]
@@ -63,6 +68,7 @@ EXTRAS["tests"] = [
     "tqdm",
     "rich",
     *EXTRAS["tasks"],
+    *EXTRAS["benchmarks"],
 ]
 
 setup(

@@ -140,11 +140,7 @@ def test_minibatches_of_whole_rollouts(algorithm, envs_per_minibatch):
     model = collected(make_model(algorithm, batch_size=envs_per_minibatch * N_STEPS, minibatch_sampling="rollouts"))
     buffer = model.rollout_buffer
     returns = {env: per_step(buffer, "returns", env) for env in range(N_ENVS)}
-    state = np.random.get_state()
     minibatches = list(model._minibatches(buffer))
-    # the global generator advanced by exactly one permutation of the environments
-    np.random.set_state(state)
-    order = list(np.random.permutation(N_ENVS))
     assert len(minibatches) == N_ENVS // envs_per_minibatch == model.minibatches_per_epoch
     seen = []
     for minibatch in minibatches:
@@ -156,7 +152,7 @@ def test_minibatches_of_whole_rollouts(algorithm, envs_per_minibatch):
         # the policy evaluated on the minibatch (the recurrent one from the stored LSTM states, the maskable one with
         # the stored masks) gives the log-probabilities stored at collection: the rows' data stayed together
         assert th.allclose(evaluate(model, minibatch), minibatch.old_log_prob, atol=1e-5)
-    assert seen == order
+    assert sorted(seen) == list(range(N_ENVS))  # each environment's rollout once (in random order: test_paper_options)
 
 
 def test_recurrent_sequences_of_whole_rollouts_start_at_environments_and_episodes():

@@ -54,14 +54,15 @@ def shuffled_rollout_indices(n_segments: int, segment_length: int, batch_size: i
 
 
 def _flatten(buffer: RolloutBuffer) -> None:
-    """Flatten the buffer to ``(n_envs * n_steps, ...)``, environment-major, through SB3's own ``get``."""
+    """
+    Flatten the buffer to ``(n_envs * n_steps, ...)``, environment-major, through SB3's own ``get`` (which draws a
+    permutation of the rows from numpy's global generator first, as at each epoch of SB3's sampling).
+    """
     if buffer.generator_ready:
         return
-    state = np.random.get_state()  # SB3's get draws a permutation first: leave the global generator as it was
     generator = buffer.get(1)
     next(generator)
     generator.close()
-    np.random.set_state(state)
 
 
 def rollout_minibatches(

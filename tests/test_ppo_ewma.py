@@ -37,7 +37,7 @@ def test_same_parameters_as_sb3_ppo_without_ewma(env_id, kwargs):
     ppo = PPO("MlpPolicy", env_id, **settings).learn(256)
     ppo_ewma = PPO_EWMA("MlpPolicy", env_id, ewma_decay=None, **settings).learn(256)
     assert ppo_ewma.proximal_ewma is None
-    # bit for bit: the foreach gradient clipping and Adam step (sb3_ewma.common.optim) repeat SB3's arithmetic
+    # bit for bit: SB3's gradient clipping and optimizer step, on the same minibatches
     np.testing.assert_array_equal(ppo_ewma.policy.parameters_to_vector(), ppo.policy.parameters_to_vector())
 
 

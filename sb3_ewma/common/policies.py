@@ -3,11 +3,8 @@
 import math
 from typing import Any, Protocol, cast
 
-import torch as th
-from stable_baselines3.common.type_aliases import Schedule
 from torch import nn
 
-from sb3_ewma.common.optim import with_foreach_default
 from sb3_ewma.common.torch_layers import normed_init_
 
 # the output heads of an actor-critic policy (PPG's auxiliary value head included) that ``head_init_scale`` re-initializes
@@ -31,30 +28,6 @@ class _ConstructorParameters(Protocol):
     """What :class:`HeadInitMixin`'s ``super()`` provides: SB3's ``BasePolicy._get_constructor_parameters``."""
 
     def _get_constructor_parameters(self) -> dict[str, Any]: ...
-
-
-class _Build(Protocol):
-    """What :class:`ForeachOptimizerMixin`'s ``super()`` provides: SB3's ``ActorCriticPolicy._build``."""
-
-    def _build(self, lr_schedule: Schedule) -> None: ...
-
-
-class ForeachOptimizerMixin:
-    """
-    Builds an Adam or AdamW optimizer with ``foreach=True`` added to ``optimizer_kwargs`` (after SB3's own default,
-    ``eps=1e-5`` for Adam), unless ``optimizer_kwargs`` chooses the implementation (``foreach``, ``fused`` or
-    ``differentiable``): the same numbers as the single-tensor step that torch picks on CPU, in fewer calls
-    (:func:`sb3_ewma.common.optim.with_foreach_default`). The choice is the policy's ``optimizer_kwargs`` (saved with
-    it), and the dict a user passed is left as it is.
-    """
-
-    optimizer_class: type[th.optim.Optimizer]
-    optimizer_kwargs: dict[str, Any]
-
-    def _build(self, lr_schedule: Schedule) -> None:
-        # ActorCriticPolicy._build builds the optimizer last, from self.optimizer_kwargs
-        self.optimizer_kwargs = with_foreach_default(self.optimizer_class, self.optimizer_kwargs)
-        cast(_Build, super())._build(lr_schedule)
 
 
 class HeadInitMixin:

@@ -1,24 +1,23 @@
 """
 PPO_EWMA's policies: SB3's actor-critic policies with one more keyword, ``head_init_scale`` (the authors' normed
-initialization of the action and value heads, see :class:`sb3_ewma.common.policies.HeadInitMixin`), and Adam's foreach
-step as an ``optimizer_kwargs`` default (:class:`sb3_ewma.common.policies.ForeachOptimizerMixin`; the same numbers).
-Without them they are SB3's policies. The proximal policy is an EWMA copy of them.
+initialization of the action and value heads, see :class:`sb3_ewma.common.policies.HeadInitMixin`). Without it they are
+SB3's policies. The proximal policy is an EWMA copy of them.
 """
 
 from stable_baselines3.common.policies import ActorCriticCnnPolicy, ActorCriticPolicy, MultiInputActorCriticPolicy
 
-from sb3_ewma.common.policies import ForeachOptimizerMixin, HeadInitMixin
+from sb3_ewma.common.policies import HeadInitMixin
 
 
-class MlpPolicy(HeadInitMixin, ForeachOptimizerMixin, ActorCriticPolicy):
+class MlpPolicy(HeadInitMixin, ActorCriticPolicy):
     """SB3's ``ActorCriticPolicy`` (``MlpPolicy``) with the ``head_init_scale`` keyword (None: SB3's initialization)."""
 
 
-class CnnPolicy(HeadInitMixin, ForeachOptimizerMixin, ActorCriticCnnPolicy):
+class CnnPolicy(HeadInitMixin, ActorCriticCnnPolicy):
     """SB3's ``ActorCriticCnnPolicy`` with the ``head_init_scale`` keyword (None: SB3's initialization)."""
 
 
-class MultiInputPolicy(HeadInitMixin, ForeachOptimizerMixin, MultiInputActorCriticPolicy):
+class MultiInputPolicy(HeadInitMixin, MultiInputActorCriticPolicy):
     """SB3's ``MultiInputActorCriticPolicy`` with the ``head_init_scale`` keyword (None: SB3's initialization)."""
 
 

@@ -2,6 +2,8 @@
 
 from typing import TYPE_CHECKING, Any
 
+# the registry of the package's algorithms (it imports none of them), from which their errors name one another
+from sb3_ewma import algorithms  # noqa: F401
 from sb3_ewma.common.ewma import (
     center_of_mass_from_ewma_decay,
     ewma_decay_from_center_of_mass,

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from stable_baselines3.common.base_class import BaseAlgorithm
 
+from sb3_ewma.common.keywords import register_algorithms
+
 
 class AlgorithmRegistry(Mapping[str, type[BaseAlgorithm]]):
     """
@@ -46,6 +48,8 @@ ALGORITHMS: Mapping[str, type[BaseAlgorithm]] = AlgorithmRegistry(
     }
 )
 """Algorithm class by rl-zoo3 name (a class is imported when first looked up)."""
+# the algorithms that the errors of sb3_ewma.common.keywords name ("it is an argument of PPG_EWMA")
+register_algorithms(ALGORITHMS)
 
 HYPERPARAMS_DIR = Path(__file__).parent / "hyperparams"
 """This package's rl-zoo3 hyperparameter files, ``<name>.yml`` for each name of :data:`ALGORITHMS`."""

@@ -19,8 +19,18 @@ from sb3_ewma.common.decoupled.proximal import ProximalPolicy
 from sb3_ewma.common.distributed import DataParallelTraining, SingleProcessTraining
 
 PACKAGE_DIR = Path(sb3_ewma.__file__).parent
-# what sb3_ewma.common must never import: the algorithms and the entry points built on them
-ABOVE_COMMON = ("ppo_ewma", "ppg_ewma", "recurrent_ppo_ewma", "maskable_ppo_ewma", "ablations", "zoo", "scale", "train")
+# what sb3_ewma.common must never import: the algorithms, their registry and the entry points built on them
+ABOVE_COMMON = (
+    "ppo_ewma",
+    "ppg_ewma",
+    "recurrent_ppo_ewma",
+    "maskable_ppo_ewma",
+    "ablations",
+    "algorithms",
+    "zoo",
+    "scale",
+    "train",
+)
 
 
 def imported_modules(path: Path, modules: Container[str] = ()) -> set[str]:

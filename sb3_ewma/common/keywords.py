@@ -5,12 +5,14 @@ takes; or a misspelt one), a policy keyword that the chosen policy lacks, and a 
 Python's and SB3's own errors name the keyword or the policy only; these also say which class or option takes it, and
 suggest the nearest name.
 
-The other algorithms are those of :data:`sb3_ewma.algorithms.ALGORITHMS`, imported only to explain an error.
+The other algorithms are those the package's registry, :data:`sb3_ewma.algorithms.ALGORITHMS`, above ``common/``,
+registers here (:func:`register_algorithms`; the package's ``__init__`` imports it); each is imported only to explain
+an error.
 """
 
 import difflib
 import inspect
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 # options that no constructor takes, and where they are
@@ -20,6 +22,19 @@ _STALENESS = (
     "stale with async_rollouts=True)"
 )
 _MOVED: dict[str, str] = {"staleness": _STALENESS, "staleness_mode": _STALENESS}
+
+# the package's algorithm classes by name (a mapping that may import a class when it is looked up), for the hints that
+# name another algorithm; set by the registry (register_algorithms)
+_algorithms: Mapping[str, type] = {}
+
+
+def register_algorithms(algorithms: Mapping[str, type]) -> None:
+    """
+    The package's algorithms, which the hints of this module name (``it is an argument of PPG_EWMA``): called by the
+    registry, :mod:`sb3_ewma.algorithms`, so that ``common/`` imports nothing above it.
+    """
+    global _algorithms
+    _algorithms = algorithms
 
 
 def _join(names: Iterable[str], conjunction: str = "and") -> str:
@@ -53,10 +68,8 @@ def takes_policy_keyword(policy_class: type, name: str) -> bool:
 
 
 def _other_algorithms(algorithm: type) -> list[type]:
-    # imported here, and only to explain an error: looking the classes up imports sb3-contrib's algorithms (slow)
-    from sb3_ewma.algorithms import ALGORITHMS
-
-    return [other for other in ALGORITHMS.values() if other is not algorithm]
+    # only to explain an error: looking the classes up imports sb3-contrib's algorithms (slow)
+    return [other for other in _algorithms.values() if other is not algorithm]
 
 
 def _policies(algorithm: type) -> list[type]:

@@ -9,6 +9,7 @@ import torch as th
 from stable_baselines3 import PPO
 
 from sb3_ewma import PPG, PPG_EWMA, PPO_EWMA
+from sb3_ewma.common.saved_files import check_saved_file
 
 SMALL = dict(n_steps=32, batch_size=16, n_epochs=2, seed=0, device="cpu")
 PPG_SMALL = dict(n_steps=32, batch_size=16, n_policy_iterations=2, n_aux_epochs=1, seed=0, device="cpu")
@@ -107,6 +108,22 @@ def test_ppg_export_keeps_policy_and_value_networks(algo, kwargs, tmp_path):
     for name, parameter in loaded.policy.named_parameters():
         source_state = model.policy.optimizer.state[source_parameters[name]]
         th.testing.assert_close(loaded.policy.optimizer.state[parameter]["exp_avg"], source_state["exp_avg"])
+
+
+def test_a_ppg_file_goes_to_sb3_through_to_sb3_and_the_package_says_so(tmp_path):
+    model = PPG_EWMA("MlpPolicy", "CartPole-v1", **PPG_SMALL).learn(64)
+    model.save(tmp_path / "ppg.zip")
+    # SB3's own load stops at the auxiliary optimizer, with its message (the export guide quotes it and names to_sb3())
+    with pytest.raises(ValueError, match=r"^Key aux_optimizer is an invalid object name\.$"):
+        PPO.load(tmp_path / "ppg.zip", device="cpu")
+    # this package's loaders of another algorithm, and `enjoy --algo ppo` (check_saved_file), name to_sb3()
+    to_sb3 = r"load it with sb3_ewma.PPG_EWMA.load \(or sb3_ewma.PPG.load\), whose to_sb3\(\) gives SB3's PPO$"
+    with pytest.raises(ValueError, match=r"ppg.zip was saved by PPG_EWMA or PPG, not by PPO_EWMA .*" + to_sb3):
+        PPO_EWMA.load(tmp_path / "ppg.zip", device="cpu")
+    with pytest.raises(ValueError, match=r"ppg.zip was saved by PPG_EWMA or PPG, not by PPO .*" + to_sb3):
+        check_saved_file(PPO, tmp_path / "ppg.zip")
+    PPG_EWMA.load(tmp_path / "ppg.zip", device="cpu").to_sb3().save(tmp_path / "ppo.zip")
+    assert_same_predictions(model, PPO.load(tmp_path / "ppo.zip", device="cpu"), observations(model))
 
 
 def test_ppg_with_shared_mlp_layers_cannot_be_exported():

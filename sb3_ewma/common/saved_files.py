@@ -37,7 +37,7 @@ POLICY_MODULE_ALGORITHMS = {
 # the module of a saved policy class -> the ``load`` that opens such files (how an error message says what to do)
 POLICY_MODULE_LOADERS = {
     "sb3_ewma.ppo_ewma.policies": "sb3_ewma.PPO_EWMA.load",
-    "sb3_ewma.ppg_ewma.policies": "sb3_ewma.PPG_EWMA.load (or sb3_ewma.PPG.load)",
+    "sb3_ewma.ppg_ewma.policies": "sb3_ewma.PPG_EWMA.load (or sb3_ewma.PPG.load), whose to_sb3() gives SB3's PPO",
     "stable_baselines3.common.policies": "stable_baselines3.PPO.load (or A2C.load), or sb3_ewma.PPO_EWMA.load",
     "sb3_contrib.common.recurrent.policies": "sb3_ewma.RecurrentPPO_EWMA.load (or sb3_contrib.RecurrentPPO.load)",
     "sb3_contrib.common.maskable.policies": "sb3_ewma.MaskablePPO_EWMA.load (or sb3_contrib.MaskablePPO.load)",

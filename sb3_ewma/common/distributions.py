@@ -16,7 +16,7 @@ from stable_baselines3.common.distributions import (
     Distribution,
     kl_divergence,
 )
-from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import PyTorchObs
 
 if TYPE_CHECKING:
@@ -191,3 +191,15 @@ def lean_evaluate_actions(
     std, log_prob = diag_gaussian_log_prob(action_head, policy.log_std, actions)
     values = policy.value_net(latent_vf)
     return values, log_prob, diag_gaussian_entropy(std)
+
+
+def lean_action_log_prob(policy: ActorCriticPolicy, obs: PyTorchObs, actions: th.Tensor) -> th.Tensor:
+    """
+    ``policy.get_distribution(obs).log_prob(actions)`` for a categorical or diagonal Gaussian ``ActorCriticPolicy``
+    (the actor's path only: no value head), without building the distribution.
+    """
+    features = BasePolicy.extract_features(policy, obs, policy.pi_features_extractor)
+    action_head = policy.action_net(policy.mlp_extractor.forward_actor(features))
+    if isinstance(policy.action_dist, CategoricalDistribution):
+        return categorical_log_prob(action_head, actions)[1]
+    return diag_gaussian_log_prob(action_head, policy.log_std, actions)[1]

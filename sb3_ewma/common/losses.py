@@ -67,8 +67,29 @@ def decoupled_policy_loss(
         # the clipped ratio pinned to 1: the surrogate's value, with a zero gradient
         pinned = -advantages * th.exp(proximal_weight)
         return with_zero_gradient(th.maximum(unclipped.detach(), pinned), unclipped).mean()
+    return clipped_surrogate_loss(
+        advantages, log_prob, proximal_log_prob, unclipped, proximal_weight, *log_clip_bounds(clip_range)
+    )
+
+
+def clipped_surrogate_loss(
+    advantages: th.Tensor,
+    log_prob: th.Tensor,
+    proximal_log_prob: th.Tensor,
+    unclipped: th.Tensor,
+    proximal_weight: th.Tensor,
+    low: float | th.Tensor,
+    high: float | th.Tensor,
+) -> th.Tensor:
+    """
+    The clipped branch of :func:`decoupled_policy_loss`: ``mean(max(unclipped, -A (pi_prox / pi_behav) clip(r)))``,
+    with the log-ratio ``log(pi / pi_prox)`` clamped to ``[low, high]`` (:func:`log_clip_bounds`; numbers, or 0-dim
+    tensors in a compiled step, where a changing clip range must not be a constant of the graph).
+
+    :param unclipped: ``-A pi / pi_behav`` (the behavior log-probabilities capped)
+    :param proximal_weight: ``log pi_prox - log pi_behav``
+    """
     log_ratio = log_prob - proximal_log_prob
-    low, high = log_clip_bounds(clip_range)
     clipped = -advantages * th.exp(th.clamp(log_ratio, low, high) + proximal_weight)
     return th.maximum(unclipped, clipped).mean()
 

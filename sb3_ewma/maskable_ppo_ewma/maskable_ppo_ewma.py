@@ -118,6 +118,11 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
         collector thread; ``"process"``: a forked collector process, CPU policies only): the collector asks the
         environments for the action masks at every step (``learn(use_masking=False)`` turns them off, as in
         ``MaskablePPO``).
+    :param compile_step: Compile each minibatch's loss (forward and backward passes) and optimizer step with
+        ``torch.compile``: ``"auto"`` (default) when a ``learn`` call plans enough optimizer steps to earn back the
+        compilation, ``True`` always, ``False`` never (the parent's eager step, operation for operation). Policies
+        other than SB3's categorical and diagonal Gaussian ``ActorCriticPolicy`` train eagerly (one line says why).
+        See the performance guide.
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -168,6 +173,7 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
         log_gradient_noise_scale: bool = False,
         distributed: bool | None = None,
         async_rollouts: bool | str = False,
+        compile_step: bool | str = "auto",
         _init_setup_model: bool = True,
     ) -> None:
         # checked before anything is built: no environment is made for bad input
@@ -202,6 +208,7 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
             log_gradient_noise_scale=log_gradient_noise_scale,
             distributed=distributed,
             async_rollouts=async_rollouts,
+            compile_step=compile_step,
             batch_size=batch_size,
             n_steps=n_steps,
         )
@@ -256,6 +263,7 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
             log_gradient_noise_scale=log_gradient_noise_scale,
             distributed=distributed,
             async_rollouts=async_rollouts,
+            compile_step=compile_step,
         )
 
         self._warn_without_action_masks()

@@ -169,6 +169,11 @@ class PPG(DecoupledAlgorithm):
         forked collector process (CPU policies; for Python-heavy loops such as CartPole with a small MLP), whose
         rollouts are replayed to the callbacks at the hand-off, the next ``learn`` call then starting with
         ``env.reset()`` (documentation: "Overlapped Rollouts").
+    :param compile_step: Compile each minibatch's loss (forward and backward passes) and optimizer step with
+        ``torch.compile``: ``"auto"`` (default) when a ``learn`` call plans enough optimizer steps to earn back the
+        compilation, ``True`` always, ``False`` never (the parent's eager step, operation for operation). Policies
+        other than SB3's categorical and diagonal Gaussian ``ActorCriticPolicy`` train eagerly (one line says why).
+        See the performance guide.
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -231,6 +236,7 @@ class PPG(DecoupledAlgorithm):
         log_gradient_noise_scale: bool = False,
         distributed: bool | None = None,
         async_rollouts: bool | str = False,
+        compile_step: bool | str = "auto",
         _init_setup_model: bool = True,
     ) -> None:
         # checked before anything is built: no environment is made for bad input
@@ -265,6 +271,7 @@ class PPG(DecoupledAlgorithm):
             log_gradient_noise_scale=log_gradient_noise_scale,
             distributed=distributed,
             async_rollouts=async_rollouts,
+            compile_step=compile_step,
             batch_size=batch_size,
             n_steps=n_steps,
         )
@@ -349,6 +356,7 @@ class PPG(DecoupledAlgorithm):
             log_gradient_noise_scale=log_gradient_noise_scale,
             distributed=distributed,
             async_rollouts=async_rollouts,
+            compile_step=compile_step,
         )
         # the position in the phase schedule, saved with the model
         self.phase = 0  # index of the current policy phase
@@ -479,6 +487,7 @@ class PPG(DecoupledAlgorithm):
         self._update_learning_rate(self.policy.optimizer)
         # Compute current clip ranges (None: no clipping)
         clip_range, clip_range_vf = self._current_clip_ranges()
+        clip_ranges = (clip_range, clip_range_vf)
         buffer = self.rollout_buffer
         buffer.advantages = self.advantage_normalizer.start_iteration(buffer.advantages)
         policy_objective = DecoupledPolicyObjective(clip_range, self.kl_coef, self.kl_estimator, self.imp_samp_max)
@@ -500,8 +509,20 @@ class PPG(DecoupledAlgorithm):
             minibatches = self._minibatches(buffer) if policy_epoch else self._sampled_minibatches(buffer)
             for rollout_data in minibatches:
                 train_policy = continue_training and policy_epoch
-                values, minibatch_loss = None, None
-                if train_policy:
+                values, minibatch_loss, value_in_loss = None, None, False
+                if train_policy and train_value and self.compiled_step.active and self._compilable_iteration(*clip_ranges):
+                    # the PPO family's whole minibatch loss, compiled (sb3_ewma.common.decoupled.step)
+                    terms = self._compiled_minibatch_loss(rollout_data, policy_objective, *clip_ranges)
+                    entropy_losses.append(terms.entropy_loss)
+                    approx_kl_divs.append(terms.approx_kl_div)
+                    value_losses.append(terms.value_loss.detach())
+                    if self._reached_target_kl(terms.approx_kl_div, epoch):
+                        continue_training = train_policy = False
+                        minibatch_loss = self.vf_coef * terms.value_loss
+                    else:
+                        minibatch_loss = terms.loss
+                    value_in_loss = True
+                elif train_policy:
                     # the policy terms of the PPO family's train() (the decoupled policy loss)
                     values, policy_loss, entropy_loss, approx_kl_div = self._policy_loss_terms(rollout_data, policy_objective)
                     entropy_losses.append(entropy_loss.detach())
@@ -511,7 +532,7 @@ class PPG(DecoupledAlgorithm):
                         continue_training = train_policy = False
                     else:
                         minibatch_loss = policy_loss + self.ent_coef * entropy_loss
-                if train_value:
+                if train_value and not value_in_loss:
                     if values is None:
                         with self.training_precision.forward(self.device):
                             values = self.policy.predict_values(rollout_data.observations).flatten()

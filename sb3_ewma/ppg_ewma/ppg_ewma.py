@@ -148,6 +148,11 @@ class PPG_EWMA(PPG):
         forked collector process (CPU policies; for Python-heavy loops such as CartPole with a small MLP), whose
         rollouts are replayed to the callbacks at the hand-off, the next ``learn`` call then starting with
         ``env.reset()`` (documentation: "Overlapped Rollouts").
+    :param compile_step: Compile each minibatch's loss (forward and backward passes) and optimizer step with
+        ``torch.compile``: ``"auto"`` (default) when a ``learn`` call plans enough optimizer steps to earn back the
+        compilation, ``True`` always, ``False`` never (the parent's eager step, operation for operation). Policies
+        other than SB3's categorical and diagonal Gaussian ``ActorCriticPolicy`` train eagerly (one line says why).
+        See the performance guide.
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -198,6 +203,7 @@ class PPG_EWMA(PPG):
         log_gradient_noise_scale: bool = False,
         distributed: bool | None = None,
         async_rollouts: bool | str = False,
+        compile_step: bool | str = "auto",
         _init_setup_model: bool = True,
     ) -> None:
         check_ewma_decay(ewma_decay)
@@ -246,6 +252,7 @@ class PPG_EWMA(PPG):
             log_gradient_noise_scale=log_gradient_noise_scale,
             distributed=distributed,
             async_rollouts=async_rollouts,
+            compile_step=compile_step,
             _init_setup_model=False,
         )
         self.ewma_decay = ewma_decay

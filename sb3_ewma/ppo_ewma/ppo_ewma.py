@@ -113,6 +113,11 @@ class PPO_EWMA(DecoupledAlgorithm, PPO):  # type: ignore[misc]
         (CPU policies; for Python-heavy loops such as CartPole with a small MLP), whose rollouts are replayed to the
         callbacks at the hand-off, the next ``learn`` call starting with ``env.reset()`` (documentation: "Overlapped
         Rollouts"). Not with artificial staleness (:class:`sb3_ewma.ablations.StalePPO_EWMA`).
+    :param compile_step: Compile each minibatch's loss (forward and backward passes) and optimizer step with
+        ``torch.compile``: ``"auto"`` (default) when a ``learn`` call plans enough optimizer steps to earn back the
+        compilation, ``True`` always, ``False`` never (the parent's eager step, operation for operation). Policies
+        other than SB3's categorical and diagonal Gaussian ``ActorCriticPolicy`` train eagerly (one line says why).
+        See the performance guide.
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -161,6 +166,7 @@ class PPO_EWMA(DecoupledAlgorithm, PPO):  # type: ignore[misc]
         log_gradient_noise_scale: bool = False,
         distributed: bool | None = None,
         async_rollouts: bool | str = False,
+        compile_step: bool | str = "auto",
         _init_setup_model: bool = True,
     ) -> None:
         # checked before anything is built: no environment is made for bad input
@@ -194,6 +200,7 @@ class PPO_EWMA(DecoupledAlgorithm, PPO):  # type: ignore[misc]
             log_gradient_noise_scale=log_gradient_noise_scale,
             distributed=distributed,
             async_rollouts=async_rollouts,
+            compile_step=compile_step,
             batch_size=batch_size,
             n_steps=n_steps,
         )
@@ -250,6 +257,7 @@ class PPO_EWMA(DecoupledAlgorithm, PPO):  # type: ignore[misc]
             log_gradient_noise_scale=log_gradient_noise_scale,
             distributed=distributed,
             async_rollouts=async_rollouts,
+            compile_step=compile_step,
         )
 
         if _init_setup_model:

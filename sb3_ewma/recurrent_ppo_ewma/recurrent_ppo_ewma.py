@@ -130,6 +130,11 @@ class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
     :param async_rollouts: Overlap rollouts with training, as :class:`sb3_ewma.PPO_EWMA` (``True`` or ``"thread"``: a
         collector thread; ``"process"``: a forked collector process, CPU policies only): the collector carries the
         LSTM states from one rollout to the next (a collector process sends them back with each rollout).
+    :param compile_step: Compile each minibatch's loss (forward and backward passes) and optimizer step with
+        ``torch.compile``: ``"auto"`` (default) when a ``learn`` call plans enough optimizer steps to earn back the
+        compilation, ``True`` always, ``False`` never (the parent's eager step, operation for operation). Policies
+        other than SB3's categorical and diagonal Gaussian ``ActorCriticPolicy`` train eagerly (one line says why).
+        See the performance guide.
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -183,6 +188,7 @@ class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
         log_gradient_noise_scale: bool = False,
         distributed: bool | None = None,
         async_rollouts: bool | str = False,
+        compile_step: bool | str = "auto",
         _init_setup_model: bool = True,
     ) -> None:
         # checked before anything is built: no environment is made for bad input
@@ -217,6 +223,7 @@ class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
             log_gradient_noise_scale=log_gradient_noise_scale,
             distributed=distributed,
             async_rollouts=async_rollouts,
+            compile_step=compile_step,
             batch_size=batch_size,
             n_steps=n_steps,
         )
@@ -271,6 +278,7 @@ class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
             log_gradient_noise_scale=log_gradient_noise_scale,
             distributed=distributed,
             async_rollouts=async_rollouts,
+            compile_step=compile_step,
         )
 
         if _init_setup_model:

@@ -8,6 +8,7 @@ the parent's methods (``PPO_EWMA``'s MRO: ``PPO_EWMA, DecoupledAlgorithm, PPO, O
 import io
 import math
 import pathlib
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
@@ -46,6 +47,7 @@ from sb3_ewma.common.decoupled.proximal import (
     proximal_state_in_data,
     torch_save_names,
 )
+from sb3_ewma.common.decoupled.step import CompiledStep, MinibatchLoss, compiler_missing, minibatch_loss
 from sb3_ewma.common.distributed import (
     DataParallelTraining,
     SingleProcessTraining,
@@ -68,7 +70,7 @@ from sb3_ewma.common.finite import (
 from sb3_ewma.common.format import without_rounding_noise
 from sb3_ewma.common.gradient_noise import GradientNoiseScale
 from sb3_ewma.common.keywords import unknown_policy_message
-from sb3_ewma.common.losses import clipped_values
+from sb3_ewma.common.losses import clipped_values, log_clip_bounds
 from sb3_ewma.common.minibatches import rollout_minibatches
 from sb3_ewma.common.precision import FLOAT32, TrainingPrecision
 from sb3_ewma.common.saved_files import check_load_keywords, saved_model_name
@@ -139,11 +141,13 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     distributed: bool | None
     async_rollouts: bool
     rollout_collector: str  # "thread" or "process"
+    compile_step: bool | str = "auto"  # files saved before the option existed: "auto"
     advantage_normalizer: AdvantageNormalizer
     # the collaborators (set by the constructor and _setup_model), and the numeric format of train()
     data_parallel: DataParallelTraining | SingleProcessTraining
     proximal: ProximalPolicy
     gradient_noise: GradientNoiseScale | None
+    compiled_step: CompiledStep
     training_precision: TrainingPrecision = FLOAT32
 
     def _set_decoupled_options(
@@ -159,6 +163,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         log_gradient_noise_scale: bool,
         distributed: bool | None,
         async_rollouts: bool | str,
+        compile_step: bool | str = "auto",
     ) -> None:
         """
         Store the (checked) options as attributes, after the parent's constructor (a collector process checks the
@@ -173,6 +178,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         self.minibatch_sampling = minibatch_sampling
         self.log_gradient_noise_scale = log_gradient_noise_scale
         self.distributed = distributed
+        self.compile_step = compile_step
         self.async_rollouts, self.rollout_collector = rollout_settings(async_rollouts, self.env)
         # held during train() under async_rollouts; save and predict take it
         self._training_lock = TrainingLock()
@@ -197,6 +203,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         self.proximal = self._new_proximal_policy()
         self.training_precision.prepare(self.policy, self.proximal.network)
         self.gradient_noise = self._new_gradient_noise(self._minibatch_size, self.minibatches_per_epoch)
+        self.compiled_step = CompiledStep(self.compile_step)
         # a loaded model that continues at another world size is warned when it learns
         self._world_size_change = previous_world_size_change(getattr(self, "trained_world_size", None), self.world_size)
         self.trained_world_size = self.world_size
@@ -370,7 +377,16 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         self.data_parallel.start_learn(self, total_timesteps)
         result = super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
         self.data_parallel.start_vec_normalize(self.env)
+        self._start_compiled_step(result[0])
         return result
+
+    def _start_compiled_step(self, total_timesteps: int) -> None:
+        """Whether this ``learn`` call's training steps run compiled (``compile_step``), said in one line."""
+        iterations = -(-max(total_timesteps - self.num_timesteps, 0) // (self.n_steps * self._timesteps_per_env_step))
+        planned = iterations * self.n_epochs * self.minibatches_per_epoch
+        unsupported = None if self.compile_step is False else self._compile_unsupported()
+        sentence = self.compiled_step.start_learn(planned, unsupported)
+        self._announce(sentence, warn=self.compile_step is True and unsupported is not None)
 
     def _init_callback(self, callback: MaybeCallback, progress_bar: bool = False) -> BaseCallback:
         callback, progress_bar = self.data_parallel.learn_callback(callback, progress_bar)
@@ -508,7 +524,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
 
     def _excluded_save_params(self) -> list[str]:
         # the collaborators (rebuilt by _setup_model), this run's state (world size change, epoch in progress), the lock
-        unsaved = ["proximal", "data_parallel", "gradient_noise", "training_precision", "distributed"]
+        unsaved = ["proximal", "data_parallel", "gradient_noise", "compiled_step", "training_precision", "distributed"]
         unsaved += ["_world_size_change", "_training_lock", *type(self)._unsaved_attributes]
         return [*super()._excluded_save_params(), *unsaved]
 
@@ -545,18 +561,23 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             # Do a complete pass on the rollout buffer
             for rollout_data in self._minibatches(self.rollout_buffer):
                 # [decoupled] the policy loss: importance sampling with the behavior policy, clipping (or a KL
-                # penalty) at the proximal policy; the entropy loss; the approximate KL from the behavior policy
-                values, policy_loss, entropy_loss, approx_kl_div = self._policy_loss_terms(rollout_data, policy_objective)
+                # penalty) at the proximal policy; the entropy and value losses; the approximate KL from the behavior
+                # policy (compiled: one function, see sb3_ewma.common.decoupled.step)
+                if self.compiled_step.active and self._compilable_iteration(clip_range, clip_range_vf):
+                    terms = self._compiled_minibatch_loss(rollout_data, policy_objective, clip_range, clip_range_vf)
+                    value_loss, entropy_loss, approx_kl_div = terms.value_loss, terms.entropy_loss, terms.approx_kl_div
+                    loss = terms.loss
+                else:
+                    values, policy_loss, entropy_loss, approx_kl_div = self._policy_loss_terms(rollout_data, policy_objective)
 
-                # Clip the difference between old and new value (None: no clipping)
-                # NOTE: this depends on the reward scaling
-                values_pred = clipped_values(values, rollout_data.old_values, clip_range_vf)
-                # Value loss using the TD(gae_lambda) target
-                value_loss = F.mse_loss(rollout_data.returns, values_pred)
+                    # Clip the difference between old and new value (None: no clipping)
+                    # NOTE: this depends on the reward scaling
+                    values_pred = clipped_values(values, rollout_data.old_values, clip_range_vf)
+                    # Value loss using the TD(gae_lambda) target
+                    value_loss = F.mse_loss(rollout_data.returns, values_pred)
+                    loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
                 value_losses.append(value_loss.detach())
                 entropy_losses.append(entropy_loss.detach())
-
-                loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
                 approx_kl_divs.append(approx_kl_div)
 
                 if self._reached_target_kl(approx_kl_div, epoch):
@@ -585,6 +606,77 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             clip_range=clip_range,
             clip_range_vf=clip_range_vf,
         )
+
+    def _compilable_iteration(self, clip_range: float | None, clip_range_vf: float | None) -> bool:
+        """Whether this iteration's clip ranges are those the compiled step covers (a range past a schedule's end, 0
+        or less, steps eagerly)."""
+        return (clip_range is None or clip_range > 0) and (clip_range_vf is None or clip_range_vf > 0)
+
+    def _compiled_minibatch_loss(
+        self,
+        rollout_data: Any,
+        policy_objective: DecoupledPolicyObjective,
+        clip_range: float | None,
+        clip_range_vf: float | None,
+    ) -> MinibatchLoss:
+        """
+        One minibatch's losses by the compiled :func:`~sb3_ewma.common.decoupled.step.minibatch_loss` (its
+        diagnostics recorded by ``policy_objective``); if the first compilation fails, the step is eager from then on.
+        """
+        actions = rollout_data.actions
+        if isinstance(self.action_space, spaces.Discrete):
+            actions = rollout_data.actions.long().flatten()
+        advantages = self.advantage_normalizer.minibatch(rollout_data.advantages)
+        low, high = (-math.inf, math.inf) if clip_range is None else log_clip_bounds(clip_range)
+        device = rollout_data.returns.device
+        arguments = (
+            self.policy,
+            self.proximal.network,
+            rollout_data.observations,
+            actions,
+            advantages,
+            rollout_data.old_log_prob,
+            rollout_data.old_values,
+            rollout_data.returns,
+            th.tensor(low, device=device),
+            th.tensor(high, device=device),
+            None if clip_range_vf is None else th.tensor(clip_range_vf, device=device),
+        )
+        settings = dict(
+            ent_coef=float(self.ent_coef),
+            vf_coef=float(self.vf_coef),
+            kl_coef=float(self.kl_coef),
+            imp_samp_max=float(self.imp_samp_max),
+            autocast_dtype=self.training_precision.autocast_dtype,
+        )
+        try:
+            terms = self.compiled_step.loss(*arguments, **settings)
+        except Exception as error:  # a graph that does not compile: eager from here on, said once
+            if self.compiled_step.verified:
+                raise
+            self._announce(self.compiled_step.fall_back(error), warn=True)
+            terms = minibatch_loss(*arguments, **settings)
+        policy_objective.record(
+            terms.policy_loss, terms.log_prob, terms.proximal_log_prob, rollout_data.old_log_prob, terms.kl_penalty
+        )
+        return terms
+
+    def _compile_unsupported(self) -> str | None:
+        """Why this model's training step cannot be compiled (None: it can)."""
+        if not has_lean_evaluation(self.policy):
+            return f"{type(self.policy).__name__} is not one of SB3's categorical or diagonal Gaussian ActorCriticPolicy"
+        if type(self)._evaluate_policy is not DecoupledAlgorithm._evaluate_policy:
+            return f"{type(self).__name__} evaluates its policy its own way"
+        if self._needs_distributions:
+            return "kl_estimator='exact' needs the action distributions"
+        return compiler_missing(self.device)
+
+    def _announce(self, sentence: str, warn: bool = False) -> None:
+        """One line about how the model trains: printed at ``verbose >= 1``, or a warning when ``warn``."""
+        if warn:
+            warnings.warn(sentence, UserWarning, stacklevel=3)
+        elif self.verbose >= 1 and self.rank == 0:
+            print(sentence)
 
     def _policy_loss_terms(self, rollout_data: Any, policy_objective: DecoupledPolicyObjective) -> PolicyLossTerms:
         """
@@ -745,4 +837,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         # SB3's clipping
         total_norm = th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
         check_finite_gradient_norm(total_norm, log_prefix, self._n_updates)
-        optimizer.step()
+        if self.compiled_step.active:
+            self.compiled_step.optimizer_step(optimizer)
+        else:
+            optimizer.step()

@@ -54,6 +54,7 @@ class DecoupledPolicyObjective:
             advantages, log_prob, proximal_log_prob, behavior_log_prob, self.clip_range, self.imp_samp_max
         )
         loss = policy_loss
+        kl_penalty: th.Tensor | None = None
         if self.kl_coef > 0:
             if self.kl_estimator == "exact":
                 assert distribution is not None and proximal_distribution is not None, "exact KL needs both distributions"
@@ -61,10 +62,22 @@ class DecoupledPolicyObjective:
             else:
                 kl_penalty = sampled_kl(log_prob, proximal_log_prob)
             loss = loss + self.kl_coef * kl_penalty
+        self.record(policy_loss, log_prob, proximal_log_prob, behavior_log_prob, kl_penalty)
+        return loss
+
+    def record(
+        self,
+        policy_loss: th.Tensor,
+        log_prob: th.Tensor,
+        proximal_log_prob: th.Tensor,
+        behavior_log_prob: th.Tensor,
+        kl_penalty: th.Tensor | None = None,
+    ) -> None:
+        """Keep a minibatch's diagnostics' inputs (detached), for :meth:`mean_stats` (a compiled step's too)."""
+        if kl_penalty is not None:
             self.stats["kl_penalty"].append(kl_penalty.detach())
         self.stats["policy_gradient_loss"].append(policy_loss.detach())
         self.log_probs.append((log_prob.detach(), proximal_log_prob.detach(), behavior_log_prob.detach()))
-        return loss
 
     def reset_stats(self) -> None:
         self.stats.clear()

@@ -38,6 +38,7 @@ def check_decoupled_options(
     async_rollouts: bool | str,
     batch_size: int | None,
     n_steps: int,
+    compile_step: bool | str = "auto",
 ) -> None:
     """
     Raise a ``ValueError`` naming the first decoupled option outside its allowed range, before anything is built (the
@@ -64,6 +65,8 @@ def check_decoupled_options(
         raise ValueError(f"log_gradient_noise_scale must be True or False, got {log_gradient_noise_scale!r}")
     check_distributed_argument(distributed)
     check_async_rollouts(async_rollouts)
+    if compile_step is not True and compile_step is not False and compile_step != "auto":
+        raise ValueError(f"compile_step must be True, False or 'auto', got {compile_step!r}")
 
 
 def resolve_ewma_decay(ewma_decay: float | str | None, minibatches_per_epoch: int, n_epochs: int = 1) -> float | None:

@@ -13,7 +13,7 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.type_aliases import PyTorchObs
 
-from sb3_ewma.common.distributions import categorical_log_prob, diag_gaussian_log_prob
+from sb3_ewma.common.distributions import lean_action_log_prob
 from sb3_ewma.common.ewma import ParameterEWMA
 from sb3_ewma.common.saved_files import check_saved_algorithm, read_saved_value
 
@@ -91,12 +91,7 @@ def proximal_action_log_prob(proximal: ParameterEWMA, obs: PyTorchObs, actions: 
     action_dist = getattr(policy, "action_dist", None)
     if type(action_dist) not in (CategoricalDistribution, DiagGaussianDistribution):
         return policy.get_distribution(obs).log_prob(actions)  # type: ignore[operator]
-    # ActorCriticPolicy.get_distribution up to the distribution
-    features = BasePolicy.extract_features(policy, obs, policy.pi_features_extractor)  # type: ignore[arg-type]
-    action_head = policy.action_net(policy.mlp_extractor.forward_actor(features))  # type: ignore[operator, union-attr]
-    if isinstance(action_dist, CategoricalDistribution):
-        return categorical_log_prob(action_head, actions)[1]
-    return diag_gaussian_log_prob(action_head, policy.log_std, actions)[1]  # type: ignore[arg-type]
+    return lean_action_log_prob(policy, obs, actions)  # type: ignore[arg-type]
 
 
 def warn_missing_proximal(algorithm_name: str) -> None:

@@ -1,0 +1,231 @@
+"""
+The minibatch step of the decoupled ``train()`` as functions ``torch.compile`` can take whole: :func:`minibatch_loss`
+(the policy's and the proximal policy's forward passes, the decoupled policy loss, the entropy and value losses, the
+approximate KL; its backward pass is compiled with it) and the optimizer's step. :class:`CompiledStep` holds the
+compiled functions of one model and decides, when a ``learn`` call starts, whether they run.
+
+Eager, ``train()`` does not come here: it is SB3 PPO's, operation for operation. Compiled, the same losses are
+computed by fused kernels, equal to the eager ones up to float rounding.
+"""
+
+import shutil
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch as th
+from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
+from stable_baselines3.common.type_aliases import PyTorchObs
+from torch.nn import functional as F
+
+from sb3_ewma.common.distributions import lean_action_log_prob, lean_evaluate_actions
+from sb3_ewma.common.losses import capped_behavior_log_prob, clipped_surrogate_loss, sampled_kl
+
+COMPILE_STEP_CHOICES = (True, False, "auto")
+AUTO_MIN_OPTIMIZER_STEPS = 20_000
+"""``compile_step="auto"`` compiles when a ``learn`` call plans at least this many optimizer steps: compiling costs
+seconds (tens the first time on a machine, before torch's compilation cache holds the graphs), which shorter runs
+do not earn back (the performance guide, docs/guide/performance.md)."""
+
+
+class MinibatchLoss(NamedTuple):
+    """
+    One minibatch's losses (``loss`` is what ``backward`` takes; ``value_loss`` keeps its graph too, for PPG's
+    value-only steps) and what the logs and diagnostics read (detached).
+    """
+
+    loss: th.Tensor
+    policy_loss: th.Tensor
+    value_loss: th.Tensor
+    entropy_loss: th.Tensor
+    approx_kl_div: th.Tensor
+    kl_penalty: th.Tensor | None
+    log_prob: th.Tensor
+    proximal_log_prob: th.Tensor
+
+
+def minibatch_loss(
+    policy: ActorCriticPolicy,
+    proximal_network: ActorCriticPolicy | None,
+    observations: PyTorchObs,
+    actions: th.Tensor,
+    advantages: th.Tensor,
+    behavior_log_prob: th.Tensor,
+    old_values: th.Tensor,
+    returns: th.Tensor,
+    clip_low: th.Tensor,
+    clip_high: th.Tensor,
+    clip_range_vf: th.Tensor | None,
+    *,
+    ent_coef: float,
+    vf_coef: float,
+    kl_coef: float,
+    imp_samp_max: float,
+    autocast_dtype: th.dtype | None = None,
+) -> MinibatchLoss:
+    """
+    PPO-EWMA's loss on one minibatch (advantages already normalized), for a policy with the lean evaluation
+    (:func:`~sb3_ewma.common.distributions.has_lean_evaluation`)::
+
+        loss = L_clip(pi, pi_prox, pi_behav) + kl_coef * KL[pi_prox, pi] + ent_coef * L_entropy + vf_coef * L_value
+
+    The clip bounds (``log(1 - eps)``, ``log(1 + eps)``) and ``clip_range_vf`` are 0-dim tensors, so that a scheduled
+    clip range does not make a new graph every iteration; ``clip_range_vf=None``: no value clipping. A positive clip
+    range is assumed (``train()`` steps eagerly through an iteration whose clip range is 0 or less).
+
+    :param proximal_network: the proximal policy's network, None for the behavior policy (``behavior_log_prob``)
+    :param autocast_dtype: the forward passes under ``torch.autocast`` in this format (None: float32)
+    """
+    device_type = returns.device.type
+    with th.autocast(device_type, dtype=autocast_dtype or th.bfloat16, enabled=autocast_dtype is not None):
+        values, log_prob, entropy = lean_evaluate_actions(policy, observations, actions)
+        with th.no_grad():
+            if proximal_network is None:
+                proximal_log_prob = behavior_log_prob
+            else:
+                proximal_log_prob = lean_action_log_prob(proximal_network, observations, actions)
+    values, log_prob, entropy, proximal_log_prob = values.float(), log_prob.float(), entropy.float(), proximal_log_prob.float()
+
+    # the decoupled clipped surrogate: importance sampling on pi_behav (capped), clipping at pi_prox
+    capped_behavior = capped_behavior_log_prob(log_prob, behavior_log_prob, imp_samp_max)
+    unclipped = -advantages * th.exp(log_prob - capped_behavior)
+    proximal_weight = proximal_log_prob - capped_behavior
+    policy_loss = clipped_surrogate_loss(
+        advantages, log_prob, proximal_log_prob, unclipped, proximal_weight, clip_low, clip_high
+    )
+    kl_penalty = sampled_kl(log_prob, proximal_log_prob) if kl_coef > 0 else None
+    if kl_penalty is not None:
+        policy_loss_with_penalty = policy_loss + kl_coef * kl_penalty
+    else:
+        policy_loss_with_penalty = policy_loss
+
+    values = values.flatten()
+    if clip_range_vf is not None:
+        values = old_values + th.clamp(values - old_values, -clip_range_vf, clip_range_vf)
+    value_loss = F.mse_loss(returns, values)
+    entropy_loss = -th.mean(entropy)
+    loss = policy_loss_with_penalty + ent_coef * entropy_loss + vf_coef * value_loss
+    with th.no_grad():
+        log_ratio = log_prob - behavior_log_prob
+        approx_kl_div = th.mean((th.exp(log_ratio) - 1) - log_ratio)
+    return MinibatchLoss(
+        loss,
+        policy_loss.detach(),
+        value_loss,
+        entropy_loss.detach(),
+        approx_kl_div,
+        None if kl_penalty is None else kl_penalty.detach(),
+        log_prob.detach(),
+        proximal_log_prob.detach(),
+    )
+
+
+def compiler_missing(device: th.device) -> str | None:
+    """Why ``torch.compile`` cannot build kernels for ``device`` here (None: it can)."""
+    if device.type == "cpu":
+        if not any(shutil.which(name) for name in ("g++", "c++", "clang++")):
+            return "no C++ compiler (g++, c++ or clang++) on the PATH, which torch.compile needs for CPU kernels"
+        return None
+    if device.type == "cuda":
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            return "triton is not installed, which torch.compile needs for CUDA kernels"
+        return None
+    return f"torch.compile is not used on the {device.type} device"
+
+
+class CompiledStep:
+    """
+    The compiled minibatch loss and optimizer step of one model (``compile_step``): built at the first step that
+    needs them, rebuilt after a copy or unpickling (compiled functions are not copied, nor saved).
+
+    :param setting: ``True`` (compile), ``False`` (eager) or ``"auto"`` (compile when a ``learn`` call plans at least
+        :data:`AUTO_MIN_OPTIMIZER_STEPS` optimizer steps)
+    """
+
+    def __init__(self, setting: bool | str) -> None:
+        self.setting = setting
+        self.active = False
+        self.verified = False  # a compiled loss has run: a later error is not a compilation's
+        self.reason = "not started"
+        self._loss: Callable[..., MinibatchLoss] | None = None
+        self._steps: dict[int, tuple[Callable[[], Any], list[th.Tensor]]] = {}
+
+    def start_learn(self, planned_optimizer_steps: int, unsupported: str | None) -> str:
+        """
+        Decide whether this ``learn`` call's steps run compiled; returns the sentence that says so and why.
+
+        :param planned_optimizer_steps: the optimizer steps the call plans (iterations x epochs x minibatches)
+        :param unsupported: why this model cannot be compiled (None: it can)
+        """
+        if self.setting is False:
+            self.active, self.reason = False, "compile_step=False"
+        elif unsupported is not None:
+            self.active, self.reason = False, unsupported
+        elif self.setting == "auto" and planned_optimizer_steps < AUTO_MIN_OPTIMIZER_STEPS:
+            self.active = False
+            self.reason = (
+                f"compile_step='auto' and {planned_optimizer_steps} optimizer steps planned, fewer than the "
+                f"{AUTO_MIN_OPTIMIZER_STEPS} that earn back the compilation"
+            )
+        else:
+            self.active = True
+            self.reason = "compile_step=True" if self.setting is True else f"{planned_optimizer_steps} optimizer steps planned"
+        return f"training step {'compiled' if self.active else 'eager'} ({self.reason})"
+
+    def fall_back(self, error: BaseException) -> str:
+        """After a failed compilation: eager from now on; returns the sentence that says why."""
+        self.active, self._loss, self._steps = False, None, {}
+        self.reason = f"compilation failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        return f"training step eager ({self.reason})"
+
+    def loss(self, *args: Any, **kwargs: Any) -> MinibatchLoss:
+        """:func:`minibatch_loss`, compiled."""
+        if self._loss is None:
+            self._loss = th.compile(minibatch_loss, dynamic=False)
+        terms = self._loss(*args, **kwargs)
+        self.verified = True
+        return terms
+
+    def optimizer_step(self, optimizer: th.optim.Optimizer) -> None:
+        """
+        ``optimizer.step()``, compiled (one compiled function per optimizer). The learning rates are handed to it as
+        0-dim tensors for the step (a scheduled rate as a number would be a constant of the graph, a new graph every
+        iteration) and put back as the numbers they were, with ``foreach``: the optimizer's saved state is as the
+        eager step leaves it.
+        """
+        if any(group["lr"] == 0 for group in optimizer.param_groups):
+            # the end of a linear schedule: torch's step with a tensor rate divides by it (its capturable form)
+            optimizer.step()
+            return
+        step, rates = self._steps.get(id(optimizer), (None, []))
+        if step is None:
+            step = th.compile(optimizer.step, dynamic=False)
+            device = optimizer.param_groups[0]["params"][0].device
+            rates = [th.zeros((), dtype=th.float32, device=device) for _ in optimizer.param_groups]
+            self._steps[id(optimizer)] = (step, rates)
+        saved = [{key: group[key] for key in ("lr", "foreach") if key in group} for group in optimizer.param_groups]
+        try:
+            for group, rate in zip(optimizer.param_groups, rates):
+                rate.fill_(group["lr"])
+                group["lr"] = rate
+                if "foreach" in group:
+                    # torch refuses a tensor rate with foreach=True (a user's setting); compiled, the loop is fused anyway
+                    group["foreach"] = False
+            step()
+        finally:
+            for group, values in zip(optimizer.param_groups, saved):
+                group.update(values)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # compiled functions are neither pickled nor deep-copied: a copy compiles its own when it trains
+        return {**self.__dict__, "verified": False, "_loss": None, "_steps": {}}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+
+def proximal_network_for_step(network: BasePolicy | None) -> ActorCriticPolicy | None:
+    """The proximal network as :func:`minibatch_loss` takes it (an ``ActorCriticPolicy``, or None)."""
+    assert network is None or isinstance(network, ActorCriticPolicy)
+    return network

@@ -1,0 +1,253 @@
+"""
+The compiled training step (``compile_step``, sb3_ewma.common.decoupled.step): the same losses and gradients as the
+eager step within float tolerance, a bounded number of compilations, the fallbacks, and models that save, load, copy
+and pickle as eager ones do.
+"""
+
+import copy
+import io
+import pickle
+import warnings
+import zipfile
+
+import numpy as np
+import pytest
+import torch as th
+from stable_baselines3.common.env_util import make_vec_env
+from torch._dynamo.utils import counters
+
+from sb3_ewma import PPG_EWMA, PPO_EWMA
+from sb3_ewma.common.decoupled import step as step_module
+from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
+from sb3_ewma.common.decoupled.step import AUTO_MIN_OPTIMIZER_STEPS, CompiledStep, minibatch_loss
+from sb3_ewma.common.losses import clipped_values, log_clip_bounds
+
+needs_compiler = pytest.mark.skipif(
+    step_module.compiler_missing(th.device("cpu")) is not None, reason="torch.compile needs a C++ compiler here"
+)
+
+
+def filled_model(env_id: str = "CartPole-v1", **kwargs) -> PPO_EWMA:
+    """A PPO_EWMA whose rollout buffer holds one rollout, its EWMA moved away from the policy, mid-schedule."""
+    settings = dict(n_steps=32, batch_size=64, n_epochs=2, seed=0, ent_coef=0.01, clip_range_vf=0.5, compile_step=False)
+    model = PPO_EWMA("MlpPolicy", make_vec_env(env_id, n_envs=4, seed=0), **{**settings, **kwargs})
+    model.learn(256)
+    model._current_progress_remaining = 0.5
+    return model
+
+
+def eager_terms(model: PPO_EWMA, data) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
+    """The eager train()'s loss of a minibatch, as its loop computes it: loss, policy, value and entropy losses."""
+    clip_range, clip_range_vf = model._current_clip_ranges()
+    objective = DecoupledPolicyObjective(clip_range, model.kl_coef, model.kl_estimator, model.imp_samp_max)
+    values, policy_loss, entropy_loss, _ = model._policy_loss_terms(data, objective)
+    value_loss = th.nn.functional.mse_loss(data.returns, clipped_values(values, data.old_values, clip_range_vf))
+    return policy_loss + model.ent_coef * entropy_loss + model.vf_coef * value_loss, policy_loss, value_loss, entropy_loss
+
+
+def function_terms(model: PPO_EWMA, data, function=minibatch_loss):
+    """:func:`minibatch_loss` (or a compiled copy) on the same minibatch."""
+    clip_range, clip_range_vf = model._current_clip_ranges()
+    low, high = log_clip_bounds(clip_range)
+    actions = data.actions.long().flatten() if model.action_space.shape == () else data.actions
+    return function(
+        model.policy,
+        model.proximal.network,
+        data.observations,
+        actions,
+        model.advantage_normalizer.minibatch(data.advantages),
+        data.old_log_prob,
+        data.old_values,
+        data.returns,
+        th.tensor(low),
+        th.tensor(high),
+        th.tensor(clip_range_vf),
+        ent_coef=model.ent_coef,
+        vf_coef=model.vf_coef,
+        kl_coef=model.kl_coef,
+        imp_samp_max=model.imp_samp_max,
+    )
+
+
+def gradients(model: PPO_EWMA, loss: th.Tensor) -> list[th.Tensor]:
+    model.policy.optimizer.zero_grad()
+    loss.backward()
+    return [parameter.grad.clone() for parameter in model.policy.parameters() if parameter.grad is not None]
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_the_step_function_is_the_eager_loss(env_id):
+    """Uncompiled, minibatch_loss computes the eager train()'s loss (categorical and Gaussian, EWMA and value clip)."""
+    model = filled_model(env_id, kl_coef=0.1)
+    data = next(iter(model.rollout_buffer.get(64)))
+    expected = eager_terms(model, data)
+    expected_gradients = gradients(model, expected[0])
+    terms = function_terms(model, data)
+    assert terms.kl_penalty is not None
+    policy_term = terms.policy_loss + model.kl_coef * terms.kl_penalty  # the eager objective returns it with the penalty
+    for value, reference in zip((terms.loss, policy_term, terms.value_loss, terms.entropy_loss), expected):
+        th.testing.assert_close(value, reference, rtol=1e-6, atol=1e-7)
+    for gradient, reference in zip(gradients(model, terms.loss), expected_gradients):
+        th.testing.assert_close(gradient, reference, rtol=1e-5, atol=1e-7)
+
+
+@needs_compiler
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_compiled_gradients_agree_with_eager(env_id):
+    """Compiled by torch.compile, the same minibatch's loss and gradients agree with the eager ones within 1e-5."""
+    model = filled_model(env_id)
+    data = next(iter(model.rollout_buffer.get(64)))
+    expected = eager_terms(model, data)[0]
+    expected_gradients = gradients(model, expected)
+    compiled = th.compile(minibatch_loss, dynamic=False)
+    terms = function_terms(model, data, compiled)
+    th.testing.assert_close(terms.loss, expected, rtol=1e-5, atol=1e-6)
+    for gradient, reference in zip(gradients(model, terms.loss), expected_gradients, strict=True):
+        th.testing.assert_close(gradient, reference, rtol=1e-4, atol=1e-6)
+
+
+def linear_learning_rate(progress_remaining: float) -> float:
+    return 1e-3 * progress_remaining
+
+
+def linear_clip_range(progress_remaining: float) -> float:
+    return 0.2 * progress_remaining
+
+
+def graphs_compiled() -> int:
+    return int(counters["stats"]["unique_graphs"])
+
+
+@needs_compiler
+def test_a_run_compiles_a_fixed_number_of_times_and_saves_as_eager(tmp_path):
+    """
+    Scheduled learning rate and clip range, and a last minibatch shorter than the others: three graphs are made in
+    the first iteration and no later one adds any. Then the model saves (no compiled names, the learning rates numbers),
+    loads, deep-copies and pickles.
+    """
+    schedule = {"learning_rate": linear_learning_rate, "clip_range": linear_clip_range}
+    # 4 x 30 = 120 samples in minibatches of 50: two of 50 and one of 20
+    model = PPO_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=4, seed=0), n_steps=30, batch_size=50, n_epochs=2,
+                     seed=0, compile_step=True, **schedule)  # fmt: skip
+    before = graphs_compiled()
+    model.learn(600)  # the loss at two minibatch sizes, the optimizer step (its last iteration eager: clip range 0)
+    after_first = graphs_compiled()
+    assert after_first - before == 3
+    model.learn(600, reset_num_timesteps=False)
+    assert model.compiled_step.active, model.compiled_step.reason
+    assert graphs_compiled() == after_first, "a later iteration compiled again"
+    assert all(isinstance(group["lr"], float) for group in model.policy.optimizer.param_groups)
+
+    path = tmp_path / "model.zip"
+    model.save(path)
+    with zipfile.ZipFile(path) as archive:
+        names = archive.namelist()
+        text = "".join(archive.read(name).decode("latin-1") for name in names)
+    assert "_orig_mod" not in text and "compiled_step" not in text
+    loaded = PPO_EWMA.load(path)
+    for (name, value), (_, original) in zip(loaded.policy.state_dict().items(), model.policy.state_dict().items()):
+        th.testing.assert_close(value, original, msg=name)
+    assert loaded.compile_step is True and not loaded.compiled_step.active
+    copied = copy.deepcopy(model)
+    unpickled = pickle.loads(pickle.dumps(model))
+    observation = model.env.reset()
+    for other in (loaded, copied, unpickled):
+        np.testing.assert_array_equal(
+            other.predict(observation, deterministic=True)[0], model.predict(observation, deterministic=True)[0]
+        )
+    copied.learn(120)  # a copy compiles its own step
+    model.to_sb3().save(io.BytesIO())
+
+
+@needs_compiler
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1])
+def test_compiled_ppo_ewma_learns_cartpole(seed):
+    """rl-zoo3's CartPole settings, compiled: the last episodes' mean return is high, as the eager step's is."""
+    model = PPO_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=8, seed=seed), n_steps=32, batch_size=256,
+                     n_epochs=20, gae_lambda=0.8, gamma=0.98, ent_coef=0.0, learning_rate=lambda p: 1e-3 * p,
+                     clip_range=lambda p: 0.2 * p, seed=seed, compile_step=True)  # fmt: skip
+    model.learn(60_000)
+    assert model.compiled_step.active
+    assert np.mean([episode["r"] for episode in model.ep_info_buffer]) > 300
+
+
+@needs_compiler
+def test_ppg_policy_phase_and_optimizers_compile():
+    """PPG_EWMA's policy-phase minibatches and both optimizers' steps run compiled, and it trains."""
+    model = PPG_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=4, seed=0), n_steps=32, batch_size=64, seed=0,
+                     n_policy_iterations=2, n_aux_epochs=1, compile_step=True)  # fmt: skip
+    before = [parameter.detach().clone() for parameter in model.policy.parameters()]
+    model.learn(512)
+    assert model.compiled_step.active, model.compiled_step.reason
+    assert model.compiled_step.verified
+    assert len(model.compiled_step._steps) == 2  # the policy and auxiliary optimizers
+    assert any(not th.equal(a, b) for a, b in zip(before, model.policy.parameters()))
+
+
+def test_auto_compiles_only_long_runs():
+    step = CompiledStep("auto")
+    assert "eager" in step.start_learn(AUTO_MIN_OPTIMIZER_STEPS - 1, None) and not step.active
+    assert "compiled" in step.start_learn(AUTO_MIN_OPTIMIZER_STEPS, None) and step.active
+    assert not CompiledStep(False).start_learn(10**9, None).startswith("training step compiled")
+    assert "no compiler" in CompiledStep(True).start_learn(10**9, "no compiler")
+
+
+def test_short_runs_stay_eager_and_say_so(capsys):
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, verbose=1)
+    model.learn(64)
+    assert not model.compiled_step.active
+    assert "training step eager (compile_step='auto' and 20 optimizer steps planned" in capsys.readouterr().out
+
+
+def test_no_compiler_falls_back_before_training(monkeypatch):
+    monkeypatch.setattr(step_module.shutil, "which", lambda name: None)
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, compile_step=True)
+    with pytest.warns(UserWarning, match="training step eager .*no C\\+\\+ compiler"):
+        model.learn(64)
+    assert not model.compiled_step.active
+
+
+def test_unsupported_settings_train_eagerly():
+    model = PPO_EWMA(
+        "MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, kl_coef=0.1, kl_estimator="exact", compile_step=True
+    )
+    with pytest.warns(UserWarning, match="kl_estimator='exact'"):
+        model.learn(64)
+    assert not model.compiled_step.active
+
+
+def test_a_graph_that_does_not_compile_falls_back(monkeypatch):
+    """A compilation error at the first step: one warning, and the run goes on eagerly with the same losses."""
+
+    def failing_compile(function, **kwargs):
+        def compiled(*args, **kwargs):
+            raise RuntimeError("backend exploded")
+
+        return compiled
+
+    monkeypatch.setattr(step_module.shutil, "which", lambda name: "/usr/bin/g++")
+    monkeypatch.setattr(step_module.th, "compile", failing_compile)
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, seed=0, compile_step=True)
+    with pytest.warns(UserWarning, match="compilation failed: RuntimeError: backend exploded"):
+        model.learn(128)
+    reference = PPO_EWMA("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, seed=0, compile_step=False)
+    reference.learn(128)
+    assert not model.compiled_step.active
+    for parameter, expected in zip(model.policy.parameters(), reference.policy.parameters()):
+        th.testing.assert_close(parameter, expected)
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None, "True"])
+def test_compile_step_is_checked_first(value):
+    with pytest.raises(ValueError, match="compile_step must be True, False or 'auto', got"):
+        PPO_EWMA("MlpPolicy", "CartPole-v1", compile_step=value)
+
+
+def test_copies_of_the_collaborator_hold_no_compiled_function():
+    step = CompiledStep(True)
+    step._loss = lambda: None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert pickle.loads(pickle.dumps(step))._loss is None
+    assert copy.deepcopy(step)._loss is None

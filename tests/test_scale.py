@@ -319,10 +319,30 @@ def test_warnings():
             scale_hyperparams({"n_envs": 8, "advantage_normalization": "ewma"}, 2)
     with pytest.warns(UserWarning, match="advantage_normalization='minibatch'"):
         scale_hyperparams(ppo_settings(), 2)
-    # PPG's policy phase has 1 epoch by default; EWMA advantage normalization: no warning
+    # PPG's policy phase has 1 epoch by default; EWMA advantage normalization; n_steps given: no warning
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        scale_hyperparams({"n_envs": 8, "n_policy_iterations": 32, "advantage_normalization": "ewma"}, 2)
+        scale_hyperparams({"n_envs": 8, "n_steps": 256, "n_policy_iterations": 32, "advantage_normalization": "ewma"}, 2)
+
+
+@pytest.mark.parametrize("algo", ["ppo_ewma", "ppg_ewma"])
+def test_an_assumed_n_steps_is_said(algo: str) -> None:
+    # the EWMA's age ("auto": M minibatches per epoch) depends on n_steps, which the settings may leave out
+    n_steps = 2048
+    assert algorithm_defaults(algo)["n_steps"] == n_steps  # SB3's default, the constructors'
+    settings = {"n_envs": 8, "batch_size": 64, "n_epochs": 1, "advantage_normalization": "ewma"}
+    with pytest.warns(UserWarning) as record:
+        scaled = scale_hyperparams(settings, 4, algo=algo)
+    minibatches = n_steps * 8 // 64
+    assert [str(warning.message) for warning in record] == [
+        f"n_steps is not in the settings: the EWMA's center of mass assumes the algorithm's default n_steps={n_steps} "
+        f"(M = {minibatches} minibatches per epoch); pass n_steps if training uses another"
+    ]
+    assert "n_steps" not in scaled
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # given, nothing is assumed; a numeric ewma_decay needs no n_steps
+        scale_hyperparams({**settings, "n_steps": n_steps}, 4, algo=algo)
+        scale_hyperparams({**settings, "ewma_decay": 0.9}, 4, algo=algo)
 
 
 def test_errors():

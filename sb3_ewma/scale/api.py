@@ -235,7 +235,9 @@ def scale_hyperparams(
     Hyperparameters needed by a rule but absent from ``hyperparams`` take the algorithm's defaults
     (see :func:`algorithm_defaults`) and are written explicitly. With ``c = 1`` the settings are returned unchanged.
     A ``UserWarning`` is issued when the rescaled settings cannot be batch size-invariant: ``n_epochs > 1`` (the
-    invariance needs one policy epoch; SB3 PPO's default is 10), per-minibatch advantage normalization, or no EWMA.
+    invariance needs one policy epoch; SB3 PPO's default is 10), per-minibatch advantage normalization, or no EWMA;
+    and when a named ``ewma_decay`` (``"auto"``) is resolved with the algorithm's default ``n_steps`` because the
+    settings have none.
 
     :param hyperparams: one algorithm's settings, an rl-zoo3 entry or constructor kwargs, with the reference number of
         environments in ``n_envs`` (or given as ``reference_n_envs``). It is not modified.

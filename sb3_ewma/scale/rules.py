@@ -164,6 +164,11 @@ def scale_proximal_ewma(
         center_of_mass = ewma_center_of_mass_by_rule(rule, minibatches, n_epochs)
         formula = {"paper": "M", "max_age": "E x M", "mean_age": "E x M / 2"}[rule]
         named = f"'{old}' = '{rule}'" if old != rule else f"'{old}'"
+        if "n_steps" not in scaled:
+            log.caveats.append(
+                f"n_steps is not in the settings: the EWMA's center of mass assumes the algorithm's default "
+                f"n_steps={n_steps} (M = {minibatches} minibatches per epoch); pass n_steps if training uses another"
+            )
         old_text = (
             f"{named}{default_note} (center of mass {center_of_mass:g} = {formula}, "
             f"M = {minibatches} minibatches per epoch, E = {n_epochs} epochs)"

@@ -590,3 +590,146 @@ def test_a_log_folder_that_cannot_be_written_is_an_argument_error(
         f"{TRAIN}: error: argument -f/--log-folder: '{blocker / 'logs'}' cannot be written: {blocker} is a file, not a folder"
     )
     assert blocker.read_text() == "not a folder"
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# the rough edges of issue 54: an entry without n_timesteps, JSON hyperparameter files, environments of packages that
+# are not installed
+
+
+def test_an_entry_without_n_timesteps_trains_with_n_and_is_one_sentence_without(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # rl-zoo3: "KeyError: 'n_timesteps'" with its traceback, -n given or not
+    conf = tmp_path / "conf.yml"
+    conf.write_text("CartPole-v1:\n  policy: MlpPolicy\n  n_steps: 32\n  batch_size: 32\n")
+    log_folder = tmp_path / "logs"
+    flags = ("--algo", "ppo_ewma", "--env", "CartPole-v1", "-f", str(log_folder), "-conf", str(conf), "--eval-freq", "-1")
+    status, err = run_train(capsys, monkeypatch, *flags)
+    assert status == 1
+    assert err == [
+        f"{TRAIN}: error: the hyperparameter entry of --algo ppo_ewma has no n_timesteps, the number of steps to train: "
+        "add it to the entry, or give -n; nothing was written",
+        TRACEBACK_HINT,
+    ]
+    assert not log_folder.exists()
+    status, err = run_train(capsys, monkeypatch, *flags, "-n", "32")
+    assert status == 0, err
+    run = log_folder / "ppo_ewma" / "CartPole-v1_1"
+    assert (run / "CartPole-v1.zip").is_file()
+    # the entry recorded as written
+    config = yaml.unsafe_load((run / "CartPole-v1" / "config.yml").read_text())
+    assert dict(config) == {"policy": "MlpPolicy", "n_steps": 32, "batch_size": 32}
+
+
+JSON_ENTRY = (
+    '{"CartPole-v1": {"policy": "MlpPolicy", "n_timesteps": 32, "n_steps": 32, "batch_size": 32, "learning_rate": 1e-3}}'
+)
+
+
+def test_a_json_hyperparameter_file_reads_as_the_scale_helper_reads_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # rl-zoo3 imported "hp.json" as a module: "No module named 'hp'"
+    conf = tmp_path / "hp.json"
+    conf.write_text(JSON_ENTRY)
+    log_folder = tmp_path / "logs"
+    status, err = run_train(
+        capsys,
+        monkeypatch,
+        *("--algo", "ppo_ewma", "--env", "CartPole-v1", "-f", str(log_folder), "-conf", str(conf), "--eval-freq", "-1"),
+    )
+    assert status == 0, err
+    run = log_folder / "ppo_ewma" / "CartPole-v1_1"
+    config = dict(yaml.unsafe_load((run / "CartPole-v1" / "config.yml").read_text()))
+    # JSON's 1e-3 is a number (YAML 1.1 reads it as a string)
+    assert config == {"policy": "MlpPolicy", "n_timesteps": 32, "n_steps": 32, "batch_size": 32, "learning_rate": 0.001}
+    assert dict(yaml.unsafe_load((run / "CartPole-v1" / "args.yml").read_text()))["conf_file"] == str(conf)
+    # python -m sb3_ewma.scale reads the same file the same way
+    from sb3_ewma.scale import main as scale_main
+
+    capsys.readouterr()
+    assert scale_main([str(conf), "CartPole-v1", "--n-envs", "1", "--reference-n-envs", "1", "--algo", "ppo_ewma"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["CartPole-v1"]["learning_rate"] == 0.001
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        (
+            "hp.json",
+            '{"CartPole-v1": {"policy": "MlpPolicy",}}',
+            "the hyperparameter file {conf} is not valid JSON, line 1, column 40: Expecting property name enclosed in "
+            "double quotes. Nothing was written.",
+        ),
+        (
+            "hp.toml",
+            "[CartPole-v1]\n",
+            "-conf {conf}: the hyperparameters are read from a YAML file (.yml, .yaml), a JSON file (.json), a Python "
+            "file (.py) that defines hyperparams, or the dotted name of a Python module that does (package.module). "
+            "Nothing was written.",
+        ),
+    ],
+)
+def test_a_hyperparameter_file_of_another_form_is_one_sentence(
+    name: str, content: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conf = tmp_path / name
+    conf.write_text(content)
+    log_folder = tmp_path / "logs"
+    status, err = run_train(
+        capsys, monkeypatch, "--algo", "ppo_ewma", "--env", "CartPole-v1", "-f", str(log_folder), "-conf", str(conf)
+    )
+    assert status == 1
+    assert err == [f"{TRAIN}: error: {message.format(conf=conf)}", TRACEBACK_HINT]
+    assert not log_folder.exists()
+
+
+def test_an_environment_of_a_package_not_installed_names_the_package(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # without minigrid, rl-zoo3 said "you maybe meant 'no close match found...'?": its ids are not registered
+    import rl_zoo3.import_envs  # noqa: F401  (registers MiniGrid's ids, with minigrid installed)
+
+    for env_id in [env_id for env_id in gym.envs.registry if env_id.startswith(("MiniGrid-", "BabyAI-"))]:
+        monkeypatch.delitem(gym.envs.registry, env_id)
+    monkeypatch.setitem(sys.modules, "minigrid", None)  # not importable
+    log_folder = tmp_path / "logs"
+    status, err = run_train(capsys, monkeypatch, "--algo", "ppo_ewma", "--env", "MiniGrid-Empty-5x5-v0", "-f", str(log_folder))
+    assert status == 2
+    assert err[-1] == (
+        f"{TRAIN}: error: argument --env: MiniGrid-Empty-5x5-v0 is an environment of the minigrid package, which is not "
+        "installed: pip install minigrid"
+    )
+    assert not log_folder.exists()
+
+
+def test_an_environment_whose_dependency_is_not_installed_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # without MuJoCo, gymnasium's DependencyNotInstalled came at the end of a 108-line traceback
+    for module in [module for module in sys.modules if module.startswith("gymnasium.envs.mujoco")]:
+        monkeypatch.delitem(sys.modules, module)
+    monkeypatch.setitem(sys.modules, "mujoco", None)
+    log_folder = tmp_path / "logs"
+    for algo in ("ppo_ewma", "ppo"):  # rl-zoo3's own algorithms too
+        status, err = run_train(capsys, monkeypatch, "--algo", algo, "--env", "Hopper-v4", "-f", str(log_folder))
+        assert status == 2
+        assert err[-1] == (
+            f"{TRAIN}: error: argument --env: Hopper-v4 cannot be made: MuJoCo is not installed, run "
+            '`pip install "gymnasium[mujoco]"`'
+        )
+    assert not log_folder.exists()
+
+
+def test_env_package_problem_leaves_other_ids_to_rl_zoo3(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gymnasium.envs.registration import EnvSpec
+
+    from sb3_ewma.zoo.checks import env_package_problem
+
+    assert env_package_problem("CartPole-v1") is None
+    assert env_package_problem("CartPol-v1") is None  # a typo: rl-zoo3 suggests the nearest id
+    monkeypatch.setitem(gym.envs.registry, "Fake-v0", EnvSpec("Fake-v0", entry_point="sb3_ewma_no_such_module:FakeEnv"))
+    assert env_package_problem("Fake-v0") == (
+        "Fake-v0 cannot be made: its module needs sb3_ewma_no_such_module, which is not installed"
+    )

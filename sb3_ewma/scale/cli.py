@@ -12,7 +12,7 @@ import yaml
 
 from sb3_ewma.algorithms import packaged_hyperparams_file
 from sb3_ewma.scale.api import ALGOS, LR_RULES, scale_with_log
-from sb3_ewma.scale.zoo_entry import dump_entry
+from sb3_ewma.scale.zoo_entry import dump_entry, read_hyperparameter_file
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -23,7 +23,10 @@ def _parser() -> argparse.ArgumentParser:
         "what changed on stderr.",
     )
     parser.add_argument(
-        "file", nargs="?", default=None, help="rl-zoo3 hyperparameter YAML file (default: the packaged one of --algo)"
+        "file",
+        nargs="?",
+        default=None,
+        help="rl-zoo3 hyperparameter file, YAML or JSON (.json) (default: the packaged one of --algo)",
     )
     parser.add_argument("entry", nargs="?", default=None, help="entry of the file, e.g. CartPole-v1 (or --env)")
     parser.add_argument("--env", default=None, help="entry of the file: the environment id, e.g. procgen-starpilot-easy")
@@ -63,9 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.entry is None:
         parser.error("give the entry (ENTRY after FILE, or --env)")
     try:
-        with open(args.file) as file:
-            content = yaml.safe_load(file)
-    except (OSError, yaml.YAMLError) as error:
+        content = read_hyperparameter_file(args.file)
+    except (OSError, ValueError, yaml.YAMLError) as error:
         parser.exit(2, f"{parser.prog}: error: cannot read {args.file}: {error}\n")
     if not isinstance(content, dict):
         parser.exit(2, f"{parser.prog}: error: {args.file} is not an rl-zoo3 hyperparameter file (a mapping of entries)\n")

@@ -2,11 +2,12 @@
 Hyperparameter values as rl-zoo3 entries write them, for :mod:`sb3_ewma.scale`: learning rates given as numbers,
 ``"lin_<value>"`` strings or schedules (:class:`ScaledSchedule`), ``policy_kwargs`` given as dicts or as strings that
 rl-zoo3 evaluates (the optimizer and its ``betas``), the keys of an entry that are not constructor arguments, and the
-YAML text of an entry.
+files: a hyperparameter file read (YAML or JSON), the YAML text of an entry.
 """
 
 import ast
 import inspect
+import json
 import math
 import numbers
 from collections.abc import Callable
@@ -226,7 +227,21 @@ def has_explicit_betas(policy_kwargs: Any) -> bool:
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# YAML
+# files
+
+
+def read_hyperparameter_file(path: str) -> Any:
+    """
+    The content of an rl-zoo3 hyperparameter file, as ``python -m sb3_ewma.scale`` and ``python -m sb3_ewma.train
+    -conf`` read it: JSON for a name ending in ``.json`` (a JSON number such as ``1e5`` stays a number, which YAML 1.1
+    reads as a string), YAML otherwise.
+
+    :raises OSError: the file cannot be read
+    :raises ValueError: not JSON (``json.JSONDecodeError``, with its line and column)
+    :raises yaml.YAMLError: not YAML
+    """
+    with open(path) as file:
+        return json.load(file) if path.endswith(".json") else yaml.safe_load(file)
 
 
 class _Dumper(yaml.SafeDumper):

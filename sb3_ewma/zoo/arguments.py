@@ -14,7 +14,7 @@ from rl_zoo3.utils import StoreDict
 from sb3_ewma.common.checks import writable_folder_problem
 from sb3_ewma.scale import ALGOS, LR_RULES
 from sb3_ewma.zoo import threads
-from sb3_ewma.zoo.checks import device_problem
+from sb3_ewma.zoo.checks import device_problem, env_package_problem
 
 _N = TypeVar("_N")
 
@@ -115,6 +115,7 @@ class TrainArgumentParser(argparse.ArgumentParser):
             check_device_argument(parsed)
             check_storage_argument(parsed)
             check_log_folder_argument(parsed)
+            check_env_argument(parsed)
         except ValueError as error:
             self.error(str(error))
         num_threads = getattr(parsed, "num_threads", threads.AUTO)
@@ -197,6 +198,28 @@ def check_log_folder_argument(args: argparse.Namespace) -> None:
     problem = None if not isinstance(folder, str) else writable_folder_problem(folder)
     if problem is not None:
         raise ValueError(f"argument -f/--log-folder: {folder!r} cannot be written: {problem}")
+
+
+def check_env_argument(args: argparse.Namespace) -> None:
+    """
+    Raise a ``ValueError`` for an ``--env`` that needs a package this machine lacks
+    (:func:`sb3_ewma.zoo.checks.env_package_problem`), naming what to install, before anything is made. The modules of
+    ``--gym-packages`` are imported first, as rl-zoo3 imports them to register their ids (one that fails to import is
+    left to rl-zoo3). Arguments without ``env`` are skipped.
+    """
+    import importlib
+
+    env_id = getattr(args, "env", None)
+    if not isinstance(env_id, str):
+        return
+    for module in getattr(args, "gym_packages", None) or ():
+        try:
+            importlib.import_module(module)
+        except Exception:
+            return
+    problem = env_package_problem(env_id)
+    if problem is not None:
+        raise ValueError(f"argument --env: {problem}")
 
 
 EVAL_FREQ_HELP = (

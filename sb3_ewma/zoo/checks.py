@@ -20,7 +20,7 @@ from gymnasium import spaces
 
 from sb3_ewma.common.checks import check_constructor_settings
 from sb3_ewma.common.keywords import constructor_keywords, unknown_keyword_message
-from sb3_ewma.scale.zoo_entry import ZOO_ENTRY_KEYS, schedule_start
+from sb3_ewma.scale.zoo_entry import ZOO_ENTRY_KEYS, read_hyperparameter_file, schedule_start
 
 SET_BY_COMMAND_LINE: dict[str, str] = {
     "env": "--env",
@@ -275,6 +275,53 @@ def latest_run_with_model(log_path: str, env_name: Any) -> int:
     return newest_first[0]
 
 
+ENV_PACKAGES: tuple[tuple[str, str, str], ...] = (
+    (r"^(MiniGrid|BabyAI)-", "minigrid", "pip install minigrid"),
+    (r"^ALE/|NoFrameskip-v\d+$", "ale_py", 'pip install "gymnasium[atari]"'),
+    (
+        r"^(highway|merge|roundabout|parking|intersection|racetrack|u-turn|two-way|lane-keeping|exit)-",
+        "highway_env",
+        "pip install highway-env",
+    ),
+    (r"^Panda", "panda_gym", "pip install panda-gym"),
+    (r"BulletEnv-v\d+$", "pybullet_envs_gymnasium", "pip install pybullet_envs_gymnasium"),
+)
+"""Environment ids that a package registers when rl-zoo3 imports it (``rl_zoo3.import_envs``), if it is installed:
+a pattern of the ids, the package's module, how to install it."""
+
+
+def env_package_problem(env_id: str) -> str | None:
+    """
+    Why ``--env`` cannot be made for want of a package, or None: an id of :data:`ENV_PACKAGES` whose package is not
+    installed (rl-zoo3: "not found in gym registry, you maybe meant 'no close match found...'?"), or a registered id
+    whose module needs a package that is not installed (gymnasium's ``DependencyNotInstalled``, which names what to
+    install, at the end of a long traceback: MuJoCo, Box2D). Nothing is built: the id's module is imported, as
+    ``gym.make`` would first. Other ids, and other errors, are left to rl-zoo3.
+    """
+    import importlib.util
+    import re
+
+    from gymnasium.envs.registration import load_env_creator
+
+    spec = gym.envs.registry.get(env_id)
+    if spec is None:
+        for pattern, module, install in ENV_PACKAGES:
+            if re.search(pattern, env_id) and importlib.util.find_spec(module) is None:
+                return f"{env_id} is an environment of the {module} package, which is not installed: {install}"
+        return None
+    if not isinstance(spec.entry_point, str):
+        return None
+    try:
+        load_env_creator(spec.entry_point)
+    except gym.error.DependencyNotInstalled as error:
+        return f"{env_id} cannot be made: {error}"
+    except ModuleNotFoundError as error:
+        return f"{env_id} cannot be made: its module needs {error.name}, which is not installed"
+    except Exception:
+        return None
+    return None
+
+
 SCHEDULE_KEYS = ("learning_rate", "clip_range", "clip_range_vf")
 """The entry's keys that rl-zoo3 turns into schedules (``_preprocess_schedules``): a number ``>= 0`` becomes a
 constant schedule, which the constructors accept whatever its value; :func:`check_entry_values` checks the number."""
@@ -294,8 +341,8 @@ def check_entry_counts(
     :func:`sb3_ewma.common.checks.check_integer`'s and :func:`~sb3_ewma.common.checks.check_number`'s messages:
     ``n_envs`` below 1 (rl-zoo3 passes it to ``make_vec_env``: 0 fails with DummyVecEnv's ``IndexError`` after the run
     folder exists), ``frame_stack`` below 1 (SB3's ``VecFrameStack`` asserts it without a message) and a negative
-    ``n_timesteps`` (what ``learn`` gets without ``-n``: ``learn`` refuses it after the run folder exists). A missing
-    key is rl-zoo3's default.
+    ``n_timesteps`` (what ``learn`` gets without ``-n``: ``learn`` refuses it after the run folder exists), or none
+    without ``-n`` (rl-zoo3's ``KeyError: 'n_timesteps'``). Another missing key is rl-zoo3's default.
 
     :param algo: the rl-zoo3 name (``--algo``)
     :param hyperparams: the entry, with rl-zoo3's keys
@@ -313,6 +360,11 @@ def check_entry_counts(
             check_number("n_timesteps", hyperparams["n_timesteps"], 0.0)
     except ValueError as error:
         raise ValueError(f"{error} ({entry_origin(algo, scale_n_envs)}; nothing was written)") from None
+    if "n_timesteps" not in hyperparams and n_timesteps_flag <= 0:
+        raise ValueError(
+            f"the hyperparameter entry of --algo {algo} has no n_timesteps, the number of steps to train: add it to the "
+            "entry, or give -n; nothing was written"
+        )
 
 
 def check_entry_schedules(algo: str, hyperparams: dict[str, Any]) -> dict[str, Any]:
@@ -490,21 +542,40 @@ def device_problem(device: Any) -> str | None:
     return None
 
 
+HYPERPARAMETER_FILE_FORMS = (
+    "a YAML file (.yml, .yaml), a JSON file (.json), a Python file (.py) that defines hyperparams, or the dotted name "
+    "of a Python module that does (package.module)"
+)
+"""What ``-conf`` reads: rl-zoo3's forms, and JSON (:func:`sb3_ewma.scale.zoo_entry.read_hyperparameter_file`)."""
+
+
 def check_hyperparameter_file(path: str) -> None:
     """
-    Raise a ``ValueError`` for a hyperparameter file (``-conf``, ``.yml`` or ``.yaml``) that rl-zoo3 cannot read: not
-    YAML (:func:`yaml_error_message`), or YAML that is not a mapping of environment ids to entries (a list: rl-zoo3
-    fails with "'list' object has no attribute 'keys'"). A missing file, or a Python module, is left to rl-zoo3.
+    Raise a ``ValueError`` for a hyperparameter file (``-conf``) that cannot be read: a file of none of the
+    :data:`HYPERPARAMETER_FILE_FORMS` (rl-zoo3 imports it as a module: "No module named ..."), a ``.yml`` or ``.yaml``
+    file that is not YAML (:func:`yaml_error_message`), a ``.json`` file that is not JSON, or content that is not a
+    mapping of environment ids to entries (a list: rl-zoo3 fails with "'list' object has no attribute 'keys'"). A
+    missing file, a Python file or a module is left to rl-zoo3.
     """
+    import json
+
     import yaml
 
-    if not path.endswith((".yml", ".yaml")) or not os.path.isfile(path):
+    if not os.path.isfile(path) or path.endswith(".py"):
         return
-    with open(path) as file:
-        try:
-            content = yaml.safe_load(file)
-        except yaml.YAMLError as error:
-            raise ValueError(yaml_error_message(path, error)) from error
+    if not path.endswith((".yml", ".yaml", ".json")):
+        if not os.path.splitext(path)[1]:
+            return  # a file without an extension: perhaps also the name of a module
+        raise ValueError(f"-conf {path}: the hyperparameters are read from {HYPERPARAMETER_FILE_FORMS}. Nothing was written.")
+    try:
+        content = read_hyperparameter_file(path)
+    except yaml.YAMLError as error:
+        raise ValueError(yaml_error_message(path, error)) from error
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"the hyperparameter file {path} is not valid JSON, line {error.lineno}, column {error.colno}: {error.msg}. "
+            "Nothing was written."
+        ) from error
     if not isinstance(content, dict):
         raise ValueError(
             f"the hyperparameter file {path} holds a {type(content).__name__}, not a mapping of environment ids to "

@@ -23,6 +23,7 @@ from sb3_ewma.allocator import keep_freed_memory
 from sb3_ewma.common import distributed
 from sb3_ewma.common.torch_layers import ImpalaCNN
 from sb3_ewma.scale import scale_hyperparams_with_report
+from sb3_ewma.scale.zoo_entry import read_hyperparameter_file
 from sb3_ewma.zoo import threads
 from sb3_ewma.zoo.arguments import ScaleOptions, scale_options_from_args
 from sb3_ewma.zoo.checks import (
@@ -223,6 +224,9 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
             hyperparams, saved_hyperparams = zoo_hyperparams_per_rank(
                 hyperparams, saved_hyperparams, self.world_size, scaled=self.scale is not None
             )
+        if "n_timesteps" not in hyperparams:
+            # an entry without it, -n given (check_entry_counts): rl-zoo3 takes the key out of every entry (KeyError)
+            hyperparams["n_timesteps"] = self.n_timesteps
         return hyperparams, saved_hyperparams
 
     def _read_entry(self) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -243,11 +247,20 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
         if choice is not None and choice.source == "derived":
             assert choice.derivation is not None
             print(choice.message(self.algo, self.env_name.gym_id))
-            with tempfile.TemporaryDirectory(prefix="sb3_ewma_derived_") as folder:
-                path = Path(folder) / f"{self.algo}.yml"
-                path.write_text(yaml.safe_dump({self.env_name.gym_id: choice.derivation.entry}, sort_keys=True))
-                with patched(self, "config", str(path)):
-                    return super().read_hyperparameters()
+            return self._read_entry_from({self.env_name.gym_id: choice.derivation.entry}, "sb3_ewma_derived_")
+        if self.config is not None and str(self.config).endswith(".json") and Path(self.config).is_file():
+            # rl-zoo3 reads YAML files, Python files and modules: a JSON file is read here, as sb3_ewma.scale reads it
+            print(f"Reading {self.config} as JSON (rl-zoo3 reads it from a YAML copy)")
+            content = read_hyperparameter_file(str(self.config))
+            try:
+                return self._read_entry_from(content, "sb3_ewma_json_")
+            except ValueError as error:
+                if not str(error).startswith("Hyperparameters not found"):
+                    raise
+                # rl-zoo3's message names the copy
+                raise ValueError(
+                    f"Hyperparameters not found for {self.algo}-{self.env_name.gym_id} in {self.config}"
+                ) from None
         if choice is not None and choice.source == "missing":
             if not Path(self.config).is_file():
                 raise ValueError(
@@ -258,6 +271,14 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
             except ValueError as error:
                 raise ValueError(f"{error}\n{missing_entry_hint(self.algo)}") from error
         return super().read_hyperparameters()
+
+    def _read_entry_from(self, content: dict[str, Any], prefix: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """rl-zoo3's reading of the entry from ``content`` (a hyperparameter file's mapping), through a YAML copy."""
+        with tempfile.TemporaryDirectory(prefix=prefix) as folder:
+            path = Path(folder) / f"{self.algo}.yml"
+            path.write_text(yaml.safe_dump(content, sort_keys=True))
+            with patched(self, "config", str(path)):
+                return super().read_hyperparameters()
 
     def _read_scaled_hyperparameters(self) -> tuple[dict[str, Any], dict[str, Any]]:
         hyperparams, saved_hyperparams = self._read_entry()

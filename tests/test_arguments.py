@@ -31,6 +31,7 @@ OPTIONS = {
     "log_gradient_noise_scale": False,
     "distributed": None,
     "async_rollouts": False,
+    "compile_step": "auto",
 }
 ALGORITHMS = [PPO_EWMA, RecurrentPPO_EWMA, MaskablePPO_EWMA, PPG_EWMA, PPG]
 POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD

@@ -106,6 +106,9 @@ CONFIG_KEYS = (
 ASYNC_SUFFIX = "_async"
 PROCESS_SUFFIX = "_process"
 FAST_SUFFIX = "_fast"
+COMPILED_SUFFIX = "_compiled"
+"""The training step compiled (``compile_step=True``; the others train eagerly, ``compile_step=False``), last in a
+name: ``ppo_ewma_compiled``, ``ppo_ewma_process_compiled``, ``ppo_ewma_fast_compiled``."""
 """channels_last weights and bfloat16 autocast in train() (a GPU's means; see training_precision_for)."""
 SB3_FOREACH = "ppo_foreach"
 """SB3's PPO with the foreach Adam step of the sb3_ewma algorithms (sb3_ewma.common.optim; SB3's numbers bit for bit)."""
@@ -128,6 +131,7 @@ def base_algorithm(name: str) -> tuple[str, bool | str]:
     """
     if name == SB3_FOREACH:
         return "ppo", False
+    name = name.removesuffix(COMPILED_SUFFIX)
     if name.endswith(FAST_SUFFIX):
         name = name[: -len(FAST_SUFFIX)]
     for suffix, mode in ((ASYNC_SUFFIX, True), (PROCESS_SUFFIX, "process")):
@@ -143,12 +147,13 @@ def training_precision_for(name: str) -> Any:
     """The numeric format of ``train()`` for an algorithm name: the ``_fast`` one, or None (the algorithm's own)."""
     from sb3_ewma.common.precision import TrainingPrecision
 
-    return TrainingPrecision(th.bfloat16, channels_last=True) if name.endswith(FAST_SUFFIX) else None
+    return TrainingPrecision(th.bfloat16, channels_last=True) if name.removesuffix(COMPILED_SUFFIX).endswith(FAST_SUFFIX) else None
 
 
 def settings_for(name: str, config: dict[str, Any]) -> dict[str, Any]:
     """Identical settings for every algorithm; PPG gets its policy-phase equivalents."""
     foreach = name == SB3_FOREACH
+    compiled = name.endswith(COMPILED_SUFFIX)
     name, async_rollouts = base_algorithm(name)
     batch_size = config["n_envs"] * config["n_steps"] // config["n_minibatches"]
     settings: dict[str, Any] = dict(
@@ -168,6 +173,8 @@ def settings_for(name: str, config: dict[str, Any]) -> dict[str, Any]:
         settings.update(n_epochs=1, n_policy_iterations=config["iterations"], n_aux_epochs=6)
     if async_rollouts:
         settings["async_rollouts"] = async_rollouts
+    if name != "ppo":
+        settings["compile_step"] = compiled
     if foreach:
         # SB3's own Adam settings (eps=1e-5 when optimizer_kwargs is not given), with the foreach step
         policy_kwargs = settings["policy_kwargs"] or {}

@@ -8,6 +8,7 @@ used only to limit how fast ``pi`` moves). All are log-probabilities of the take
 """
 
 import math
+from typing import Any, cast
 
 import torch as th
 
@@ -90,7 +91,8 @@ def clipped_surrogate_loss(
     :param proximal_weight: ``log pi_prox - log pi_behav``
     """
     log_ratio = log_prob - proximal_log_prob
-    clipped = -advantages * th.exp(th.clamp(log_ratio, low, high) + proximal_weight)
+    # (torch's stubs type clamp's bounds as all numbers or all tensors; both are taken)
+    clipped = -advantages * th.exp(th.clamp(log_ratio, cast(Any, low), cast(Any, high)) + proximal_weight)
     return th.maximum(unclipped, clipped).mean()
 
 

@@ -642,20 +642,24 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             th.tensor(high, device=device),
             None if clip_range_vf is None else th.tensor(clip_range_vf, device=device),
         )
-        settings = dict(
-            ent_coef=float(self.ent_coef),
-            vf_coef=float(self.vf_coef),
-            kl_coef=float(self.kl_coef),
-            imp_samp_max=float(self.imp_samp_max),
-            autocast_dtype=self.training_precision.autocast_dtype,
-        )
+
+        def loss_by(function: Callable[..., MinibatchLoss]) -> MinibatchLoss:
+            return function(
+                *arguments,
+                ent_coef=float(self.ent_coef),
+                vf_coef=float(self.vf_coef),
+                kl_coef=float(self.kl_coef),
+                imp_samp_max=float(self.imp_samp_max),
+                autocast_dtype=self.training_precision.autocast_dtype,
+            )
+
         try:
-            terms = self.compiled_step.loss(*arguments, **settings)
+            terms = loss_by(self.compiled_step.loss)
         except Exception as error:  # a graph that does not compile: eager from here on, said once
             if self.compiled_step.verified:
                 raise
             self._announce(self.compiled_step.fall_back(error), warn=True)
-            terms = minibatch_loss(*arguments, **settings)
+            terms = loss_by(minibatch_loss)
         policy_objective.record(
             terms.policy_loss, terms.log_prob, terms.proximal_log_prob, rollout_data.old_log_prob, terms.kl_penalty
         )

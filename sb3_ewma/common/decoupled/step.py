@@ -8,6 +8,7 @@ Eager, ``train()`` does not come here: it is SB3 PPO's, operation for operation.
 computed by fused kernels, equal to the eager ones up to float rounding.
 """
 
+import importlib.util
 import shutil
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -126,9 +127,7 @@ def compiler_missing(device: th.device) -> str | None:
             return "no C++ compiler (g++, c++ or clang++) on the PATH, which torch.compile needs for CPU kernels"
         return None
     if device.type == "cuda":
-        try:
-            import triton  # noqa: F401
-        except ImportError:
+        if importlib.util.find_spec("triton") is None:
             return "triton is not installed, which torch.compile needs for CUDA kernels"
         return None
     return f"torch.compile is not used on the {device.type} device"
@@ -204,7 +203,9 @@ class CompiledStep:
             device = optimizer.param_groups[0]["params"][0].device
             rates = [th.zeros((), dtype=th.float32, device=device) for _ in optimizer.param_groups]
             self._steps[id(optimizer)] = (step, rates)
-        saved = [{key: group[key] for key in ("lr", "foreach") if key in group} for group in optimizer.param_groups]
+        saved: list[dict[str, Any]] = [
+            {key: group[key] for key in ("lr", "foreach") if key in group} for group in optimizer.param_groups
+        ]
         try:
             for group, rate in zip(optimizer.param_groups, rates):
                 rate.fill_(group["lr"])

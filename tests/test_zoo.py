@@ -533,6 +533,28 @@ def test_video_writer_imports_without_pkg_resources_warning() -> None:
     assert "pkg_resources" not in result.stderr
 
 
+@pytest.mark.parametrize("flag, expected", [("off", False), ("on", True), ("auto", "auto")])
+def test_compile_step_flag_sets_the_models_compile_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: str, expected: bool | str
+) -> None:
+    built: list[Any] = []
+    original = zoo.experiment.ExperimentManager.setup_experiment
+
+    def setup_experiment(self: Any) -> Any:
+        result = original(self)
+        built.append(result[0] if result else None)
+        return result
+
+    monkeypatch.setattr(zoo.experiment.ExperimentManager, "setup_experiment", setup_experiment)
+    # no compilation in a test: the compiler "missing" makes "on" train eagerly, with its warning
+    monkeypatch.setattr("sb3_ewma.common.decoupled.algorithm.compiler_missing", lambda device: "no compiler in this test")
+    train_in_process("--algo", "ppo_ewma", "--env", "CartPole-v1", "-n", "64", "-f", str(tmp_path), "--compile-step", flag)
+    assert built[0].compile_step == expected and type(built[0].compile_step) is type(expected)
+    assert not built[0].compiled_step.active
+    with pytest.raises(ValueError, match="--compile-step sets the compile_step of"):
+        train_in_process("--algo", "ppo", "--env", "CartPole-v1", "-n", "64", "-f", str(tmp_path), "--compile-step", flag)
+
+
 def test_scale_n_envs_refuses_other_algorithms(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="--scale-n-envs"):
         train_in_process("--algo", "ppo", "--env", "CartPole-v1", "-n", "64", "-f", str(tmp_path), "--scale-n-envs", "2")

@@ -19,6 +19,16 @@ from sb3_ewma.zoo.checks import device_problem, env_package_problem
 _N = TypeVar("_N")
 
 
+COMPILE_STEP_FLAGS: dict[str, bool | str] = {"auto": "auto", "on": True, "off": False}
+"""``--compile-step``'s choices and the ``compile_step`` each gives the model."""
+
+
+def compile_step_from_args(args: argparse.Namespace) -> bool | str | None:
+    """The model's ``compile_step`` that ``--compile-step`` asks for (None: not given, the entry's or the default)."""
+    flag = getattr(args, "compile_step", None)
+    return None if flag is None else COMPILE_STEP_FLAGS[flag]
+
+
 @dataclass(frozen=True)
 class ScaleOptions:
     """
@@ -54,6 +64,14 @@ def add_scale_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--scale-adam-betas", action="store_true", help="also raise Adam's betas to the power 1/c")
     group.add_argument("--scale-aux-learning-rate", action="store_true", help="PPG: also rescale aux_learning_rate")
+    speed = parser.add_argument_group("sb3-ewma (speed)")
+    speed.add_argument(
+        "--compile-step",
+        choices=tuple(COMPILE_STEP_FLAGS),
+        default=None,
+        help="compile each minibatch's loss and optimizer step with torch.compile: on, off, or auto (the default: when "
+        "the run plans enough optimizer steps to earn back the compilation); the model's compile_step",
+    )
     memory = parser.add_argument_group("sb3-ewma (CPU memory)")
     memory.add_argument(
         "--keep-freed-memory",

@@ -25,7 +25,7 @@ from sb3_ewma.common.torch_layers import ImpalaCNN
 from sb3_ewma.scale import scale_hyperparams_with_report
 from sb3_ewma.scale.zoo_entry import read_hyperparameter_file
 from sb3_ewma.zoo import threads
-from sb3_ewma.zoo.arguments import ScaleOptions, scale_options_from_args
+from sb3_ewma.zoo.arguments import ScaleOptions, compile_step_from_args, scale_options_from_args
 from sb3_ewma.zoo.checks import (
     check_async_rollouts_env,
     check_entry_counts,
@@ -147,6 +147,9 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
         if scale is not None and algo not in ZOO_ALGOS:
             raise ValueError(f"--scale-n-envs rescales the hyperparameters of {ZOO_ALGOS}, not of {algo!r}")
         self.scale = scale
+        self.compile_step = compile_step_from_args(args)
+        if self.compile_step is not None and algo not in ZOO_ALGOS:
+            raise ValueError(f"--compile-step sets the compile_step of {ZOO_ALGOS}, not of {algo!r}")
         self.is_procgen = is_procgen_env_id(env_id)
         if self.is_procgen:
             cast(_ZooVecEnvClass, self).vec_env_class = make_procgen_vec_env
@@ -344,6 +347,8 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
     def _preprocess_hyperparams(
         self, hyperparams: dict[str, Any]
     ) -> tuple[dict[str, Any], Callable | None, list[Any], Callable | None]:
+        if self.compile_step is not None:
+            hyperparams["compile_step"] = self.compile_step  # --compile-step: over the entry's
         if isinstance(hyperparams.get("policy_kwargs"), str):
             hyperparams["policy_kwargs"] = evaluate_policy_kwargs(
                 self.algo, hyperparams["policy_kwargs"], {**vars(rl_zoo3.exp_manager), **POLICY_KWARGS_NAMESPACE}

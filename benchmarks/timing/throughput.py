@@ -147,7 +147,8 @@ def training_precision_for(name: str) -> Any:
     """The numeric format of ``train()`` for an algorithm name: the ``_fast`` one, or None (the algorithm's own)."""
     from sb3_ewma.common.precision import TrainingPrecision
 
-    return TrainingPrecision(th.bfloat16, channels_last=True) if name.removesuffix(COMPILED_SUFFIX).endswith(FAST_SUFFIX) else None
+    fast = name.removesuffix(COMPILED_SUFFIX).endswith(FAST_SUFFIX)
+    return TrainingPrecision(th.bfloat16, channels_last=True) if fast else None
 
 
 def settings_for(name: str, config: dict[str, Any]) -> dict[str, Any]:

@@ -15,18 +15,16 @@ from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.utils import FloatSchedule, update_learning_rate
 from stable_baselines3.common.vec_env import VecEnv
-from torch.nn import functional as F
 
 from sb3_ewma.common.checks import HyperparameterError, check_constructor_arguments, check_on_policy_hyperparams
 from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
-from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective, mean_of
+from sb3_ewma.common.decoupled.objective import mean_of
 from sb3_ewma.common.decoupled.options import check_decoupled_options
 from sb3_ewma.common.decoupled.proximal import is_loading_from_file
 from sb3_ewma.common.distributed import rank_local_settings
 from sb3_ewma.common.finite import scheduled_value
 from sb3_ewma.common.format import human_bytes
 from sb3_ewma.common.keywords import check_policy_keywords
-from sb3_ewma.common.losses import clipped_values
 from sb3_ewma.common.saved_files import saved_model_name
 from sb3_ewma.ppg_ewma.auxiliary import auxiliary_losses, compute_old_policy
 from sb3_ewma.ppg_ewma.buffers import AuxiliaryBuffer
@@ -44,53 +42,39 @@ from sb3_ewma.ppg_ewma.policies import (
 
 class PPG(DecoupledAlgorithm):
     """
-    Phasic Policy Gradient (PPG; Cobbe et al. 2020, https://arxiv.org/abs/2009.04416): PPO's policy phase (the proximal
-    policy is the behavior policy, as in PPO) alternating with an auxiliary phase that distills the value function into
-    the policy network. :class:`PPG_EWMA` adds an EWMA of the policy as the proximal policy.
+    Phasic Policy Gradient (PPG; Cobbe et al. 2020): PPO's policy phase, whose proximal policy is the behavior policy as
+    in PPO, alternating with an auxiliary phase that distills the value function into the policy network;
+    :class:`~sb3_ewma.PPG_EWMA` adds an EWMA of the policy as the proximal policy. The policy-phase arguments are SB3's
+    ``PPO``'s, with the same defaults and meaning except ``n_epochs`` (default 1), then PPG's own and the decoupled
+    options.
 
-    Training alternates two phases:
+    Paper: https://arxiv.org/abs/2009.04416
+    Guide: the phases, the architectures and the auxiliary buffer's memory, :ref:`ppg_ewma`; the decoupled options,
+    :ref:`algos`
 
-    - policy phase, ``n_policy_iterations`` (``N_pi``) iterations, each a rollout followed by ``n_epochs`` (``E_pi``)
-      epochs on the policy loss (decoupled clipped or KL-penalized objective, plus entropy) and ``n_value_epochs``
-      (``E_V``) epochs on the value loss. The states and value targets of every iteration are stored in a host-memory
-      auxiliary buffer (observations in their own dtype).
-    - auxiliary phase: the policy's outputs ``pi_old`` are computed once on all stored states, then
-      ``n_aux_epochs`` (``E_aux``) epochs minimize ``0.5 * MSE(aux value head, V_targ) + beta_clone * KL[pi_old, pi]
-      + 0.5 * MSE(value head, V_targ)`` with an Adam optimizer of its own, in minibatches of ``aux_batch_size`` that
-      are accumulated from micro-batches of ``aux_micro_batch_size`` (only one micro-batch is on the device at a time).
-      The value targets are not recomputed.
-
-    The network architecture is chosen with ``arch`` (see :mod:`sb3_ewma.ppg_ewma.policies`): ``"dual"`` (separate
-    policy and value networks), ``"shared"`` or ``"detach"`` (one network, value head on the detached trunk); the
-    auxiliary value head always sits on the policy trunk.
-
-    The policy-phase arguments have the names, defaults and meaning of SB3's ``PPO``, except
-    ``n_epochs`` (PPG's ``E_pi``, default 1). The paper's Procgen settings: ``n_steps=256`` with 64 environments per
-    process, ``batch_size=2048`` (8 minibatches), ``learning_rate=5e-4``, ``gamma=0.999``, ``ent_coef=0.01``,
-    ``aux_batch_size=4 * 256`` (4 rollouts of one environment), no gradient clipping (``max_grad_norm=float("inf")``).
-
-    :param policy: The policy model to use (MlpPolicy, CnnPolicy, MultiInputPolicy or a :class:`PPGPolicy` subclass;
-        SB3's PPO policy classes are read as PPG's of the same kind)
+    :param policy: The policy model to use (MlpPolicy, CnnPolicy, ...; SB3's PPO policy classes are read as PPG's of the
+        same kind)
     :param env: The environment to learn from (if registered in Gym, can be str)
     :param learning_rate: The learning rate of the policy phase, it can be a function
         of the current progress remaining (from 1 to 0)
-    :param n_steps: The number of steps to run for each environment per iteration
+    :param n_steps: The number of steps to run for each environment per update
         (i.e. rollout buffer size is n_steps * n_envs where n_envs is number of environment copies running in parallel)
     :param batch_size: Minibatch size of the policy phase
     :param n_epochs: Number of policy epochs ``E_pi`` per iteration (optimizing the policy objective and entropy)
-    :param n_value_epochs: Number of value epochs ``E_V`` per iteration (optimizing the value loss). The first
-        ``min(E_pi, E_V)`` epochs optimize the sum of both losses in the same steps.
+    :param n_value_epochs: Number of value epochs ``E_V`` per iteration (optimizing the value loss); the first
+        ``min(E_pi, E_V)`` epochs optimize both losses in the same steps
     :param gamma: Discount factor
     :param gae_lambda: Factor for trade-off of bias vs variance for Generalized Advantage Estimator
-    :param clip_range: Clipping parameter ``eps`` of the ratio ``pi / pi_prox``, it can be a function of the current
+    :param clip_range: Clipping parameter of the ratio to the proximal policy, it can be a function of the current
         progress remaining (from 1 to 0). ``None`` turns clipping off (use the KL penalty ``kl_coef`` instead).
     :param clip_range_vf: Clipping parameter for the value function in the policy phase,
         it can be a function of the current progress remaining (from 1 to 0).
-        If None is passed (default), no clipping will be done on the value function.
+        This is a parameter specific to the OpenAI implementation. If None is passed (default),
+        no clipping will be done on the value function.
         IMPORTANT: this clipping depends on the reward scaling.
-    :param normalize_advantage: Whether to normalize or not the advantage (see ``advantage_normalization``)
+    :param normalize_advantage: Whether to normalize or not the advantage (how: ``advantage_normalization``)
     :param ent_coef: Entropy coefficient for the loss calculation
-    :param vf_coef: Value function coefficient of the policy phase's loss
+    :param vf_coef: Value function coefficient for the loss calculation (policy phase)
     :param max_grad_norm: The maximum value for the gradient clipping (both phases)
     :param use_sde: Whether to use generalized State Dependent Exploration (gSDE)
         instead of action noise exploration (default: False)
@@ -98,82 +82,56 @@ class PPG(DecoupledAlgorithm):
         Default: -1 (only sample at the beginning of the rollout)
     :param rollout_buffer_class: Rollout buffer class to use. If ``None``, it will be automatically selected.
     :param rollout_buffer_kwargs: Keyword arguments to pass to the rollout buffer on creation
-    :param target_kl: Limit the KL divergence between updates: stop the iteration's policy epochs when the estimated
-        KL from the behavior policy (as in SB3) exceeds ``1.5 * target_kl`` (value epochs go on). No limit by default.
+    :param target_kl: Limit the KL divergence between updates: the iteration's policy epochs stop when the KL from the
+        behavior policy exceeds ``1.5 * target_kl`` (value epochs go on). By default, there is no limit on the kl div.
     :param stats_window_size: Window size for the rollout logging, specifying the number of episodes to average
         the reported success rate, mean episode length, and mean reward over
     :param tensorboard_log: the log location for tensorboard (if None, no logging)
-    :param policy_kwargs: additional arguments to be passed to the policy on creation (``arch`` is set by the
-        argument of the same name)
+    :param policy_kwargs: additional arguments to be passed to the policy on creation (``arch`` is set by the argument
+        of the same name)
     :param verbose: Verbosity level: 0 for no output, 1 for info messages (such as device or wrappers used), 2 for
         debug messages
     :param seed: Seed for the pseudo random generators
     :param device: Device (cpu, cuda, ...) on which the code should be run.
         Setting it to auto, the code will be run on the GPU if possible.
-    :param n_policy_iterations: Iterations (rollouts) per policy phase ``N_pi``; an auxiliary phase follows each
-        policy phase. The auxiliary buffer holds ``N_pi * n_steps * n_envs`` steps.
-    :param n_aux_epochs: Epochs ``E_aux`` over the auxiliary buffer in each auxiliary phase (0: no auxiliary phase,
-        nothing is stored).
-    :param beta_clone: Weight of the behavioral-cloning term ``KL[pi_old, pi]`` of the auxiliary phase, ``>= 0``.
-        It is weighed against ``0.5 * MSE`` of the returns, so the paper's 1 assumes returns of order one, as with
-        normalized rewards (``VecNormalize(norm_reward=True)``, the paper's runs): with raw returns of order 100 the
-        auxiliary phase can move the policy far (logged as ``aux/clone_kl``).
-    :param arch: Network architecture: ``"dual"`` (default), ``"shared"`` or ``"detach"``.
-    :param aux_learning_rate: Learning rate of the auxiliary phase's Adam optimizer (a number or a schedule of the
-        progress remaining); ``None`` (default): the policy phase's ``learning_rate``.
-    :param aux_batch_size: Minibatch size (per optimizer step) of the auxiliary phase; must divide the buffer size
-        ``N_pi * n_steps * n_envs``. ``None`` (default): ``batch_size``, i.e. ``N_pi * n_steps * n_envs / batch_size``
-        auxiliary steps per epoch. The paper used 4 rollouts of one environment (``4 * n_steps``).
-    :param aux_micro_batch_size: Largest number of samples sent to the device at once in the auxiliary phase (also
-        when computing ``pi_old``): each minibatch's gradient is accumulated over micro-batches of this size, so that
-        ``aux_batch_size`` does not bound device memory. ``None`` (default): ``aux_batch_size``.
+    :param n_policy_iterations: Iterations (rollouts) per policy phase ``N_pi``, ``>= 1``; an auxiliary phase follows
+        each policy phase
+    :param n_aux_epochs: Epochs ``E_aux`` of each auxiliary phase, ``>= 0`` (0: no auxiliary phase, nothing is stored)
+    :param beta_clone: Weight ``>= 0`` of the behavioral-cloning term ``KL[pi_old, pi]`` of the auxiliary phase (the
+        paper's 1 assumes returns of order one: see :ref:`ppg_ewma`)
+    :param arch: Network architecture: ``"dual"`` (default, separate policy and value networks), ``"shared"`` or
+        ``"detach"``
+    :param aux_learning_rate: Learning rate of the auxiliary phase's optimizer (a number or a schedule of the progress
+        remaining); ``None`` (default): ``learning_rate``
+    :param aux_batch_size: Minibatch size of the auxiliary phase, which must divide its buffer of
+        ``n_policy_iterations * n_steps * n_envs`` steps; ``None`` (default): ``batch_size``
+    :param aux_micro_batch_size: Most samples on the device at once in the auxiliary phase (each minibatch's gradient is
+        accumulated over micro-batches), at most ``aux_batch_size``; ``None`` (default): ``aux_batch_size``
     :param aux_optimizer_kwargs: Keyword arguments of the auxiliary phase's optimizer (the policy's
-        ``optimizer_class``), e.g. ``dict(eps=1e-8)``; ``None`` (default): the policy's ``optimizer_kwargs`` (SB3's
-        Adam default ``eps=1e-5``; the authors use PyTorch's ``1e-8`` in both optimizers).
-    :param aux_minibatch_sampling: The same for the auxiliary phase: ``"steps"`` (default, random steps) or
-        ``"rollouts"`` (the authors': whole rollouts of one environment, ``aux_batch_size / n_steps`` per minibatch;
-        ``aux_batch_size`` must be a multiple or a divisor of ``n_steps``).
-    :param kl_coef: Coefficient ``beta`` of the decoupled KL penalty ``KL[pi_prox, pi]`` (0: no penalty). Use it alone
-        with ``clip_range=None`` for the decoupled KL-penalized objective, or together with clipping.
-    :param kl_estimator: How the KL penalty is computed: ``"sample"`` (the authors' ``0.5 * mean(log(pi/pi_prox)^2)``
-        over the taken actions) or ``"exact"`` (the KL divergence of the two action distributions).
-    :param imp_samp_max: Cap on the importance weight ``pi / pi_behav`` (paper: 100), 0 for no cap; must be > 1.
-    :param advantage_normalization: ``"minibatch"`` (SB3's, each minibatch by its own statistics; default) or
-        ``"ewma"`` (the paper's: each iteration by the mean and std of EWMA moments over iterations). Only used when
-        ``normalize_advantage=True``.
-    :param advantage_ewma_decay: Decay in [0, 1) per iteration of the advantage moments for
-        ``advantage_normalization="ewma"`` (0: the current iteration only; span ``2 / (1 - decay) - 1`` iterations).
-    :param minibatch_sampling: How each policy epoch is split into minibatches: ``"steps"`` (default, SB3's: random steps)
-        or ``"rollouts"`` (the authors': whole ``n_steps``-step rollouts of ``batch_size / n_steps`` environments per
-        minibatch, environments in random order; ``batch_size`` must be a multiple of ``n_steps``, or divide it:
-        then each minibatch is a contiguous piece of one environment's rollout).
-    :param log_gradient_noise_scale: Log the gradient noise scale ``B_simple`` (McCandlish et al. 2018) as
-        ``train/gradient_noise_scale`` (policy phase) and ``aux/gradient_noise_scale`` (auxiliary phase), estimated
-        after every epoch from the minibatch gradients of the epoch and their mean, smoothed with EMAs (see
-        :mod:`sb3_ewma.common.gradient_noise`). It approximates the critical batch size, below which the batch
-        size-invariance rules hold. Needs at least 2 minibatches per epoch; costs one copy of the gradient and one
-        norm per optimizer step, so it is off by default.
-    :param distributed: Data-parallel training on ``torch.distributed`` (documentation: "Data-Parallel
-        Training"): ``None`` (default) joins, or creates from torchrun's environment, the default process group when
-        ``WORLD_SIZE > 1``; ``True`` requires it (also with one rank); ``False`` never (each process trains its own
-        model). Hyperparameters are per rank (``n_envs``, ``n_steps``, ``batch_size``); gradients are averaged over
-        the ranks; ``num_timesteps`` and ``total_timesteps`` count the environment steps of all ranks; rank 0 alone
-        logs, saves and runs the callbacks. Not saved with the model.
-    :param async_rollouts: Overlap rollouts with training: each policy-phase iteration trains on the rollout collected
-        by the parameters of the previous iteration while a collector collects the next one with a snapshot of
-        the current parameters (staleness of exactly one iteration; the first rollout of each ``learn`` call is fresh).
-        The behavior log-probabilities are those stored at collection; the proximal policy is the policy at the start of the
-        iteration (:class:`PPG_EWMA`: the EWMA). Collection goes on during the auxiliary phase.
-        ``True`` or ``"thread"``: a collector thread, whose callbacks' ``on_step`` runs on that thread (it overlaps
-        where torch and the environments release the GIL: larger networks, C++ environments); ``"process"``: a
-        forked collector process (CPU policies; for Python-heavy loops such as CartPole with a small MLP), whose
-        rollouts are replayed to the callbacks at the hand-off, the next ``learn`` call then starting with
-        ``env.reset()`` (documentation: "Overlapped Rollouts").
-    :param compile_step: Compile each minibatch's loss (forward and backward passes) and optimizer step with
-        ``torch.compile``: ``"auto"`` (default) when a ``learn`` call plans enough optimizer steps to earn back the
-        compilation, ``True`` always, ``False`` never (the parent's eager step, operation for operation). Policies
-        other than SB3's categorical and diagonal Gaussian ``ActorCriticPolicy`` train eagerly (one line says why).
-        See the performance guide.
+        ``optimizer_class``); ``None`` (default): the policy's ``optimizer_kwargs``
+    :param aux_minibatch_sampling: ``minibatch_sampling`` of the auxiliary phase: ``"steps"`` (default) or
+        ``"rollouts"`` (``aux_batch_size`` a multiple or a divisor of ``n_steps``). See :ref:`minibatch-sampling`.
+    :param kl_coef: Coefficient ``>= 0`` of the decoupled KL penalty ``KL[pi_prox, pi]`` (default 0: no penalty).
+        See :ref:`decoupled-objectives`.
+    :param kl_estimator: The KL penalty's estimate: ``"sample"`` (default, the authors') or ``"exact"``.
+        See :ref:`decoupled-objectives`.
+    :param imp_samp_max: Cap on the importance weight ``pi / pi_behav``: a number ``> 1`` (default 100, the paper's) or
+        0 (no cap). See :ref:`decoupled-objectives`.
+    :param advantage_normalization: ``"minibatch"`` (default, SB3's) or ``"ewma"`` (the paper's, needs
+        ``normalize_advantage=True``). See :ref:`advantage-normalization`.
+    :param advantage_ewma_decay: Decay per iteration, in [0, 1), of the advantage moments of ``"ewma"`` normalization
+        (default 0: this iteration only). See :ref:`advantage-normalization`.
+    :param minibatch_sampling: The policy phase's: ``"steps"`` (default, random steps) or ``"rollouts"`` (the authors'
+        whole rollouts; ``batch_size`` a multiple or a divisor of ``n_steps``). See :ref:`minibatch-sampling`.
+    :param log_gradient_noise_scale: Whether to log the gradient noise scale as ``train/gradient_noise_scale`` and
+        ``aux/gradient_noise_scale`` (default False). See :ref:`gradient-noise-scale`.
+    :param distributed: Data-parallel training under torchrun: ``None`` (default: when ``WORLD_SIZE > 1``), ``True``
+        (required) or ``False`` (never); not saved with the model. See :ref:`distributed`.
+    :param async_rollouts: Collect the next rollout while training on this one (one iteration stale; the proximal policy
+        is the policy at the start of the iteration): ``False`` (default), ``True`` or ``"thread"`` (a collector
+        thread), ``"process"`` (a collector process). See :ref:`async_rollouts`.
+    :param compile_step: Compile each minibatch's loss and optimizer step with ``torch.compile``: ``"auto"`` (default:
+        when a ``learn`` call plans enough optimizer steps), ``True`` or ``False``. See :ref:`compile-step`.
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -470,7 +428,8 @@ class PPG(DecoupledAlgorithm):
     def train(self) -> None:
         """
         One iteration of the policy phase on the rollout buffer (``n_epochs`` policy epochs and ``n_value_epochs``
-        value epochs), then, at the end of every ``n_policy_iterations``-th iteration, the auxiliary phase.
+        value epochs: the training core's loop), then, at the end of every ``n_policy_iterations``-th iteration, the
+        auxiliary phase.
         """
         start = time.perf_counter()
         if self.phase_iteration == 0 and self.n_aux_epochs > 0:
@@ -481,96 +440,13 @@ class PPG(DecoupledAlgorithm):
             self.proximal.restart()
         else:
             self.proximal.start_iteration()
-        # Switch to train mode (this affects batch norm / dropout)
-        self.policy.set_training_mode(True)
-        # Update optimizer learning rate
-        self._update_learning_rate(self.policy.optimizer)
-        # Compute current clip ranges (None: no clipping)
-        clip_range, clip_range_vf = self._current_clip_ranges()
-        clip_ranges = (clip_range, clip_range_vf)
+        # the value epochs go on when target_kl stops the policy epochs
+        self._train_iteration(n_value_epochs=self.n_value_epochs, value_outlives_target_kl=True)
         buffer = self.rollout_buffer
-        buffer.advantages = self.advantage_normalizer.start_iteration(buffer.advantages)
-        policy_objective = DecoupledPolicyObjective(clip_range, self.kl_coef, self.kl_estimator, self.imp_samp_max)
-
-        entropy_losses, value_losses = [], []
-        # logged after the loop: the last policy epoch's KL estimates and the last optimized minibatch's loss
-        approx_kl_divs: list[th.Tensor] = []
-        loss: th.Tensor | None = None
-        continue_training = True
-        # the first min(E_pi, E_V) epochs train both, the others only the policy or only the value function
-        for epoch in range(max(self.n_epochs, self.n_value_epochs)):
-            policy_epoch = continue_training and epoch < self.n_epochs
-            train_value = epoch < self.n_value_epochs
-            if not (policy_epoch or train_value):
-                break  # no value epoch left, and the policy epochs are done or stopped at target_kl
-            if policy_epoch:
-                approx_kl_divs = []
-            # a value-only epoch needs no advantages (nor, data-parallel, their moments pooled over the ranks)
-            minibatches = self._minibatches(buffer) if policy_epoch else self._sampled_minibatches(buffer)
-            for rollout_data in minibatches:
-                train_policy = continue_training and policy_epoch
-                values, minibatch_loss, value_in_loss = None, None, False
-                if train_policy and train_value and self.compiled_step.active and self._compilable_iteration(*clip_ranges):
-                    # the PPO family's whole minibatch loss, compiled (sb3_ewma.common.decoupled.step)
-                    terms = self._compiled_minibatch_loss(rollout_data, policy_objective, *clip_ranges)
-                    entropy_losses.append(terms.entropy_loss)
-                    approx_kl_divs.append(terms.approx_kl_div)
-                    value_losses.append(terms.value_loss.detach())
-                    if self._reached_target_kl(terms.approx_kl_div, epoch):
-                        continue_training = train_policy = False
-                        minibatch_loss = self.vf_coef * terms.value_loss
-                    else:
-                        minibatch_loss = terms.loss
-                    value_in_loss = True
-                elif train_policy:
-                    # the policy terms of the PPO family's train() (the decoupled policy loss)
-                    values, policy_loss, entropy_loss, approx_kl_div = self._policy_loss_terms(rollout_data, policy_objective)
-                    entropy_losses.append(entropy_loss.detach())
-                    approx_kl_divs.append(approx_kl_div)
-                    if self._reached_target_kl(approx_kl_div, epoch):
-                        # the policy epochs of this iteration stop here; the value epochs go on
-                        continue_training = train_policy = False
-                    else:
-                        minibatch_loss = policy_loss + self.ent_coef * entropy_loss
-                if train_value and not value_in_loss:
-                    if values is None:
-                        with self.training_precision.forward(self.device):
-                            values = self.policy.predict_values(rollout_data.observations).flatten()
-                        values = values.float()  # the value loss in float32, as the policy terms
-                    # Clip the difference between old and new value (None: no clipping)
-                    values_pred = clipped_values(values, rollout_data.old_values, clip_range_vf)
-                    value_loss = F.mse_loss(rollout_data.returns, values_pred)
-                    value_losses.append(value_loss.detach())
-                    value_term = self.vf_coef * value_loss
-                    minibatch_loss = value_term if minibatch_loss is None else minibatch_loss + value_term
-                if minibatch_loss is None:
-                    break  # a policy-only epoch stopped at target_kl
-                loss = minibatch_loss
-
-                # Optimization step
-                self.policy.optimizer.zero_grad()
-                loss.backward()
-                # the gradient noise scale of the policy updates (not of value-only steps)
-                self._apply_gradients(self.policy.optimizer, self.gradient_noise if train_policy else None, "train")
-                if train_policy:
-                    # only steps on the policy loss (as the authors): value-only steps of a shared trunk do not count
-                    self.proximal.step()
-            self._n_updates += 1
-
         if self.aux_buffer is not None:
             self.aux_buffer.add(buffer)
         self.phase_iteration += 1
         self._policy_phase_time += time.perf_counter() - start
-        self._record_train_logs(
-            buffer,
-            policy_objective.mean_stats(),
-            entropy_losses=entropy_losses,
-            value_losses=value_losses,
-            approx_kl_divs=approx_kl_divs,
-            loss=loss,
-            clip_range=clip_range,
-            clip_range_vf=clip_range_vf,
-        )
         self._record_phase_logs()
 
         if self.phase_iteration >= self.n_policy_iterations:

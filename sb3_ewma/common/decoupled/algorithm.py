@@ -78,6 +78,16 @@ from sb3_ewma.common.saved_files import check_load_keywords, saved_model_name
 SelfDecoupledAlgorithm = TypeVar("SelfDecoupledAlgorithm", bound="DecoupledAlgorithm")
 
 
+class MinibatchTerms(NamedTuple):
+    """What the training loop reads of one minibatch's loss: the loss, its value and entropy terms, and the approximate
+    KL from the behavior policy (for ``target_kl``)."""
+
+    loss: th.Tensor
+    value_loss: th.Tensor
+    entropy_loss: th.Tensor
+    approx_kl_div: th.Tensor
+
+
 class PolicyLossTerms(NamedTuple):
     """What :meth:`DecoupledAlgorithm._policy_loss_terms` computes for one minibatch."""
 
@@ -539,65 +549,87 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         """
         Update policy using the currently gathered rollout buffer: SB3 PPO's ``train`` with the decoupled objective.
         """
+        # [decoupled] the proximal policy's start (a snapshot proximal policy becomes the current policy)
+        self.proximal.start_iteration()
+        self._train_iteration(n_value_epochs=self.n_epochs, value_outlives_target_kl=False)
+
+    def _train_iteration(self, n_value_epochs: int, value_outlives_target_kl: bool) -> None:
+        """
+        The epochs of one iteration on the rollout buffer, and their logs: SB3 PPO's loop, where the policy and the
+        value function train together for ``n_epochs`` and ``target_kl`` ends the iteration. PPG's policy phase is the
+        same loop with ``n_value_epochs`` of its own (the epochs past the shorter count train one of the two) and
+        value epochs that go on after ``target_kl`` stops the policy's (``value_outlives_target_kl``).
+        """
         # Switch to train mode (this affects batch norm / dropout)
         self.policy.set_training_mode(True)
         # Update optimizer learning rate
         self._update_learning_rate(self.policy.optimizer)
         # Compute current clip range (None: no clipping)
         clip_range, clip_range_vf = self._current_clip_ranges()
-        # [decoupled] the advantage moments of this iteration ("ewma" normalization), the proximal policy's start
-        self.rollout_buffer.advantages = self.advantage_normalizer.start_iteration(self.rollout_buffer.advantages)
-        self.proximal.start_iteration()
+        # [decoupled] the advantage moments of this iteration ("ewma" normalization)
+        buffer = self.rollout_buffer
+        buffer.advantages = self.advantage_normalizer.start_iteration(buffer.advantages)
         policy_objective = DecoupledPolicyObjective(clip_range, self.kl_coef, self.kl_estimator, self.imp_samp_max)
 
         entropy_losses, value_losses = [], []
-        # logged after the loop: the last epoch's KL estimates and the last minibatch's loss
+        # logged after the loop: the last policy epoch's KL estimates and the last minibatch's loss
         approx_kl_divs: list[th.Tensor] = []
         loss: th.Tensor | None = None
         continue_training = True
-        # train for n_epochs epochs
-        for epoch in range(self.n_epochs):
-            approx_kl_divs = []
-            # Do a complete pass on the rollout buffer
-            for rollout_data in self._minibatches(self.rollout_buffer):
-                # [decoupled] the policy loss: importance sampling with the behavior policy, clipping (or a KL
-                # penalty) at the proximal policy; the entropy and value losses; the approximate KL from the behavior
-                # policy (compiled: one function, see sb3_ewma.common.decoupled.step)
-                if self.compiled_step.active and self._compilable_iteration(clip_range, clip_range_vf):
-                    terms = self._compiled_minibatch_loss(rollout_data, policy_objective, clip_range, clip_range_vf)
-                    value_loss, entropy_loss, approx_kl_div = terms.value_loss, terms.entropy_loss, terms.approx_kl_div
-                    loss = terms.loss
+        for epoch in range(max(self.n_epochs, n_value_epochs)):
+            policy_epoch = continue_training and epoch < self.n_epochs
+            value_epoch = epoch < n_value_epochs and (continue_training or value_outlives_target_kl)
+            if not (policy_epoch or value_epoch):
+                break
+            if policy_epoch:
+                approx_kl_divs = []
+            # Do a complete pass on the rollout buffer (a value-only epoch needs no advantages)
+            for rollout_data in self._minibatches(buffer) if policy_epoch else self._sampled_minibatches(buffer):
+                train_policy = continue_training and policy_epoch
+                if train_policy and value_epoch:
+                    # [decoupled] the policy loss: importance sampling with the behavior policy, clipping (or a KL
+                    # penalty) at the proximal policy; the entropy and value losses; the approximate KL from the
+                    # behavior policy
+                    terms = self._minibatch_loss(rollout_data, policy_objective, clip_range, clip_range_vf)
+                    value_losses.append(terms.value_loss.detach())
+                    entropy_losses.append(terms.entropy_loss.detach())
+                    approx_kl_divs.append(terms.approx_kl_div)
+                    minibatch_loss = terms.loss
+                    if self._reached_target_kl(terms.approx_kl_div, epoch):
+                        continue_training = train_policy = False
+                        if not value_outlives_target_kl:
+                            loss = minibatch_loss  # logged, as SB3's PPO logs it, though not optimized
+                            break
+                        minibatch_loss = self.vf_coef * terms.value_loss
+                elif train_policy:
+                    # PPG: a policy-only epoch
+                    _, policy_loss, entropy_loss, approx_kl_div = self._policy_loss_terms(rollout_data, policy_objective)
+                    entropy_losses.append(entropy_loss.detach())
+                    approx_kl_divs.append(approx_kl_div)
+                    if self._reached_target_kl(approx_kl_div, epoch):
+                        continue_training = False
+                        break
+                    minibatch_loss = policy_loss + self.ent_coef * entropy_loss
                 else:
-                    values, policy_loss, entropy_loss, approx_kl_div = self._policy_loss_terms(rollout_data, policy_objective)
-
-                    # Clip the difference between old and new value (None: no clipping)
-                    # NOTE: this depends on the reward scaling
-                    values_pred = clipped_values(values, rollout_data.old_values, clip_range_vf)
-                    # Value loss using the TD(gae_lambda) target
-                    value_loss = F.mse_loss(rollout_data.returns, values_pred)
-                    loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
-                value_losses.append(value_loss.detach())
-                entropy_losses.append(entropy_loss.detach())
-                approx_kl_divs.append(approx_kl_div)
-
-                if self._reached_target_kl(approx_kl_div, epoch):
-                    continue_training = False
-                    break
+                    # PPG: a value-only epoch, or the value epochs after target_kl
+                    value_loss = self._value_loss(rollout_data, clip_range_vf)
+                    value_losses.append(value_loss.detach())
+                    minibatch_loss = self.vf_coef * value_loss
+                loss = minibatch_loss
 
                 # Optimization step
                 self.policy.optimizer.zero_grad()
                 loss.backward()
-                self._apply_gradients(self.policy.optimizer, self.gradient_noise, "train")
-                # [decoupled] the EWMA step
-                self.proximal.step()
+                # the gradient noise scale of the policy updates (not of value-only steps)
+                self._apply_gradients(self.policy.optimizer, self.gradient_noise if train_policy else None, "train")
+                if train_policy:
+                    # [decoupled] the EWMA step, after policy updates only (value-only steps do not count)
+                    self.proximal.step()
 
             self._n_updates += 1
-            if not continue_training:
-                break
 
-        assert loss is not None, "n_epochs >= 1, and a rollout makes at least one minibatch"
         self._record_train_logs(
-            self.rollout_buffer,
+            buffer,
             policy_objective.mean_stats(),
             entropy_losses=entropy_losses,
             value_losses=value_losses,
@@ -606,6 +638,37 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             clip_range=clip_range,
             clip_range_vf=clip_range_vf,
         )
+
+    def _minibatch_loss(
+        self,
+        rollout_data: Any,
+        policy_objective: DecoupledPolicyObjective,
+        clip_range: float | None,
+        clip_range_vf: float | None,
+    ) -> "MinibatchTerms":
+        """
+        One minibatch's loss, policy and value function together: compiled (:meth:`_compiled_minibatch_loss`) when
+        ``compile_step`` is in effect, otherwise SB3 PPO's computation, operation for operation.
+        """
+        if self.compiled_step.active and self._compilable_iteration(clip_range, clip_range_vf):
+            terms = self._compiled_minibatch_loss(rollout_data, policy_objective, clip_range, clip_range_vf)
+            return MinibatchTerms(terms.loss, terms.value_loss, terms.entropy_loss, terms.approx_kl_div)
+        values, policy_loss, entropy_loss, approx_kl_div = self._policy_loss_terms(rollout_data, policy_objective)
+        # Clip the difference between old and new value (None: no clipping)
+        # NOTE: this depends on the reward scaling
+        values_pred = clipped_values(values, rollout_data.old_values, clip_range_vf)
+        # Value loss using the TD(gae_lambda) target
+        value_loss = F.mse_loss(rollout_data.returns, values_pred)
+        loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
+        return MinibatchTerms(loss, value_loss, entropy_loss, approx_kl_div)
+
+    def _value_loss(self, rollout_data: Any, clip_range_vf: float | None) -> th.Tensor:
+        """The value loss of a minibatch alone (the value-only steps of PPG's policy phase)."""
+        with self.training_precision.forward(self.device):
+            values = self.policy.predict_values(rollout_data.observations).flatten()
+        # the value loss in float32, as the policy terms
+        values_pred = clipped_values(values.float(), rollout_data.old_values, clip_range_vf)
+        return F.mse_loss(rollout_data.returns, values_pred)
 
     def _compilable_iteration(self, clip_range: float | None, clip_range_vf: float | None) -> bool:
         """Whether this iteration's clip ranges are those the compiled step covers (a range past a schedule's end, 0

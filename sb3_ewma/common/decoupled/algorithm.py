@@ -691,7 +691,6 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             actions = rollout_data.actions.long().flatten()
         advantages = self.advantage_normalizer.minibatch(rollout_data.advantages)
         low, high = (-math.inf, math.inf) if clip_range is None else log_clip_bounds(clip_range)
-        device = rollout_data.returns.device
         arguments = (
             self.policy,
             self.proximal.network,
@@ -701,9 +700,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             rollout_data.old_log_prob,
             rollout_data.old_values,
             rollout_data.returns,
-            th.tensor(low, device=device),
-            th.tensor(high, device=device),
-            None if clip_range_vf is None else th.tensor(clip_range_vf, device=device),
+            *self.compiled_step.clip_tensors(low, high, clip_range_vf, rollout_data.returns.device),
         )
 
         def loss_by(function: Callable[..., MinibatchLoss]) -> MinibatchLoss:

@@ -149,6 +149,7 @@ class CompiledStep:
         self.reason = "not started"
         self._loss: Callable[..., MinibatchLoss] | None = None
         self._steps: dict[int, tuple[Callable[[], Any], list[th.Tensor]]] = {}
+        self._clip_tensors: tuple[Any, Any] = (None, None)
 
     def start_learn(self, planned_optimizer_steps: int, unsupported: str | None) -> str:
         """
@@ -177,6 +178,16 @@ class CompiledStep:
         self.active, self._loss, self._steps = False, None, {}
         self.reason = f"compilation failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
         return f"training step eager ({self.reason})"
+
+    def clip_tensors(
+        self, low: float, high: float, clip_range_vf: float | None, device: th.device
+    ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
+        """The clip bounds and the value clip range as :func:`minibatch_loss` takes them (made once per value)."""
+        key = (low, high, clip_range_vf, device)
+        if self._clip_tensors[0] != key:
+            vf = None if clip_range_vf is None else th.tensor(clip_range_vf, device=device)
+            self._clip_tensors = (key, (th.tensor(low, device=device), th.tensor(high, device=device), vf))
+        return self._clip_tensors[1]
 
     def loss(self, *args: Any, **kwargs: Any) -> MinibatchLoss:
         """:func:`minibatch_loss`, compiled."""

@@ -209,6 +209,7 @@ def test_ranks_must_agree_on_staleness_when_learn_starts():
 
     class Context:
         rank = 0
+        world_size = 1
 
         def check_same_settings(self, settings, advice=""):
             checked.append(settings)

@@ -306,12 +306,6 @@ class Experiment:
     report: Callable[[Any, list[RunSpec], Path], str]
     extra_presets: tuple[str, ...] = ()
 
-    def main(self, argv: Sequence[str] | None = None) -> Path:
-        """Run the experiment from the command line (see ``--help``); returns its results directory."""
-        from benchmarks.harness import cli
-
-        return cli.main(self, argv)
-
 
 def base_parser(description: str, presets: Sequence[str] = PRESETS) -> argparse.ArgumentParser:
     """The options every benchmark takes: ``--preset`` (one of ``presets``) and ``--out``."""

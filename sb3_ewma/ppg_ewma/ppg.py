@@ -49,8 +49,7 @@ class PPG(DecoupledAlgorithm):
     options.
 
     Paper: https://arxiv.org/abs/2009.04416
-    Guide: the phases, the architectures and the auxiliary buffer's memory, :ref:`ppg_ewma`; the decoupled options,
-    :ref:`algos`
+    Guide: :ref:`algos` (the decoupled options); the phases, architectures and memory: :ref:`ppg_ewma`
 
     :param policy: The policy model to use (MlpPolicy, CnnPolicy, ...; SB3's PPO policy classes are read as PPG's of the
         same kind)

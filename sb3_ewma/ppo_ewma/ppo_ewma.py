@@ -19,16 +19,15 @@ from sb3_ewma.ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 # (mypy: SB3's PPO types batch_size as an int, DecoupledAlgorithm as sb3-contrib's int | None)
 class PPO_EWMA(DecoupledAlgorithm, PPO):  # type: ignore[misc]
     """
-    PPO-EWMA: Proximal Policy Optimization with an exponentially weighted moving average (EWMA) of the policy as
-    the proximal policy, and the decoupled objectives (Hilton, Cobbe & Schulman 2021,
-    https://arxiv.org/abs/2110.00641). The behavior policy (which collected the data) is used only for
-    importance sampling; the proximal policy, an EWMA of the policy's parameters updated after every optimizer step,
-    limits how fast the policy moves (through clipping and/or a KL penalty). This makes PPO batch size-invariant
-    (see :func:`sb3_ewma.scale_hyperparams`) and robust to stale data.
+    PPO-EWMA: Proximal Policy Optimization with the decoupled objectives of Hilton, Cobbe & Schulman (2021). The
+    proximal policy, which limits each update through clipping and/or a KL penalty, is an exponentially weighted moving
+    average (EWMA) of the policy's parameters; the behavior policy, which collected the data, is used only for
+    importance sampling. A drop-in replacement for SB3's ``PPO``: its arguments, with the same defaults and meaning,
+    then the decoupled options. With ``ewma_decay=None`` it is SB3's PPO, up to the importance-sampling cap
+    ``imp_samp_max``.
 
-    A drop-in replacement for SB3's ``PPO``: same arguments with the same defaults and meaning, then the new ones.
-    With ``ewma_decay=None`` it is SB3's PPO, up to the importance-sampling cap ``imp_samp_max``
-    (which only acts on samples whose ratio ``pi / pi_behav`` exceeds it; ``imp_samp_max=0`` removes it).
+    Paper: https://arxiv.org/abs/2110.00641
+    Guide: :ref:`algos` (the method and each option), :ref:`batch_size_invariance`
 
     :param policy: The policy model to use (MlpPolicy, CnnPolicy, ...)
     :param env: The environment to learn from (if registered in Gym, can be str)
@@ -42,14 +41,14 @@ class PPO_EWMA(DecoupledAlgorithm, PPO):  # type: ignore[misc]
     :param n_epochs: Number of epoch when optimizing the surrogate loss (batch size-invariance needs 1)
     :param gamma: Discount factor
     :param gae_lambda: Factor for trade-off of bias vs variance for Generalized Advantage Estimator
-    :param clip_range: Clipping parameter ``eps`` of the ratio ``pi / pi_prox``, it can be a function of the current
+    :param clip_range: Clipping parameter of the ratio to the proximal policy, it can be a function of the current
         progress remaining (from 1 to 0). ``None`` turns clipping off (use the KL penalty ``kl_coef`` instead).
     :param clip_range_vf: Clipping parameter for the value function,
         it can be a function of the current progress remaining (from 1 to 0).
         This is a parameter specific to the OpenAI implementation. If None is passed (default),
         no clipping will be done on the value function.
         IMPORTANT: this clipping depends on the reward scaling.
-    :param normalize_advantage: Whether to normalize or not the advantage (see ``advantage_normalization``)
+    :param normalize_advantage: Whether to normalize or not the advantage (how: ``advantage_normalization``)
     :param ent_coef: Entropy coefficient for the loss calculation
     :param vf_coef: Value function coefficient for the loss calculation
     :param max_grad_norm: The maximum value for the gradient clipping
@@ -59,65 +58,43 @@ class PPO_EWMA(DecoupledAlgorithm, PPO):  # type: ignore[misc]
         Default: -1 (only sample at the beginning of the rollout)
     :param rollout_buffer_class: Rollout buffer class to use. If ``None``, it will be automatically selected.
     :param rollout_buffer_kwargs: Keyword arguments to pass to the rollout buffer on creation
-    :param target_kl: Limit the KL divergence between updates: stop the iteration's epochs when the estimated
-        KL from the behavior policy (as in SB3) exceeds ``1.5 * target_kl``. By default, there is no limit.
+    :param target_kl: Limit the KL divergence between updates,
+        because the clipping is not enough to prevent large update
+        see issue #213 (cf https://github.com/hill-a/stable-baselines/issues/213)
+        By default, there is no limit on the kl div.
     :param stats_window_size: Window size for the rollout logging, specifying the number of episodes to average
         the reported success rate, mean episode length, and mean reward over
     :param tensorboard_log: the log location for tensorboard (if None, no logging)
-    :param policy_kwargs: additional arguments to be passed to the policy on creation (this package's policies also
-        take ``head_init_scale``)
+    :param policy_kwargs: additional arguments to be passed to the policy on creation (this package's policies also take
+        ``head_init_scale``)
     :param verbose: Verbosity level: 0 for no output, 1 for info messages (such as device or wrappers used), 2 for
         debug messages
     :param seed: Seed for the pseudo random generators
     :param device: Device (cpu, cuda, ...) on which the code should be run.
         Setting it to auto, the code will be run on the GPU if possible.
-    :param ewma_decay: Decay ``beta_prox`` in [0, 1) of the EWMA of the policy parameters that serves as the proximal
-        policy, updated after every optimizer step; its center of mass (age in optimizer steps) is
-        ``beta / (1 - beta)`` (see :func:`sb3_ewma.ewma_decay_from_center_of_mass`). A name
-        (:mod:`sb3_ewma.common.ewma_age`) sets the center of mass from the minibatches per epoch ``M`` and the
-        epochs ``E``: ``"paper"`` ``M`` (the paper's setting), ``"max_age"`` ``E * M``, ``"mean_age"`` ``E * M / 2``;
-        ``"auto"`` (default) is ``"mean_age"`` with several epochs, ``"paper"`` with one. ``None``: no EWMA, the
-        proximal policy is the behavior policy, as in the parent algorithm (SB3's ``PPO`` for ``PPO_EWMA``).
-    :param kl_coef: Coefficient ``beta`` of the decoupled KL penalty ``KL[pi_prox, pi]`` (0: no penalty). Use it alone
-        with ``clip_range=None`` for the decoupled KL-penalized objective, or together with clipping.
-    :param kl_estimator: How the KL penalty is computed: ``"sample"`` (the authors' ``0.5 * mean(log(pi/pi_prox)^2)``
-        over the taken actions) or ``"exact"`` (the KL divergence of the two action distributions).
-    :param imp_samp_max: Cap on the importance weight ``pi / pi_behav`` (paper: 100), 0 for no cap; must be > 1.
-    :param advantage_normalization: ``"minibatch"`` (SB3's, each minibatch by its own statistics; default) or
-        ``"ewma"`` (the paper's: each iteration by the mean and std of EWMA moments over iterations). Only used when
-        ``normalize_advantage=True``.
-    :param advantage_ewma_decay: Decay in [0, 1) per iteration of the advantage moments for
-        ``advantage_normalization="ewma"`` (0: the current iteration only; span ``2 / (1 - decay) - 1`` iterations).
-    :param minibatch_sampling: How each epoch is split into minibatches: ``"steps"`` (default, SB3's: random steps)
-        or ``"rollouts"`` (the authors': whole ``n_steps``-step rollouts of ``batch_size / n_steps`` environments per
-        minibatch, environments in random order; ``batch_size`` must be a multiple of ``n_steps``, or divide it:
-        then each minibatch is a contiguous piece of one environment's rollout).
-    :param log_gradient_noise_scale: Log the gradient noise scale ``B_simple`` (McCandlish et al. 2018) as
-        ``train/gradient_noise_scale``, estimated after every epoch from the minibatch gradients of the epoch and their
-        mean, smoothed with EMAs (see :mod:`sb3_ewma.common.gradient_noise`). It approximates the critical batch size,
-        below which the batch size-invariance rules hold. Needs at least 2 minibatches per epoch; costs one copy of the
-        gradient and one norm per optimizer step, so it is off by default.
-    :param distributed: Data-parallel training on ``torch.distributed`` (documentation: "Data-Parallel
-        Training"): ``None`` (default) joins, or creates from torchrun's environment, the default process group when
-        ``WORLD_SIZE > 1``; ``True`` requires it (also with one rank); ``False`` never (each process trains its own
-        model). Hyperparameters are per rank (``n_envs``, ``n_steps``, ``batch_size``); gradients are averaged over
-        the ranks; ``num_timesteps`` and ``total_timesteps`` count the environment steps of all ranks; rank 0 alone
-        logs, saves and runs the callbacks. Not saved with the model.
-    :param async_rollouts: Overlap rollouts with training: iteration ``k`` trains on the rollout collected by the
-        parameters of iteration ``k - 1`` while a collector collects rollout ``k + 1`` with a snapshot of the
-        current parameters (staleness of exactly one iteration; the first rollout of each ``learn`` call is fresh).
-        The behavior log-probabilities are those stored at collection; the proximal policy is the EWMA (EWMA off: the
-        policy at the start of the iteration). ``True`` or
-        ``"thread"``: a collector thread, on which the callbacks' ``on_step`` runs (it overlaps where torch and the
-        environments release the GIL: larger networks, C++ environments); ``"process"``: a forked collector process
-        (CPU policies; for Python-heavy loops such as CartPole with a small MLP), whose rollouts are replayed to the
-        callbacks at the hand-off, the next ``learn`` call starting with ``env.reset()`` (documentation: "Overlapped
-        Rollouts"). Not with artificial staleness (:class:`sb3_ewma.ablations.StalePPO_EWMA`).
-    :param compile_step: Compile each minibatch's loss (forward and backward passes) and optimizer step with
-        ``torch.compile``: ``"auto"`` (default) when a ``learn`` call plans enough optimizer steps to earn back the
-        compilation, ``True`` always, ``False`` never (the parent's eager step, operation for operation). Policies
-        other than SB3's categorical and diagonal Gaussian ``ActorCriticPolicy`` train eagerly (one line says why).
-        See the performance guide.
+    :param ewma_decay: Decay of the EWMA of the policy's parameters that is the proximal policy: a number in [0, 1), an
+        age rule, ``"auto"`` (default), ``"paper"``, ``"max_age"`` or ``"mean_age"``, or ``None`` (no EWMA: SB3's PPO).
+        See :ref:`ewma-decay`.
+    :param kl_coef: Coefficient ``>= 0`` of the decoupled KL penalty ``KL[pi_prox, pi]`` (default 0: no penalty).
+        See :ref:`decoupled-objectives`.
+    :param kl_estimator: The KL penalty's estimate: ``"sample"`` (default, the authors') or ``"exact"``.
+        See :ref:`decoupled-objectives`.
+    :param imp_samp_max: Cap on the importance weight ``pi / pi_behav``: a number ``> 1`` (default 100, the paper's) or
+        0 (no cap). See :ref:`decoupled-objectives`.
+    :param advantage_normalization: ``"minibatch"`` (default, SB3's) or ``"ewma"`` (the paper's, needs
+        ``normalize_advantage=True``). See :ref:`advantage-normalization`.
+    :param advantage_ewma_decay: Decay per iteration, in [0, 1), of the advantage moments of ``"ewma"`` normalization
+        (default 0: this iteration only). See :ref:`advantage-normalization`.
+    :param minibatch_sampling: ``"steps"`` (default, SB3's random steps) or ``"rollouts"`` (the authors' whole rollouts;
+        ``batch_size`` a multiple or a divisor of ``n_steps``). See :ref:`minibatch-sampling`.
+    :param log_gradient_noise_scale: Whether to log the gradient noise scale as ``train/gradient_noise_scale`` (default
+        False). See :ref:`gradient-noise-scale`.
+    :param distributed: Data-parallel training under torchrun: ``None`` (default: when ``WORLD_SIZE > 1``), ``True``
+        (required) or ``False`` (never); not saved with the model. See :ref:`distributed`.
+    :param async_rollouts: Collect the next rollout while training on this one: ``False`` (default), ``True`` or
+        ``"thread"`` (a collector thread), ``"process"`` (a collector process). See :ref:`async_rollouts`.
+    :param compile_step: Compile each minibatch's loss and optimizer step with ``torch.compile``: ``"auto"`` (default:
+        when a ``learn`` call plans enough optimizer steps), ``True`` or ``False``. See :ref:`compile-step`.
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 

@@ -120,3 +120,40 @@ def test_a_nan_in_the_policys_output_stops_train_before_the_step():
         model.train()
     after = list(model.policy.parameters())
     assert all(th.equal(first.nan_to_num(), second.detach().nan_to_num()) for first, second in zip(before, after, strict=True))
+
+
+@pytest.mark.parametrize("algorithm", [PPO_EWMA, PPG_EWMA])
+@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1", SimpleMultiObsEnv(random_start=False)])
+def test_the_rollout_step_equals_sb3s_forward_bit_for_bit(algorithm, env):
+    """The policies' forward (the rollout's step): SB3's ActorCriticPolicy.forward's actions, values and log-probs, and
+    the same draws of torch's generator (the next draw after it is the same too)."""
+    policy = "MultiInputPolicy" if isinstance(env, SimpleMultiObsEnv) else "MlpPolicy"
+    model = _perturbed_model(algorithm, env, policy)
+    obs = _observations(model.observation_space, 16)
+    with th.no_grad():
+        th.manual_seed(3)
+        expected = ActorCriticPolicy.forward(model.policy, obs)
+        expected_next = th.rand(1)
+        th.manual_seed(3)
+        lean = model.policy(obs)
+        lean_next = th.rand(1)
+    for value, reference in zip(lean, expected, strict=True):
+        assert value.shape == reference.shape and value.dtype == reference.dtype
+        assert th.equal(value, reference)
+    assert th.equal(lean_next, expected_next)
+
+
+def test_other_rollout_steps_are_sb3s(monkeypatch):
+    """Deterministic actions and the distributions without a lean form go through SB3's forward."""
+    from sb3_ewma.common import policies
+
+    def unexpected(*args):
+        raise AssertionError("the lean step was used")
+
+    monkeypatch.setattr(policies, "lean_forward", unexpected)
+    model = _perturbed_model(PPO_EWMA, IdentityEnvMultiDiscrete(3))
+    obs = _observations(model.observation_space, 4)
+    with th.no_grad():
+        assert model.policy(obs)[0].shape == (4, 2)
+        cartpole = _perturbed_model(PPO_EWMA, "CartPole-v1")
+        assert cartpole.policy(_observations(cartpole.observation_space, 4), deterministic=True)[0].shape == (4,)

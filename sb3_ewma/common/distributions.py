@@ -203,3 +203,31 @@ def lean_action_log_prob(policy: ActorCriticPolicy, obs: PyTorchObs, actions: th
     if isinstance(policy.action_dist, CategoricalDistribution):
         return categorical_log_prob(action_head, actions)[1]
     return diag_gaussian_log_prob(action_head, policy.log_std, actions)[1]
+
+
+def lean_forward(policy: ActorCriticPolicy, obs: PyTorchObs) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+    """
+    ``ActorCriticPolicy.forward(obs)`` with sampled actions (what SB3's rollout loop calls at every step) for a policy
+    where :func:`has_lean_evaluation`, without building the distribution: the same operations and the same draws of
+    torch's random number generator (``multinomial`` of the categorical's probabilities, ``normal_`` for the Gaussian),
+    so the same actions, values and log-probabilities, bit for bit.
+
+    :return: actions, values and the log-probabilities of the actions
+    """
+    latent_pi, latent_vf = policy_latents(policy, obs)
+    values = policy.value_net(latent_vf)
+    action_head = policy.action_net(latent_pi)
+    if isinstance(policy.action_dist, CategoricalDistribution):
+        # torch's Categorical(logits=...): normalized logits, probabilities by softmax, one multinomial draw per row
+        log_pmf = action_head - action_head.logsumexp(dim=-1, keepdim=True)
+        probs = th.softmax(log_pmf, dim=-1)
+        actions = th.multinomial(probs.reshape(-1, probs.shape[-1]), 1, True).T.reshape(probs.shape[:-1])
+        log_prob = log_pmf.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+    else:
+        # SB3's DiagGaussianDistribution: Normal(mean, std).rsample(), then its log_prob summed over the dimensions
+        std = th.ones_like(action_head) * policy.log_std.exp()
+        actions = action_head + th.empty(action_head.shape, dtype=action_head.dtype, device=action_head.device).normal_() * std
+        log_prob = _sum_action_dimensions(
+            -((actions - action_head) ** 2) / (2 * std**2) - std.log() - math.log(math.sqrt(2 * math.pi))
+        )
+    return actions.reshape((-1, *policy.action_space.shape)), values, log_prob  # type: ignore[misc]

@@ -3,8 +3,11 @@
 import math
 from typing import Any, Protocol, cast
 
+import torch as th
+from stable_baselines3.common.type_aliases import PyTorchObs
 from torch import nn
 
+from sb3_ewma.common.distributions import has_lean_evaluation, lean_forward
 from sb3_ewma.common.torch_layers import normed_init_
 
 # the output heads of an actor-critic policy (PPG's auxiliary value head included) that ``head_init_scale`` re-initializes
@@ -55,3 +58,22 @@ class HeadInitMixin:
         data = cast(_ConstructorParameters, super())._get_constructor_parameters()
         data.update(head_init_scale=self.head_init_scale)
         return data
+
+
+class _Forward(Protocol):
+    """What :class:`LeanActingMixin`'s ``super()`` provides: SB3's ``ActorCriticPolicy.forward``."""
+
+    def forward(self, obs: PyTorchObs, deterministic: bool = False) -> tuple[th.Tensor, th.Tensor, th.Tensor]: ...
+
+
+class LeanActingMixin:
+    """
+    The rollout's step (``forward`` with sampled actions) without SB3's distribution objects, for the categorical and
+    diagonal Gaussian policies (:func:`sb3_ewma.common.distributions.lean_forward`: the same actions, values and
+    log-probabilities, the same random draws); every other case is SB3's ``forward``.
+    """
+
+    def forward(self, obs: PyTorchObs, deterministic: bool = False) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+        if not deterministic and has_lean_evaluation(self):
+            return lean_forward(cast(Any, self), obs)
+        return cast(_Forward, super()).forward(obs, deterministic)

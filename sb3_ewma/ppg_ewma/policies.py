@@ -32,7 +32,7 @@ from torch import nn
 from sb3_ewma.common.checks import HyperparameterError
 from sb3_ewma.common.decoupled.proximal import is_policy_parameter
 from sb3_ewma.common.distributions import policy_latents
-from sb3_ewma.common.policies import HeadInitMixin
+from sb3_ewma.common.policies import HeadInitMixin, LeanActingMixin
 
 ARCHITECTURES = ("dual", "shared", "detach")
 AUX_VALUE_PREFIX = "aux_value_net."
@@ -107,7 +107,7 @@ class PPGMlpExtractor(MlpExtractor):
         return self.value_net(self._value_input(self.shared_net(features)))
 
 
-class PPGPolicy(HeadInitMixin, ActorCriticPolicy):
+class PPGPolicy(HeadInitMixin, LeanActingMixin, ActorCriticPolicy):
     """
     Actor-critic policy for PPG / PPG-EWMA: SB3's ``ActorCriticPolicy`` with a PPG architecture (``arch``) and an
     auxiliary value head ``aux_value_net`` (a linear layer on the policy latent), trained in the auxiliary phase.

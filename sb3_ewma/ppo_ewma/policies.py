@@ -1,23 +1,24 @@
 """
 PPO_EWMA's policies: SB3's actor-critic policies with one more keyword, ``head_init_scale`` (the authors' normed
 initialization of the action and value heads, see :class:`sb3_ewma.common.policies.HeadInitMixin`). Without it they are
-SB3's policies. The proximal policy is an EWMA copy of them.
+SB3's policies, whose rollout step skips SB3's distribution objects (:class:`sb3_ewma.common.policies.LeanActingMixin`,
+the same numbers). The proximal policy is an EWMA copy of them.
 """
 
 from stable_baselines3.common.policies import ActorCriticCnnPolicy, ActorCriticPolicy, MultiInputActorCriticPolicy
 
-from sb3_ewma.common.policies import HeadInitMixin
+from sb3_ewma.common.policies import HeadInitMixin, LeanActingMixin
 
 
-class MlpPolicy(HeadInitMixin, ActorCriticPolicy):
+class MlpPolicy(HeadInitMixin, LeanActingMixin, ActorCriticPolicy):
     """SB3's ``ActorCriticPolicy`` (``MlpPolicy``) with the ``head_init_scale`` keyword (None: SB3's initialization)."""
 
 
-class CnnPolicy(HeadInitMixin, ActorCriticCnnPolicy):
+class CnnPolicy(HeadInitMixin, LeanActingMixin, ActorCriticCnnPolicy):
     """SB3's ``ActorCriticCnnPolicy`` with the ``head_init_scale`` keyword (None: SB3's initialization)."""
 
 
-class MultiInputPolicy(HeadInitMixin, MultiInputActorCriticPolicy):
+class MultiInputPolicy(HeadInitMixin, LeanActingMixin, MultiInputActorCriticPolicy):
     """SB3's ``MultiInputActorCriticPolicy`` with the ``head_init_scale`` keyword (None: SB3's initialization)."""
 
 

@@ -11,27 +11,38 @@ F's test, whose van Elteren form has one stratum with one environment); it is re
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
-from scipy import stats
 
 EXACT_LIMIT = 200_000
 """Up to this many assignments of the pooled samples to the two groups (``C(n + m, n)``), the Mann-Whitney p-value is
 exact (as the pre-registrations of issue 49 fixed it); above, the normal approximation without continuity correction."""
 
 
+def _stats() -> Any:
+    """``scipy.stats``, imported when a report computes: the runs (on a GPU machine, say) need only the package."""
+    from scipy import stats
+
+    return stats
+
+
 def _bootstrap(data: tuple[np.ndarray, ...], statistic, level: float, resamples: int, seed: int, paired: bool):
     """``scipy.stats.bootstrap``'s percentile interval (the method the pre-registrations named)."""
-    return stats.bootstrap(
-        data,
-        statistic,
-        paired=paired,
-        vectorized=True,
-        n_resamples=resamples,
-        confidence_level=level,
-        method="percentile",
-        rng=np.random.default_rng(seed),
-    ).confidence_interval
+    return (
+        _stats()
+        .bootstrap(
+            data,
+            statistic,
+            paired=paired,
+            vectorized=True,
+            n_resamples=resamples,
+            confidence_level=level,
+            method="percentile",
+            rng=np.random.default_rng(seed),
+        )
+        .confidence_interval
+    )
 
 
 def mean_interval(values: Sequence[float], level: float = 0.95, resamples: int = 2_000, seed: int = 0) -> tuple[float, float]:
@@ -103,10 +114,12 @@ def mann_whitney_greater(x: Sequence[float], y: Sequence[float]) -> tuple[float,
     if len(x) == 0 or len(y) == 0:
         raise ValueError("both samples need at least one value")
     exact = math.comb(len(x) + len(y), len(x)) <= EXACT_LIMIT
-    result = stats.mannwhitneyu(x, y, alternative="greater", method="exact" if exact else "asymptotic", use_continuity=False)
+    result = _stats().mannwhitneyu(
+        x, y, alternative="greater", method="exact" if exact else "asymptotic", use_continuity=False
+    )
     with np.errstate(divide="ignore", invalid="ignore"):
-        normal = stats.mannwhitneyu(x, y, alternative="greater", method="asymptotic", use_continuity=False).pvalue
-    return float(result.statistic), float(result.pvalue), float(stats.norm.isf(normal))
+        normal = _stats().mannwhitneyu(x, y, alternative="greater", method="asymptotic", use_continuity=False).pvalue
+    return float(result.statistic), float(result.pvalue), float(_stats().norm.isf(normal))
 
 
 def wilcoxon_p(first: Sequence[float], second: Sequence[float], alternative: str = "greater") -> float:
@@ -118,7 +131,7 @@ def wilcoxon_p(first: Sequence[float], second: Sequence[float], alternative: str
     differences = np.asarray(first, dtype=float) - np.asarray(second, dtype=float)
     if not np.any(differences != 0):
         return math.nan
-    return float(stats.wilcoxon(differences, alternative=alternative).pvalue)
+    return float(_stats().wilcoxon(differences, alternative=alternative).pvalue)
 
 
 def detectable_difference(sigma: float, pairs: int, alpha: float = 0.05, power: float = 0.8) -> float:

@@ -428,9 +428,10 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             algorithm = RolloutView(self, policy, self._timesteps_per_env_step)
         try:
             continue_training = loop(algorithm, env, callback, rollout_buffer, n_rollout_steps, **self._rollout_loop_kwargs())
-        except ValueError:
+        except (ValueError, RuntimeError):
             # a NaN or an infinity in an observation makes the policy's action distribution refuse it (torch's
-            # "Expected parameter logits ... found invalid values"): say which environment and step returned it
+            # "Expected parameter logits ... found invalid values", or the lean step's multinomial: "probability tensor
+            # contains either inf, nan or element < 0"): say which environment and step returned it
             check_finite_rollout(rollout_buffer, self._last_obs, self.num_timesteps)
             raise
         # before any update uses them: the rewards and observations of the rollout

@@ -25,8 +25,9 @@ process); a name ending in ``_fast`` (``ppo_ewma_fast``, ``ppo_ewma_async_fast``
 ``channels_last`` weights and the forward passes under bfloat16 autocast (``sb3_ewma.common.precision``, a GPU's
 means: measured here end to end, and one by one by ``benchmarks.timing.train_step``); ``--algos all`` runs every one
 but those. ``ppo_foreach`` is SB3's PPO with Adam's foreach step
-(``optimizer_kwargs=dict(eps=1e-5, foreach=True)``): what the sb3_ewma algorithms use on CPU, so that the EWMA's own
-cost reads as ``ppo_ewma`` against ``ppo_foreach``. Besides steps per second, each measurement splits the timed ``learn``
+(``optimizer_kwargs=dict(eps=1e-5, foreach=True)``), an option of SB3's (the sb3_ewma algorithms build their optimizer
+as SB3's policies do: their EWMA's own cost reads as ``ppo_ewma`` against ``ppo``).
+Besides steps per second, each measurement splits the timed ``learn``
 into exposed collection (``learn`` minus ``train``: what the main thread spends outside training, i.e. rollouts,
 or with overlapped rollouts the wait for the collector), training, and within training the proximal pass and the
 EWMA update.
@@ -111,7 +112,7 @@ COMPILED_SUFFIX = "_compiled"
 name: ``ppo_ewma_compiled``, ``ppo_ewma_process_compiled``, ``ppo_ewma_fast_compiled``."""
 """channels_last weights and bfloat16 autocast in train() (a GPU's means; see training_precision_for)."""
 SB3_FOREACH = "ppo_foreach"
-"""SB3's PPO with the foreach Adam step of the sb3_ewma algorithms (sb3_ewma.common.optim; SB3's numbers bit for bit)."""
+"""SB3's PPO with Adam's foreach step (``optimizer_kwargs``; SB3's numbers bit for bit)."""
 ALL_ALGORITHMS = (
     *ALGORITHMS,
     SB3_FOREACH,

@@ -14,14 +14,13 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch as th
-from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
+from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.type_aliases import PyTorchObs
 from torch.nn import functional as F
 
 from sb3_ewma.common.distributions import lean_action_log_prob, lean_evaluate_actions
 from sb3_ewma.common.losses import capped_behavior_log_prob, clipped_surrogate_loss, sampled_kl
 
-COMPILE_STEP_CHOICES = (True, False, "auto")
 AUTO_MIN_OPTIMIZER_STEPS = 20_000
 """``compile_step="auto"`` compiles when a ``learn`` call plans at least this many optimizer steps: compiling costs
 seconds (tens the first time on a machine, before torch's compilation cache holds the graphs), which shorter runs
@@ -235,9 +234,3 @@ class CompiledStep:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-
-
-def proximal_network_for_step(network: BasePolicy | None) -> ActorCriticPolicy | None:
-    """The proximal network as :func:`minibatch_loss` takes it (an ``ActorCriticPolicy``, or None)."""
-    assert network is None or isinstance(network, ActorCriticPolicy)
-    return network

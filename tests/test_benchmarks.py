@@ -17,7 +17,7 @@ if str(ROOT) not in sys.path:  # `benchmarks` is a directory of the repository, 
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.harness import common, results_store, runner  # noqa: E402
-from benchmarks.harness.settings import SETTINGS, Scale, run_spec  # noqa: E402
+from benchmarks.harness.settings import PRESETS, Scale, presets_of, run_spec  # noqa: E402
 from benchmarks.learning import batch_size_invariance, ewma_comparison, staleness  # noqa: E402
 from benchmarks.timing import throughput  # noqa: E402
 
@@ -93,7 +93,7 @@ def test_throughput_smoke_then_resume(tmp_path, capsys):
 
 
 def _tiny_spec(algo: str, env: str = "MinAtar/Breakout-v1", network: str = "mlp", **hyperparams) -> common.RunSpec:
-    setting = SETTINGS["smoke"]
+    setting = PRESETS["smoke"].setting
     if env != "MinAtar/Breakout-v1":
         from dataclasses import replace
 
@@ -171,9 +171,10 @@ def test_chunks_partition_the_runs():
         common.select_chunk(specs, "4/3")
 
 
-@pytest.mark.parametrize("preset", common.PRESETS)
+@pytest.mark.parametrize("preset", ("smoke", "cpu", "breakout_preregistered", "minatar5", "gpu", "paper"))
 def test_presets_build_consistent_runs(preset):
     for module in (ewma_comparison, batch_size_invariance, staleness):
+        assert preset in presets_of(module.NAME)
         specs = module.build_specs(preset, {})
         assert len({spec.run_id for spec in specs}) == len(specs)
         # one evaluation grid per experiment, so that curves of different batch sizes line up
@@ -790,7 +791,7 @@ def test_throughput_measures_the_fast_training_step_beside_the_plain_one(tmp_pat
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# the training diagnostics (issue 49)
+# the training diagnostics
 
 
 def test_diagnostics_quantities_by_hand():
@@ -931,8 +932,8 @@ def test_diagnostics_left_the_hashes_of_the_finished_cpu_runs_unchanged():
         assert all(manifest.is_done(spec) for spec in specs), module.NAME
 
 
-def test_cpu_regime_presets_hold_the_preregistered_runs():
-    stale = staleness.build_specs("cpu_regime", {})
+def test_breakout_preregistered_preset_holds_the_preregistered_runs():
+    stale = staleness.build_specs("breakout_preregistered", {})
     assert all(spec.diagnostics for spec in stale) and {spec.iteration_size for spec in stale} == {64 * 256}
     cells = {(spec.variant, spec.labels["staleness"]) for spec in stale}
     modes = ("decoupled", "behavior", "proximal", "ewma")
@@ -941,7 +942,10 @@ def test_cpu_regime_presets_hold_the_preregistered_runs():
     for spec in stale:
         assert spec.hyperparams["staleness_mode"] == ("decoupled" if spec.variant == "ewma" else spec.variant)
         assert ("ewma_decay" not in spec.hyperparams) == (spec.variant == "ewma")  # "auto": the EWMA on
-    batch = {(spec.variant, spec.n_envs, spec.seed): spec for spec in batch_size_invariance.build_specs("cpu_regime", {})}
+    batch = {
+        (spec.variant, spec.n_envs, spec.seed): spec
+        for spec in batch_size_invariance.build_specs("breakout_preregistered", {})
+    }
     assert {n_envs for _, n_envs, _ in batch} == {16, 4, 1} and {seed for *_, seed in batch} == set(range(5))
     reference = batch[("ppo_ewma", 16, 0)]
     assert reference.aliases == ("ppo_no_lr",) and reference.hyperparams["batch_size"] == 256
@@ -952,17 +956,20 @@ def test_cpu_regime_presets_hold_the_preregistered_runs():
         assert math.isclose(full["learning_rate"], reference.hyperparams["learning_rate"] / factor)  # / sqrt(16 / n)
         assert ablation["learning_rate"] == reference.hyperparams["learning_rate"]
         assert plain["ewma_decay"] is None and math.isclose(plain["learning_rate"], full["learning_rate"])
-    ewma = ewma_comparison.build_specs("cpu_regime", {})
+    ewma = ewma_comparison.build_specs("breakout_preregistered", {})
     assert len(ewma) == 4 * 14 and {spec.iteration_size for spec in ewma} == {64 * 128} and ewma[0].diagnostics
 
 
-def test_cpu_moving_follow_up_holds_the_preregistered_runs_and_its_candidates():
-    """The staleness follow-up: the cpu_regime runs with the chosen clip range and step size, no PPO-EWMA; the regime
-    diagnostics' candidates are the cpu_regime iteration with one or two hyperparameters changed."""
+def test_breakout_large_steps_preset_holds_the_preregistered_runs_and_its_candidates():
+    """Staleness with large steps: the breakout_preregistered runs with the chosen clip range and step size, no
+    PPO-EWMA; the regime diagnostics' candidates are that iteration with one or two hyperparameters changed."""
     from benchmarks.learning import regime_diagnostics
 
-    regime = {(spec.variant, spec.labels["staleness"], spec.seed): spec for spec in staleness.build_specs("cpu_regime", {})}
-    moving = staleness.build_specs("cpu_moving", {})
+    regime = {
+        (spec.variant, spec.labels["staleness"], spec.seed): spec
+        for spec in staleness.build_specs("breakout_preregistered", {})
+    }
+    moving = staleness.build_specs("breakout_large_steps", {})
     cells = {(spec.variant, spec.labels["staleness"]) for spec in moving}
     assert cells == {("decoupled", 0)} | {(mode, level) for mode in staleness.MODES for level in (2, 8)}
     assert len(moving) == 5 * len(cells) and {spec.total_timesteps for spec in moving} == {2 * 2**20}
@@ -971,14 +978,14 @@ def test_cpu_moving_follow_up_holds_the_preregistered_runs_and_its_candidates():
         expected = dict(regime[(spec.variant, spec.labels["staleness"], spec.seed)].hyperparams)
         expected.update(clip_range=0.5, learning_rate=2e-3)
         assert spec.hyperparams == expected
-    clip03 = staleness.build_specs("cpu_clip03", {})
+    clip03 = staleness.build_specs("breakout_clip0.3", {})
     assert len(clip03) == len(moving)
     for spec in clip03:
         expected = dict(regime[(spec.variant, spec.labels["staleness"], spec.seed)].hyperparams, clip_range=0.3)
         assert spec.hyperparams == expected
-    candidates = regime_diagnostics.build_specs("cpu_moving", {})
-    assert len(candidates) == 3 * len(regime_diagnostics.CANDIDATE_CHANGES["cpu_moving"])
-    base = SETTINGS["cpu"].hyperparams("ppo_ewma")
+    candidates = regime_diagnostics.build_specs("breakout_large_steps", {})
+    assert len(candidates) == 3 * len(PRESETS["breakout_large_steps"].runs["regime_diagnostics"].options["candidates"])
+    base = PRESETS["cpu"].setting.hyperparams("ppo_ewma")
     for spec in candidates:
         changed = {key for key, value in spec.hyperparams.items() if base.get(key) != value}
         assert changed - {"n_steps", "batch_size", "ewma_decay", "imp_samp_max", "staleness", "staleness_mode"} <= {
@@ -987,15 +994,15 @@ def test_cpu_moving_follow_up_holds_the_preregistered_runs_and_its_candidates():
             "clip_range",
         }
     assert {spec.labels["regime"] for spec in candidates} >= {"64x256, clip 0.5, lr 0.002", "64x256, epochs 12"}
-    # the follow-up's preset is its experiments' own: the shared experiments refuse it on their command line
+    # an experiment the preset's row does not name refuses it on its command line
     with pytest.raises(SystemExit):
-        ewma_comparison.main(["--preset", "cpu_moving", "--list"])
+        ewma_comparison.main(["--preset", "breakout_large_steps", "--list"])
 
 
-def test_cpu_noise_follow_up_holds_the_preregistered_runs():
-    """The EWMA follow-up: PPO and PPO-EWMA at the cpu_regime comparison's setting with 128 minibatches of 64."""
-    regime = {(spec.algo, spec.seed): spec for spec in ewma_comparison.build_specs("cpu_regime", {})}
-    noise = ewma_comparison.build_specs("cpu_noise", {})
+def test_breakout_128_minibatches_preset_holds_the_preregistered_runs():
+    """PPO and PPO-EWMA at the breakout_preregistered comparison's setting with 128 minibatches of 64."""
+    regime = {(spec.algo, spec.seed): spec for spec in ewma_comparison.build_specs("breakout_preregistered", {})}
+    noise = ewma_comparison.build_specs("breakout_128_minibatches", {})
     assert sorted({spec.algo for spec in noise}) == ["ppo", "ppo_ewma"] and len(noise) == 2 * 10
     for spec in noise:
         assert spec.iteration_size == 64 * 128 and spec.hyperparams["batch_size"] == 64 and spec.diagnostics
@@ -1004,7 +1011,7 @@ def test_cpu_noise_follow_up_holds_the_preregistered_runs():
     # PPO-EWMA's default EWMA: center of mass = minibatches per epoch
     assert "ewma_decay" not in next(spec for spec in noise if spec.algo == "ppo_ewma").hyperparams
     # the older anchor: the same runs but PPO-EWMA's center of mass, 1 / (1 - decay) - 1 = 384 (the iteration's steps)
-    old = {(spec.algo, spec.seed): spec for spec in ewma_comparison.build_specs("cpu_noise_old", {})}
+    old = {(spec.algo, spec.seed): spec for spec in ewma_comparison.build_specs("breakout_128_minibatches_ewma384", {})}
     for spec in noise:
         if spec.algo == "ppo":  # PPO's arm is the same runs
             assert old[("ppo", spec.seed)].spec_hash == spec.spec_hash
@@ -1151,7 +1158,7 @@ def test_the_command_line_runs_only_the_algorithms_asked_for_and_evaluates_as_of
     from benchmarks.harness import cli
 
     specs = ewma_comparison.build_specs("smoke", {"seeds": 2, "eval_every": 100})
-    iteration = SETTINGS["smoke"].iteration_size
+    iteration = PRESETS["smoke"].setting.iteration_size
     assert {spec.eval_every for spec in specs} == {-(-100 // iteration) * iteration}
     kept = cli.select_algorithms(specs, "ppo, ppo_ewma")
     assert [(spec.algo, spec.seed) for spec in kept] == [
@@ -1235,9 +1242,9 @@ def test_proximal_noise_comes_from_the_minibatch_order_alone(tmp_path, monkeypat
 
     from benchmarks.learning import proximal_noise
 
-    preset = proximal_noise.PRESETS["smoke"]
+    minibatches = PRESETS["smoke"].runs["proximal_noise"].options["minibatches"]
     for decay in proximal_noise.ALGOS.values():
-        setting = SETTINGS["smoke"]
+        setting = PRESETS["smoke"].setting
         hyperparams = setting.hyperparams("ppo_ewma", 4)
         policy_kwargs = hyperparams.pop("policy_kwargs")
         hyperparams.update(batch_size=16, ewma_decay=decay)
@@ -1260,7 +1267,7 @@ def test_proximal_noise_comes_from_the_minibatch_order_alone(tmp_path, monkeypat
         env.close()
     out_dir = proximal_noise.main(["--preset", "smoke", "--out", str(tmp_path)])
     text = (out_dir / "results.md").read_text()
-    assert "noise ratio" in text and len(json.loads((out_dir / "runs.json").read_text())) == 2 * len(preset["minibatches"])
+    assert "noise ratio" in text and len(json.loads((out_dir / "runs.json").read_text())) == 2 * len(minibatches)
 
 
 def test_ppg_runs_recorded_with_ewma_decay_none_count_as_done(tmp_path):

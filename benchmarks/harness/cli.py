@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import runner
-from benchmarks.harness.common import PRESETS, Experiment, Manifest, RunSpec, base_parser, clock, select_chunk
+from benchmarks.harness.common import Experiment, Manifest, RunSpec, base_parser, clock, select_chunk
 from benchmarks.harness.report import write_report
 from benchmarks.harness.results_store import RUNS_FILE
+from benchmarks.harness.settings import presets_of
 
 
 def run_specs(
@@ -83,7 +84,7 @@ def _outcomes(jobs: list[tuple[RunSpec, Path, float | None, bool]], workers: int
 
 def experiment_parser(experiment: Experiment) -> argparse.ArgumentParser:
     """The command line of a learning experiment."""
-    parser = base_parser(experiment.description, presets=(*PRESETS, *experiment.extra_presets))
+    parser = base_parser(experiment.description, presets=presets_of(experiment.name))
     parser.add_argument("--workers", type=int, default=None, help="parallel runs (default: cores / threads per run)")
     parser.add_argument("--chunk", default=None, help="run only the K-th of N slices of the runs, e.g. 2/4")
     parser.add_argument("--max-minutes", type=float, default=None, help="pause (checkpoint) runs to stop within this time")

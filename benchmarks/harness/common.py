@@ -32,7 +32,6 @@ from typing import Any
 
 from benchmarks.harness import results_store
 
-PRESETS = ("smoke", "cpu", "cpu_regime", "gpu", "paper")
 ALGORITHMS = ("ppo", "ppo_ewma", "ppg", "ppg_ewma")
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"
 FINAL_FRACTION = 0.25
@@ -294,9 +293,9 @@ class Experiment:
     :param title: heading of ``results.md``
     :param description: what it measures (``--help`` and ``results.md``)
     :param build_specs: ``(preset, overrides) -> runs``; the overrides are ``timesteps``, ``seeds``, ``envs``,
-        ``device`` and ``eval_episodes`` (None: the preset's)
+        ``device`` and ``eval_episodes`` (None: the preset's); the presets are those of the preset table
+        (:data:`benchmarks.harness.settings.PRESETS`) that name the experiment
     :param report: ``(evaluations, specs, out_dir) -> markdown``: writes the figures, returns the tables
-    :param extra_presets: presets of this experiment alone (a follow-up's regime), beside the shared :data:`PRESETS`
     """
 
     name: str
@@ -304,13 +303,13 @@ class Experiment:
     description: str
     build_specs: Callable[[str, dict[str, Any]], list[RunSpec]]
     report: Callable[[Any, list[RunSpec], Path], str]
-    extra_presets: tuple[str, ...] = ()
 
 
-def base_parser(description: str, presets: Sequence[str] = PRESETS) -> argparse.ArgumentParser:
-    """The options every benchmark takes: ``--preset`` (one of ``presets``) and ``--out``."""
+def base_parser(description: str, presets: Sequence[str]) -> argparse.ArgumentParser:
+    """The options every benchmark takes: ``--preset`` (one of ``presets``; default ``cpu``, else the first) and ``--out``."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", choices=presets, default="cpu", help="scale of the experiment (default: cpu)")
+    default = "cpu" if "cpu" in presets else presets[0]
+    parser.add_argument("--preset", choices=presets, default=default, help=f"scale of the experiment (default: {default})")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results root (default: benchmarks/results)")
     return parser
 

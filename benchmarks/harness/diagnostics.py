@@ -1,5 +1,5 @@
 """
-Training diagnostics of the learning benchmarks (issue 49): the quantities that the paper's reasoning says decide
+Training diagnostics of the learning benchmarks: the quantities that the paper's reasoning says decide
 whether each of its effects can appear, logged once per training iteration by the harness (not by the library).
 
 - **Staleness** (figure 1), of the data trained on, measured before the iteration's first optimizer step, when the

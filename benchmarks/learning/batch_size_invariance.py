@@ -6,14 +6,19 @@ N_pi * c, minibatch size / c; the auxiliary phase unchanged), against ablations 
 the Adam step size, the EWMA, the advantage normalization, and plain PPG (no EWMA, the other adjustments made).
 The reference normalizes advantages with EWMA moments (span 1 iteration) so that there is a span to rescale.
 Reported: learning curves per variant and the spread (max - min) of the final return across batch sizes.
-At the ``cpu_regime`` preset (issue 49; ``results/batch_size_invariance/cpu_regime/preregistration.md``) the reference is
-16 environments (its minibatch of 256 steps below the measured critical batch size), rescaled to 4 and 1, for PPG-EWMA
-(all adjustments, without the Adam step size adjustment, PPG) and PPO-EWMA with one epoch (all adjustments, without
-the Adam step size adjustment, PPO: PPO-EWMA without its EWMA), with the training diagnostics of every iteration.
+At the ``breakout_preregistered`` preset (``results/batch_size_invariance/breakout_preregistered/preregistration.md``)
+and ``minatar5`` the reference is 16 environments (its minibatch of 256 steps below the measured critical batch size),
+rescaled to 4 and 1, for PPG-EWMA (all adjustments, without the Adam step size adjustment, PPG) and PPO-EWMA with one
+epoch (all adjustments, without the Adam step size adjustment, PPO: PPO-EWMA without its EWMA), with the training
+diagnostics of every iteration.
 
     python -m benchmarks.learning.batch_size_invariance --preset cpu                # MinAtar Breakout, 64/16/4/1 envs, 2 seeds
-    python -m benchmarks.learning.batch_size_invariance --preset cpu_regime --workers 1 --max-minutes 60  # repeat
+    python -m benchmarks.learning.batch_size_invariance --preset breakout_preregistered --workers 1 --max-minutes 60
     python -m benchmarks.learning.batch_size_invariance --preset gpu --max-minutes 8  # Procgen starpilot; repeat until done
+
+Options of the preset table (:data:`benchmarks.harness.settings.PRESETS`) read here: ``n_envs`` (the numbers of
+environments; the reference is the setting's), ``ppg_variants`` (default: all of :data:`VARIANTS`) and ``ppo``
+(whether the PPO-EWMA variants run too).
 """
 
 import copy
@@ -37,7 +42,7 @@ from benchmarks.harness.report import (
     save_figure,
     summarize,
 )
-from benchmarks.harness.settings import REPLICATION_FIRST_SEED, Scale, Setting, preset_setting, run_spec
+from benchmarks.harness.settings import Setting, preset_runs, run_spec
 from sb3_ewma import center_of_mass_from_ewma_decay, ewma_span_from_decay, scale_hyperparams
 
 NAME = "batch_size_invariance"
@@ -53,37 +58,9 @@ PPO_VARIANTS = {
     "ppo_no_lr": "PPO-EWMA, no Adam step size adjustment",
     "ppo": "PPO (no EWMA), other adjustments",
 }
-"""The PPO variants, at the presets of :data:`PPO_PRESETS`."""
-PPO_PRESETS = ("cpu_regime", "minatar5")
-PPG_VARIANTS_AT = {"cpu_regime": ("ppg_ewma", "no_lr", "ppg"), "minatar5": ("ppg_ewma", "no_lr", "ppg")}
-"""The PPG variants of a preset (default: all of :data:`VARIANTS`)."""
+"""The PPO variants, at the presets whose table entry says ``ppo``."""
 UNDONE = {"no_lr": "learning_rate", "no_ewma": "ewma_decay", "no_adv": "advantage_ewma_decay", "ppo_no_lr": "learning_rate"}
 """The hyperparameter each ablation keeps at its reference value."""
-REPLICATION_GAMES = ("MinAtar/Asterix-v1", "MinAtar/Freeway-v1", "MinAtar/Seaquest-v1")
-"""The replication's three games: the first three of the five other than Breakout, alphabetically
-(``results/replication/minatar5/preregistration.md``)."""
-ENVS = {"gpu": ("procgen-starpilot-easy",), "minatar5": REPLICATION_GAMES}
-"""One game at the gpu preset (its runs at 1 environment are long); ``--envs`` adds others."""
-N_ENVS = {
-    "smoke": (4, 1),
-    "cpu": (64, 16, 4, 1),
-    "cpu_regime": (16, 4, 1),
-    "minatar5": (16, 4, 1),
-    "gpu": (64, 16, 4, 1),
-    "paper": (256, 64, 16, 4, 1),
-}
-SCALES = {
-    "smoke": Scale(timesteps=256, eval_every=128, seeds=1),
-    "cpu": Scale(timesteps=10 * 2**15, eval_every=2**14, seeds=2),
-    "cpu_regime": Scale(timesteps=10 * 2**15, eval_every=2**14, seeds=5),
-    "minatar5": Scale(timesteps=10 * 2**15, eval_every=2**14, seeds=4, first_seed=REPLICATION_FIRST_SEED),
-    "gpu": Scale(timesteps=8 * 2**20, eval_every=2**18, seeds=2),
-    "paper": Scale(timesteps=100 * 2**20, eval_every=2**20, seeds=3),
-}
-
-
-REFERENCE_N_ENVS = {"cpu_regime": 16, "minatar5": 16}
-"""The reference's number of environments, where it is not the shared setting's."""
 
 
 def reference_hyperparams(setting: Setting, algo: str = "ppg_ewma") -> dict[str, Any]:
@@ -127,15 +104,14 @@ def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
     Every variant at every number of environments; at the reference the PPG-EWMA variants are one run (and the
     PPO-EWMA ones another).
     """
-    setting = preset_setting(preset, overrides, ENVS, REFERENCE_N_ENVS)
-    scale = SCALES[preset].with_overrides(overrides, setting.iteration_size)
-    families = [(reference_hyperparams(setting), PPG_VARIANTS_AT.get(preset, tuple(VARIANTS)), "ppg_ewma")]
-    if preset in PPO_PRESETS:
+    setting, scale, runs = preset_runs(preset, NAME, overrides)
+    families = [(reference_hyperparams(setting), runs.options.get("ppg_variants", tuple(VARIANTS)), "ppg_ewma")]
+    if runs.options.get("ppo"):
         families.append((reference_hyperparams(setting, "ppo_ewma"), tuple(PPO_VARIANTS), "ppo_ewma"))
     specs = []
     for env in setting.envs:
         for seed in scale.seed_range:
-            for n_envs in N_ENVS[preset]:
+            for n_envs in runs.options["n_envs"]:
                 for reference, variants, full in families:
                     for variant in variants:
                         if n_envs == setting.n_envs and variant in UNDONE:
@@ -346,7 +322,7 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
         panel_axes[-1].grid(alpha=0.3, axis="y")
         header = ["variant", *(_envs_label(n) for n in n_envs), "spread (max - min)"]
         tables.append(f"### {title}: final return\n\n{markdown_table(header, rows)}")
-        if any(spec.diagnostics for spec in specs):  # the pre-registered statistics (cpu_regime)
+        if any(spec.diagnostics for spec in specs):  # the pre-registered statistics (runs with diagnostics)
             reference = max(n_envs)
             tables.append(f"### {title}: spread across batch sizes\n\n{spread_table(frame, n_envs)}")
             tables.append(f"### {title}: appendix F's test\n\n{appendix_f_table(frame, n_envs, reference)}")
@@ -363,7 +339,6 @@ EXPERIMENT = Experiment(
     __doc__ or "",
     build_specs,
     report,
-    extra_presets=("minatar5",),
 )
 
 

@@ -1,11 +1,11 @@
 """
-Batch size-invariance of PPG-EWMA with the authors' remaining choices (issue 10, items 1-4): minibatches of whole
-rollouts in both phases, the normed head initialization with scale 0.1, and Adam's epsilon at the authors' 1e-8
-(``"authors"``) or at SB3's 1e-5 (``"authors_eps_1e-5"``, the hypothesis that a high epsilon is behind the slower
-64-environment reference of :mod:`benchmarks.learning.batch_size_invariance`). Both rescaled from the 64-environment
-reference by ``scale_hyperparams`` as there (all adjustments). Reported next to the final returns: the gradient noise scale
+Batch size-invariance of PPG-EWMA with the authors' remaining choices: minibatches of whole rollouts in both phases,
+the normed head initialization with scale 0.1, and Adam's epsilon at the authors' 1e-8 (``"authors"``) or at SB3's
+1e-5 (``"authors_eps_1e-5"``, the hypothesis that a high epsilon is behind the slower 64-environment reference of
+:mod:`benchmarks.learning.batch_size_invariance`). Both rescaled from the 64-environment reference by
+``scale_hyperparams`` as there (all adjustments). Reported next to the final returns: the gradient noise scale
 ``B_simple`` (McCandlish et al. 2018) of the policy phase at the end of training, per batch size, against the
-policy-phase minibatch size.
+policy-phase minibatch size. The preset table's option ``n_envs`` gives the numbers of environments, largest first.
 
     python -m benchmarks.learning.batch_size_invariance_authors --preset cpu --timesteps 131072 --seeds 2 --max-minutes 20
 """
@@ -20,7 +20,7 @@ import pandas as pd
 from benchmarks.harness import cli
 from benchmarks.harness.common import Experiment, RunSpec
 from benchmarks.harness.report import markdown_table, mean_std, new_figure, panels, plot_curves, save_figure, summarize
-from benchmarks.harness.settings import preset_setting, run_spec
+from benchmarks.harness.settings import preset_runs, run_spec
 from benchmarks.learning import batch_size_invariance
 
 NAME = "batch_size_invariance_authors"
@@ -54,13 +54,14 @@ def authors_hyperparams(reference: dict[str, Any], epsilon: float) -> dict[str, 
 
 
 def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
-    setting = preset_setting(preset, overrides, batch_size_invariance.ENVS)
-    scale = batch_size_invariance.SCALES[preset].with_overrides(overrides, setting.iteration_size)
+    """The authors' variant at every number of environments, the epsilon control at the largest two and the optimizer
+    control at the largest."""
+    setting, scale, runs = preset_runs(preset, NAME, overrides)
     reference = batch_size_invariance.reference_hyperparams(setting)
     specs = []
     for env in setting.envs:
         for seed in scale.seed_range:
-            all_n_envs = batch_size_invariance.N_ENVS[preset]
+            all_n_envs = runs.options["n_envs"]
             for index, n_envs in enumerate(all_n_envs):
                 for variant in VARIANTS:
                     if variant == "authors_eps_1e-5" and index >= CONTROL_BATCH_SIZES:

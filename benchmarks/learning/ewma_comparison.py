@@ -1,28 +1,32 @@
 """
 EWMA comparison (paper section 5.3, figure 4): SB3's PPO against PPO-EWMA, and PPG against PPG-EWMA, on identical
 settings (the EWMA variants use the paper's center of mass, the number of minibatches per epoch), over several
-seeds. Learning curves (mean and sample standard deviation over seeds) and final returns. The ``cpu_regime`` preset
-(issue 49) is the ``cpu`` preset with the seeds of a power calculation made from the ``cpu`` preset's seed noise, and
-the training diagnostics (``results/ewma_comparison/cpu_regime/preregistration.md``).
+seeds. Learning curves (mean and sample standard deviation over seeds) and final returns. The presets are the table's
+(:data:`benchmarks.harness.settings.PRESETS`); at ``breakout_preregistered`` the seeds come from a power calculation
+made from the ``cpu`` preset's seed noise, with the training diagnostics
+(``results/ewma_comparison/breakout_preregistered/preregistration.md``).
 
     python -m benchmarks.learning.ewma_comparison --preset cpu              # MinAtar Breakout, 3 seeds, 2^20 steps per run
-    python -m benchmarks.learning.ewma_comparison --preset cpu_regime --workers 1 --max-minutes 60   # repeat until done
+    python -m benchmarks.learning.ewma_comparison --preset breakout_preregistered --workers 1 --max-minutes 60  # repeat
     python -m benchmarks.learning.ewma_comparison --preset gpu --max-minutes 9   # Procgen easy; repeat until done
 
-The ``cpu_noise`` preset is the follow-up of ``cpu_regime``'s outcome where the proximal policy is noisy: PPO against
-PPO-EWMA at the ``cpu_regime`` setting with 128 minibatches of 64 per epoch, the minibatch count a pre-registered rule
-chose from :mod:`benchmarks.learning.proximal_noise` (``results/ewma_comparison/cpu_noise/preregistration.md``).
+``breakout_128_minibatches``: PPO against PPO-EWMA at the ``breakout_preregistered`` setting with 128 minibatches of
+64 per epoch, a noisy proximal policy (the minibatch count a pre-registered rule chose from
+:mod:`benchmarks.learning.proximal_noise`, ``results/ewma_comparison/breakout_128_minibatches/preregistration.md``);
+``breakout_128_minibatches_ewma384`` the same with PPO-EWMA's center of mass at 384 optimizer steps.
 
-    python -m benchmarks.learning.ewma_comparison --preset cpu_noise --workers 2 --max-minutes 60   # repeat until done
+    python -m benchmarks.learning.ewma_comparison --preset breakout_128_minibatches --workers 2 --max-minutes 60
 
-The ``minatar5`` preset is the confirmatory replication on MinAtar's five games (``results/replication/minatar5/
-preregistration.md``): the ``cpu_regime`` setting, the four algorithms paired by seed, new seeds.
+``minatar5``: the confirmatory replication on MinAtar's five games (``results/replication/minatar5/
+preregistration.md``): the ``breakout_preregistered`` setting, the four algorithms paired by seed, new seeds.
 
     python -m benchmarks.learning.ewma_comparison --preset minatar5 --workers 1 --max-minutes 60   # repeat until done
+
+Options of the preset table read here: ``algos`` (default: all four) and ``ppo_ewma_decay`` (PPO-EWMA's
+``ewma_decay``; default the class's, center of mass = minibatches per epoch).
 """
 
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,45 +46,23 @@ from benchmarks.harness.report import (
     save_figure,
     summarize,
 )
-from benchmarks.harness.settings import REPLICATION_FIRST_SEED, Scale, preset_setting, run_spec
+from benchmarks.harness.settings import preset_runs, run_spec
 
 NAME = "ewma_comparison"
 PAIRS = (("ppo", "ppo_ewma"), ("ppg", "ppg_ewma"))
-SCALES = {
-    "smoke": Scale(timesteps=256, eval_every=128, seeds=2),
-    "cpu": Scale(timesteps=2**20, eval_every=2**15, seeds=3),
-    "cpu_regime": Scale(timesteps=2**20, eval_every=2**15, seeds=14),
-    "cpu_noise": Scale(timesteps=2**20, eval_every=2**16, seeds=10),
-    "cpu_noise_old": Scale(timesteps=2**20, eval_every=2**16, seeds=10),
-    "minatar5": Scale(timesteps=2**20, eval_every=2**15, seeds=12, first_seed=REPLICATION_FIRST_SEED),
-    "gpu": Scale(timesteps=25 * 2**20, eval_every=2**18, seeds=3),
-    "paper": Scale(timesteps=100 * 2**20, eval_every=2**20, seeds=4),
-}
-
-
-NOISE_PRESETS: dict[str, float | None] = {"cpu_noise": None, "cpu_noise_old": 1 - 1 / (1 + 3 * 128)}
-"""The follow-up presets where the proximal policy is noisy, and PPO-EWMA's ``ewma_decay`` at each (None: the class
-default, center of mass = the 128 minibatches per epoch; ``cpu_noise_old``: center of mass 384, the iteration's
-3 x 128 optimizer steps, an older anchor)."""
-NOISE_MINIBATCHES = 128
-"""Minibatches per epoch at the ``cpu_noise`` presets (the pre-registration's rule applied to the proximal noise)."""
 
 
 def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
-    """The four algorithms on every environment of the preset, for every seed; at the ``cpu_noise`` presets PPO and
-    PPO-EWMA at the ``cpu_regime`` setting with :data:`NOISE_MINIBATCHES` minibatches per epoch."""
-    noisy = preset in NOISE_PRESETS
-    setting = preset_setting("cpu_regime" if noisy else preset, overrides)
-    if noisy:
-        setting = replace(setting, n_minibatches=NOISE_MINIBATCHES)
-    scale = SCALES[preset].with_overrides(overrides, setting.iteration_size)
+    """The algorithms of the preset (default: all four) on every environment of the preset, for every seed."""
+    setting, scale, runs = preset_runs(preset, NAME, overrides)
+    ppo_ewma_decay = runs.options.get("ppo_ewma_decay")
     specs = []
     for env in setting.envs:
         for seed in scale.seed_range:
-            for algo in PAIRS[0] if noisy else ALGORITHMS:
+            for algo in runs.options.get("algos", ALGORITHMS):
                 hyperparams = setting.hyperparams(algo)
-                if algo == "ppo_ewma" and NOISE_PRESETS.get(preset) is not None:
-                    hyperparams["ewma_decay"] = NOISE_PRESETS[preset]
+                if algo == "ppo_ewma" and ppo_ewma_decay is not None:
+                    hyperparams["ewma_decay"] = ppo_ewma_decay
                 specs.append(
                     run_spec(
                         NAME,
@@ -146,7 +128,7 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
     """Curves of each pair and the final returns (figure), final returns per algorithm and seed (table)."""
     all_panels = panels(evaluations, ["variant"])
     run_algos = {spec.algo for spec in specs}
-    pairs = [pair for pair in PAIRS if run_algos & set(pair)]  # the pairs run (cpu_noise: PPO's alone)
+    pairs = [pair for pair in PAIRS if run_algos & set(pair)]  # the pairs run (breakout_128_minibatches: PPO's alone)
     algos = [algo for pair in pairs for algo in pair]
     figure, axes = new_figure(len(all_panels), len(pairs) + 1)
     tables = []
@@ -163,7 +145,7 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
         bars.tick_params(axis="x", labelsize=7)
         bars.grid(alpha=0.3, axis="y")
         tables.append(f"### {title}\n\n{_table(frame, summary)}")
-        if any(spec.diagnostics for spec in specs):  # the pre-registered statistics (cpu_regime)
+        if any(spec.diagnostics for spec in specs):  # the pre-registered statistics (runs with diagnostics)
             tables.append(f"### {title}: EWMA minus none\n\n{differences_table(frame)}")
     figure.suptitle(PAPER_DIRECTION, fontsize=9)
     image = save_figure(figure, out_dir / f"{NAME}.png")
@@ -185,7 +167,6 @@ EXPERIMENT = Experiment(
     __doc__ or "",
     build_specs,
     report,
-    extra_presets=(*NOISE_PRESETS, "minatar5"),
 )
 
 

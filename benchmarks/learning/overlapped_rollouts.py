@@ -39,7 +39,7 @@ from benchmarks.harness.report import (
     summarize,
 )
 from benchmarks.harness.results_store import RUNS_FILE
-from benchmarks.harness.settings import SETTINGS, Scale
+from benchmarks.harness.settings import Scale, preset_runs
 
 NAME = "async_rollouts"
 AGE_10 = 10 / 11
@@ -75,37 +75,42 @@ class Task:
     network: str = "mlp"
 
 
-_MINATAR = SETTINGS["cpu"]
-TASKS: dict[str, dict[str, Task]] = {
-    "smoke": {
+def tasks_of(preset: str) -> dict[str, Task]:
+    """
+    The tasks of ``preset`` (the environments of its entry in the preset table): CartPole-v1 with rl-zoo3's entry
+    (option ``cartpole``: changes to it and ``n_envs``, default 8; option ``cartpole_scale``: its length, default the
+    entry's), every variant; MinAtar Breakout at the preset's setting, the synchronous run and both collectors.
+    """
+    setting, scale, runs = preset_runs(preset, NAME, {})
+    cartpole = dict(runs.options.get("cartpole", {}))
+    tasks = {
         "CartPole-v1": Task(
-            2, dict(ZOO_CARTPOLE, n_steps=16, batch_size=32, n_epochs=2), tuple(VARIANTS), Scale(128, 64, seeds=1)
-        )
-    },
-    "cpu": {
-        "CartPole-v1": Task(8, ZOO_CARTPOLE, tuple(VARIANTS), Scale(timesteps=2**16, eval_every=2**13, seeds=3)),
-        "MinAtar/Breakout-v1": Task(
-            _MINATAR.n_envs,
-            _MINATAR.hyperparams("ppo_ewma"),
-            ("sync", "async", "async_process"),
-            Scale(timesteps=2**20, eval_every=2**16, seeds=3),
-            network=_MINATAR.network,
+            cartpole.pop("n_envs", 8),
+            dict(ZOO_CARTPOLE, **cartpole),
+            tuple(VARIANTS),
+            runs.options.get("cartpole_scale", scale),
         ),
-    },
-}
+        "MinAtar/Breakout-v1": Task(
+            setting.n_envs,
+            setting.hyperparams("ppo_ewma"),
+            ("sync", "async", "async_process"),
+            scale,
+            network=setting.network,
+        ),
+    }
+    return {env: tasks[env] for env in setting.envs}
 
 
 def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
     """PPO_EWMA synchronous and with overlapped rollouts, for every task of the preset (or ``--envs``) and seed."""
-    if preset not in TASKS:
-        raise ValueError(f"{NAME} has the presets {tuple(TASKS)}, got {preset!r}")
-    envs = overrides.get("envs") or tuple(TASKS[preset])
-    unknown = [env for env in envs if env not in TASKS[preset]]
+    tasks = tasks_of(preset)
+    envs = overrides.get("envs") or tuple(tasks)
+    unknown = [env for env in envs if env not in tasks]
     if unknown:
-        raise ValueError(f"{NAME} --preset {preset} has the environments {tuple(TASKS[preset])}, got {unknown}")
+        raise ValueError(f"{NAME} --preset {preset} has the environments {tuple(tasks)}, got {unknown}")
     specs = []
     for env in envs:
-        task = TASKS[preset][env]
+        task = tasks[env]
         scale = task.scale.with_overrides(overrides, int(task.hyperparams["n_steps"]) * task.n_envs)
         specs += [
             RunSpec(

@@ -20,18 +20,15 @@ from benchmarks.harness import cli
 from benchmarks.harness.common import Experiment, RunSpec
 from benchmarks.harness.envs import make_env
 from benchmarks.harness.report import final_values, markdown_table
-from benchmarks.harness.settings import MINATAR_GAMES, Scale, preset_setting, run_spec
+from benchmarks.harness.settings import PILOT_SEED, preset_runs, run_spec
 
 NAME = "pilot"
-PILOT_SEED = 99
 RANDOM_EPISODES = 100
-SCALE = Scale(timesteps=2**20, eval_every=2**15, seeds=1, first_seed=PILOT_SEED)
 
 
 def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
     """SB3's PPO at the ``cpu`` setting on each game (``--envs`` replaces the five)."""
-    setting = preset_setting("cpu", {"envs": MINATAR_GAMES, **{k: v for k, v in overrides.items() if v is not None}})
-    scale = SCALE.with_overrides(overrides, setting.iteration_size)
+    setting, scale, _ = preset_runs(preset, NAME, overrides)
     return [run_spec(NAME, setting, scale, env, "ppo", seed) for env in setting.envs for seed in scale.seed_range]
 
 
@@ -83,7 +80,6 @@ EXPERIMENT = Experiment(
     __doc__ or "",
     build_specs,
     report,
-    extra_presets=("minatar5",),
 )
 
 

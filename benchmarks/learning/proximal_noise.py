@@ -1,5 +1,5 @@
 """
-The proximal policy's noise (issue 49, figure 4's mechanism): how much of the clipping anchor's movement comes from
+The proximal policy's noise (figure 4's mechanism): how much of the clipping anchor's movement comes from
 the minibatch sampling, with the recent policy as the anchor (PPO) and with the EWMA (PPO-EWMA).
 
 The paper attributes the EWMA's gain to a less noisy proximal policy (section 5.3, appendix H: the variance of
@@ -14,10 +14,11 @@ is compared, as action distributions on the rollout's states:
 - **movement**: the mean over copies of ``KL[anchor_start, anchor_a]``, the anchor's move in the iteration;
 - **noise share**: noise / movement, the part of the anchor's move that the minibatch order decides.
 
-Regimes: MinAtar Breakout, MLP [64, 64], 64 environments x 128 steps, 3 epochs (the ``ewma_comparison`` setting of
-``--preset cpu_regime``), with 8, 32 and 128 minibatches per epoch (minibatches of 1,024, 256 and 64; the EWMA's
-default center of mass is the number of minibatches). Each regime: one seed per algorithm, measured at 4 points of a
-1M-step run, 4 copies each. Writes ``results.md`` and ``runs.json`` in ``benchmarks/results/proximal_noise/<preset>``.
+Regimes: MinAtar Breakout, MLP [64, 64], 64 environments x 128 steps, 3 epochs (the ``cpu`` setting, as the
+``ewma_comparison`` runs of ``--preset breakout_preregistered``), with 8, 32 and 128 minibatches per epoch
+(minibatches of 1,024, 256 and 64; the EWMA's default center of mass is the number of minibatches). Each regime:
+one seed per algorithm, measured at 4 points of a 1M-step run, 4 copies each (the preset table's entry: its scale,
+and the options ``minibatches``, ``points``, ``replicas``). Writes ``results.md`` and ``runs.json`` in ``benchmarks/results/proximal_noise/<preset>``.
 
     python -m benchmarks.learning.proximal_noise --preset cpu
 """
@@ -41,14 +42,10 @@ from benchmarks.harness.common import RESULTS_DIR
 from benchmarks.harness.diagnostics import action_distributions, flat_observations, kl_between
 from benchmarks.harness.envs import make_env
 from benchmarks.harness.report import markdown_table
-from benchmarks.harness.settings import SETTINGS
+from benchmarks.harness.settings import preset_runs, presets_of
 from sb3_ewma import PPO_EWMA
 
 NAME = "proximal_noise"
-PRESETS: dict[str, dict[str, Any]] = {
-    "smoke": dict(setting="smoke", n_envs=4, minibatches=(2, 4), timesteps=4 * 16 * 8, points=2, replicas=3, seeds=1),
-    "cpu": dict(setting="cpu", n_envs=64, minibatches=(8, 32, 128), timesteps=2**20, points=4, replicas=4, seeds=1),
-}
 ALGOS = {"ppo": None, "ppo_ewma": "auto"}
 """The algorithms compared and their ``ewma_decay``: PPO (the recent policy as the anchor) and PPO-EWMA."""
 
@@ -95,10 +92,10 @@ def measure_point(state: bytes, buffer: Any, env: Any, replicas: int, seed: int)
     return {"noise": noise, "movement": movement, "noise_share": noise / movement if movement > 0 else float("nan")}
 
 
-def run_regime(preset: dict[str, Any], algo: str, minibatches: int, seed: int) -> dict[str, Any]:
-    """One run of ``algo`` with ``minibatches`` per epoch, measured at ``points`` evenly spaced points."""
-    setting = SETTINGS[preset["setting"]]
-    n_envs = int(preset["n_envs"])
+def run_regime(preset: str, algo: str, minibatches: int, seed: int) -> dict[str, Any]:
+    """One run of ``algo`` with ``minibatches`` per epoch, measured at the preset's ``points`` evenly spaced points."""
+    setting, scale, runs = preset_runs(preset, NAME, {})
+    n_envs = setting.n_envs
     hyperparams = setting.hyperparams("ppo_ewma", n_envs)
     n_steps = int(hyperparams["n_steps"])
     hyperparams.update(batch_size=n_steps * n_envs // minibatches, ewma_decay=ALGOS[algo])
@@ -106,13 +103,13 @@ def run_regime(preset: dict[str, Any], algo: str, minibatches: int, seed: int) -
     env = make_env(setting.envs[0], n_envs, seed)
     model = PPO_EWMA(policy, env, policy_kwargs=policy_kwargs, seed=seed, device="cpu", **hyperparams)
     iteration = n_steps * n_envs
-    stretch = max(iteration, int(preset["timesteps"]) // int(preset["points"]) // iteration * iteration)
+    stretch = max(iteration, scale.timesteps // int(runs.options["points"]) // iteration * iteration)
     keep = _KeepRollout()
     points = []
     started = time.perf_counter()
-    for _ in range(int(preset["points"])):
+    for _ in range(int(runs.options["points"])):
         model.learn(stretch, callback=keep, reset_num_timesteps=False)
-        measured = measure_point(keep.state, keep.buffer, env, int(preset["replicas"]), seed)
+        measured = measure_point(keep.state, keep.buffer, env, int(runs.options["replicas"]), seed)
         points.append({"timesteps": model.num_timesteps, **measured})
     env.close()
     return {
@@ -163,18 +160,18 @@ def report(records: Sequence[dict[str, Any]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", choices=tuple(PRESETS), default="cpu")
+    parser.add_argument("--preset", choices=presets_of(NAME), default="cpu")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
-    preset = PRESETS[args.preset]
+    _, scale, runs = preset_runs(args.preset, NAME, {})
     th.set_num_threads(1)
     out_dir = args.out / NAME / args.preset
     out_dir.mkdir(parents=True, exist_ok=True)
     records = []
-    for minibatches in preset["minibatches"]:
-        for seed in range(int(preset["seeds"])):
+    for minibatches in runs.options["minibatches"]:
+        for seed in scale.seed_range:
             for algo in ALGOS:
-                records.append(run_regime(preset, algo, minibatches, seed))
+                records.append(run_regime(args.preset, algo, minibatches, seed))
                 print(f"{algo} {minibatches} minibatches seed {seed}: {records[-1]['wall_time']} s", flush=True)
                 (out_dir / "runs.json").write_text(json.dumps(records, indent=1) + "\n")
     text = f"# The proximal policy's noise\n\n{(__doc__ or '').strip()}\n\n{report(records)}\n"

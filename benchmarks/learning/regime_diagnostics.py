@@ -1,6 +1,6 @@
 """
-Regime diagnostics (issue 49): short runs at candidate regimes, with the training diagnostics of
-:mod:`benchmarks.harness.diagnostics`, from which the regime of each long experiment (``--preset cpu_regime`` of
+Regime diagnostics: short runs at candidate regimes, with the training diagnostics of
+:mod:`benchmarks.harness.diagnostics`, from which the regime of each long experiment (``--preset breakout_preregistered`` of
 ``staleness``, ``batch_size_invariance`` and ``ewma_comparison``) was chosen before any of its runs, by what the paper's
 mechanism needs and not by returns:
 
@@ -14,16 +14,21 @@ mechanism needs and not by returns:
   and the ``cpu`` preset's 64-environment reference: ``B_simple`` against the minibatch size, the KL moved per
   environment step at each batch size.
 
-At the ``cpu_moving`` preset (the follow-up of the staleness outcome at ``cpu_regime``), only the staleness
-candidates, at that regime's iteration (64 x 256, minibatch 2,048) with larger Adam step sizes, more epochs or a
-wider clip range, for a policy that moves further per iteration: the staleness preset ``cpu_moving`` takes its clip
-range and step size from these runs by a pre-registered rule (``benchmarks/results/staleness/cpu_moving/
-preregistration.md``).
+At the ``breakout_large_steps`` preset, only the staleness candidates, at the pre-registered staleness iteration
+(64 x 256, minibatch 2,048) with larger Adam step sizes, more epochs or a wider clip range, for a policy that moves
+further per iteration: the staleness runs of ``breakout_large_steps`` take their clip range and step size from these
+runs by a pre-registered rule (``benchmarks/results/staleness/breakout_large_steps/preregistration.md``).
 
 Reported (``results.md``): per run, medians over the iterations of the first and the last half of training.
 
     python -m benchmarks.learning.regime_diagnostics --preset cpu --workers 1
-    python -m benchmarks.learning.regime_diagnostics --preset cpu_moving --workers 1
+    python -m benchmarks.learning.regime_diagnostics --preset breakout_large_steps --workers 1
+
+Options of the preset table (:data:`benchmarks.harness.settings.PRESETS`) read here: ``staleness_regimes``
+((environments, steps per environment) of an iteration), ``candidates`` (the hyperparameters each staleness candidate
+changes from the setting's, default none), ``batch_reference``, ``batch_n_envs`` and ``batch_scale`` (the
+batch-size candidates: the reference's environments, the numbers of environments, the runs' length; none without
+``batch_n_envs``) and ``large_reference`` (the environments of an extra PPG-EWMA reference run).
 """
 
 from collections.abc import Sequence
@@ -37,38 +42,12 @@ import pandas as pd
 from benchmarks.harness import cli, results_store
 from benchmarks.harness.common import Experiment, Manifest, RunSpec
 from benchmarks.harness.report import markdown_table
-from benchmarks.harness.settings import SETTINGS, Scale, run_spec
+from benchmarks.harness.settings import preset_runs, run_spec
 from benchmarks.learning.batch_size_invariance import reference_hyperparams, variant_hyperparams
 
 NAME = "regime_diagnostics"
-STALENESS_REGIMES = {"smoke": ((4, 16),), "cpu": ((16, 128), (64, 128), (64, 256)), "cpu_moving": ((64, 256),)}
-"""(environments, steps per environment) of an iteration."""
 STALENESS_CELLS = (("decoupled", 2), ("decoupled", 8), ("behavior", 2))
-CANDIDATE_CHANGES: dict[str, tuple[dict[str, Any], ...]] = {
-    "cpu_moving": (
-        {"learning_rate": 1e-3},
-        {"learning_rate": 2e-3},
-        {"learning_rate": 4e-3},
-        {"n_epochs": 6},
-        {"n_epochs": 12},
-        {"n_epochs": 12, "learning_rate": 1e-3},
-        {"clip_range": 0.3},
-        {"clip_range": 0.5},
-        {"clip_range": 0.5, "learning_rate": 2e-3},
-    )
-}
-"""The hyperparameters each staleness candidate changes from the setting's (default: none): Adam's step size
-(5e-4), the epochs (3) and the clip range (0.2), what decides how far the policy moves in an iteration."""
 _SHORT_NAMES = {"learning_rate": "lr", "n_epochs": "epochs", "clip_range": "clip"}
-BASE_SETTING = {"smoke": "smoke", "cpu": "cpu", "cpu_moving": "cpu"}
-BATCH_REFERENCE = {"smoke": 4, "cpu": 16}
-BATCH_N_ENVS = {"smoke": (4, 1), "cpu": (16, 4, 1), "cpu_moving": ()}
-SCALES = {
-    "smoke": (Scale(timesteps=512, eval_every=256, seeds=1), Scale(timesteps=256, eval_every=128, seeds=1)),
-    "cpu": (Scale(timesteps=2**19, eval_every=2**16, seeds=1), Scale(timesteps=10 * 2**15, eval_every=2**14, seeds=1)),
-    "cpu_moving": (Scale(timesteps=2**19, eval_every=2**16, seeds=1), Scale(timesteps=2**14, eval_every=2**14, seeds=1)),
-}
-"""(staleness runs, batch-size runs)."""
 SUMMARY_COLUMNS = (
     "outside_clip",
     "recent_behavior_kl",
@@ -85,15 +64,13 @@ SUMMARY_COLUMNS = (
 
 def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
     """The staleness candidates, then the batch-size candidates (one seed: they measure mechanisms, not returns)."""
-    if preset not in STALENESS_REGIMES:
-        raise ValueError(f"the regime diagnostics have the presets {sorted(STALENESS_REGIMES)}, got {preset!r}")
-    base = replace(SETTINGS[BASE_SETTING[preset]], diagnostics=True).with_overrides(overrides)
-    stale_scale, batch_scale = SCALES[preset]
+    base, _, runs = preset_runs(preset, NAME, overrides)
+    options = runs.options
     specs = []
-    for n_envs, n_steps in STALENESS_REGIMES[preset]:
+    for n_envs, n_steps in options["staleness_regimes"]:
         setting = replace(base, n_envs=n_envs, common=dict(base.common, n_steps=n_steps))
-        scale = stale_scale.with_overrides(overrides, setting.iteration_size)
-        for changes in CANDIDATE_CHANGES.get(preset, ({},)):
+        scale = runs.scale.with_overrides(overrides, setting.iteration_size)
+        for changes in options.get("candidates", ({},)):
             regime = ", ".join([f"{n_envs}x{n_steps}", *(f"{_SHORT_NAMES[key]} {value:g}" for key, value in changes.items())])
             for mode, staleness in STALENESS_CELLS:
                 hyperparams = setting.hyperparams("ppo_ewma")
@@ -105,12 +82,12 @@ def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
                         NAME, setting, scale, base.envs[0], "ppo_ewma", 0, variant=mode, hyperparams=hyperparams, labels=labels
                     )
                 )
-    if not BATCH_N_ENVS[preset]:
+    if not options.get("batch_n_envs"):
         return specs
-    setting = replace(base, n_envs=BATCH_REFERENCE[preset])
-    scale = batch_scale.with_overrides(overrides, setting.iteration_size)
+    setting = replace(base, n_envs=options["batch_reference"])
+    scale = options["batch_scale"].with_overrides(overrides, setting.iteration_size)
     reference = reference_hyperparams(setting)
-    for n_envs in BATCH_N_ENVS[preset]:
+    for n_envs in options["batch_n_envs"]:
         for variant in ("ppg_ewma", "no_lr") if n_envs != setting.n_envs else ("ppg_ewma",):
             algo, hyperparams = variant_hyperparams(reference, variant, n_envs)
             labels = {"reference": setting.n_envs}
@@ -128,9 +105,10 @@ def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
                     labels=labels,
                 )
             )
-    if preset == "cpu":  # the cpu preset's reference, 64 environments (minibatch 1024)
-        setting = replace(base, n_envs=64)
-        algo, hyperparams = variant_hyperparams(reference_hyperparams(setting), "ppg_ewma", 64)
+    large = options.get("large_reference")
+    if large:  # the reference of the cpu preset's batch size-invariance runs (64 environments: minibatch 1024)
+        setting = replace(base, n_envs=large)
+        algo, hyperparams = variant_hyperparams(reference_hyperparams(setting), "ppg_ewma", large)
         specs.append(
             run_spec(
                 NAME,
@@ -140,9 +118,9 @@ def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
                 algo,
                 0,
                 variant="ppg_ewma",
-                n_envs=64,
+                n_envs=large,
                 hyperparams=hyperparams,
-                labels={"reference": 64},
+                labels={"reference": large},
             )
         )
     return specs
@@ -233,9 +211,7 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
     )
 
 
-EXPERIMENT = Experiment(
-    NAME, "Regime diagnostics (issue 49)", __doc__ or "", build_specs, report, extra_presets=("cpu_moving",)
-)
+EXPERIMENT = Experiment(NAME, "Regime diagnostics", __doc__ or "", build_specs, report)
 
 
 def main(argv: Sequence[str] | None = None) -> Path:

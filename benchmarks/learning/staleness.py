@@ -4,35 +4,29 @@ was collected (``StalePPO_EWMA(...).set_staleness(k, mode)``), with three choice
 ``decoupled`` (the behavior policy for importance sampling, the recent policy, i.e. the policy at the start of the
 iteration, for clipping), ``behavior`` (the behavior policy for both) and ``proximal`` (the recent policy for both).
 As in the paper's figure 1 the proximal policy is the recent policy (no EWMA) and ``pi / pi_behav`` is capped at 100.
-At staleness 0 the three are the same algorithm (PPO) and share one run. At the ``cpu_regime`` preset, PPO-EWMA too
-(variant ``ewma``: the EWMA of the class default as the clipping anchor, the behavior policy for importance sampling,
-which the paper recommends for stale data), and the training diagnostics of every iteration. Reported: final return
-against staleness.
+At staleness 0 the three are the same algorithm (PPO) and share one run. Where the preset table says ``ewma``,
+PPO-EWMA too (variant ``ewma``: the EWMA of the class default as the clipping anchor, the behavior policy for
+importance sampling, which the paper recommends for stale data). Reported: final return against staleness.
 
     python -m benchmarks.learning.staleness --preset cpu                    # MinAtar Breakout, 16 envs, staleness 0-8, 3 seeds
-    python -m benchmarks.learning.staleness --preset cpu_regime --workers 1 --max-minutes 60   # issue 49; repeat until done
+    python -m benchmarks.learning.staleness --preset breakout_preregistered --workers 1 --max-minutes 60   # repeat until done
     python -m benchmarks.learning.staleness --preset gpu --max-minutes 8     # Procgen starpilot; repeat until all finished
 
-The ``cpu_moving`` preset is the follow-up of ``cpu_regime``'s outcome: the same iteration with a policy that moves
-further per iteration (clip range 0.5, Adam step size 2e-3), chosen by the pre-registered rule from the short runs of
-``python -m benchmarks.learning.regime_diagnostics --preset cpu_moving`` (``results/staleness/cpu_moving/
-preregistration.md``); the three modes, no PPO-EWMA.
+The Breakout presets (:data:`benchmarks.harness.settings.PRESETS`) share the pre-registered iteration (64
+environments x 256 steps, ``results/staleness/breakout_preregistered/preregistration.md``):
+``breakout_preregistered`` (clip range 0.2, with PPO-EWMA), ``breakout_large_steps`` (a policy that moves further
+per iteration: clip range 0.5, Adam 2e-3, chosen by a pre-registered rule from
+``python -m benchmarks.learning.regime_diagnostics --preset breakout_large_steps``) and ``breakout_clip0.3``
+(clip range 0.3); ``minatar5`` is the confirmatory replication on MinAtar's five games (``results/replication/
+minatar5/preregistration.md``): ``breakout_clip0.3``'s setting with PPO-EWMA beside the three modes, new seeds.
 
-    python -m benchmarks.learning.staleness --preset cpu_moving --workers 2 --max-minutes 60   # repeat until done
-
-The ``cpu_clip03`` preset is the regime between the two that ``cpu_moving``'s outcome named: the ``cpu_regime``
-setting with clip range 0.3 (``results/staleness/cpu_clip03/preregistration.md``).
-
-    python -m benchmarks.learning.staleness --preset cpu_clip03 --workers 2 --max-minutes 60   # repeat until done
-
-The ``minatar5`` preset is the confirmatory replication on MinAtar's five games (``results/replication/minatar5/
-preregistration.md``): ``cpu_clip03``'s setting exactly, with PPO-EWMA (decoupled) beside the three modes, new seeds.
-
+    python -m benchmarks.learning.staleness --preset breakout_clip0.3 --workers 2 --max-minutes 60   # repeat until done
     python -m benchmarks.learning.staleness --preset minatar5 --workers 1 --max-minutes 60   # repeat until done
+
+Options of the preset table read here: ``staleness`` (the levels) and ``ewma`` (whether PPO-EWMA runs too).
 """
 
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +45,7 @@ from benchmarks.harness.report import (
     save_figure,
     summarize,
 )
-from benchmarks.harness.settings import MINATAR_GAMES, REPLICATION_FIRST_SEED, Scale, preset_setting, run_spec
+from benchmarks.harness.settings import preset_runs, run_spec
 
 NAME = "staleness"
 MODES = {
@@ -60,65 +54,25 @@ MODES = {
     "proximal": "old policy = recent",
 }
 EWMA_VARIANT = {"ewma": "PPO-EWMA (decoupled: behavior for IS, EWMA for clipping)"}
-"""The variant with the EWMA on, at the presets of :data:`EWMA_PRESETS`."""
-EWMA_PRESETS = ("cpu_regime", "minatar5")
-FOLLOW_UPS: dict[str, dict[str, Any]] = {
-    "cpu_moving": {"clip_range": 0.5, "learning_rate": 2e-3},
-    "cpu_clip03": {"clip_range": 0.3},
-    "minatar5": {"clip_range": 0.3},
-}
-"""The follow-up presets of ``cpu_regime`` and what each changes from its setting (their pre-registrations' choices
-from the regime diagnostics)."""
-STALENESS = {
-    "smoke": (0, 1, 2),
-    "cpu": (0, 1, 2, 4, 8),
-    "cpu_regime": (0, 2, 8),
-    "cpu_moving": (0, 2, 8),
-    "cpu_clip03": (0, 2, 8),
-    "minatar5": (0, 2, 8),
-    "gpu": (0, 1, 2, 4, 8),
-    "paper": (0, 1, 2, 4, 8, 16, 32),
-}
-N_ENVS = {"cpu": 16, "cpu_regime": 64}
-"""Fewer environments than the shared setting at the cpu preset, for more (smaller) iterations in a short run; at
-cpu_regime the iteration of the pre-registration (``results/staleness/cpu_regime/preregistration.md``)."""
-N_STEPS = {"cpu_regime": 256}
-ENVS = {"gpu": ("procgen-starpilot-easy",)}
-"""One game at the gpu preset (its runs are long); ``--envs`` adds others."""
-SCALES = {
-    "smoke": Scale(timesteps=256, eval_every=128, seeds=1),
-    "cpu": Scale(timesteps=2**19, eval_every=2**14, seeds=3),
-    "cpu_regime": Scale(timesteps=4 * 2**20, eval_every=2**17, seeds=5),
-    "cpu_moving": Scale(timesteps=2 * 2**20, eval_every=2**16, seeds=5),
-    "cpu_clip03": Scale(timesteps=2 * 2**20, eval_every=2**16, seeds=5),
-    "minatar5": Scale(timesteps=2 * 2**20, eval_every=2**16, seeds=4, first_seed=REPLICATION_FIRST_SEED),
-    "gpu": Scale(timesteps=16 * 2**20, eval_every=2**18, seeds=2),
-    "paper": Scale(timesteps=100 * 2**20, eval_every=2**20, seeds=4),
-}
+"""The variant with the EWMA on, at the presets whose table entry says ``ewma``."""
 
 
 def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
-    """Every mode at every staleness (one shared run at staleness 0), for every seed; PPO-EWMA at every staleness at
-    the presets of :data:`EWMA_PRESETS`; at a follow-up preset (:data:`FOLLOW_UPS`) the ``cpu_regime`` setting with
-    the follow-up's changes."""
-    changes = FOLLOW_UPS.get(preset)
-    setting = preset_setting("cpu_regime" if changes is not None else preset, overrides, ENVS, N_ENVS, N_STEPS)
-    if preset == "minatar5" and overrides.get("envs") is None:
-        setting = replace(setting, envs=MINATAR_GAMES)
-    scale = SCALES[preset].with_overrides(overrides, setting.iteration_size)
+    """Every mode at every staleness level of the preset (one shared run at staleness 0), for every seed; PPO-EWMA at
+    every level where the preset's entry says ``ewma``."""
+    setting, scale, runs = preset_runs(preset, NAME, overrides)
+    with_ewma = bool(runs.options.get("ewma"))
     specs = []
     for env in setting.envs:
         for seed in scale.seed_range:
-            for staleness in STALENESS[preset]:
-                variants = [*(MODES if staleness else ["decoupled"]), *(EWMA_VARIANT if preset in EWMA_PRESETS else [])]
+            for staleness in runs.options["staleness"]:
+                variants = [*(MODES if staleness else ["decoupled"]), *(EWMA_VARIANT if with_ewma else [])]
                 for variant in variants:
                     mode = "decoupled" if variant in EWMA_VARIANT else variant
                     hyperparams = setting.hyperparams("ppo_ewma")
                     hyperparams.update(imp_samp_max=100.0, staleness=staleness, staleness_mode=mode)
                     if variant not in EWMA_VARIANT:
                         hyperparams.update(ewma_decay=None)  # the recent policy as the clipping anchor, as figure 1
-                    if changes is not None:
-                        hyperparams.update(changes)
                     aliases = tuple(other for other in MODES if other != mode) if staleness == 0 and variant in MODES else ()
                     spec = run_spec(
                         NAME,
@@ -139,7 +93,7 @@ def build_specs(preset: str, overrides: dict[str, Any]) -> list[RunSpec]:
 
 def contrasts(frame: pd.DataFrame, levels: Sequence[int]) -> list[tuple[str, tuple[str, int], tuple[str, int], bool]]:
     """
-    The contrasts of the pre-registration (``results/staleness/cpu_regime/preregistration.md``) present in
+    The contrasts of the pre-registration (``results/staleness/breakout_preregistered/preregistration.md``) present in
     ``frame``: ``(name, first cell, second cell, predicted)``, the difference being first minus second, ``predicted``
     whether the paper predicts it positive.
     """
@@ -268,7 +222,7 @@ def diagnostics_figure(diagnostics: pd.DataFrame, out_dir: Path) -> str:
 def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -> str:
     """
     Final return against staleness per mode, and the learning curves of each mode (figure and table); for runs with
-    diagnostics (the ``cpu_regime`` preset), 95% bootstrap intervals in place of standard deviations, the paper's
+    diagnostics, 95% bootstrap intervals in place of standard deviations, the paper's
     direction on the figure and a figure of the diagnostics.
     """
     with_diagnostics = any(spec.diagnostics for spec in specs)
@@ -345,7 +299,6 @@ EXPERIMENT = Experiment(
     __doc__ or "",
     build_specs,
     report,
-    extra_presets=tuple(FOLLOW_UPS),
 )
 
 

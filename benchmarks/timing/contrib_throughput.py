@@ -1,6 +1,6 @@
 """
 Wall-clock cost of the EWMA in sb3-contrib's PPO family: RecurrentPPO_EWMA against RecurrentPPO and MaskablePPO_EWMA
-against MaskablePPO, next to PPO_EWMA against SB3's PPO with the same network (the issue's target: each ratio no
+against MaskablePPO, next to PPO_EWMA against SB3's PPO with the same network (the target: each ratio no
 larger than PPO_EWMA's).
 
 Every pair is measured in one process, the six algorithms alternating (A B C D E F, B C D E F A, ...) so that a

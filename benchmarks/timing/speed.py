@@ -1,5 +1,5 @@
 """
-Side by side, in one run (issue 57, requirement 5): the wall clock of one whole ``learn(total_timesteps)`` of SB3's
+Side by side, in one run: the wall clock of one whole ``learn(total_timesteps)`` of SB3's
 PPO, PPO_EWMA eager, compiled (``compile_step=True``: each minibatch's loss and the optimizer step through
 ``torch.compile``) and compiled with the collector process (``async_rollouts="process"``), SBX's PPO (JAX, in its own
 virtualenv), and PPG_EWMA compiled and eager and PPG eager, on rl-zoo3's tuned PPO entries for CartPole-v1,
@@ -68,7 +68,7 @@ second thread or process at work); the final return, the mean return of the last
 (``ep_info_buffer``), as mean +- sample standard deviation over the seeds; and **learns**: *yes* when the mean is not
 below SB3 PPO's by more than twice the pooled sample standard deviation (``mean >= mean_SB3 - 2 sqrt((s^2 +
 s_SB3^2) / 2)``), or when it reaches the task's threshold (CartPole 475, Pendulum -400; none for the others); *n/a*
-with fewer than 2 seeds and no threshold reached. The goal of issue 57, checked per task: PPO_EWMA compiled at most
+with fewer than 2 seeds and no threshold reached. The goal, checked per task: PPO_EWMA compiled at most
 0.5x SB3 PPO's wall clock synchronously, at most 0.35x with the collector process, and ahead of SBX (each of the two
 against SBX, median of per-round ratios below 1; met when the faster of the two is ahead); PPG_EWMA compiled at most
 0.5x PPG eager (its time against SB3 PPO beside it, on PPG's own entries). All ratios are medians of per-round ratios.
@@ -301,9 +301,9 @@ def task_settings(task: Task, impl: Implementation) -> dict[str, Any]:
     """
     if task.source == "cpu_preset":
         from benchmarks.harness.envs import policy_for
-        from benchmarks.harness.settings import SETTINGS
+        from benchmarks.harness.settings import PRESETS
 
-        setting = SETTINGS["cpu"]
+        setting = PRESETS["cpu"].setting
         hyperparams = setting.hyperparams(impl.family)
         policy, policy_kwargs = policy_for(setting.network)
         hyperparams["policy_kwargs"] = {**policy_kwargs, **hyperparams.get("policy_kwargs", {})}
@@ -833,7 +833,7 @@ def write_report(rows: Sequence[dict[str, Any]], config: dict[str, Any], out_dir
         "seeds; *learns*: not below SB3 PPO's mean by more than 2 pooled sample std, or at the task's threshold; "
         "*CPU / wall*: the main process's CPU time over the wall clock of `learn`.",
         "",
-        "## Goal (issue 57)",
+        "## Goal",
         "",
     ]
     tasks = [task for task in config["tasks"] if task in summary]
@@ -1034,7 +1034,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, dict[str, Any
     rows, failures = run(config, command)
     path = write_report(rows, config, config["out_dir"], command)
     print(f"report: {path}")
-    print(path.read_text().split("## Goal (issue 57)")[1].split("### ")[0].strip())
+    print(path.read_text().split("## Goal")[1].split("### ")[0].strip())
     if failures:
         raise SystemExit(f"{len(failures)} measurement(s) failed: {', '.join(failures)} (run the command again to retry)")
     return summarize(rows)

@@ -5,8 +5,9 @@ t-test). The aggregates across games of the replication (``rliable``) are in :mo
 
 The cells of an experiment share their seeds (seed ``i`` of every cell starts from the same initial weights and
 environments), so a comparison of two cells is paired by seed: the paired bootstrap of the mean difference and the
-Wilcoxon signed-rank test. The pre-registrations of the Breakout presets named the unpaired one-sided Mann-Whitney test (appendix
-F's test, whose van Elteren form has one stratum with one environment); it is reported as they named it.
+Wilcoxon signed-rank test. The pre-registrations of the Breakout presets named the unpaired one-sided Mann-Whitney
+test (appendix F's test, whose van Elteren form has one stratum with one environment); it is reported as they named
+it.
 """
 
 import math
@@ -17,7 +18,8 @@ import numpy as np
 
 EXACT_LIMIT = 200_000
 """Up to this many assignments of the pooled samples to the two groups (``C(n + m, n)``), the Mann-Whitney p-value is
-exact (as the pre-registrations of the Breakout presets fixed it); above, the normal approximation without continuity correction."""
+exact (as the pre-registrations of the Breakout presets fixed it); above, the normal approximation without
+continuity correction."""
 
 
 def _stats() -> Any:

@@ -18,7 +18,8 @@ Regimes: MinAtar Breakout, MLP [64, 64], 64 environments x 128 steps, 3 epochs (
 ``ewma_comparison`` runs of ``--preset breakout_preregistered``), with 8, 32 and 128 minibatches per epoch
 (minibatches of 1,024, 256 and 64; the EWMA's default center of mass is the number of minibatches). Each regime:
 one seed per algorithm, measured at 4 points of a 1M-step run, 4 copies each (the preset table's entry: its scale,
-and the options ``minibatches``, ``points``, ``replicas``). Writes ``results.md`` and ``runs.json`` in ``benchmarks/results/proximal_noise/<preset>``.
+and the options ``minibatches``, ``points``, ``replicas``). Writes ``results.md`` and ``runs.json`` in
+``benchmarks/results/proximal_noise/<preset>``.
 
     python -m benchmarks.learning.proximal_noise --preset cpu
 """

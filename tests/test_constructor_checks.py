@@ -1,8 +1,9 @@
 """
 Checks of what the constructors, ``learn`` and ``predict`` pass on to SB3 unchecked (``sb3_ewma.common.checks``): each
 mistake gets a ``ValueError`` naming the argument, the value and what is allowed, where SB3 fails later with an
-unrelated message. The functions are pure; the constructors call :func:`check_constructor_arguments` on their
-arguments, ``learn`` :func:`check_callback` and ``MaskablePPO_EWMA.predict`` :func:`check_action_masks`.
+unrelated message. The functions are pure; the constructors check their arguments against the rules
+(:func:`sb3_ewma.common.rules.check_arguments`), ``learn`` :func:`check_callback` and ``MaskablePPO_EWMA.predict``
+:func:`check_action_masks`.
 
 Each test names the upstream (SB3, sb3-contrib) behavior it covers.
 """
@@ -25,13 +26,21 @@ from sb3_ewma.common.checks import (
     check_action_masks,
     check_callback,
     check_env_argument,
+    check_hyperparameters,
     check_observation_space,
-    check_policy_argument,
     check_policy_kwargs,
-    check_verbose,
     count_observations,
     warn_cuda_unavailable,
 )
+from sb3_ewma.common.rules import RULES
+
+
+def check_policy_argument(policy: object) -> None:
+    check_hyperparameters({"policy": policy}, RULES)
+
+
+def check_verbose(verbose: object) -> None:
+    check_hyperparameters({"verbose": verbose}, RULES)
 
 
 def test_policy_none() -> None:
@@ -103,18 +112,34 @@ class TextObservationEnv(gym.Env):
 @pytest.mark.parametrize(
     "space, message",
     [
-        # SB3: 'NoneType' object is not iterable, when the policy is built
+        # SB3: 'NoneType' object is not iterable, when it wraps the environment
         (spaces.Text(8), r"the observation space Text\(1, 8, .*\) \(Text\) is one no policy takes: the policies take Box"),
-        (spaces.Tuple([spaces.Discrete(2)]), r"\(Tuple\) is one no policy takes"),
-        (
-            spaces.Dict({"a": spaces.Dict({"b": spaces.Discrete(2)})}),
-            r"has entries no policy takes \('a': Dict\): a Dict's entries must be Box",
-        ),
+        (spaces.Tuple([spaces.Text(8)]), r"\(Tuple\) is one no policy takes"),
+        (spaces.Dict({"a": spaces.Text(8)}), r"has entries no policy takes \('a': Text\): a Dict's entries must be Box"),
     ],
 )
 def test_observation_space_no_policy_takes(space: spaces.Space, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         check_observation_space(space)
+
+
+@pytest.mark.parametrize(
+    "space, message",
+    [
+        (spaces.Tuple([spaces.Discrete(2)]), r"Tuple\(Discrete\(2\)\) observation space is not supported"),
+        (spaces.Dict({"a": spaces.Dict({"b": spaces.Discrete(2)})}), r"Nested observation spaces are not supported"),
+    ],
+)
+def test_observation_spaces_sb3_refuses_clearly_are_left_to_it(space: spaces.Space, message: str) -> None:
+    check_observation_space(space)
+
+    class Env(gym.Env):
+        observation_space = space
+        action_space = spaces.Discrete(2)
+
+    policy = "MultiInputPolicy" if isinstance(space, spaces.Dict) else "MlpPolicy"
+    with pytest.raises(NotImplementedError, match=message):
+        PPO_EWMA(policy, Env())
 
 
 def test_observation_spaces_the_policies_take_pass() -> None:

@@ -1,7 +1,10 @@
 """
-Checks of the settings that every algorithm of the package shares with SB3's ``PPO`` and of ``learn``'s arguments:
-each bad value raises a ``ValueError`` that names the parameter, the value and what is allowed, before anything is
-built or stepped. Settings that are legal but almost surely a mistake give a ``UserWarning`` at the caller's line.
+The checks of what the algorithms take, made before anything is built or stepped: a :class:`Rule` per parameter
+(its allowed values, and the sentence that says them), applied by :func:`check_hyperparameters` (the constructors'
+table is :data:`sb3_ewma.common.rules.RULES`), and the checks of arguments that a rule cannot say (``env``,
+``policy_kwargs``, callbacks, folders, action masks). Each bad value raises a ``ValueError`` that names the parameter,
+the value and what is allowed; a setting that is legal but almost surely a mistake gives a ``UserWarning`` at the
+caller's line. Where SB3 refuses an input with a clear message itself, it is left to SB3.
 """
 
 import math
@@ -9,9 +12,9 @@ import numbers
 import os
 import sys
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import FrameType
-from typing import Any, TypeGuard
+from typing import Any, NamedTuple, TypeGuard
 
 import numpy as np
 import stable_baselines3
@@ -76,24 +79,85 @@ def _is_number(value: object) -> TypeGuard[numbers.Real]:
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
 
 
-def check_integer(name: str, value: object, minimum: int) -> None:
-    """Raise a ``ValueError`` unless ``value`` is an integer ``>= minimum`` (``bool`` and strings are refused)."""
-    if not _is_integer(value) or value < minimum:
-        raise HyperparameterError(f"{name} must be an integer >= {minimum}, got {value!r}")
+class Rule(NamedTuple):
+    """
+    What one parameter allows: ``test(value)`` is true for the values allowed, ``allowed`` completes the sentence
+    "<name> must be ..., got <value>". A rule applies where its parameter is given and ``when(settings)`` holds; a
+    ``schedule`` rule also checks a schedule's first value (the optimizer is built with it).
+    """
+
+    name: str
+    allowed: str
+    test: Callable[[Any], bool]
+    when: Callable[[Mapping[str, Any]], bool] | None = None
+    schedule: bool = False
 
 
-def check_number(name: str, value: object, low: float, high: float = math.inf, *, low_open: bool = False) -> None:
-    """Raise a ``ValueError`` unless ``value`` is a finite number in ``[low, high]`` (``(low, high]`` if ``low_open``)."""
-    interval = f"{'(' if low_open else '['}{low:g}, {high:g}]" if high != math.inf else f"{'>' if low_open else '>='} {low:g}"
-    if not _is_number(value):
-        raise HyperparameterError(
-            f"{name} must be a finite number {'in ' if high != math.inf else ''}{interval}, got {value!r}"
-        )
-    number = float(value)
-    if number < low or number > high or (low_open and number == low):
-        raise HyperparameterError(
-            f"{name} must be a finite number {'in ' if high != math.inf else ''}{interval}, got {value!r}"
-        )
+def integer(minimum: int) -> Callable[[Any], bool]:
+    """An integer ``>= minimum`` (``bool`` and strings are not)."""
+    return lambda value: _is_integer(value) and int(value) >= minimum
+
+
+def number(low: float, high: float = math.inf, low_open: bool = False) -> Callable[[Any], bool]:
+    """A finite number in ``[low, high]`` (``(low, high]`` if ``low_open``)."""
+    return lambda value: _is_number(value) and (low < float(value) if low_open else low <= float(value)) and value <= high
+
+
+def decay(value: Any) -> bool:
+    """A number in ``[0, 1)``."""
+    return isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool) and bool(0 <= value < 1)
+
+
+def one_of(choices: tuple[Any, ...]) -> Callable[[Any], bool]:
+    return lambda value: isinstance(value, str) and value in choices
+
+
+def optional(test: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """``None``, or a value that ``test`` allows."""
+    return lambda value: value is None or test(value)
+
+
+def positive_or_schedule(value: Any) -> bool:
+    return callable(value) or (_is_number(value) and float(value) > 0)
+
+
+def truth_value(value: Any) -> bool:
+    """``True`` or ``False``; 0 and 1 too, as SB3 reads the setting as a truth value."""
+    return isinstance(value, (bool, np.bool_)) or (_is_integer(value) and value in (0, 1))
+
+
+def with_rules(base: tuple[Rule, ...], *rules: Rule) -> tuple[Rule, ...]:
+    """``base`` with the rules of each parameter of ``rules`` replaced by these (in their place), the others appended."""
+    replaced = {rule.name for rule in rules}
+    merged: list[Rule] = []
+    for rule in base:
+        if rule.name not in replaced:
+            merged.append(rule)
+        elif rule.name not in {kept.name for kept in merged}:
+            merged.extend(new for new in rules if new.name == rule.name)
+    return (*merged, *(rule for rule in rules if rule.name not in {old.name for old in base}))
+
+
+def check_hyperparameters(
+    settings: Mapping[str, Any],
+    rules: Iterable[Rule],
+    relations: Iterable[Callable[[Mapping[str, Any]], None]] = (),
+) -> None:
+    """
+    Raise a ``HyperparameterError`` naming the first setting that its rule refuses, with the value and what is
+    allowed; then the ``relations``, checks of settings together (each raises or warns itself). Parameters that
+    ``settings`` lacks are not checked.
+    """
+    for rule in rules:
+        if rule.name not in settings or (rule.when is not None and not rule.when(settings)):
+            continue
+        value = settings[rule.name]
+        if not rule.test(value):
+            raise HyperparameterError(f"{rule.name} must be {rule.allowed}, got {value!r}")
+        if rule.schedule and callable(value):
+            scheduled_value(rule.name, value, 1.0)
+    for relation in relations:
+        relation(settings)
 
 
 def scheduled_value(
@@ -119,81 +183,6 @@ def scheduled_value(
     return value
 
 
-def check_schedule(name: str, value: object, *, allow_none: bool = False, positive: bool = True) -> None:
-    """A number (``> 0`` if ``positive``, else ``>= 0``) or a schedule (a callable of the progress remaining)."""
-    if value is None and allow_none:
-        return
-    if callable(value):
-        # its first value, which the optimizer is built with (torch refuses a NaN learning rate without naming it)
-        scheduled_value(name, value, 1.0)
-        return
-    if not _is_number(value) or (float(value) <= 0 if positive else float(value) < 0):
-        allowed = ("None, " if allow_none else "") + f"a number {'> 0' if positive else '>= 0'} or a schedule"
-        raise HyperparameterError(f"{name} must be {allowed} (a function of the progress remaining), got {value!r}")
-
-
-def check_on_policy_hyperparams(
-    *,
-    learning_rate: Any,
-    n_steps: Any,
-    batch_size: Any,
-    n_epochs: Any,
-    gamma: Any,
-    gae_lambda: Any,
-    normalize_advantage: Any,
-    clip_range: Any,
-    clip_range_vf: Any,
-    ent_coef: Any,
-    vf_coef: Any,
-    max_grad_norm: Any,
-    target_kl: Any,
-    stats_window_size: Any,
-    kl_coef: Any,
-    seed: Any = None,
-    batch_size_may_be_none: bool = False,
-    min_n_epochs: int = 1,
-) -> None:
-    """
-    Raise a ``ValueError`` naming the first of SB3 PPO's settings outside its allowed range, and warn when nothing
-    limits the policy update (``clip_range=None`` with ``kl_coef=0``).
-
-    :param batch_size_may_be_none: sb3-contrib's algorithms take ``batch_size=None`` (the whole rollout)
-    :param min_n_epochs: the fewest policy epochs allowed (PPG: 0, value epochs only)
-    """
-    check_schedule("learning_rate", learning_rate)
-    check_integer("n_steps", n_steps, 1)
-    if batch_size is not None or not batch_size_may_be_none:
-        # as SB3: normalizing the advantages of a minibatch of 1 sample gives NaN (its standard deviation)
-        check_integer("batch_size", batch_size, 2 if normalize_advantage else 1)
-    check_integer("n_epochs", n_epochs, min_n_epochs)
-    check_number("gamma", gamma, 0.0, 1.0)
-    check_number("gae_lambda", gae_lambda, 0.0, 1.0)
-    # SB3 reads it as a truth value: 0 and 1 are accepted as well
-    if not (
-        isinstance(normalize_advantage, (bool, np.bool_))
-        or (_is_integer(normalize_advantage) and normalize_advantage in (0, 1))
-    ):
-        raise HyperparameterError(f"normalize_advantage must be True or False, got {normalize_advantage!r}")
-    if seed is not None:
-        check_integer("seed", seed, 0)
-    if not (clip_range is None or callable(clip_range) or (_is_number(clip_range) and float(clip_range) > 0)):
-        raise HyperparameterError(f"clip_range must be None (no clipping), a schedule or a number > 0, got {clip_range!r}")
-    check_schedule("clip_range_vf", clip_range_vf, allow_none=True)
-    if not _is_number(ent_coef):
-        raise HyperparameterError(f"ent_coef must be a finite number, got {ent_coef!r}")
-    check_number("vf_coef", vf_coef, 0.0)
-    if not (isinstance(max_grad_norm, numbers.Real) and not isinstance(max_grad_norm, bool) and float(max_grad_norm) > 0):
-        raise HyperparameterError(f"max_grad_norm must be a number > 0 (math.inf: no clipping), got {max_grad_norm!r}")
-    if target_kl is not None:
-        check_number("target_kl", target_kl, 0.0)
-    check_integer("stats_window_size", stats_window_size, 0)
-    if clip_range is None and _is_number(kl_coef) and float(kl_coef) == 0:
-        warn_at_caller(
-            "clip_range=None and kl_coef=0: nothing limits how far the policy moves from the proximal policy in an "
-            "update (the proximal policy is unused). Set clip_range (e.g. 0.2) or kl_coef > 0 (e.g. 1.0)."
-        )
-
-
 def check_constructor_settings(algorithm: type, policy: object, settings: Mapping[str, Any]) -> None:
     """
     The checks that ``algorithm``'s constructor makes of ``settings``, and nothing else: the constructor is called
@@ -215,49 +204,54 @@ def check_constructor_settings(algorithm: type, policy: object, settings: Mappin
     algorithm(policy, None, _init_setup_model=False, **{**quiet, **settings})
 
 
+LEARN_RULES = (
+    # SB3 trains while num_timesteps is below it: 1e5 and 100.5 train, 0 or less trains nothing, infinity never ends
+    Rule("total_timesteps", "a finite number of environment steps", lambda value: _is_integer(value) or _is_number(value)),
+    # SB3 logs when iteration % log_interval == 0: 0 divides by zero at the first log
+    Rule(
+        "log_interval",
+        "None (no logs) or an integer other than 0 (log every log_interval iterations; SB3 reads -n as n)",
+        optional(lambda value: _is_integer(value) and value != 0),
+    ),
+)
+
+
 def check_learn_arguments(total_timesteps: Any, log_interval: Any) -> None:
-    """
-    ``learn``'s ``total_timesteps`` (a finite number, as SB3 takes it: it trains while ``num_timesteps`` is below it,
-    so ``1e5`` and ``100.5`` train and 0 or less trains nothing; NaN would train nothing and infinity never end) and
-    ``log_interval`` (None or an integer other than 0: SB3 logs when ``iteration % log_interval == 0``, so a negative one
-    logs every ``-log_interval`` iterations, and 0 divides by zero at the first log).
-    """
-    if not (_is_integer(total_timesteps) or _is_number(total_timesteps)):
-        raise HyperparameterError(f"total_timesteps must be a finite number of environment steps, got {total_timesteps!r}")
-    if log_interval is not None and (not _is_integer(log_interval) or log_interval == 0):
-        raise HyperparameterError(
-            f"log_interval must be None (no logs) or an integer other than 0 (log every log_interval iterations; SB3 "
-            f"reads -n as n), got {log_interval!r}"
-        )
+    """``learn``'s ``total_timesteps`` and ``log_interval`` (:data:`LEARN_RULES`)."""
+    check_hyperparameters({"total_timesteps": total_timesteps, "log_interval": log_interval}, LEARN_RULES)
 
 
-# The constructors' arguments that SB3 passes on unchecked (wired by the algorithms' constructors: see
-# check_constructor_arguments), and what the policies, learn and predict take.
+def _is_policy(policy: object) -> bool:
+    from stable_baselines3.common.policies import BasePolicy
 
-VERBOSE_LEVELS = "0 (no output), 1 (info) or 2 (debug)"
+    return isinstance(policy, str) or (isinstance(policy, type) and issubclass(policy, BasePolicy))
+
+
+# The constructors' arguments that SB3 passes on unchecked, and what the policies, learn and predict take.
+ARGUMENT_RULES = (
+    Rule(
+        "policy",
+        "a policy's name ('MlpPolicy', 'CnnPolicy', 'MultiInputPolicy', ...) or a policy class (a subclass of "
+        "stable_baselines3's BasePolicy)",
+        _is_policy,
+    ),
+    # True and False read as 1 and 0, as in SB3
+    Rule(
+        "verbose",
+        "0 (no output), 1 (info) or 2 (debug)",
+        lambda value: isinstance(value, (bool, np.bool_)) or integer(0)(value),
+    ),
+)
 NET_ARCH_FORMS = (
     "a list of layer sizes for both networks (net_arch=[64, 64]), dict(pi=[...], vf=[...]) for separate ones, [] or None "
     "(or SB3's deprecated [dict(pi=[...], vf=[...])])"
 )
-OBSERVATION_SPACES = "Box, Discrete, MultiDiscrete, MultiBinary, or a Dict of these (with a MultiInput policy)"
 POLICY_CLASS_KEYWORDS = {
     "activation_fn": "torch.nn.Tanh (nn.Tanh in an rl-zoo3 policy_kwargs string)",
     "optimizer_class": "torch.optim.Adam",
     "features_extractor_class": "stable_baselines3.common.torch_layers.NatureCNN",
 }
 """Keywords of SB3's policies that take a class (called when the policy is built: a name fails there, unnamed)."""
-
-
-def check_policy_argument(policy: object) -> None:
-    """``policy``: a policy's name (``"MlpPolicy"``, ...) or a policy class (a ``BasePolicy`` subclass)."""
-    from stable_baselines3.common.policies import BasePolicy
-
-    if isinstance(policy, str) or (isinstance(policy, type) and issubclass(policy, BasePolicy)):
-        return
-    raise HyperparameterError(
-        f"policy must be a policy's name ('MlpPolicy', 'CnnPolicy', 'MultiInputPolicy', ...) or a policy class (a "
-        f"subclass of stable_baselines3's BasePolicy), got {policy!r}"
-    )
 
 
 def check_env_argument(env: object, init_setup_model: bool = True) -> None:
@@ -281,13 +275,6 @@ def check_env_argument(env: object, init_setup_model: bool = True) -> None:
     if all(hasattr(env, name) for name in ("observation_space", "action_space", "step", "reset")):
         return  # an environment of another API (the old gym's): SB3 converts it itself
     raise HyperparameterError(f"env must be a gymnasium environment, a VecEnv or a registered id ('CartPole-v1'), got {env!r}")
-
-
-def check_verbose(verbose: object) -> None:
-    """``verbose``: ``0``, ``1`` or ``2`` (an integer >= 0; ``True`` and ``False`` read as 1 and 0, as in SB3)."""
-    if isinstance(verbose, (bool, np.bool_)) or (_is_integer(verbose) and int(verbose) >= 0):
-        return
-    raise HyperparameterError(f"verbose must be {VERBOSE_LEVELS}, got {verbose!r}")
 
 
 def _is_layer_sizes(value: object) -> bool:
@@ -335,33 +322,31 @@ def check_policy_kwargs(policy_kwargs: object) -> None:
 
 def check_observation_space(observation_space: object) -> None:
     """
-    An observation space that SB3's policies take (:data:`OBSERVATION_SPACES`); ``Text``, ``Graph``, ``Sequence``,
-    ``Tuple`` and nested ``Dict`` spaces otherwise fail when the policy is built (``Text``: "'NoneType' object is not
-    iterable"). ``None`` (a model being loaded, before its environment) passes.
+    An observation space that SB3 can store: ``Text``, ``Graph`` and ``Sequence`` spaces (alone, or inside a ``Dict``
+    or ``Tuple``) otherwise fail when SB3 wraps the environment ("'NoneType' object is not iterable"). The other spaces
+    no policy takes (``Tuple``, a nested ``Dict``) SB3 refuses itself, naming the space. ``None`` (a model being loaded,
+    before its environment) passes.
     """
     from gymnasium import spaces
 
-    if observation_space is None:
-        return
-    flat = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
-    if isinstance(observation_space, flat):
-        return
-    if isinstance(observation_space, spaces.Dict):
-        nested = [
-            f"{key!r}: {type(space).__name__}"
-            for key, space in observation_space.spaces.items()
-            if not isinstance(space, flat)
-        ]
-        if not nested:
-            return
+    shapeless = (spaces.Text, spaces.Graph, spaces.Sequence)
+    if isinstance(observation_space, shapeless) or (
+        isinstance(observation_space, spaces.Tuple) and any(isinstance(space, shapeless) for space in observation_space)
+    ):
         raise UnsupportedSpaceError(
-            f"the observation space {observation_space} has entries no policy takes ({', '.join(nested)}): a "
-            f"Dict's entries must be Box, Discrete, MultiDiscrete or MultiBinary (flatten or wrap the others)"
+            f"the observation space {observation_space} ({type(observation_space).__name__}) is one no policy takes: the "
+            "policies take Box, Discrete, MultiDiscrete, MultiBinary, or a Dict of these (with a MultiInput policy); "
+            "convert the observations with a gymnasium ObservationWrapper"
         )
-    raise UnsupportedSpaceError(
-        f"the observation space {observation_space} ({type(observation_space).__name__}) is one no policy takes: the "
-        f"policies take {OBSERVATION_SPACES}; convert the observations with a gymnasium ObservationWrapper"
-    )
+    if isinstance(observation_space, spaces.Dict):
+        entries = [
+            f"{key!r}: {type(space).__name__}" for key, space in observation_space.items() if isinstance(space, shapeless)
+        ]
+        if entries:
+            raise UnsupportedSpaceError(
+                f"the observation space {observation_space} has entries no policy takes ({', '.join(entries)}): a "
+                f"Dict's entries must be Box, Discrete, MultiDiscrete or MultiBinary (flatten or wrap the others)"
+            )
 
 
 def check_callback(callback: object) -> None:
@@ -551,23 +536,3 @@ def warn_cuda_unavailable(device: object) -> None:
         return
     _CUDA_FALLBACK_WARNED = True
     warn_at_caller(f"device={device!r}: no CUDA GPU is available here, so the model trains on the CPU (SB3's fallback)")
-
-
-def check_constructor_arguments(
-    *, policy: object, env: object, verbose: object = 1, policy_kwargs: object = None, device: object = "auto",
-    _init_setup_model: bool = True,
-) -> None:  # fmt: skip
-    """
-    The arguments of every constructor that SB3 passes on unchecked, before anything is built: ``policy``
-    (:func:`check_policy_argument`), ``env`` (:func:`check_env_argument`; and its observation space when it is an
-    environment, :func:`check_observation_space`), ``verbose`` (:func:`check_verbose`), ``policy_kwargs``
-    (:func:`check_policy_kwargs`), and a warning for ``device="cuda"`` without a GPU (:func:`warn_cuda_unavailable`).
-    Every constructor calls it first.
-    """
-    check_policy_argument(policy)
-    check_env_argument(env, init_setup_model=_init_setup_model)
-    if env is not None and not isinstance(env, str):
-        check_observation_space(getattr(env, "observation_space", None))
-    check_verbose(verbose)
-    check_policy_kwargs(policy_kwargs)
-    warn_cuda_unavailable(device)

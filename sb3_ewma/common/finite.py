@@ -15,7 +15,7 @@ import numpy as np
 import torch as th
 
 from sb3_ewma.common.checks import NonFiniteError
-from sb3_ewma.common.checks import scheduled_value as scheduled_value  # beside check_schedule, which uses it
+from sb3_ewma.common.checks import scheduled_value as scheduled_value  # beside the rules, which use it
 
 
 def first_non_finite(array: np.ndarray) -> tuple[int, ...] | None:

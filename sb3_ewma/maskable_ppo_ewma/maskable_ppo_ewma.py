@@ -13,20 +13,14 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.vec_env import VecEnv
 
-from sb3_ewma.common.checks import (
-    check_action_masks,
-    check_constructor_arguments,
-    check_on_policy_hyperparams,
-    count_observations,
-    warn_at_caller,
-)
+from sb3_ewma.common.checks import check_action_masks, count_observations, warn_at_caller
 from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
-from sb3_ewma.common.decoupled.options import check_decoupled_options
 from sb3_ewma.common.distributed import rank_local_settings
 from sb3_ewma.common.distributions import policy_latents
 from sb3_ewma.common.export import to_parent_algorithm
 from sb3_ewma.common.finite import check_finite_prediction_input
 from sb3_ewma.common.keywords import check_policy_keywords
+from sb3_ewma.common.rules import CONTRIB_RULES, check_arguments
 from sb3_ewma.maskable_ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
 SelfMaskablePPO_EWMA = TypeVar("SelfMaskablePPO_EWMA", bound="MaskablePPO_EWMA")
@@ -167,49 +161,7 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
         _init_setup_model: bool = True,
     ) -> None:
         # checked before anything is built: no environment is made for bad input
-        check_on_policy_hyperparams(
-            learning_rate=learning_rate,
-            n_steps=n_steps,
-            batch_size=batch_size,
-            n_epochs=n_epochs,
-            gamma=gamma,
-            gae_lambda=gae_lambda,
-            normalize_advantage=normalize_advantage,
-            clip_range=clip_range,
-            clip_range_vf=clip_range_vf,
-            ent_coef=ent_coef,
-            vf_coef=vf_coef,
-            max_grad_norm=max_grad_norm,
-            target_kl=target_kl,
-            stats_window_size=stats_window_size,
-            kl_coef=kl_coef,
-            seed=seed,
-            batch_size_may_be_none=True,
-        )
-        check_decoupled_options(
-            ewma_decay=ewma_decay,
-            kl_coef=kl_coef,
-            kl_estimator=kl_estimator,
-            imp_samp_max=imp_samp_max,
-            normalize_advantage=normalize_advantage,
-            advantage_normalization=advantage_normalization,
-            advantage_ewma_decay=advantage_ewma_decay,
-            minibatch_sampling=minibatch_sampling,
-            log_gradient_noise_scale=log_gradient_noise_scale,
-            distributed=distributed,
-            async_rollouts=async_rollouts,
-            compile_step=compile_step,
-            batch_size=batch_size,
-            n_steps=n_steps,
-        )
-        check_constructor_arguments(
-            policy=policy,
-            env=env,
-            verbose=verbose,
-            policy_kwargs=policy_kwargs,
-            device=device,
-            _init_setup_model=_init_setup_model,
-        )
+        check_arguments(locals(), CONTRIB_RULES)
         check_policy_keywords(MaskablePPO_EWMA, policy, policy_kwargs)
         # ranks other than 0 print nothing; each rank on its own GPU
         verbose, device = rank_local_settings(distributed, verbose, device)

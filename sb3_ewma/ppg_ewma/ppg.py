@@ -16,19 +16,19 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from stable_baselines3.common.utils import FloatSchedule, update_learning_rate
 from stable_baselines3.common.vec_env import VecEnv
 
-from sb3_ewma.common.checks import HyperparameterError, check_constructor_arguments, check_on_policy_hyperparams
+from sb3_ewma.common.checks import HyperparameterError
 from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
 from sb3_ewma.common.decoupled.objective import mean_of
-from sb3_ewma.common.decoupled.options import check_decoupled_options
 from sb3_ewma.common.decoupled.proximal import is_loading_from_file
 from sb3_ewma.common.distributed import rank_local_settings
 from sb3_ewma.common.finite import scheduled_value
 from sb3_ewma.common.format import human_bytes
 from sb3_ewma.common.keywords import check_policy_keywords
+from sb3_ewma.common.rules import check_arguments
 from sb3_ewma.common.saved_files import saved_model_name
 from sb3_ewma.ppg_ewma.auxiliary import auxiliary_losses, compute_old_policy
 from sb3_ewma.ppg_ewma.buffers import AuxiliaryBuffer
-from sb3_ewma.ppg_ewma.checks import aux_batch_size_problem, check_ppg_hyperparams
+from sb3_ewma.ppg_ewma.checks import PPG_RELATIONS, PPG_RULES, aux_batch_size_problem
 from sb3_ewma.ppg_ewma.export import ppg_to_sb3_ppo
 from sb3_ewma.ppg_ewma.policies import (
     CnnPolicy,
@@ -197,65 +197,7 @@ class PPG(DecoupledAlgorithm):
         _init_setup_model: bool = True,
     ) -> None:
         # checked before anything is built: no environment is made for bad input
-        check_on_policy_hyperparams(
-            learning_rate=learning_rate,
-            n_steps=n_steps,
-            batch_size=batch_size,
-            n_epochs=n_epochs,
-            gamma=gamma,
-            gae_lambda=gae_lambda,
-            normalize_advantage=normalize_advantage,
-            clip_range=clip_range,
-            clip_range_vf=clip_range_vf,
-            ent_coef=ent_coef,
-            vf_coef=vf_coef,
-            max_grad_norm=max_grad_norm,
-            target_kl=target_kl,
-            stats_window_size=stats_window_size,
-            kl_coef=kl_coef,
-            seed=seed,
-            min_n_epochs=0,
-        )
-        check_decoupled_options(
-            ewma_decay=None,
-            kl_coef=kl_coef,
-            kl_estimator=kl_estimator,
-            imp_samp_max=imp_samp_max,
-            normalize_advantage=normalize_advantage,
-            advantage_normalization=advantage_normalization,
-            advantage_ewma_decay=advantage_ewma_decay,
-            minibatch_sampling=minibatch_sampling,
-            log_gradient_noise_scale=log_gradient_noise_scale,
-            distributed=distributed,
-            async_rollouts=async_rollouts,
-            compile_step=compile_step,
-            batch_size=batch_size,
-            n_steps=n_steps,
-        )
-        check_ppg_hyperparams(
-            n_steps=n_steps,
-            batch_size=batch_size,
-            n_value_epochs=n_value_epochs,
-            n_policy_iterations=n_policy_iterations,
-            n_aux_epochs=n_aux_epochs,
-            beta_clone=beta_clone,
-            arch=arch,
-            aux_learning_rate=aux_learning_rate,
-            aux_batch_size=aux_batch_size,
-            aux_micro_batch_size=aux_micro_batch_size,
-            aux_optimizer_kwargs=aux_optimizer_kwargs,
-            minibatch_sampling=minibatch_sampling,
-            aux_minibatch_sampling=aux_minibatch_sampling,
-            policy_kwargs=policy_kwargs,
-        )
-        check_constructor_arguments(
-            policy=policy,
-            env=env,
-            verbose=verbose,
-            policy_kwargs=policy_kwargs,
-            device=device,
-            _init_setup_model=_init_setup_model,
-        )
+        check_arguments(locals(), PPG_RULES, PPG_RELATIONS)
         # SB3's PPO policy classes as PPG's of the same kind: a script written for PPO runs unchanged
         policy = ppg_policy_class(policy)
         check_policy_keywords(type(self), policy, policy_kwargs)

@@ -7,7 +7,8 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
-from sb3_ewma.common.decoupled.options import check_ewma_decay
+from sb3_ewma.common.checks import check_hyperparameters
+from sb3_ewma.common.rules import RULES
 from sb3_ewma.ppg_ewma.ppg import PPG
 
 
@@ -157,7 +158,7 @@ class PPG_EWMA(PPG):
         compile_step: bool | str = "auto",
         _init_setup_model: bool = True,
     ) -> None:
-        check_ewma_decay(ewma_decay)
+        check_hyperparameters({"ewma_decay": ewma_decay}, RULES)
         super().__init__(
             policy,
             env,

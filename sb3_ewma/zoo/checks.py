@@ -18,7 +18,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium import spaces
 
-from sb3_ewma.common.checks import check_constructor_settings
+from sb3_ewma.common.checks import Rule, check_constructor_settings, check_hyperparameters, integer, number, optional
 from sb3_ewma.common.keywords import constructor_keywords, unknown_keyword_message
 from sb3_ewma.scale.zoo_entry import ZOO_ENTRY_KEYS, read_hyperparameter_file, schedule_start
 
@@ -333,31 +333,33 @@ def entry_origin(algo: str, scale_n_envs: int | None = None) -> str:
     return f"-params or the hyperparameter entry of --algo {algo}{rescaled}"
 
 
+ENTRY_RULES = (
+    # rl-zoo3 passes it to make_vec_env: 0 fails with DummyVecEnv's IndexError after the run folder exists
+    Rule("n_envs", "an integer >= 1", integer(1)),
+    # SB3's VecFrameStack asserts it without a message
+    Rule("frame_stack", "an integer >= 1", optional(integer(1))),
+    # what learn gets without -n (rl-zoo3 reads it with int(): 1e5 is its usual form)
+    Rule("n_timesteps", "a finite number >= 0", number(0)),
+)
+"""The rules of the entry's own counts (rl-zoo3's keys, not the constructor's)."""
+
+
 def check_entry_counts(
     algo: str, hyperparams: dict[str, Any], scale_n_envs: int | None = None, n_timesteps_flag: int = -1
 ) -> None:
     """
-    Raise a ``ValueError`` for an entry's count (after ``-params``) that cannot work, with
-    :func:`sb3_ewma.common.checks.check_integer`'s and :func:`~sb3_ewma.common.checks.check_number`'s messages:
-    ``n_envs`` below 1 (rl-zoo3 passes it to ``make_vec_env``: 0 fails with DummyVecEnv's ``IndexError`` after the run
-    folder exists), ``frame_stack`` below 1 (SB3's ``VecFrameStack`` asserts it without a message) and a negative
-    ``n_timesteps`` (what ``learn`` gets without ``-n``: ``learn`` refuses it after the run folder exists), or none
-    without ``-n`` (rl-zoo3's ``KeyError: 'n_timesteps'``). Another missing key is rl-zoo3's default.
+    Raise a ``ValueError`` for an entry's count (after ``-params``) outside :data:`ENTRY_RULES`, or an entry without
+    ``n_timesteps`` and without ``-n`` (rl-zoo3's ``KeyError: 'n_timesteps'``). Another missing key is rl-zoo3's
+    default.
 
     :param algo: the rl-zoo3 name (``--algo``)
     :param hyperparams: the entry, with rl-zoo3's keys
     :param scale_n_envs: ``--scale-n-envs``, when the entry was rescaled
     :param n_timesteps_flag: ``-n``: above 0 it replaces the entry's ``n_timesteps``, which is then not checked
     """
-    from sb3_ewma.common.checks import check_integer, check_number
-
+    counts = {key: value for key, value in hyperparams.items() if key != "n_timesteps" or n_timesteps_flag <= 0}
     try:
-        for key in ("n_envs", "frame_stack"):
-            if key in hyperparams and not (key == "frame_stack" and hyperparams[key] is None):
-                check_integer(key, hyperparams[key], 1)
-        if "n_timesteps" in hyperparams and n_timesteps_flag <= 0:
-            # rl-zoo3 reads it with int(): a float such as 1e5 is its usual form
-            check_number("n_timesteps", hyperparams["n_timesteps"], 0.0)
+        check_hyperparameters(counts, ENTRY_RULES)
     except ValueError as error:
         raise ValueError(f"{error} ({entry_origin(algo, scale_n_envs)}; nothing was written)") from None
     if "n_timesteps" not in hyperparams and n_timesteps_flag <= 0:

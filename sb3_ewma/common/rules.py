@@ -1,0 +1,162 @@
+"""
+What the constructors of the package's algorithms allow, as a table: a :class:`~sb3_ewma.common.checks.Rule` per
+argument (SB3's ``PPO``'s, then the decoupled options), and the checks of arguments together. Each constructor checks
+its arguments with :func:`check_arguments` before anything is built; ``load``'s keyword arguments and the command
+line's hyperparameter entries are checked by the constructor too
+(:func:`~sb3_ewma.common.checks.check_constructor_settings`), so each allowed range is written once, here.
+"""
+
+import math
+import numbers
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from sb3_ewma.common.checks import (
+    ARGUMENT_RULES,
+    HyperparameterError,
+    Rule,
+    check_env_argument,
+    check_hyperparameters,
+    check_observation_space,
+    check_policy_kwargs,
+    decay,
+    integer,
+    number,
+    one_of,
+    optional,
+    positive_or_schedule,
+    truth_value,
+    warn_at_caller,
+    warn_cuda_unavailable,
+    with_rules,
+)
+from sb3_ewma.common.collection.overlap import check_async_rollouts
+from sb3_ewma.common.distributed.process_group import check_distributed_argument
+from sb3_ewma.common.ewma_age import EWMA_DECAY_NAMES
+from sb3_ewma.common.minibatches import MINIBATCH_SAMPLINGS, check_minibatch_sampling
+
+KL_ESTIMATORS = ("sample", "exact")
+ADVANTAGE_NORMALIZATIONS = ("minibatch", "ewma")
+SCHEDULE = "a number > 0 or a schedule (a function of the progress remaining)"
+
+
+def _normalizes(settings: Mapping[str, Any]) -> bool:
+    return bool(settings.get("normalize_advantage", True))
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("learning_rate", SCHEDULE, positive_or_schedule, schedule=True),
+    Rule("n_steps", "an integer >= 1", integer(1)),
+    # as SB3: normalizing the advantages of a minibatch of 1 sample gives NaN (its standard deviation)
+    Rule("batch_size", "an integer >= 2", integer(2), when=_normalizes),
+    Rule("batch_size", "an integer >= 1", integer(1)),
+    Rule("n_epochs", "an integer >= 1", integer(1)),
+    Rule("gamma", "a finite number in [0, 1]", number(0, 1)),
+    Rule("gae_lambda", "a finite number in [0, 1]", number(0, 1)),
+    Rule("normalize_advantage", "True or False", truth_value),
+    Rule("seed", "an integer >= 0", optional(integer(0))),
+    Rule("clip_range", "None (no clipping), a schedule or a number > 0", optional(positive_or_schedule)),
+    Rule("clip_range_vf", f"None, {SCHEDULE}", optional(positive_or_schedule), schedule=True),
+    Rule("ent_coef", "a finite number", number(-math.inf)),
+    Rule("vf_coef", "a finite number >= 0", number(0)),
+    Rule(
+        "max_grad_norm",
+        "a number > 0 (math.inf: no clipping)",
+        lambda value: isinstance(value, numbers.Real) and not isinstance(value, bool) and float(value) > 0,
+    ),
+    Rule("target_kl", "a finite number >= 0", optional(number(0))),
+    Rule("stats_window_size", "an integer >= 0", integer(0)),
+    *ARGUMENT_RULES,
+    # the decoupled options
+    Rule(
+        "ewma_decay",
+        f"a number in [0, 1), None or one of {EWMA_DECAY_NAMES}",
+        lambda value: not isinstance(value, str) or value in EWMA_DECAY_NAMES,
+    ),
+    Rule("ewma_decay", "a number in [0, 1)", lambda value: value is None or isinstance(value, str) or decay(value)),
+    Rule("kl_coef", "a finite number >= 0", number(0)),
+    Rule("kl_estimator", f"one of {KL_ESTIMATORS}", one_of(KL_ESTIMATORS)),
+    Rule(
+        "imp_samp_max",
+        "0 (no cap) or a number > 1",
+        lambda value: isinstance(value, (int, float)) and (value == 0 or value > 1),
+    ),
+    Rule("advantage_normalization", f"one of {ADVANTAGE_NORMALIZATIONS}", one_of(ADVANTAGE_NORMALIZATIONS)),
+    Rule("advantage_ewma_decay", "a number in [0, 1)", decay),
+    Rule("minibatch_sampling", f"one of {MINIBATCH_SAMPLINGS}", one_of(MINIBATCH_SAMPLINGS)),
+    Rule("log_gradient_noise_scale", "True or False", lambda value: isinstance(value, bool)),
+    Rule("compile_step", "True, False or 'auto'", lambda value: isinstance(value, bool) or value == "auto"),
+)
+"""The rules of every algorithm's constructor arguments (a rule whose argument a constructor lacks is not applied)."""
+
+# sb3-contrib's algorithms take batch_size=None: one minibatch of the whole rollout
+CONTRIB_RULES = with_rules(
+    RULES,
+    Rule("batch_size", "an integer >= 2", optional(integer(2)), when=_normalizes),
+    Rule("batch_size", "an integer >= 1", optional(integer(1))),
+)
+
+
+def _minibatch_sampling_fits(settings: Mapping[str, Any]) -> None:
+    if {"minibatch_sampling", "batch_size", "n_steps"} <= settings.keys():
+        check_minibatch_sampling(
+            "minibatch_sampling", settings["minibatch_sampling"], "batch_size", settings["batch_size"], settings["n_steps"]
+        )
+
+
+def _ewma_normalization_normalizes(settings: Mapping[str, Any]) -> None:
+    if settings.get("advantage_normalization") == "ewma" and not _normalizes(settings):
+        raise HyperparameterError("advantage_normalization='ewma' needs normalize_advantage=True")
+
+
+def _checked_by_their_owners(settings: Mapping[str, Any]) -> None:
+    # the options of data-parallel training and overlapped rollouts: their modules say what they allow
+    for name, check in (("distributed", check_distributed_argument), ("async_rollouts", check_async_rollouts)):
+        if name in settings:
+            check(settings[name])
+
+
+def _warn_unlimited_update(settings: Mapping[str, Any]) -> None:
+    if "clip_range" in settings and settings["clip_range"] is None and number(0, 0)(settings.get("kl_coef")):
+        warn_at_caller(
+            "clip_range=None and kl_coef=0: nothing limits how far the policy moves from the proximal policy in an "
+            "update (the proximal policy is unused). Set clip_range (e.g. 0.2) or kl_coef > 0 (e.g. 1.0)."
+        )
+
+
+def _warn_unused_advantage_decay(settings: Mapping[str, Any]) -> None:
+    decay_given = settings.get("advantage_ewma_decay", 0)
+    if settings.get("advantage_normalization") == "minibatch" and decay_given != 0:
+        warn_at_caller(
+            f"advantage_ewma_decay={decay_given!r} has no effect with advantage_normalization='minibatch' "
+            "(each minibatch's own statistics): set advantage_normalization='ewma' to use it"
+        )
+
+
+RELATIONS: tuple[Callable[[Mapping[str, Any]], None], ...] = (
+    _minibatch_sampling_fits,
+    _ewma_normalization_normalizes,
+    _checked_by_their_owners,
+    _warn_unlimited_update,
+    _warn_unused_advantage_decay,
+)
+"""The checks of arguments together (each raises or warns itself), after the rules."""
+
+
+def check_arguments(
+    arguments: Mapping[str, Any],
+    rules: tuple[Rule, ...] = RULES,
+    relations: tuple[Callable[[Mapping[str, Any]], None], ...] = RELATIONS,
+) -> None:
+    """
+    A constructor's checks, before anything is built: its arguments (``locals()`` at its first line) against
+    ``rules`` and ``relations``, then ``env`` and its observation space, ``policy_kwargs``, and a warning for
+    ``device="cuda"`` without a GPU.
+    """
+    check_hyperparameters(arguments, rules, relations)
+    env = arguments["env"]
+    check_env_argument(env, arguments.get("_init_setup_model", True))
+    if env is not None and not isinstance(env, str):
+        check_observation_space(getattr(env, "observation_space", None))
+    check_policy_kwargs(arguments.get("policy_kwargs"))
+    warn_cuda_unavailable(arguments.get("device", "auto"))

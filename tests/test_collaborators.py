@@ -219,5 +219,6 @@ def test_ranks_must_agree_on_staleness_when_learn_starts():
     model = StalePPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL).set_staleness(2, "behavior")
     model.data_parallel = data_parallel
     model._setup_learn(64)
-    assert checked[0] == {"staleness": 2, "staleness_mode": "behavior"}  # StalePPO_EWMA's, then the budget
+    assert checked[0] == {"staleness": 2, "staleness_mode": "behavior"}  # StalePPO_EWMA's
+    data_parallel.start_learn(model, 64, None, False)  # learn's, before SB3's _setup_learn: the budget
     assert checked[1]["total_timesteps (learn)"] == 64

@@ -19,7 +19,7 @@ from torch._dynamo.utils import counters
 from sb3_ewma import PPG_EWMA, PPO_EWMA
 from sb3_ewma.common.decoupled import step as step_module
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
-from sb3_ewma.common.decoupled.step import AUTO_MIN_OPTIMIZER_STEPS, CompiledStep, minibatch_loss
+from sb3_ewma.common.decoupled.step import AUTO_MIN_OPTIMIZER_STEPS, CompiledStep, auxiliary_loss, minibatch_loss
 from sb3_ewma.common.losses import clipped_values, log_clip_bounds
 
 needs_compiler = pytest.mark.skipif(
@@ -183,6 +183,52 @@ def test_ppg_policy_phase_and_optimizers_compile():
     assert model.compiled_step.verified
     assert len(model.compiled_step._steps) == 2  # the policy and auxiliary optimizers
     assert any(not th.equal(a, b) for a, b in zip(before, model.policy.parameters()))
+
+
+def auxiliary_rows(env_id: str) -> tuple[PPG_EWMA, np.ndarray]:
+    """A PPG_EWMA whose auxiliary buffer holds two rollouts and pi_old, its policy moved since, and 48 rows of it."""
+    from sb3_ewma.ppg_ewma.auxiliary import compute_old_policy
+
+    model = PPG_EWMA("MlpPolicy", make_vec_env(env_id, n_envs=4, seed=0), n_steps=32, batch_size=64, seed=0,
+                     n_policy_iterations=2, n_aux_epochs=1, compile_step=False)  # fmt: skip
+    model.learn(256)  # the last iteration's rollout stays in the auxiliary buffer
+    compute_old_policy(model.policy, model.aux_buffer, 64)
+    with th.no_grad():  # the policy moves away from pi_old: the cloning KL is not 0
+        for parameter in model.policy.parameters():
+            parameter.add_(0.05 * th.randn_like(parameter))
+    return model, np.arange(48)
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_the_auxiliary_function_is_the_eager_auxiliary_loss(env_id):
+    """auxiliary_loss (no distribution objects) computes PPG's auxiliary losses and their gradients."""
+    from sb3_ewma.ppg_ewma.auxiliary import auxiliary_losses
+
+    model, rows = auxiliary_rows(env_id)
+    buffer = model.aux_buffer
+    expected = auxiliary_losses(model.policy, buffer, rows, model.beta_clone)
+    expected_gradients = gradients(model, expected[-1])
+    terms = auxiliary_loss(model.policy, buffer.observations(rows), buffer.value_targets(rows), buffer.old_policy(rows),
+                           model.beta_clone)  # fmt: skip
+    assert terms[1] > 1e-4  # the cloning KL is exercised
+    for value, reference in zip(terms, expected, strict=True):
+        th.testing.assert_close(value, reference, rtol=1e-5, atol=1e-7)
+    for gradient, reference in zip(gradients(model, terms[-1]), expected_gradients, strict=True):
+        th.testing.assert_close(gradient, reference, rtol=1e-4, atol=1e-7)
+
+
+@needs_compiler
+def test_ppg_auxiliary_phase_compiles():
+    """With compile_step, PPG's auxiliary losses run compiled, within float tolerance of the eager ones."""
+    from sb3_ewma.ppg_ewma.auxiliary import auxiliary_losses
+
+    model, rows = auxiliary_rows("CartPole-v1")
+    model.compiled_step.active = True
+    buffer = model.aux_buffer
+    terms = model._auxiliary_losses(buffer, rows)
+    assert model.compiled_step._auxiliary is not None and model.compiled_step._auxiliary_verified
+    for value, reference in zip(terms, auxiliary_losses(model.policy, buffer, rows, model.beta_clone), strict=True):
+        th.testing.assert_close(value, reference, rtol=1e-5, atol=1e-6)
 
 
 def test_auto_compiles_only_long_runs():

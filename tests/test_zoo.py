@@ -547,7 +547,7 @@ def test_compile_step_flag_sets_the_models_compile_step(
 
     monkeypatch.setattr(zoo.experiment.ExperimentManager, "setup_experiment", setup_experiment)
     # no compilation in a test: the compiler "missing" makes "on" train eagerly, with its warning
-    monkeypatch.setattr("sb3_ewma.common.decoupled.algorithm.compiler_missing", lambda device: "no compiler in this test")
+    monkeypatch.setattr("sb3_ewma.common.decoupled.step.compiler_missing", lambda device: "no compiler in this test")
     train_in_process("--algo", "ppo_ewma", "--env", "CartPole-v1", "-n", "64", "-f", str(tmp_path), "--compile-step", flag)
     assert built[0].compile_step == expected and type(built[0].compile_step) is type(expected)
     assert not built[0].compiled_step.active

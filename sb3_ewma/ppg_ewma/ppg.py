@@ -6,6 +6,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar, cast
 
+import numpy as np
 import torch as th
 from gymnasium import spaces
 from stable_baselines3 import PPO
@@ -428,8 +429,7 @@ class PPG(DecoupledAlgorithm):
                 self.aux_optimizer.zero_grad()
                 for start_index in range(0, len(minibatch), self.aux_micro_batch_size):
                     indices = minibatch[start_index : start_index + self.aux_micro_batch_size]
-                    with self.training_precision.forward(self.device):
-                        losses = auxiliary_losses(self.policy, buffer, indices, self.beta_clone)
+                    losses = self._auxiliary_losses(buffer, indices)
                     # the minibatch loss is the mean over its samples: weight each micro-batch by its share
                     (losses[-1] * (len(indices) / len(minibatch))).backward()
                     for key, value in zip(stats, losses):
@@ -445,6 +445,20 @@ class PPG(DecoupledAlgorithm):
         self.logger.record("aux/n_samples", buffer.size)
         self.logger.record("aux/n_phases", self.n_aux_phases)
         self.logger.record("time/aux_phase_s", time.perf_counter() - start)
+
+    def _auxiliary_losses(self, buffer: AuxiliaryBuffer, indices: np.ndarray) -> tuple[th.Tensor, ...]:
+        """The auxiliary losses of the rows ``indices``: compiled when ``compile_step`` is in effect."""
+        if self.compiled_step.active:
+            return self.compiled_step.auxiliary_losses(
+                self.policy,
+                buffer.observations(indices),
+                buffer.value_targets(indices),
+                buffer.old_policy(indices),
+                self.beta_clone,
+                self.training_precision.autocast_dtype,
+            )
+        with self.training_precision.forward(self.device):
+            return auxiliary_losses(self.policy, buffer, indices, self.beta_clone)
 
     def _setup_learn(
         self,

@@ -10,7 +10,7 @@ import math
 import pathlib
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, ClassVar, NamedTuple, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar, cast
 
 import numpy as np
 import torch as th
@@ -20,7 +20,7 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
-from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, RolloutBufferSamples, Schedule
 from stable_baselines3.common.utils import explained_variance, update_learning_rate
 from stable_baselines3.common.vec_env import VecEnv
@@ -47,7 +47,7 @@ from sb3_ewma.common.decoupled.proximal import (
     proximal_state_in_data,
     torch_save_names,
 )
-from sb3_ewma.common.decoupled.step import CompiledStep, MinibatchLoss, compiler_missing, minibatch_loss
+from sb3_ewma.common.decoupled.step import CompiledStep, MinibatchTerms, compile_unsupported
 from sb3_ewma.common.distributed import (
     DataParallelTraining,
     SingleProcessTraining,
@@ -70,22 +70,12 @@ from sb3_ewma.common.finite import (
 from sb3_ewma.common.format import without_rounding_noise
 from sb3_ewma.common.gradient_noise import GradientNoiseScale
 from sb3_ewma.common.keywords import unknown_policy_message
-from sb3_ewma.common.losses import clipped_values, log_clip_bounds
+from sb3_ewma.common.losses import clipped_values
 from sb3_ewma.common.minibatches import rollout_minibatches
 from sb3_ewma.common.precision import FLOAT32, TrainingPrecision
 from sb3_ewma.common.saved_files import check_load_keywords, saved_model_name
 
 SelfDecoupledAlgorithm = TypeVar("SelfDecoupledAlgorithm", bound="DecoupledAlgorithm")
-
-
-class MinibatchTerms(NamedTuple):
-    """What the training loop reads of one minibatch's loss: the loss, its value and entropy terms, and the approximate
-    KL from the behavior policy (for ``target_kl``)."""
-
-    loss: th.Tensor
-    value_loss: th.Tensor
-    entropy_loss: th.Tensor
-    approx_kl_div: th.Tensor
 
 
 class PolicyLossTerms(NamedTuple):
@@ -105,8 +95,11 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     - ``self.proximal``, the proximal policy (:class:`~sb3_ewma.common.decoupled.proximal.ProximalPolicy`: none,
       snapshot or EWMA);
     - ``self.data_parallel``, what training on several processes needs at each point of a run
-      (:class:`~sb3_ewma.common.distributed.DataParallelTraining`, or
+      (:class:`~sb3_ewma.common.distributed.DataParallelTraining`, which averages the gradients at the end of each
+      backward pass and adds a callback of its own to ``learn``'s, or
       :class:`~sb3_ewma.common.distributed.SingleProcessTraining`, which does nothing);
+    - ``self.compiled_step``, the compiled minibatch loss and optimizer step, when ``compile_step`` is in effect
+      (:class:`~sb3_ewma.common.decoupled.step.CompiledStep`);
     - ``self.gradient_noise``, the gradient noise scale of the policy updates, when logged
       (:class:`~sb3_ewma.common.gradient_noise.GradientNoiseScale`);
     - the rollout collector: the parent's own ``collect_rollouts``, acting with an explicit policy
@@ -359,6 +352,11 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         check_save_folders(callback, self.tensorboard_log)
         if tb_log_name is None:  # the package's class, also for a user's subclass of it
             tb_log_name = type(self)._package_class_name()
+        if self._world_size_change is not None and self.rank == 0:
+            warn_world_size_change(*self._world_size_change, self.n_envs)
+        self._world_size_change = None
+        callback, progress_bar = self.data_parallel.start_learn(self, total_timesteps, callback, progress_bar)
+        self._start_compiled_step(total_timesteps)
         if self.async_rollouts:
             learn_with_overlapped_rollouts(
                 self, total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar
@@ -373,38 +371,23 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             progress_bar=progress_bar,
         )
 
-    def _setup_learn(
-        self,
-        total_timesteps: int,
-        callback: MaybeCallback = None,
-        reset_num_timesteps: bool = True,
-        tb_log_name: str = "run",
-        progress_bar: bool = False,
-    ) -> tuple[int, BaseCallback]:
-        if self._world_size_change is not None and self.rank == 0:
-            warn_world_size_change(*self._world_size_change, self.n_envs)
-        self._world_size_change = None
-        self.data_parallel.start_learn(self, total_timesteps)
-        result = super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
-        self.data_parallel.start_vec_normalize(self.env)
-        self._start_compiled_step(result[0])
-        return result
-
     def _start_compiled_step(self, total_timesteps: int) -> None:
         """Whether this ``learn`` call's training steps run compiled (``compile_step``), said in one line."""
-        iterations = -(-max(total_timesteps - self.num_timesteps, 0) // (self.n_steps * self._timesteps_per_env_step))
+        iterations = -(-total_timesteps // (self.n_steps * self._timesteps_per_env_step))
         planned = iterations * self.n_epochs * self.minibatches_per_epoch
-        unsupported = None if self.compile_step is False else self._compile_unsupported()
+        own_evaluation = type(self)._evaluate_policy is not DecoupledAlgorithm._evaluate_policy
+        unsupported = (
+            None
+            if self.compile_step is False
+            else compile_unsupported(
+                self.policy,
+                self.device,
+                evaluates_own_way=type(self).__name__ if own_evaluation else None,
+                needs_distributions=self._needs_distributions,
+            )
+        )
         sentence = self.compiled_step.start_learn(planned, unsupported)
         self._announce(sentence, warn=self.compile_step is True and unsupported is not None)
-
-    def _init_callback(self, callback: MaybeCallback, progress_bar: bool = False) -> BaseCallback:
-        callback, progress_bar = self.data_parallel.learn_callback(callback, progress_bar)
-        return super()._init_callback(callback, progress_bar)
-
-    def _update_info_buffer(self, infos: list[dict[str, Any]], dones: np.ndarray | None = None) -> None:
-        super()._update_info_buffer(infos, dones)
-        self.data_parallel.record_episodes(infos, dones)
 
     def collect_rollouts(
         self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
@@ -646,14 +629,28 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         policy_objective: DecoupledPolicyObjective,
         clip_range: float | None,
         clip_range_vf: float | None,
-    ) -> "MinibatchTerms":
+    ) -> MinibatchTerms:
         """
-        One minibatch's loss, policy and value function together: compiled (:meth:`_compiled_minibatch_loss`) when
-        ``compile_step`` is in effect, otherwise SB3 PPO's computation, operation for operation.
+        One minibatch's loss, policy and value function together: compiled
+        (:meth:`~sb3_ewma.common.decoupled.step.CompiledStep.minibatch_terms`) when ``compile_step`` is in effect,
+        otherwise SB3 PPO's computation, operation for operation.
         """
-        if self.compiled_step.active and self._compilable_iteration(clip_range, clip_range_vf):
-            terms = self._compiled_minibatch_loss(rollout_data, policy_objective, clip_range, clip_range_vf)
-            return MinibatchTerms(terms.loss, terms.value_loss, terms.entropy_loss, terms.approx_kl_div)
+        if self.compiled_step.covers(clip_range, clip_range_vf):
+            actions = rollout_data.actions
+            if isinstance(self.action_space, spaces.Discrete):
+                actions = rollout_data.actions.long().flatten()
+            return self.compiled_step.minibatch_terms(
+                self.policy,
+                cast(ActorCriticPolicy | None, self.proximal.network),  # a copy of the policy (compile_unsupported)
+                rollout_data,
+                actions,
+                self.advantage_normalizer.minibatch(rollout_data.advantages),
+                policy_objective,
+                clip_range_vf,
+                ent_coef=self.ent_coef,
+                vf_coef=self.vf_coef,
+                autocast_dtype=self.training_precision.autocast_dtype,
+            )
         values, policy_loss, entropy_loss, approx_kl_div = self._policy_loss_terms(rollout_data, policy_objective)
         # Clip the difference between old and new value (None: no clipping)
         # NOTE: this depends on the reward scaling
@@ -670,71 +667,6 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         # the value loss in float32, as the policy terms
         values_pred = clipped_values(values.float(), rollout_data.old_values, clip_range_vf)
         return F.mse_loss(rollout_data.returns, values_pred)
-
-    def _compilable_iteration(self, clip_range: float | None, clip_range_vf: float | None) -> bool:
-        """Whether this iteration's clip ranges are those the compiled step covers (a range past a schedule's end, 0
-        or less, steps eagerly)."""
-        return (clip_range is None or clip_range > 0) and (clip_range_vf is None or clip_range_vf > 0)
-
-    def _compiled_minibatch_loss(
-        self,
-        rollout_data: Any,
-        policy_objective: DecoupledPolicyObjective,
-        clip_range: float | None,
-        clip_range_vf: float | None,
-    ) -> MinibatchLoss:
-        """
-        One minibatch's losses by the compiled :func:`~sb3_ewma.common.decoupled.step.minibatch_loss` (its
-        diagnostics recorded by ``policy_objective``); if the first compilation fails, the step is eager from then on.
-        """
-        actions = rollout_data.actions
-        if isinstance(self.action_space, spaces.Discrete):
-            actions = rollout_data.actions.long().flatten()
-        advantages = self.advantage_normalizer.minibatch(rollout_data.advantages)
-        low, high = (-math.inf, math.inf) if clip_range is None else log_clip_bounds(clip_range)
-        arguments = (
-            self.policy,
-            self.proximal.network,
-            rollout_data.observations,
-            actions,
-            advantages,
-            rollout_data.old_log_prob,
-            rollout_data.old_values,
-            rollout_data.returns,
-            *self.compiled_step.clip_tensors(low, high, clip_range_vf, rollout_data.returns.device),
-        )
-
-        def loss_by(function: Callable[..., MinibatchLoss]) -> MinibatchLoss:
-            return function(
-                *arguments,
-                ent_coef=float(self.ent_coef),
-                vf_coef=float(self.vf_coef),
-                kl_coef=float(self.kl_coef),
-                imp_samp_max=float(self.imp_samp_max),
-                autocast_dtype=self.training_precision.autocast_dtype,
-            )
-
-        try:
-            terms = loss_by(self.compiled_step.loss)
-        except Exception as error:  # a graph that does not compile: eager from here on, said once
-            if self.compiled_step.verified:
-                raise
-            self._announce(self.compiled_step.fall_back(error), warn=True)
-            terms = loss_by(minibatch_loss)
-        policy_objective.record(
-            terms.policy_loss, terms.log_prob, terms.proximal_log_prob, rollout_data.old_log_prob, terms.kl_penalty
-        )
-        return terms
-
-    def _compile_unsupported(self) -> str | None:
-        """Why this model's training step cannot be compiled (None: it can)."""
-        if not has_lean_evaluation(self.policy):
-            return f"{type(self.policy).__name__} is not one of SB3's categorical or diagonal Gaussian ActorCriticPolicy"
-        if type(self)._evaluate_policy is not DecoupledAlgorithm._evaluate_policy:
-            return f"{type(self).__name__} evaluates its policy its own way"
-        if self._needs_distributions:
-            return "kl_estimator='exact' needs the action distributions"
-        return compiler_missing(self.device)
 
     def _announce(self, sentence: str, warn: bool = False) -> None:
         """One line about how the model trains: printed at ``verbose >= 1``, or a warning when ``warn``."""
@@ -889,11 +821,10 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         self, optimizer: th.optim.Optimizer, gradient_noise: GradientNoiseScale | None, log_prefix: str
     ) -> None:
         """
-        Every optimizer step of every phase, after ``backward()``: the gradients averaged over the ranks, the
-        gradient noise scale fed (before clipping; logged as ``<log_prefix>/gradient_noise_scale``), the clipping and
-        the step.
+        Every optimizer step of every phase, after ``backward()`` (data-parallel, the gradients were averaged over the
+        ranks at its end): the gradient noise scale fed (before clipping; logged as
+        ``<log_prefix>/gradient_noise_scale``), the clipping and the step.
         """
-        self.data_parallel.average_gradients(optimizer)
         if gradient_noise is not None:
             # the number of steps taken identifies the iteration (an epoch cut short by target_kl is dropped)
             estimate = gradient_noise.observe_optimizer(optimizer, tag=self.num_timesteps)

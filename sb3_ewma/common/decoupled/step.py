@@ -9,7 +9,9 @@ computed by fused kernels, equal to the eager ones up to float rounding.
 """
 
 import importlib.util
+import math
 import shutil
+import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -18,8 +20,14 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.type_aliases import PyTorchObs
 from torch.nn import functional as F
 
-from sb3_ewma.common.distributions import lean_action_log_prob, lean_evaluate_actions
-from sb3_ewma.common.losses import capped_behavior_log_prob, clipped_surrogate_loss, sampled_kl
+from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
+from sb3_ewma.common.distributions import (
+    has_lean_evaluation,
+    lean_action_log_prob,
+    lean_evaluate_actions,
+    policy_latents,
+)
+from sb3_ewma.common.losses import capped_behavior_log_prob, clipped_surrogate_loss, log_clip_bounds, sampled_kl
 
 AUTO_MIN_OPTIMIZER_STEPS = 20_000
 """``compile_step="auto"`` compiles when a ``learn`` call plans at least this many optimizer steps: compiling costs
@@ -27,10 +35,20 @@ seconds (tens the first time on a machine, before torch's compilation cache hold
 do not earn back (the performance guide, docs/guide/performance.md)."""
 
 
+class MinibatchTerms(NamedTuple):
+    """What the training loop reads of one minibatch's loss, eager or compiled: the loss, its value and entropy terms,
+    and the approximate KL from the behavior policy (for ``target_kl``)."""
+
+    loss: th.Tensor
+    value_loss: th.Tensor
+    entropy_loss: th.Tensor
+    approx_kl_div: th.Tensor
+
+
 class MinibatchLoss(NamedTuple):
     """
-    One minibatch's losses (``loss`` is what ``backward`` takes; ``value_loss`` keeps its graph too, for PPG's
-    value-only steps) and what the logs and diagnostics read (detached).
+    :func:`minibatch_loss`'s result: one minibatch's losses (``loss`` is what ``backward`` takes; ``value_loss`` keeps
+    its graph too, for PPG's value-only steps) and what the logs and diagnostics read (detached).
     """
 
     loss: th.Tensor
@@ -119,6 +137,68 @@ def minibatch_loss(
     )
 
 
+def auxiliary_loss(
+    policy: ActorCriticPolicy,
+    observations: PyTorchObs,
+    value_targets: th.Tensor,
+    old_policy: list[th.Tensor],
+    beta_clone: float,
+    autocast_dtype: th.dtype | None = None,
+) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
+    """
+    PPG's auxiliary losses on a (micro-)batch, for a policy with an ``aux_value_net`` and the lean evaluation (a
+    categorical or diagonal Gaussian ``ActorCriticPolicy``), without building distributions::
+
+        loss = 0.5 * MSE(aux value, V_targ) + beta_clone * KL[pi_old, pi] + 0.5 * MSE(V, V_targ)
+
+    :param old_policy: ``pi_old``'s stored parameters: the normalized logits of a categorical, or the mean and the
+        standard deviation of a Gaussian
+    :return: the auxiliary value loss, the cloning KL, the value loss, and the joint loss
+    """
+    device_type = value_targets.device.type
+    with th.autocast(device_type, dtype=autocast_dtype or th.bfloat16, enabled=autocast_dtype is not None):
+        latent_pi, latent_vf = policy_latents(policy, observations)
+        action_head = policy.action_net(latent_pi)
+        aux_values = policy.aux_value_net(latent_pi)  # type: ignore[operator]
+        values = policy.value_net(latent_vf)
+    action_head, aux_values, values = action_head.float(), aux_values.float(), values.float()
+    if len(old_policy) == 1:
+        # KL of categoricals: sum_a p_old(a) (log p_old(a) - log p(a)), terms of p_old(a) = 0 left out, as torch does
+        old_log_pmf = old_policy[0]
+        old_probs = th.exp(old_log_pmf)
+        log_pmf = action_head - action_head.logsumexp(dim=-1, keepdim=True)
+        per_action = th.where(old_probs > 0, old_probs * (old_log_pmf - log_pmf), th.zeros_like(log_pmf))
+        clone_kl = per_action.sum(dim=-1).mean()
+    else:
+        # KL of diagonal Gaussians, summed over the action dimensions
+        old_mean, old_std = old_policy
+        std = th.ones_like(action_head) * policy.log_std.exp()
+        per_dimension = th.log(std / old_std) + (old_std**2 + (old_mean - action_head) ** 2) / (2 * std**2) - 0.5
+        clone_kl = per_dimension.sum(dim=-1).mean()
+    aux_value_loss = 0.5 * F.mse_loss(aux_values.flatten(), value_targets)
+    value_loss = 0.5 * F.mse_loss(values.flatten(), value_targets)
+    return aux_value_loss, clone_kl, value_loss, aux_value_loss + beta_clone * clone_kl + value_loss
+
+
+def compile_unsupported(
+    policy: th.nn.Module, device: th.device, *, evaluates_own_way: str | None, needs_distributions: bool
+) -> str | None:
+    """
+    Why a model's training step cannot be compiled (None: it can).
+
+    :param evaluates_own_way: the name of an algorithm that evaluates its policy its own way (masks, recurrent states),
+        None for the algorithms that evaluate it from the observations alone
+    :param needs_distributions: whether the loss needs whole action distributions (``kl_estimator="exact"``)
+    """
+    if not has_lean_evaluation(policy):
+        return f"{type(policy).__name__} is not one of SB3's categorical or diagonal Gaussian ActorCriticPolicy"
+    if evaluates_own_way is not None:
+        return f"{evaluates_own_way} evaluates its policy its own way"
+    if needs_distributions:
+        return "kl_estimator='exact' needs the action distributions"
+    return compiler_missing(device)
+
+
 def compiler_missing(device: th.device) -> str | None:
     """Why ``torch.compile`` cannot build kernels for ``device`` here (None: it can)."""
     if device.type == "cpu":
@@ -147,6 +227,8 @@ class CompiledStep:
         self.verified = False  # a compiled loss has run: a later error is not a compilation's
         self.reason = "not started"
         self._loss: Callable[..., MinibatchLoss] | None = None
+        self._auxiliary: Callable[..., tuple[th.Tensor, ...]] | None = None
+        self._auxiliary_verified = False
         self._steps: dict[int, tuple[Callable[[], Any], list[th.Tensor]]] = {}
         self._clip_tensors: tuple[Any, Any] = (None, None)
 
@@ -174,7 +256,7 @@ class CompiledStep:
 
     def fall_back(self, error: BaseException) -> str:
         """After a failed compilation: eager from now on; returns the sentence that says why."""
-        self.active, self._loss, self._steps = False, None, {}
+        self.active, self._loss, self._auxiliary, self._steps = False, None, None, {}
         self.reason = f"compilation failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
         return f"training step eager ({self.reason})"
 
@@ -188,6 +270,12 @@ class CompiledStep:
             self._clip_tensors = (key, (th.tensor(low, device=device), th.tensor(high, device=device), vf))
         return self._clip_tensors[1]
 
+    def covers(self, clip_range: float | None, clip_range_vf: float | None) -> bool:
+        """Whether an iteration with these clip ranges steps compiled (a range past a schedule's end, 0 or less, steps
+        eagerly: :func:`minibatch_loss` assumes positive ranges)."""
+        positive = (clip_range is None or clip_range > 0) and (clip_range_vf is None or clip_range_vf > 0)
+        return self.active and positive
+
     def loss(self, *args: Any, **kwargs: Any) -> MinibatchLoss:
         """:func:`minibatch_loss`, compiled."""
         if self._loss is None:
@@ -195,6 +283,80 @@ class CompiledStep:
         terms = self._loss(*args, **kwargs)
         self.verified = True
         return terms
+
+    def minibatch_terms(
+        self,
+        policy: ActorCriticPolicy,
+        proximal_network: ActorCriticPolicy | None,
+        rollout_data: Any,
+        actions: th.Tensor,
+        advantages: th.Tensor,
+        policy_objective: DecoupledPolicyObjective,
+        clip_range_vf: float | None,
+        *,
+        ent_coef: float,
+        vf_coef: float,
+        autocast_dtype: th.dtype | None,
+    ) -> MinibatchTerms:
+        """
+        One minibatch's loss by the compiled :func:`minibatch_loss`, its diagnostics recorded by ``policy_objective``
+        (whose clip range, KL coefficient and importance-sampling cap it takes); if the first compilation fails, the
+        step is eager from then on, said in one warning.
+        """
+        clip_range = policy_objective.clip_range
+        low, high = (-math.inf, math.inf) if clip_range is None else log_clip_bounds(clip_range)
+        arguments = (
+            policy,
+            proximal_network,
+            rollout_data.observations,
+            actions,
+            advantages,
+            rollout_data.old_log_prob,
+            rollout_data.old_values,
+            rollout_data.returns,
+            *self.clip_tensors(low, high, clip_range_vf, rollout_data.returns.device),
+        )
+        coefficients: dict[str, Any] = dict(
+            ent_coef=float(ent_coef),
+            vf_coef=float(vf_coef),
+            kl_coef=float(policy_objective.kl_coef),
+            imp_samp_max=float(policy_objective.imp_samp_max),
+            autocast_dtype=autocast_dtype,
+        )
+        try:
+            terms = self.loss(*arguments, **coefficients)
+        except Exception as error:  # a graph that does not compile: eager from here on, said once
+            if self.verified:
+                raise
+            warnings.warn(self.fall_back(error), UserWarning, stacklevel=4)
+            terms = minibatch_loss(*arguments, **coefficients)
+        policy_objective.record(
+            terms.policy_loss, terms.log_prob, terms.proximal_log_prob, rollout_data.old_log_prob, terms.kl_penalty
+        )
+        return MinibatchTerms(terms.loss, terms.value_loss, terms.entropy_loss, terms.approx_kl_div)
+
+    def auxiliary_losses(
+        self,
+        policy: ActorCriticPolicy,
+        observations: PyTorchObs,
+        value_targets: th.Tensor,
+        old_policy: list[th.Tensor],
+        beta_clone: float,
+        autocast_dtype: th.dtype | None,
+    ) -> tuple[th.Tensor, ...]:
+        """:func:`auxiliary_loss`, compiled (PPG's auxiliary phase); eager from then on if its compilation fails."""
+        arguments = (policy, observations, value_targets, old_policy, float(beta_clone), autocast_dtype)
+        try:
+            if self._auxiliary is None:
+                self._auxiliary = th.compile(auxiliary_loss, dynamic=False)
+            losses = self._auxiliary(*arguments)
+            self._auxiliary_verified = True
+            return losses
+        except Exception as error:  # a graph that does not compile: eager from here on, said once
+            if self._auxiliary_verified:
+                raise
+            warnings.warn(self.fall_back(error), UserWarning, stacklevel=3)
+            return auxiliary_loss(*arguments)
 
     def optimizer_step(self, optimizer: th.optim.Optimizer) -> None:
         """
@@ -230,7 +392,8 @@ class CompiledStep:
 
     def __getstate__(self) -> dict[str, Any]:
         # compiled functions are neither pickled nor deep-copied: a copy compiles its own when it trains
-        return {**self.__dict__, "verified": False, "_loss": None, "_steps": {}}
+        unbuilt = {"verified": False, "_auxiliary_verified": False, "_loss": None, "_auxiliary": None, "_steps": {}}
+        return {**self.__dict__, **unbuilt}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)

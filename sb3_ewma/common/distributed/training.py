@@ -6,10 +6,11 @@ from typing import Any
 
 import numpy as np
 import torch as th
-from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ConvertCallback
 from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.save_util import recursive_getattr
+from stable_baselines3.common.type_aliases import MaybeCallback
 from stable_baselines3.common.vec_env import VecEnv, unwrap_vec_normalize
 
 from sb3_ewma.common.checks import caller_stacklevel
@@ -17,10 +18,25 @@ from sb3_ewma.common.distributed.collectives import DataParallelContext, Running
 from sb3_ewma.common.distributed.process_group import RANK_LOCAL_SETTINGS
 
 
-class _NoCallback(BaseCallback):
-    """What runs in place of the user's callbacks on ranks other than 0."""
+class DataParallelCallback(BaseCallback):
+    """
+    What data-parallel training adds to a ``learn`` call's callbacks: when training starts, ``VecNormalize``
+    statistics start from rank 0's; on ranks other than 0 (which run it in place of the user's callbacks), the
+    episodes that end are kept for rank 0's statistics.
+
+    :param data_parallel: the model's data-parallel training
+    """
+
+    def __init__(self, data_parallel: "DataParallelTraining") -> None:
+        super().__init__()
+        self.data_parallel = data_parallel
+
+    def _on_training_start(self) -> None:
+        self.data_parallel._start_vec_normalize(self.model.get_env())
 
     def _on_step(self) -> bool:
+        if self.data_parallel.rank != 0:
+            self.data_parallel._record_episodes(self.locals["infos"], self.locals.get("dones"))
         return True
 
 
@@ -46,11 +62,13 @@ class DataParallelTraining:
     several processes (``algorithm.data_parallel``; on one process it holds a :class:`SingleProcessTraining`, which
     has the same methods and does nothing).
 
-    - once the model is built (and after every ``set_parameters``): :meth:`setup`, :meth:`broadcast_state`;
-    - at the start of ``learn``: :meth:`start_learn`; rank 0 alone logs, saves and runs the callbacks;
-    - during the rollout: :meth:`record_episodes`;
+    - once the model is built (and after every ``set_parameters``): :meth:`setup`, :meth:`broadcast_state`; from
+      then on, every backward pass through the policy ends with its gradients averaged over the ranks (Horovod's
+      way: the training loop is unchanged);
+    - at the start of ``learn``: :meth:`start_learn`, which gives the callbacks of this rank
+      (:class:`DataParallelCallback`); rank 0 alone logs, saves and runs the user's callbacks;
     - once per iteration, after the rollout and before ``train()``: :meth:`synchronize_iteration`;
-    - inside ``train()``: :meth:`average_gradients` before each optimizer step, :meth:`mean_kl` for ``target_kl``.
+    - inside ``train()``: :meth:`mean_kl` for ``target_kl``.
 
     :param device: the model's device (the process group's backend follows it)
     """
@@ -59,6 +77,7 @@ class DataParallelTraining:
         self.context = DataParallelContext(device)
         self.pending_episodes: list[tuple[list[Any], list[Any]]] = []
         self.vec_normalize_pool = RunningStatisticsPool()
+        self._gradient_hooks: list[Any] = []
 
     @property
     def world_size(self) -> int:
@@ -80,14 +99,47 @@ class DataParallelTraining:
         """
         self.context.check_same_settings(data_parallel_settings(algorithm))
         self.broadcast_state(algorithm)
+        self._average_gradients_after_backward(algorithm.policy)
+
+    def _average_gradients_after_backward(self, policy: th.nn.Module) -> None:
+        """
+        Every backward pass through ``policy`` ends with its parameters' gradients averaged over the ranks, in one
+        all-reduce (of the gradients that pass computed), before the loop clips them and steps: the first gradient
+        accumulated queues the averaging at the end of the pass, as torch's DistributedDataParallel does. A
+        gradient accumulated over several passes (PPG's micro-batches) is averaged after each; the mean is linear.
+        """
+        for hook in self._gradient_hooks:
+            hook.remove()
+        parameters = [parameter for parameter in policy.parameters() if parameter.requires_grad]
+        queued = False
+
+        def average() -> None:
+            nonlocal queued
+            queued = False
+            self.context.average_gradients(parameters)
+
+        def on_gradient(parameter: th.Tensor) -> None:
+            nonlocal queued
+            if not queued:
+                queued = True
+                # torch's autograd engine runs it once the pass is over (the public API has no such hook)
+                th.autograd.Variable._execution_engine.queue_callback(average)  # type: ignore[attr-defined]
+
+        self._gradient_hooks = [parameter.register_post_accumulate_grad_hook(on_gradient) for parameter in parameters]
 
     def broadcast_state(self, algorithm: OnPolicyAlgorithm) -> None:
         """Rank 0's parameters, optimizer states and proximal EWMA on every rank."""
         names, _ = algorithm._get_torch_save_params()
         self.context.broadcast_state_dicts({name: recursive_getattr(algorithm, name) for name in names})
 
-    def start_learn(self, algorithm: OnPolicyAlgorithm, total_timesteps: int) -> None:
-        """Before SB3's ``_setup_learn``: the ranks agree on the budget; ranks other than 0 log nothing."""
+    def start_learn(
+        self, algorithm: OnPolicyAlgorithm, total_timesteps: int, callback: MaybeCallback, progress_bar: bool
+    ) -> tuple[MaybeCallback, bool]:
+        """
+        At the start of ``learn``: the ranks agree on the budget; ranks other than 0 log nothing and run a
+        :class:`DataParallelCallback` in place of the user's callbacks (no checkpoints, evaluations or progress bar),
+        rank 0 runs it after them. Returns this rank's callback and progress bar.
+        """
         # before anything is collected: a rank that would stop early would leave the others waiting
         self.context.check_same_settings(
             {
@@ -99,6 +151,14 @@ class DataParallelTraining:
         if self.rank != 0:
             # a logger with no output; SB3 then creates no log folder on this rank
             algorithm.set_logger(Logger(folder=None, output_formats=[]))
+            return DataParallelCallback(self), False
+        if callback is None:
+            callbacks: list[BaseCallback] = []
+        elif isinstance(callback, list):
+            callbacks = callback
+        else:
+            callbacks = [callback if isinstance(callback, BaseCallback) else ConvertCallback(callback)]
+        return CallbackList([*callbacks, DataParallelCallback(self)]), progress_bar
 
     def check_same_settings(self, settings: dict[str, Any], advice: str) -> None:
         """
@@ -107,17 +167,13 @@ class DataParallelTraining:
         """
         self.context.check_same_settings(settings, advice=advice)
 
-    def start_vec_normalize(self, env: VecEnv | None) -> None:
+    def _start_vec_normalize(self, env: VecEnv | None) -> None:
         """After SB3's ``_setup_learn``: ``VecNormalize`` statistics start from rank 0's."""
         vec_normalize = unwrap_vec_normalize(env) if env is not None else None
         if vec_normalize is not None:
             self.vec_normalize_pool.start(vec_normalize, self.context)
 
-    def learn_callback(self, callback: Any, progress_bar: bool) -> tuple[Any, bool]:
-        """The callback and progress bar of this rank: no checkpoints, evaluations or progress bar but on rank 0."""
-        return (callback, progress_bar) if self.rank == 0 else (_NoCallback(), False)
-
-    def record_episodes(self, infos: list[dict[str, Any]], dones: np.ndarray | None) -> None:
+    def _record_episodes(self, infos: list[dict[str, Any]], dones: np.ndarray | None) -> None:
         """The episodes ended and successes of a step, for rank 0's statistics at the next synchronization."""
         episodes = [info["episode"] for info in infos if info.get("episode") is not None]
         successes = [
@@ -163,10 +219,6 @@ class DataParallelTraining:
         """This rank's seed: ``seed + rank * n_envs``, so that the ranks' environments differ, reproducibly."""
         return None if seed is None else seed + self.rank * n_envs
 
-    def average_gradients(self, optimizer: th.optim.Optimizer) -> None:
-        """Before the clip and the step: the gradients of ``optimizer``'s parameters averaged over the ranks."""
-        self.context.average_gradients(param for group in optimizer.param_groups for param in group["params"])
-
     def mean_kl(self, approx_kl_div: float) -> float:
         """The approximate KL averaged over the ranks, so that every rank stops at the same minibatch (``target_kl``)."""
         return self.context.mean_scalar(approx_kl_div)
@@ -188,29 +240,20 @@ class SingleProcessTraining:
     def broadcast_state(self, algorithm: OnPolicyAlgorithm) -> None:
         """Nothing to send."""
 
-    def start_learn(self, algorithm: OnPolicyAlgorithm, total_timesteps: int) -> None:
-        """This process logs."""
+    def start_learn(
+        self, algorithm: OnPolicyAlgorithm, total_timesteps: int, callback: MaybeCallback, progress_bar: bool
+    ) -> tuple[MaybeCallback, bool]:
+        """This process logs and runs the user's callbacks."""
+        return callback, progress_bar
 
     def check_same_settings(self, settings: dict[str, Any], advice: str) -> None:
         """One process agrees with itself."""
-
-    def start_vec_normalize(self, env: VecEnv | None) -> None:
-        """The statistics are this process's."""
-
-    def learn_callback(self, callback: Any, progress_bar: bool) -> tuple[Any, bool]:
-        return callback, progress_bar
-
-    def record_episodes(self, infos: list[dict[str, Any]], dones: np.ndarray | None) -> None:
-        """The episodes are in the model's own buffers already."""
 
     def synchronize_iteration(self, algorithm: OnPolicyAlgorithm, continue_training: bool) -> bool:
         return continue_training
 
     def seed_for_rank(self, seed: int | None, n_envs: int) -> int | None:
         return seed
-
-    def average_gradients(self, optimizer: th.optim.Optimizer) -> None:
-        """The gradients are this process's."""
 
     def mean_kl(self, approx_kl_div: float) -> float:
         return approx_kl_div

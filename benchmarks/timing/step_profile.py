@@ -1,0 +1,217 @@
+"""
+Where a training iteration's time goes on rl-zoo3's CartPole shapes (8 envs x 32 steps, minibatches of 256 rows,
+20 epochs, SB3's MLP [64, 64] with tanh, one thread): ``train()`` per minibatch of SB3's PPO, PPO_EWMA eager and
+PPO_EWMA compiled (steady state: compiled before the timing); for the compiled step, the time spent inside its
+compiled graphs (forward with the loss, backward, optimizer step: the arithmetic) against the rest (Python, the eager
+operations around them: sampling, advantage normalization, gradient clipping and the finite check, the EWMA update),
+read from torch's profiler. Also the compiled loss with and without the proximal policy's forward pass (what the
+EWMA adds to a PPO step), and a rollout step's forward pass, eager and compiled.
+
+    python -m benchmarks.timing.step_profile                      # 3 rounds, about 3 minutes
+    python -m benchmarks.timing.step_profile --rounds 1 --iterations 5 --out /tmp/profile.md   # a dry run
+
+Writes ``benchmarks/results/speed/cpu/step_profile.md`` (the machine, the date, the command, the table). Needs a
+quiet machine: pause other runs while it times.
+"""
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch as th
+
+from benchmarks.timing.speed import machine
+
+N_ENVS, N_STEPS, BATCH_SIZE, N_EPOCHS = 8, 32, 256, 20
+"""rl-zoo3's tuned PPO entry for CartPole-v1 (its schedules left out: constant rates time the same)."""
+
+DEFAULT_OUT = Path(__file__).resolve().parents[1] / "results" / "speed" / "cpu" / "step_profile.md"
+
+
+def build(kind: str, seed: int) -> Any:
+    """A model of the kind (``sb3_ppo``, ``ppo_ewma_eager``, ``ppo_ewma_compiled``) on 8 CartPole environments."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from sb3_ewma import PPO_EWMA
+
+    env = make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=seed)
+    settings = dict(n_steps=N_STEPS, batch_size=BATCH_SIZE, n_epochs=N_EPOCHS, gae_lambda=0.8, gamma=0.98, ent_coef=0.0,
+                    learning_rate=1e-3, clip_range=0.2, seed=seed, device="cpu")  # fmt: skip
+    if kind == "sb3_ppo":
+        return PPO("MlpPolicy", env, **settings)
+    return PPO_EWMA("MlpPolicy", env, compile_step=kind == "ppo_ewma_compiled", **settings)
+
+
+def timed_train(model: Any) -> list[float]:
+    """Wrap ``model.train`` so that each call's wall time is appended to the returned list."""
+    durations: list[float] = []
+    train = model.train
+
+    def timed() -> None:
+        start = time.perf_counter()
+        train()
+        durations.append(time.perf_counter() - start)
+
+    model.train = timed
+    return durations
+
+
+def train_ms_per_minibatch(kind: str, seed: int, iterations: int) -> float:
+    """Median ``train()`` time per minibatch after two untimed iterations (compilation included in those)."""
+    model = build(kind, seed)
+    rollout = N_ENVS * N_STEPS
+    model.learn(2 * rollout)
+    durations = timed_train(model)
+    model.learn(iterations * rollout, reset_num_timesteps=False)
+    return 1000 * statistics.median(durations) / N_EPOCHS
+
+
+def compiled_graph_share(seed: int, iterations: int) -> dict[str, float]:
+    """
+    For PPO_EWMA compiled: per minibatch, the milliseconds inside the compiled graphs (the forward pass with the loss,
+    the backward pass, the optimizer step, each with the kernels it calls) and ``train()``'s total, from torch's
+    profiler over ``iterations`` iterations.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    model = build("ppo_ewma_compiled", seed)
+    rollout = N_ENVS * N_STEPS
+    model.learn(2 * rollout)
+    durations = timed_train(model)
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        model.learn(iterations * rollout, reset_num_timesteps=False)
+    minibatches = len(durations) * N_EPOCHS
+    graphs = {"compiled regions (forward with the loss, optimizer step)": 0.0, "of which the forward with the loss": 0.0,
+              "compiled backward": 0.0}  # fmt: skip
+    for event in profiler.key_averages():
+        if event.key.startswith("Torch-Compiled Region"):
+            graphs["compiled regions (forward with the loss, optimizer step)"] += event.cpu_time_total
+        elif event.key == "CompiledFunction":
+            graphs["of which the forward with the loss"] += event.cpu_time_total
+        elif event.key == "CompiledFunctionBackward":
+            graphs["compiled backward"] += event.cpu_time_total
+    share = {name: value / 1000 / minibatches for name, value in graphs.items()}
+    share["train() under the profiler"] = 1000 * sum(durations) / minibatches
+    return share
+
+
+def loss_ms(with_proximal: bool, seed: int, repeats: int = 300) -> float:
+    """The compiled loss's forward pass on one minibatch, with or without the proximal policy's forward."""
+    from sb3_ewma.common.decoupled.step import minibatch_loss
+    from sb3_ewma.common.losses import log_clip_bounds
+
+    model = build("ppo_ewma_eager", seed)
+    model.learn(N_ENVS * N_STEPS)
+    data = next(iter(model.rollout_buffer.get(BATCH_SIZE)))
+    low, high = log_clip_bounds(0.2)
+    compiled: Callable[..., Any] = th.compile(minibatch_loss, dynamic=False)
+    arguments = (model.policy, model.proximal.network if with_proximal else None, data.observations,
+                 data.actions.long().flatten(), data.advantages, data.old_log_prob, data.old_values, data.returns,
+                 th.tensor(low), th.tensor(high), None)  # fmt: skip
+    coefficients = dict(ent_coef=0.0, vf_coef=0.5, kl_coef=0.0, imp_samp_max=0.0)
+    with th.no_grad():
+        for _ in range(20):
+            compiled(*arguments, **coefficients)
+        start = time.perf_counter()
+        for _ in range(repeats):
+            compiled(*arguments, **coefficients)
+    return 1000 * (time.perf_counter() - start) / repeats
+
+
+def acting_ms(compiled: bool, seed: int, repeats: int = 2000) -> float:
+    """
+    One rollout step's forward pass (:func:`~sb3_ewma.common.distributions.lean_forward`, sampled actions) on 8
+    observations, eager or compiled (``fallback_random``: torch's own random draws, so the same actions).
+    """
+    from sb3_ewma.common.distributions import lean_forward
+
+    model = build("ppo_ewma_eager", seed)
+    observations = th.as_tensor(model.env.reset(), dtype=th.float32)
+    forward: Callable[..., Any] = (
+        th.compile(lean_forward, dynamic=False, options={"fallback_random": True}) if compiled else lean_forward
+    )
+    with th.no_grad():
+        for _ in range(50):
+            forward(model.policy, observations)
+        start = time.perf_counter()
+        for _ in range(repeats):
+            forward(model.policy, observations)
+    return 1000 * (time.perf_counter() - start) / repeats
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--iterations", type=int, default=20, help="timed iterations per measurement")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    th.set_num_threads(1)
+    kinds = ["sb3_ppo", "ppo_ewma_eager", "ppo_ewma_compiled"]
+    per_kind: dict[str, list[float]] = {kind: [] for kind in kinds}
+    shares: list[dict[str, float]] = []
+    losses: dict[bool, list[float]] = {True: [], False: []}
+    acting: dict[bool, list[float]] = {True: [], False: []}
+    for round_index in range(args.rounds):
+        for offset in range(len(kinds)):  # alternating order
+            kind = kinds[(round_index + offset) % len(kinds)]
+            per_kind[kind].append(train_ms_per_minibatch(kind, round_index, args.iterations))
+        shares.append(compiled_graph_share(round_index, max(args.iterations // 2, 2)))
+        for with_proximal in (True, False):
+            losses[with_proximal].append(loss_ms(with_proximal, round_index))
+        for compiled in (False, True):
+            acting[compiled].append(acting_ms(compiled, round_index))
+        print(f"round {round_index + 1}/{args.rounds} done", flush=True)
+
+    sb3 = statistics.median(per_kind["sb3_ppo"])
+    lines = [
+        "# Where a CartPole training step's time goes",
+        "",
+        f"Machine: {machine()['cpu']} ({machine()['cores']}), {th.get_num_threads()} torch thread; torch "
+        f"{th.__version__}; {time.strftime('%Y-%m-%d')}. Command: `python -m benchmarks.timing.step_profile "
+        f"{' '.join(sys.argv[1:] if argv is None else argv)}`.",
+        "",
+        f"rl-zoo3's CartPole-v1 shapes: {N_ENVS} envs x {N_STEPS} steps, minibatches of {BATCH_SIZE}, {N_EPOCHS} epochs; "
+        f"medians over {args.rounds} rounds of {args.iterations} timed iterations (compilation before the timing).",
+        "",
+        "| train() per minibatch | ms | vs SB3 PPO |",
+        "|---|---|---|",
+    ]
+    for kind in kinds:
+        value = statistics.median(per_kind[kind])
+        lines.append(f"| {kind} | {value:.3f} | {value / sb3:.2f} |")
+    share = {key: statistics.median(item[key] for item in shares) for key in shares[0]}
+    total = share.pop("train() under the profiler")
+    inside = share["compiled regions (forward with the loss, optimizer step)"] + share["compiled backward"]
+    lines += [
+        "",
+        "PPO_EWMA compiled, per minibatch, under torch's profiler (which slows the Python around the graphs more than the "
+        "graphs):",
+        "",
+        "| part | ms | share of train() |",
+        "|---|---|---|",
+    ]
+    for key, value in share.items():
+        lines.append(f"| {key} | {value:.3f} | {value / total:.0%} |")
+    lines.append(f"| everything else (Python and eager operations) | {total - inside:.3f} | {(total - inside) / total:.0%} |")
+    lines.append(f"| train() | {total:.3f} | 100% |")
+    with_proximal, without = statistics.median(losses[True]), statistics.median(losses[False])
+    lines += [
+        "",
+        f"The compiled loss's forward pass: {with_proximal:.3f} ms with the proximal policy's forward, {without:.3f} ms "
+        f"without it ({with_proximal / without - 1:+.0%}).",
+        "",
+        f"A rollout step's forward pass on {N_ENVS} observations (sampled actions): {statistics.median(acting[False]):.3f} "
+        f"ms eager, {statistics.median(acting[True]):.3f} ms compiled.",
+    ]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

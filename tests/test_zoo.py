@@ -513,6 +513,40 @@ def test_train_help_is_one_usage_block_with_both_option_sets(capsys: pytest.Capt
     assert rl_zoo3.train.argparse is argparse and rl_zoo3.train.ExperimentManager is rl_zoo3.exp_manager.ExperimentManager
 
 
+def test_train_and_enjoy_parse_the_arguments_given_not_sys_argv(
+    cartpole_log_folder: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["elsewhere", "--not-a-flag"])
+    with pytest.raises(SystemExit) as exit_info:
+        train_in_process("-h")
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: python -m sb3_ewma.train ")
+    zoo.enjoy(
+        ["--algo", "ppo_ewma", "--env", "CartPole-v1", "-f", str(cartpole_log_folder), "-n", "20", "--no-render"],
+        prog="enjoy",
+    )
+    assert "Loading" in capsys.readouterr().out
+    assert sys.argv == ["elsewhere", "--not-a-flag"]
+    # rl-zoo3's modules are left as they were
+    import rl_zoo3.enjoy
+    import rl_zoo3.utils
+
+    assert vars(rl_zoo3.enjoy)["argparse"] is argparse
+    assert vars(rl_zoo3.enjoy)["create_test_env"] is rl_zoo3.utils.create_test_env
+
+
+def test_zoo_parser_checks_rl_zoo3_key_value_pairs() -> None:
+    from rl_zoo3.utils import StoreDict
+
+    from sb3_ewma.zoo.arguments import ZooArgumentParser
+
+    parser = ZooArgumentParser(prog="enjoy", argv=["--env-kwargs", "mode:'hard'"], exit_on_error=False)
+    parser.add_argument("--env-kwargs", nargs="+", action=StoreDict)
+    assert parser.parse_args().env_kwargs == {"mode": "hard"}
+    with pytest.raises(argparse.ArgumentError, match="is read as Python and gives NameError"):
+        parser.parse_args(["--env-kwargs", "mode:hard"])
+
+
 @pytest.mark.parametrize("module", ["sb3_ewma.train", "sb3_ewma.enjoy", "sb3_ewma.record_video", "sb3_ewma.scale"])
 def test_commands_are_quiet(module: str) -> None:
     # no Gym banner (procgen installs the legacy gym, which SB3 imports), no runpy RuntimeWarning, no other warning

@@ -17,10 +17,14 @@ How it hooks into rl-zoo3 (2.9):
   (``--scale-n-envs``), and for Procgen ids builds procgen's native vectorized environment and evaluates with
   stochastic actions. :func:`train` runs ``rl_zoo3.train.train()`` with it, and with :class:`TrainArgumentParser`
   (rl-zoo3's parser plus the ``--scale-*`` flags, so that ``-h`` prints one usage block).
-- Where rl-zoo3 has no extension point, a name of its module is replaced for the duration of one call and restored:
-  ``ExperimentManager`` and ``argparse`` in ``rl_zoo3.train`` (``train()`` looks both up when it runs),
-  ``create_test_env`` in ``rl_zoo3.enjoy`` and ``rl_zoo3.utils``. rl-zoo3's ``record_video`` is a script (its code
-  under ``if __name__ == "__main__"``), run with ``runpy`` as ``python -m`` would, without importing it first.
+- Where rl-zoo3 has no extension point, a name of its module is replaced for the duration of one call and restored
+  (:mod:`~sb3_ewma.zoo.patching`; each replacement says why in one comment): ``ExperimentManager`` and ``argparse``
+  in ``rl_zoo3.train`` (``train()`` takes no arguments and looks both up when it runs; the parser it gets reads the
+  command line given to :func:`train`, not ``sys.argv``), ``argparse``, ``create_test_env`` and ``get_model_path``
+  in ``rl_zoo3.enjoy``, ``get_latest_run_id`` in ``rl_zoo3.utils``. rl-zoo3's ``record_video``, ``push_to_hub`` and
+  ``load_from_hub`` are scripts (their code under ``if __name__ == "__main__"``), run with ``runpy`` as
+  ``python -m`` would, without importing them first: they read ``sys.argv``, and the names of ``rl_zoo3.utils``
+  (``create_test_env``, ``StoreDict``, ``get_model_path``) they import when they run.
 - For Procgen ids, :func:`make_procgen_vec_env` is given to rl-zoo3 as its ``VecEnv`` class (the ``vec_env_cls``
   argument of ``make_vec_env``): instead of stepping ``n_envs`` copies of the single-environment wrapper, it creates
   one :class:`~sb3_ewma.envs.ProcgenVecEnv` of ``n_envs`` environments, configured like the copies would have been

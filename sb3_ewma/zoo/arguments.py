@@ -102,11 +102,39 @@ def scale_options_from_args(args: argparse.Namespace) -> ScaleOptions | None:
     return ScaleOptions(n_envs, lr_rule, scale_adam_betas, scale_aux_learning_rate)
 
 
-class TrainArgumentParser(argparse.ArgumentParser):
+class ZooArgumentParser(argparse.ArgumentParser):
+    """
+    The parser that an rl-zoo3 function builds with ``argparse.ArgumentParser()`` (see
+    :func:`sb3_ewma.zoo.patching.argparse_with_parser`), given its command line: ``parse_args()`` without arguments
+    reads ``argv`` instead of ``sys.argv``, and rl-zoo3's ``StoreDict`` options (``-params``, ``--env-kwargs``,
+    ``--eval-env-kwargs``) are :class:`CheckedStoreDict`.
+
+    :param argv: the command line arguments (without the program name); None: ``sys.argv[1:]``, as argparse reads
+    """
+
+    def __init__(self, *args: Any, argv: Sequence[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.argv = None if argv is None else list(argv)
+        # argparse looks each `action=` up in its registry first: rl-zoo3's StoreDict gets ours
+        self.register("action", StoreDict, CheckedStoreDict)
+
+    # argparse.ArgumentParser.parse_args's overloads (typeshed's)
+    @overload
+    def parse_args(self, args: Iterable[str] | None = None, namespace: None = None) -> argparse.Namespace: ...
+    @overload
+    def parse_args(self, args: Iterable[str] | None, namespace: _N) -> _N: ...
+    @overload
+    def parse_args(self, *, namespace: _N) -> _N: ...
+
+    def parse_args(self, args: Iterable[str] | None = None, namespace: Any = None) -> Any:
+        return super().parse_args(self.argv if args is None else args, namespace)
+
+
+class TrainArgumentParser(ZooArgumentParser):
     """
     The parser of ``rl_zoo3.train`` with :func:`add_scale_arguments`'s flags: ``-h`` prints one usage block with
     rl-zoo3's options and this package's, and parsing checks the ``--scale-*`` flags (an argparse error, before any
-    environment is made).
+    environment is made). As :class:`ZooArgumentParser`, it reads ``argv`` and checks ``key:value`` pairs.
     """
 
     _scale_arguments_added = False

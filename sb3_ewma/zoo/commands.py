@@ -3,9 +3,8 @@ The entry points ``python -m sb3_ewma.train`` / ``enjoy`` / ``record_video``: rl
 done and this package's names in place of rl-zoo3's for the duration of the call.
 """
 
-import argparse
+import functools
 import runpy
-import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,36 +17,36 @@ from sb3_ewma._quiet import import_without_pkg_resources_warning
 from sb3_ewma.common import distributed
 from sb3_ewma.common.saved_files import check_saved_file
 from sb3_ewma.zoo import threads
-from sb3_ewma.zoo.arguments import CheckedStoreDict, TrainArgumentParser, check_play_counts, chooses_num_threads
+from sb3_ewma.zoo.arguments import (
+    CheckedStoreDict,
+    TrainArgumentParser,
+    ZooArgumentParser,
+    check_play_counts,
+    chooses_num_threads,
+)
 from sb3_ewma.zoo.checks import latest_run_with_model
 from sb3_ewma.zoo.experiment import ExperimentManager
 from sb3_ewma.zoo.install import ZOO_INSTALL_MESSAGE, import_zoo
-from sb3_ewma.zoo.patching import patched, patched_argv
+from sb3_ewma.zoo.patching import argparse_with_parser, patched, patched_argv
 from sb3_ewma.zoo.procgen import create_test_env
 from sb3_ewma.zoo.registry import register_zoo
-
-# rl_zoo3.train.train() builds its parser with `argparse.ArgumentParser()`: this module namespace gives it ours
-_ARGPARSE_FOR_TRAIN = types.SimpleNamespace(**{**vars(argparse), "ArgumentParser": TrainArgumentParser})
 
 
 def train(argv: Sequence[str], prog: str = "python -m sb3_ewma.train") -> None:
     """
     Run ``rl_zoo3.train.train()`` with :func:`register_zoo` done, this package's :class:`ExperimentManager` and its
-    flags (:class:`TrainArgumentParser`).
-
-    rl-zoo3 has no hook for either: ``train()`` looks both up in its module when it runs (``ExperimentManager`` and
-    ``argparse.ArgumentParser``), so they are replaced there for the duration of the call, and restored.
+    flags (:class:`TrainArgumentParser`, which parses ``argv``).
 
     :param argv: the command line arguments (without the program name): rl-zoo3's and ``--scale-*``
     :param prog: the program name shown in messages
     """
     register_zoo()
+    parser = functools.partial(TrainArgumentParser, prog=prog, argv=argv)
     # under torchrun, ranks other than 0 print nothing (errors still reach stderr)
     with (
+        # rl_zoo3.train.train() takes no arguments: it names ExperimentManager and argparse.ArgumentParser at module level
         patched(rl_zoo3.train, "ExperimentManager", ExperimentManager),
-        patched(rl_zoo3.train, "argparse", _ARGPARSE_FOR_TRAIN),
-        patched(rl_zoo3.train, "StoreDict", CheckedStoreDict),
-        patched_argv(prog, argv),
+        patched(rl_zoo3.train, "argparse", argparse_with_parser(parser)),
         distributed.quiet_unless_rank0(),
         threads.restored_num_threads(),
     ):
@@ -90,12 +89,14 @@ def enjoy(argv: Sequence[str], prog: str = "python -m sb3_ewma.enjoy") -> None:
         argv = [*argv, "--no-render"]
     # imported here: rl-zoo3's enjoy needs `requests`, which its training does not
     zoo_enjoy = import_zoo("rl_zoo3.enjoy")
+    parser = functools.partial(ZooArgumentParser, prog=prog, argv=argv)
     with (
+        # rl_zoo3.enjoy.enjoy() takes no arguments: it names argparse, create_test_env and get_model_path at module level
+        patched(zoo_enjoy, "argparse", argparse_with_parser(parser)),
         patched(zoo_enjoy, "create_test_env", create_test_env),
-        patched(zoo_enjoy, "StoreDict", CheckedStoreDict),
         patched(zoo_enjoy, "get_model_path", checked_model_path(zoo_enjoy.get_model_path)),
+        # rl_zoo3.utils.get_model_path finds the latest run with its module's get_latest_run_id, and has no parameter for it
         patched(rl_zoo3.utils, "get_latest_run_id", latest_run_with_model),
-        patched_argv(prog, argv),
         threads.restored_num_threads(),
     ):
         if not chooses_num_threads(argv):
@@ -122,10 +123,12 @@ def record_video(argv: Sequence[str], prog: str = "python -m sb3_ewma.record_vid
     check_play_counts(argv, prog, check_device=False)
     import_without_pkg_resources_warning("imageio_ffmpeg")
     with (
+        # rl-zoo3's record_video is a script: it reads sys.argv and imports these names of rl_zoo3.utils when it runs
         patched(rl_zoo3.utils, "create_test_env", create_test_env),
         patched(rl_zoo3.utils, "StoreDict", CheckedStoreDict),
-        patched(rl_zoo3.utils, "get_latest_run_id", latest_run_with_model),
         patched(rl_zoo3.utils, "get_model_path", checked_model_path(rl_zoo3.utils.get_model_path)),
+        # rl_zoo3.utils.get_model_path finds the latest run with its module's get_latest_run_id, and has no parameter for it
+        patched(rl_zoo3.utils, "get_latest_run_id", latest_run_with_model),
         patched_argv(prog, argv),
         threads.restored_num_threads(),
         headless_sdl(),

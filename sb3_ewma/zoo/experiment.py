@@ -280,6 +280,7 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
         with tempfile.TemporaryDirectory(prefix=prefix) as folder:
             path = Path(folder) / f"{self.algo}.yml"
             path.write_text(yaml.safe_dump(content, sort_keys=True))
+            # rl-zoo3's read_hyperparameters() takes no file: it reads self.config
             with patched(self, "config", str(path)):
                 return super().read_hyperparameters()
 
@@ -322,7 +323,8 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
             # the same for checkpoints (rl-zoo3: save_freq > 0)
             print(f"No checkpoints: --save-freq {self.save_freq} turns them off (as any value <= 0 does; -1 by convention)")
         if self.rank == 0:
-            # save_freq and eval_freq count global steps: each step of rank 0 is world_size * n_envs of them
+            # save_freq and eval_freq count global steps: each step of rank 0 is world_size * n_envs of them;
+            # rl-zoo3's create_callbacks() takes no count: it divides them by self.n_envs
             with patched(self, "n_envs", self.n_envs * self.world_size):
                 super().create_callbacks()
 

@@ -152,6 +152,8 @@ def push_to_hub(argv: Sequence[str], prog: str = "python -m sb3_ewma.push_to_hub
         save_metadata(local_path, data)
 
     with contextlib.ExitStack() as stack:
+        # rl-zoo3's push_to_hub is a script: it reads sys.argv and imports the names below when it runs, and its
+        # model card is written and saved inside package_to_hub, which has no parameter for either
         stack.enter_context(patched(repocard, "metadata_save", complete_card_and_save_metadata))
         if not hasattr(hub_sb3, "generate_metadata"):
             stack.enter_context(
@@ -192,6 +194,7 @@ def load_from_hub(argv: Sequence[str], prog: str = "python -m sb3_ewma.load_from
         except entry_not_found as error:
             raise http_error(str(error)) from error
 
+    # rl-zoo3's load_from_hub is a script: it reads sys.argv, and imports huggingface_sb3's load_from_hub when it runs
     with patched(hub_sb3, "load_from_hub", download_or_http_error), patched_argv(prog, argv):
         _run_zoo_script("rl_zoo3.load_from_hub")
 

@@ -392,7 +392,13 @@ class CompiledStep:
 
     def __getstate__(self) -> dict[str, Any]:
         # compiled functions are neither pickled nor deep-copied: a copy compiles its own when it trains
-        unbuilt = {"verified": False, "_auxiliary_verified": False, "_loss": None, "_auxiliary": None, "_steps": {}}
+        unbuilt: dict[str, Any] = {
+            "verified": False,
+            "_auxiliary_verified": False,
+            "_loss": None,
+            "_auxiliary": None,
+            "_steps": {},
+        }
         return {**self.__dict__, **unbuilt}
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -131,3 +131,25 @@ def test_set_parameters_from_a_path_restores_the_proximal_policy(tmp_path: Path)
     for key, value in averaged_state(model).items():
         np.testing.assert_array_equal(averaged_state(other)[key], value)
     assert "proximal_policy_state" not in other.__dict__ and "proximal_policy_state" not in model.__dict__
+
+
+def test_save_writes_a_copy_and_leaves_the_model_as_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """
+    ``save`` needs no switch: SB3's ``save`` writes a copy of the model whose proximal policy is a ``data`` entry, while
+    the model itself, read during the write (as another thread may), still has ``proximal_ewma`` among its parameters.
+    """
+    import stable_baselines3.common.base_class as base_class
+
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, seed=0, device="cpu").learn(32)
+    attributes = dict(vars(model))
+    written: dict = {}
+
+    def save_to_zip_file(path, data=None, params=None, pytorch_variables=None) -> None:
+        written.update(data=data, params=params, model_names=set(model.get_parameters()))
+
+    monkeypatch.setattr(base_class, "save_to_zip_file", save_to_zip_file)
+    model.save(tmp_path / "model.zip")
+    assert set(written["params"]) == {"policy", "policy.optimizer"}
+    assert "proximal_policy_state" in written["data"] and "proximal" not in written["data"]
+    assert written["model_names"] == {"policy", "policy.optimizer", "proximal_ewma"}
+    assert vars(model) == attributes

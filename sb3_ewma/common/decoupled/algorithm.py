@@ -44,8 +44,7 @@ from sb3_ewma.common.decoupled.proximal import (
     is_policy_parameter,
     loading_from_file,
     parameters_with_proximal_state,
-    proximal_state_in_data,
-    torch_save_names,
+    with_proximal_state_in_data,
 )
 from sb3_ewma.common.decoupled.step import CompiledStep, MinibatchTerms, compile_unsupported
 from sb3_ewma.common.distributed import (
@@ -448,12 +447,13 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     ) -> None:
         """
         SB3's ``save``, on rank 0 only (the ranks hold the same model), with the proximal policy's state in the file's
-        ``data`` (``proximal_policy_state``), where SB3's parent ``load`` ignores it.
+        ``data`` (``proximal_policy_state``), where SB3's parent ``load`` ignores it: SB3's ``save`` of a copy of the
+        model whose proximal policy is that entry (:func:`~sb3_ewma.common.decoupled.proximal.with_proximal_state_in_data`).
         """
         if self.rank != 0:
             return
-        with self._training_lock, proximal_state_in_data(self, getattr(self, "proximal", None)):
-            super().save(path, exclude, include)
+        with self._training_lock:
+            super(DecoupledAlgorithm, with_proximal_state_in_data(self)).save(path, exclude, include)
 
     @classmethod
     def load(
@@ -505,8 +505,9 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         return next(klass.__name__ for klass in cls.__mro__ if klass.__module__.startswith("sb3_ewma."))
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
+        # the parent's modules and the proximal network, if any (none in the copy that ``save`` writes)
         state_dicts, torch_variables = super()._get_torch_save_params()
-        return torch_save_names(state_dicts, getattr(self, "proximal", None)), torch_variables
+        return ([*state_dicts, "proximal_ewma"] if self.proximal_ewma is not None else state_dicts), torch_variables
 
     def set_parameters(
         self, load_path_or_dict: str | dict[str, th.Tensor], exact_match: bool = True, device: th.device | str = "auto"

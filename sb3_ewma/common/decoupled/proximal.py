@@ -1,10 +1,11 @@
 """Building the proximal policy of an SB3 actor-critic policy and handling its persistence."""
 
+import copy
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import torch as th
 from stable_baselines3.common.base_class import BaseAlgorithm
@@ -19,8 +20,6 @@ from sb3_ewma.common.saved_files import check_saved_algorithm, read_saved_value
 
 # the attribute (hence ``data`` entry) that holds the proximal policy's state in a saved file
 PROXIMAL_STATE_KEY = "proximal_policy_state"
-# set while ``save`` writes a file: the proximal policy then goes into ``data``, not among the modules' parameters
-_SAVING_TO_FILE: ContextVar[bool] = ContextVar("sb3_ewma_saving_to_file", default=False)
 # set while ``load`` rebuilds a model from a file (see :func:`loading_from_file`)
 _LOADING_FROM_FILE: ContextVar[bool] = ContextVar("sb3_ewma_loading_from_file", default=False)
 
@@ -216,30 +215,25 @@ def check_loadable(algorithm: type, path: Any) -> dict[str, Any] | None:
     return data
 
 
-@contextmanager
-def proximal_state_in_data(algorithm: BaseAlgorithm, proximal: "ProximalPolicy | None") -> Iterator[None]:
+SelfAlgorithm = TypeVar("SelfAlgorithm", bound=BaseAlgorithm)
+
+
+def with_proximal_state_in_data(algorithm: SelfAlgorithm) -> SelfAlgorithm:
     """
-    While SB3's ``save`` runs: the proximal policy's state goes into the file's ``data`` (``proximal_policy_state``)
-    rather than among the modules' parameters, where SB3's parent ``load`` (``stable_baselines3.PPO.load``) would
-    refuse an unknown module (SB3 sets unknown ``data`` entries as attributes and ignores them).
+    What SB3's ``save`` writes for ``algorithm``: a shallow copy of it (the same policy, optimizers and attributes)
+    whose proximal network is no module but the attribute, hence ``data`` entry, ``proximal_policy_state``. SB3's
+    parent ``load`` (``stable_baselines3.PPO.load``) refuses an unknown module among a file's parameters, but sets
+    unknown ``data`` entries as attributes and ignores them. ``algorithm`` itself is left as it is: its
+    ``get_parameters()`` keeps ``proximal_ewma``. Without a proximal network: ``algorithm``.
     """
+    proximal: ProximalPolicy | None = getattr(algorithm, "proximal", None)
     if proximal is None or proximal.ewma is None:
-        yield
-        return
-    setattr(algorithm, PROXIMAL_STATE_KEY, {name: value.detach().cpu() for name, value in proximal.ewma.state_dict().items()})
-    token = _SAVING_TO_FILE.set(True)
-    try:
-        yield
-    finally:
-        _SAVING_TO_FILE.reset(token)
-        delattr(algorithm, PROXIMAL_STATE_KEY)
-
-
-def torch_save_names(state_dicts: list[str], proximal: "ProximalPolicy | None") -> list[str]:
-    """SB3's state-dict names, with the proximal network's (``proximal_ewma``) except while a file is written."""
-    if proximal is not None and proximal.ewma is not None and not _SAVING_TO_FILE.get():
-        return [*state_dicts, "proximal_ewma"]
-    return state_dicts
+        return algorithm
+    saved = copy.copy(algorithm)  # a new __dict__ holding the same objects
+    state = {name: value.detach().cpu() for name, value in proximal.ewma.state_dict().items()}
+    # no proximal network: ``_get_torch_save_params``, hence SB3's ``get_parameters``, names the parent's modules only
+    vars(saved).update({"proximal": None, PROXIMAL_STATE_KEY: state})
+    return saved
 
 
 def parameters_with_proximal_state(

@@ -2,10 +2,13 @@
 
 import pytest
 import torch as th
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ConvertCallback
 
 from sb3_ewma import PPG, PPO_EWMA, MaskablePPO_EWMA
-from sb3_ewma.common.decoupled.options import check_decoupled_options
+from sb3_ewma.common.checks import check_hyperparameters
 from sb3_ewma.common.decoupled.proximal import ProximalPolicy
+from sb3_ewma.common.distributed.training import DataParallelCallback, DataParallelTraining
+from sb3_ewma.common.rules import RELATIONS, RULES
 
 SMALL = dict(n_steps=16, batch_size=8, n_epochs=2, device="cpu", seed=0)
 
@@ -113,6 +116,10 @@ def decoupled_options(**changes: object) -> dict:
     return {**options, **changes}
 
 
+def check_decoupled_options(**options):
+    check_hyperparameters(options, RULES, RELATIONS)
+
+
 def test_the_options_are_checked_with_the_hyperparameters_they_depend_on():
     check_decoupled_options(**decoupled_options(kl_coef=0.1, minibatch_sampling="rollouts"))
     with pytest.raises(ValueError, match=r"kl_estimator must be one of \('sample', 'exact'\), got 'approx'"):
@@ -201,24 +208,98 @@ def test_the_tensorboard_run_is_named_after_the_packages_class(monkeypatch):
     assert names == ["PPO_EWMA", "PPG", "mine"]
 
 
-def test_ranks_must_agree_on_staleness_when_learn_starts():
-    from sb3_ewma.ablations import StalePPO_EWMA
-    from sb3_ewma.common.distributed import DataParallelTraining
+class FakeContext:
+    """The collectives of a data-parallel context, recorded instead of run (rank 0 of 2 unless told)."""
 
-    checked = []
+    world_size = 2
 
-    class Context:
-        rank = 0
-        world_size = 1
+    def __init__(self, rank: int = 0, stop_after_checks: int | None = None) -> None:
+        self.rank = rank
+        self.checked: list[dict] = []
+        self.averaged: list[list[th.Tensor]] = []
+        self.stop_after_checks = stop_after_checks
 
-        def check_same_settings(self, settings, advice=""):
-            checked.append(settings)
+    def check_same_settings(self, settings, advice=""):
+        self.checked.append(settings)
+        if len(self.checked) == self.stop_after_checks:
+            raise RuntimeError("stopped by the test")
 
+    def average_gradients(self, parameters):
+        # what the all-reduce would average: the gradients there when it runs
+        self.averaged.append([parameter for parameter in parameters if parameter.grad is not None])
+
+
+def fake_data_parallel(context: FakeContext) -> DataParallelTraining:
     data_parallel = object.__new__(DataParallelTraining)
-    data_parallel.context = Context()
+    data_parallel.context = context
+    data_parallel._gradient_hooks = []
+    return data_parallel
+
+
+def test_ranks_must_agree_on_the_budget_then_on_staleness_when_learn_starts():
+    from sb3_ewma.ablations import StalePPO_EWMA
+
+    context = FakeContext(stop_after_checks=2)
     model = StalePPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL).set_staleness(2, "behavior")
-    model.data_parallel = data_parallel
-    model._setup_learn(64)
-    assert checked[0] == {"staleness": 2, "staleness_mode": "behavior"}  # StalePPO_EWMA's
-    data_parallel.start_learn(model, 64, None, False)  # learn's, before SB3's _setup_learn: the budget
-    assert checked[1]["total_timesteps (learn)"] == 64
+    model.data_parallel = fake_data_parallel(context)
+    with pytest.raises(RuntimeError, match="stopped by the test"):
+        model.learn(64)
+    assert context.checked[0]["total_timesteps (learn)"] == 64  # learn's, before SB3's _setup_learn
+    assert context.checked[1] == {"staleness": 2, "staleness_mode": "behavior"}  # StalePPO_EWMA's _setup_learn
+    assert model.num_timesteps == 0  # nothing collected
+
+
+def test_gradients_are_averaged_once_at_the_end_of_each_backward_pass():
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL)
+    context = FakeContext()
+    data_parallel = fake_data_parallel(context)
+    data_parallel._average_gradients_after_backward(model.policy)
+    data_parallel._average_gradients_after_backward(model.policy)  # again (a reload): the old hooks are removed
+    observations = th.zeros((4, 4))
+    values = model.policy.predict_values(observations)
+    values.sum().backward()
+    # once, after the pass: with every gradient it computed (the value function's)
+    value_parameters = [*model.policy.mlp_extractor.value_net.parameters(), *model.policy.value_net.parameters()]
+    assert len(context.averaged) == 1
+    assert {id(parameter) for parameter in context.averaged[0]} == {id(parameter) for parameter in value_parameters}
+
+    # a pass that raises after its first gradient (its averaging queued, then dropped by torch) leaves no stale
+    # state: the next pass averages once
+    def fail(parameter: th.Tensor) -> None:
+        raise RuntimeError("a failing pass")
+
+    handle = model.policy.value_net.bias.register_post_accumulate_grad_hook(fail)
+    with pytest.raises(RuntimeError, match="a failing pass"):
+        model.policy.predict_values(observations).sum().backward()
+    handle.remove()
+    context.averaged.clear()
+    model.policy.predict_values(observations).sum().backward()
+    assert len(context.averaged) == 1
+
+
+@pytest.mark.parametrize("given", ["none", "callback", "list", "function"])
+def test_rank_0_runs_the_data_parallel_callback_before_the_users(given):
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL)
+    data_parallel = fake_data_parallel(FakeContext(rank=0))
+
+    class Mine(BaseCallback):
+        def _on_step(self) -> bool:
+            return True
+
+    user = {"none": None, "callback": Mine(), "list": [Mine(), Mine()], "function": lambda _locals, _globals: True}[given]
+    callback, progress_bar = data_parallel.start_learn(model, 64, user, True)
+    assert isinstance(callback, CallbackList) and progress_bar
+    assert isinstance(callback.callbacks[0], DataParallelCallback)
+    expected = {"none": 0, "callback": 1, "list": 2, "function": 1}[given]
+    assert len(callback.callbacks) == 1 + expected
+    if given == "function":
+        assert isinstance(callback.callbacks[1], ConvertCallback)
+    elif given != "none":
+        assert callback.callbacks[1:] == (user if isinstance(user, list) else [user])
+
+
+def test_other_ranks_run_the_data_parallel_callback_alone_without_progress_bar():
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL)
+    callback, progress_bar = fake_data_parallel(FakeContext(rank=1)).start_learn(model, 64, [ConvertCallback(None)], True)
+    assert isinstance(callback, DataParallelCallback) and not progress_bar
+    assert model.logger.output_formats == []  # this rank writes no log

@@ -19,8 +19,9 @@ from torch._dynamo.utils import counters
 from sb3_ewma import PPG_EWMA, PPO_EWMA
 from sb3_ewma.common.decoupled import step as step_module
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
-from sb3_ewma.common.decoupled.step import AUTO_MIN_OPTIMIZER_STEPS, CompiledStep, auxiliary_loss, minibatch_loss
+from sb3_ewma.common.decoupled.step import AUTO_MIN_OPTIMIZER_STEPS, CompiledStep, minibatch_loss
 from sb3_ewma.common.losses import clipped_values, log_clip_bounds
+from sb3_ewma.ppg_ewma.auxiliary import auxiliary_losses, lean_auxiliary_losses
 
 needs_compiler = pytest.mark.skipif(
     step_module.compiler_missing(th.device("cpu")) is not None, reason="torch.compile needs a C++ compiler here"
@@ -201,15 +202,13 @@ def auxiliary_rows(env_id: str) -> tuple[PPG_EWMA, np.ndarray]:
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_the_auxiliary_function_is_the_eager_auxiliary_loss(env_id):
-    """auxiliary_loss (no distribution objects) computes PPG's auxiliary losses and their gradients."""
-    from sb3_ewma.ppg_ewma.auxiliary import auxiliary_losses
-
+    """lean_auxiliary_losses (no distribution objects) computes PPG's auxiliary losses and their gradients."""
     model, rows = auxiliary_rows(env_id)
     buffer = model.aux_buffer
     expected = auxiliary_losses(model.policy, buffer, rows, model.beta_clone)
     expected_gradients = gradients(model, expected[-1])
-    terms = auxiliary_loss(model.policy, buffer.observations(rows), buffer.value_targets(rows), buffer.old_policy(rows),
-                           model.beta_clone)  # fmt: skip
+    terms = lean_auxiliary_losses(model.policy, buffer.observations(rows), buffer.value_targets(rows),
+                                  buffer.old_policy(rows), model.beta_clone)  # fmt: skip
     assert terms[1] > 1e-4  # the cloning KL is exercised
     for value, reference in zip(terms, expected, strict=True):
         th.testing.assert_close(value, reference, rtol=1e-5, atol=1e-7)
@@ -219,16 +218,38 @@ def test_the_auxiliary_function_is_the_eager_auxiliary_loss(env_id):
 
 @needs_compiler
 def test_ppg_auxiliary_phase_compiles():
-    """With compile_step, PPG's auxiliary losses run compiled, within float tolerance of the eager ones."""
-    from sb3_ewma.ppg_ewma.auxiliary import auxiliary_losses
-
+    """With compile_step, PPG's auxiliary losses and their gradients are the eager ones within float tolerance."""
     model, rows = auxiliary_rows("CartPole-v1")
-    model.compiled_step.active = True
     buffer = model.aux_buffer
+    expected = auxiliary_losses(model.policy, buffer, rows, model.beta_clone)
+    expected_gradients = gradients(model, expected[-1])
+    model.compiled_step.active = True
     terms = model._auxiliary_losses(buffer, rows)
-    assert model.compiled_step._auxiliary is not None and model.compiled_step._auxiliary_verified
-    for value, reference in zip(terms, auxiliary_losses(model.policy, buffer, rows, model.beta_clone), strict=True):
+    assert lean_auxiliary_losses in model.compiled_step._compiled
+    for value, reference in zip(terms, expected, strict=True):
         th.testing.assert_close(value, reference, rtol=1e-5, atol=1e-6)
+    for gradient, reference in zip(gradients(model, terms[-1]), expected_gradients, strict=True):
+        th.testing.assert_close(gradient, reference, rtol=1e-4, atol=1e-6)
+
+
+def test_an_auxiliary_loss_that_does_not_compile_falls_back(monkeypatch):
+    """A failing compilation of the auxiliary losses: one warning, the eager losses, eager from then on."""
+
+    def failing_compile(function, **kwargs):
+        def compiled(*args, **kwargs):
+            raise RuntimeError("backend exploded")
+
+        return compiled
+
+    monkeypatch.setattr(step_module.th, "compile", failing_compile)
+    model, rows = auxiliary_rows("CartPole-v1")
+    model.compiled_step.setting, model.compiled_step.active = True, True
+    with pytest.warns(UserWarning, match="compilation failed: RuntimeError: backend exploded"):
+        terms = model._auxiliary_losses(model.aux_buffer, rows)
+    for value, reference in zip(terms, auxiliary_losses(model.policy, model.aux_buffer, rows, model.beta_clone)):
+        th.testing.assert_close(value, reference)
+    assert not model.compiled_step.active
+    assert "compilation failed" in model.compiled_step.start_learn(10**9, None)  # and in the next learn call
 
 
 def test_auto_compiles_only_long_runs():
@@ -292,8 +313,11 @@ def test_compile_step_is_checked_first(value):
 
 def test_copies_of_the_collaborator_hold_no_compiled_function():
     step = CompiledStep(True)
-    step._loss = lambda: None
+    step._compiled[minibatch_loss] = lambda: None
+    step.verified = True
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert pickle.loads(pickle.dumps(step))._loss is None
-    assert copy.deepcopy(step)._loss is None
+        assert pickle.loads(pickle.dumps(step))._compiled == {}
+    copied = copy.deepcopy(step)
+    assert copied._compiled == {} and not copied.verified
+    assert step._compiled  # the original keeps its own

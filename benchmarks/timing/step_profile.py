@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
         "",
         f"Machine: {machine()['cpu']} ({machine()['cores']}), {th.get_num_threads()} torch thread; torch "
         f"{th.__version__}; {time.strftime('%Y-%m-%d')}. Command: `python -m benchmarks.timing.step_profile "
-        f"{' '.join(sys.argv[1:] if argv is None else argv)}`.",
+        f"{' '.join(sys.argv[1:] if argv is None else argv)}".rstrip() + "`.",
         "",
         f"rl-zoo3's CartPole-v1 shapes: {N_ENVS} envs x {N_STEPS} steps, minibatches of {BATCH_SIZE}, {N_EPOCHS} epochs; "
         f"medians over {args.rounds} rounds of {args.iterations} timed iterations (compilation before the timing).",

@@ -6,9 +6,11 @@ KL[pi_old, pi]`` plus the value loss ``0.5 * MSE(V, V_targ)``.
 
 import numpy as np
 import torch as th
+from stable_baselines3.common.distributions import CategoricalDistribution
+from stable_baselines3.common.type_aliases import PyTorchObs
 from torch.nn import functional as F
 
-from sb3_ewma.common.distributions import distribution_parameters, kl_from_parameters
+from sb3_ewma.common.distributions import distribution_parameters, kl_from_parameters, policy_latents
 from sb3_ewma.ppg_ewma.buffers import AuxiliaryBuffer
 from sb3_ewma.ppg_ewma.policies import PPGPolicy
 
@@ -34,4 +36,48 @@ def auxiliary_losses(
     aux_value_loss = 0.5 * F.mse_loss(aux_values.flatten(), targets)
     clone_kl = kl_from_parameters(buffer.old_policy(indices), distribution).mean()
     value_loss = 0.5 * F.mse_loss(values.flatten(), targets)
+    return aux_value_loss, clone_kl, value_loss, aux_value_loss + beta_clone * clone_kl + value_loss
+
+
+def lean_auxiliary_losses(
+    policy: PPGPolicy,
+    observations: PyTorchObs,
+    value_targets: th.Tensor,
+    old_policy: list[th.Tensor],
+    beta_clone: float,
+    autocast_dtype: th.dtype | None = None,
+) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
+    """
+    :func:`auxiliary_losses` from the rows' observations, value targets and stored ``pi_old``, for a policy with a
+    categorical or diagonal Gaussian action distribution (``has_lean_evaluation``), without building distributions:
+    a pure function, which ``compile_step`` compiles::
+
+        loss = 0.5 * MSE(aux value, V_targ) + beta_clone * KL[pi_old, pi] + 0.5 * MSE(V, V_targ)
+
+    :param old_policy: ``pi_old``'s stored parameters: the normalized logits of a categorical, or the mean and the
+        standard deviation of a Gaussian
+    :return: the auxiliary value loss, the cloning KL, the value loss, and the joint loss
+    """
+    device_type = value_targets.device.type
+    with th.autocast(device_type, dtype=autocast_dtype or th.bfloat16, enabled=autocast_dtype is not None):
+        latent_pi, latent_vf = policy_latents(policy, observations)
+        action_head = policy.action_net(latent_pi)
+        aux_values = policy.aux_value_net(latent_pi)
+        values = policy.value_net(latent_vf)
+    action_head, aux_values, values = action_head.float(), aux_values.float(), values.float()
+    if isinstance(policy.action_dist, CategoricalDistribution):
+        # KL of categoricals: sum_a p_old(a) (log p_old(a) - log p(a)), terms of p_old(a) = 0 left out, as torch does
+        old_log_pmf = old_policy[0]
+        old_probs = th.exp(old_log_pmf)
+        log_pmf = action_head - action_head.logsumexp(dim=-1, keepdim=True)
+        per_action = th.where(old_probs > 0, old_probs * (old_log_pmf - log_pmf), th.zeros_like(log_pmf))
+        clone_kl = per_action.sum(dim=-1).mean()
+    else:
+        # KL of diagonal Gaussians, summed over the action dimensions
+        old_mean, old_std = old_policy
+        std = th.ones_like(action_head) * policy.log_std.exp()
+        per_dimension = th.log(std / old_std) + (old_std**2 + (old_mean - action_head) ** 2) / (2 * std**2) - 0.5
+        clone_kl = per_dimension.sum(dim=-1).mean()
+    aux_value_loss = 0.5 * F.mse_loss(aux_values.flatten(), value_targets)
+    value_loss = 0.5 * F.mse_loss(values.flatten(), value_targets)
     return aux_value_loss, clone_kl, value_loss, aux_value_loss + beta_clone * clone_kl + value_loss

@@ -27,7 +27,7 @@ from sb3_ewma.common.format import human_bytes
 from sb3_ewma.common.keywords import check_policy_keywords
 from sb3_ewma.common.rules import check_arguments
 from sb3_ewma.common.saved_files import saved_model_name
-from sb3_ewma.ppg_ewma.auxiliary import auxiliary_losses, compute_old_policy
+from sb3_ewma.ppg_ewma.auxiliary import auxiliary_losses, compute_old_policy, lean_auxiliary_losses
 from sb3_ewma.ppg_ewma.buffers import AuxiliaryBuffer
 from sb3_ewma.ppg_ewma.checks import PPG_RELATIONS, PPG_RULES, aux_batch_size_problem
 from sb3_ewma.ppg_ewma.export import ppg_to_sb3_ppo
@@ -449,12 +449,13 @@ class PPG(DecoupledAlgorithm):
     def _auxiliary_losses(self, buffer: AuxiliaryBuffer, indices: np.ndarray) -> tuple[th.Tensor, ...]:
         """The auxiliary losses of the rows ``indices``: compiled when ``compile_step`` is in effect."""
         if self.compiled_step.active:
-            return self.compiled_step.auxiliary_losses(
+            return self.compiled_step.run(
+                lean_auxiliary_losses,
                 self.policy,
                 buffer.observations(indices),
                 buffer.value_targets(indices),
                 buffer.old_policy(indices),
-                self.beta_clone,
+                float(self.beta_clone),
                 self.training_precision.autocast_dtype,
             )
         with self.training_precision.forward(self.device):

@@ -105,9 +105,9 @@ def scale_options_from_args(args: argparse.Namespace) -> ScaleOptions | None:
 class ZooArgumentParser(argparse.ArgumentParser):
     """
     The parser that an rl-zoo3 function builds with ``argparse.ArgumentParser()`` (see
-    :func:`sb3_ewma.zoo.patching.argparse_with_parser`), given its command line: ``parse_args()`` without arguments
-    reads ``argv`` instead of ``sys.argv``, and rl-zoo3's ``StoreDict`` options (``-params``, ``--env-kwargs``,
-    ``--eval-env-kwargs``) are :class:`CheckedStoreDict`.
+    :func:`sb3_ewma.zoo.patching.argparse_with_parser`), given its command line: parsing without arguments
+    (``parse_args()``, ``parse_known_args()``) reads ``argv`` instead of ``sys.argv``, and rl-zoo3's ``StoreDict``
+    options (``-params``, ``--env-kwargs``, ``--eval-env-kwargs``) are :class:`CheckedStoreDict`.
 
     :param argv: the command line arguments (without the program name); None: ``sys.argv[1:]``, as argparse reads
     """
@@ -118,16 +118,18 @@ class ZooArgumentParser(argparse.ArgumentParser):
         # argparse looks each `action=` up in its registry first: rl-zoo3's StoreDict gets ours
         self.register("action", StoreDict, CheckedStoreDict)
 
-    # argparse.ArgumentParser.parse_args's overloads (typeshed's)
+    # argparse.ArgumentParser.parse_known_args's overloads (typeshed's); parse_args goes through it
     @overload
-    def parse_args(self, args: Iterable[str] | None = None, namespace: None = None) -> argparse.Namespace: ...
+    def parse_known_args(
+        self, args: Iterable[str] | None = None, namespace: None = None
+    ) -> tuple[argparse.Namespace, list[str]]: ...
     @overload
-    def parse_args(self, args: Iterable[str] | None, namespace: _N) -> _N: ...
+    def parse_known_args(self, args: Iterable[str] | None, namespace: _N) -> tuple[_N, list[str]]: ...
     @overload
-    def parse_args(self, *, namespace: _N) -> _N: ...
+    def parse_known_args(self, *, namespace: _N) -> tuple[_N, list[str]]: ...
 
-    def parse_args(self, args: Iterable[str] | None = None, namespace: Any = None) -> Any:
-        return super().parse_args(self.argv if args is None else args, namespace)
+    def parse_known_args(self, args: Iterable[str] | None = None, namespace: Any = None) -> tuple[Any, list[str]]:
+        return super().parse_known_args(self.argv if args is None else args, namespace)
 
 
 class TrainArgumentParser(ZooArgumentParser):

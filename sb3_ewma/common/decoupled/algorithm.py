@@ -374,14 +374,14 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         """Whether this ``learn`` call's training steps run compiled (``compile_step``), said in one line."""
         iterations = -(-total_timesteps // (self.n_steps * self._timesteps_per_env_step))
         planned = iterations * self.n_epochs * self.minibatches_per_epoch
-        own_evaluation = type(self)._evaluate_policy is not DecoupledAlgorithm._evaluate_policy
         unsupported = (
             None
             if self.compile_step is False
             else compile_unsupported(
                 self.policy,
                 self.device,
-                evaluates_own_way=type(self).__name__ if own_evaluation else None,
+                type(self).__name__,
+                evaluates_own_way=type(self)._evaluate_policy is not DecoupledAlgorithm._evaluate_policy,
                 needs_distributions=self._needs_distributions,
             )
         )

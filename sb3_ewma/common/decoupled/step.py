@@ -16,17 +16,13 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch as th
+import torch._functorch.config as aot_autograd_config
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.type_aliases import PyTorchObs
 from torch.nn import functional as F
 
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
-from sb3_ewma.common.distributions import (
-    has_lean_evaluation,
-    lean_action_log_prob,
-    lean_evaluate_actions,
-    policy_latents,
-)
+from sb3_ewma.common.distributions import has_lean_evaluation, lean_action_log_prob, lean_evaluate_actions
 from sb3_ewma.common.losses import capped_behavior_log_prob, clipped_surrogate_loss, log_clip_bounds, sampled_kl
 
 AUTO_MIN_OPTIMIZER_STEPS = 20_000
@@ -137,63 +133,20 @@ def minibatch_loss(
     )
 
 
-def auxiliary_loss(
-    policy: ActorCriticPolicy,
-    observations: PyTorchObs,
-    value_targets: th.Tensor,
-    old_policy: list[th.Tensor],
-    beta_clone: float,
-    autocast_dtype: th.dtype | None = None,
-) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
-    """
-    PPG's auxiliary losses on a (micro-)batch, for a policy with an ``aux_value_net`` and the lean evaluation (a
-    categorical or diagonal Gaussian ``ActorCriticPolicy``), without building distributions::
-
-        loss = 0.5 * MSE(aux value, V_targ) + beta_clone * KL[pi_old, pi] + 0.5 * MSE(V, V_targ)
-
-    :param old_policy: ``pi_old``'s stored parameters: the normalized logits of a categorical, or the mean and the
-        standard deviation of a Gaussian
-    :return: the auxiliary value loss, the cloning KL, the value loss, and the joint loss
-    """
-    device_type = value_targets.device.type
-    with th.autocast(device_type, dtype=autocast_dtype or th.bfloat16, enabled=autocast_dtype is not None):
-        latent_pi, latent_vf = policy_latents(policy, observations)
-        action_head = policy.action_net(latent_pi)
-        aux_values = policy.aux_value_net(latent_pi)  # type: ignore[operator]
-        values = policy.value_net(latent_vf)
-    action_head, aux_values, values = action_head.float(), aux_values.float(), values.float()
-    if len(old_policy) == 1:
-        # KL of categoricals: sum_a p_old(a) (log p_old(a) - log p(a)), terms of p_old(a) = 0 left out, as torch does
-        old_log_pmf = old_policy[0]
-        old_probs = th.exp(old_log_pmf)
-        log_pmf = action_head - action_head.logsumexp(dim=-1, keepdim=True)
-        per_action = th.where(old_probs > 0, old_probs * (old_log_pmf - log_pmf), th.zeros_like(log_pmf))
-        clone_kl = per_action.sum(dim=-1).mean()
-    else:
-        # KL of diagonal Gaussians, summed over the action dimensions
-        old_mean, old_std = old_policy
-        std = th.ones_like(action_head) * policy.log_std.exp()
-        per_dimension = th.log(std / old_std) + (old_std**2 + (old_mean - action_head) ** 2) / (2 * std**2) - 0.5
-        clone_kl = per_dimension.sum(dim=-1).mean()
-    aux_value_loss = 0.5 * F.mse_loss(aux_values.flatten(), value_targets)
-    value_loss = 0.5 * F.mse_loss(values.flatten(), value_targets)
-    return aux_value_loss, clone_kl, value_loss, aux_value_loss + beta_clone * clone_kl + value_loss
-
-
 def compile_unsupported(
-    policy: th.nn.Module, device: th.device, *, evaluates_own_way: str | None, needs_distributions: bool
+    policy: th.nn.Module, device: th.device, algorithm_name: str, *, evaluates_own_way: bool, needs_distributions: bool
 ) -> str | None:
     """
     Why a model's training step cannot be compiled (None: it can).
 
-    :param evaluates_own_way: the name of an algorithm that evaluates its policy its own way (masks, recurrent states),
-        None for the algorithms that evaluate it from the observations alone
+    :param evaluates_own_way: whether the algorithm evaluates its policy its own way (masks, recurrent states), not
+        from the observations alone
     :param needs_distributions: whether the loss needs whole action distributions (``kl_estimator="exact"``)
     """
     if not has_lean_evaluation(policy):
         return f"{type(policy).__name__} is not one of SB3's categorical or diagonal Gaussian ActorCriticPolicy"
-    if evaluates_own_way is not None:
-        return f"{evaluates_own_way} evaluates its policy its own way"
+    if evaluates_own_way:
+        return f"{algorithm_name} evaluates its policy its own way"
     if needs_distributions:
         return "kl_estimator='exact' needs the action distributions"
     return compiler_missing(device)
@@ -214,8 +167,9 @@ def compiler_missing(device: th.device) -> str | None:
 
 class CompiledStep:
     """
-    The compiled minibatch loss and optimizer step of one model (``compile_step``): built at the first step that
-    needs them, rebuilt after a copy or unpickling (compiled functions are not copied, nor saved).
+    The compiled functions of one model's training steps (``compile_step``): the minibatch loss, the optimizer steps,
+    and any other loss function an algorithm hands to :meth:`run` (PPG's auxiliary losses); built at the first step
+    that needs them, rebuilt after a copy or unpickling (compiled functions are not copied, nor saved).
 
     :param setting: ``True`` (compile), ``False`` (eager) or ``"auto"`` (compile when a ``learn`` call plans at least
         :data:`AUTO_MIN_OPTIMIZER_STEPS` optimizer steps)
@@ -224,11 +178,10 @@ class CompiledStep:
     def __init__(self, setting: bool | str) -> None:
         self.setting = setting
         self.active = False
-        self.verified = False  # a compiled loss has run: a later error is not a compilation's
+        self.verified = False  # a compiled loss has run
         self.reason = "not started"
-        self._loss: Callable[..., MinibatchLoss] | None = None
-        self._auxiliary: Callable[..., tuple[th.Tensor, ...]] | None = None
-        self._auxiliary_verified = False
+        self.failure: str | None = None  # why a compilation failed: eager from then on
+        self._compiled: dict[Callable[..., Any], Callable[..., Any]] = {}
         self._steps: dict[int, tuple[Callable[[], Any], list[th.Tensor]]] = {}
         self._clip_tensors: tuple[Any, Any] = (None, None)
 
@@ -241,6 +194,8 @@ class CompiledStep:
         """
         if self.setting is False:
             self.active, self.reason = False, "compile_step=False"
+        elif self.failure is not None:
+            self.active, self.reason = False, self.failure
         elif unsupported is not None:
             self.active, self.reason = False, unsupported
         elif self.setting == "auto" and planned_optimizer_steps < AUTO_MIN_OPTIMIZER_STEPS:
@@ -255,9 +210,11 @@ class CompiledStep:
         return f"training step {'compiled' if self.active else 'eager'} ({self.reason})"
 
     def fall_back(self, error: BaseException) -> str:
-        """After a failed compilation: eager from now on; returns the sentence that says why."""
-        self.active, self._loss, self._auxiliary, self._steps = False, None, None, {}
-        self.reason = f"compilation failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        """After a failed compilation: eager from now on (later ``learn`` calls too); returns the sentence that says
+        why."""
+        self.active, self._compiled, self._steps = False, {}, {}
+        self.failure = f"compilation failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        self.reason = self.failure
         return f"training step eager ({self.reason})"
 
     def clip_tensors(
@@ -276,13 +233,26 @@ class CompiledStep:
         positive = (clip_range is None or clip_range > 0) and (clip_range_vf is None or clip_range_vf > 0)
         return self.active and positive
 
-    def loss(self, *args: Any, **kwargs: Any) -> MinibatchLoss:
-        """:func:`minibatch_loss`, compiled."""
-        if self._loss is None:
-            self._loss = th.compile(minibatch_loss, dynamic=False)
-        terms = self._loss(*args, **kwargs)
+    def run(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """
+        ``function(*args, **kwargs)`` compiled (once per function: a pure loss function, whose backward pass is then
+        compiled too). Its first call also compiles the backward pass, which torch otherwise leaves to the first
+        ``backward()``, outside this method; if that first compilation fails, the result is ``function``'s, eager,
+        and the training steps are eager from then on, said in one warning.
+        """
+        compiled = self._compiled.get(function)
+        if compiled is not None:
+            return compiled(*args, **kwargs)
+        try:
+            compiled = th.compile(function, dynamic=False)
+            with aot_autograd_config.patch(force_non_lazy_backward_lowering=True):
+                result = compiled(*args, **kwargs)
+        except Exception as error:  # a graph that does not compile
+            warnings.warn(self.fall_back(error), UserWarning, stacklevel=4)
+            return function(*args, **kwargs)
+        self._compiled[function] = compiled
         self.verified = True
-        return terms
+        return result
 
     def minibatch_terms(
         self,
@@ -299,9 +269,8 @@ class CompiledStep:
         autocast_dtype: th.dtype | None,
     ) -> MinibatchTerms:
         """
-        One minibatch's loss by the compiled :func:`minibatch_loss`, its diagnostics recorded by ``policy_objective``
-        (whose clip range, KL coefficient and importance-sampling cap it takes); if the first compilation fails, the
-        step is eager from then on, said in one warning.
+        One minibatch's loss by the compiled :func:`minibatch_loss` (:meth:`run`), its diagnostics recorded by
+        ``policy_objective`` (whose clip range, KL coefficient and importance-sampling cap it takes).
         """
         clip_range = policy_objective.clip_range
         low, high = (-math.inf, math.inf) if clip_range is None else log_clip_bounds(clip_range)
@@ -323,40 +292,11 @@ class CompiledStep:
             imp_samp_max=float(policy_objective.imp_samp_max),
             autocast_dtype=autocast_dtype,
         )
-        try:
-            terms = self.loss(*arguments, **coefficients)
-        except Exception as error:  # a graph that does not compile: eager from here on, said once
-            if self.verified:
-                raise
-            warnings.warn(self.fall_back(error), UserWarning, stacklevel=4)
-            terms = minibatch_loss(*arguments, **coefficients)
+        terms: MinibatchLoss = self.run(minibatch_loss, *arguments, **coefficients)
         policy_objective.record(
             terms.policy_loss, terms.log_prob, terms.proximal_log_prob, rollout_data.old_log_prob, terms.kl_penalty
         )
         return MinibatchTerms(terms.loss, terms.value_loss, terms.entropy_loss, terms.approx_kl_div)
-
-    def auxiliary_losses(
-        self,
-        policy: ActorCriticPolicy,
-        observations: PyTorchObs,
-        value_targets: th.Tensor,
-        old_policy: list[th.Tensor],
-        beta_clone: float,
-        autocast_dtype: th.dtype | None,
-    ) -> tuple[th.Tensor, ...]:
-        """:func:`auxiliary_loss`, compiled (PPG's auxiliary phase); eager from then on if its compilation fails."""
-        arguments = (policy, observations, value_targets, old_policy, float(beta_clone), autocast_dtype)
-        try:
-            if self._auxiliary is None:
-                self._auxiliary = th.compile(auxiliary_loss, dynamic=False)
-            losses = self._auxiliary(*arguments)
-            self._auxiliary_verified = True
-            return losses
-        except Exception as error:  # a graph that does not compile: eager from here on, said once
-            if self._auxiliary_verified:
-                raise
-            warnings.warn(self.fall_back(error), UserWarning, stacklevel=3)
-            return auxiliary_loss(*arguments)
 
     def optimizer_step(self, optimizer: th.optim.Optimizer) -> None:
         """
@@ -392,14 +332,7 @@ class CompiledStep:
 
     def __getstate__(self) -> dict[str, Any]:
         # compiled functions are neither pickled nor deep-copied: a copy compiles its own when it trains
-        unbuilt: dict[str, Any] = {
-            "verified": False,
-            "_auxiliary_verified": False,
-            "_loss": None,
-            "_auxiliary": None,
-            "_steps": {},
-        }
-        return {**self.__dict__, **unbuilt}
+        return {**self.__dict__, "verified": False, "_compiled": {}, "_steps": {}}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)

@@ -20,7 +20,7 @@ from sb3_ewma.common.distributed.process_group import RANK_LOCAL_SETTINGS
 
 class DataParallelCallback(BaseCallback):
     """
-    What data-parallel training adds to a ``learn`` call's callbacks: when training starts, ``VecNormalize``
+    What data-parallel training adds to a ``learn`` call's callbacks (first): when training starts, ``VecNormalize``
     statistics start from rank 0's; on ranks other than 0 (which run it in place of the user's callbacks), the
     episodes that end are kept for rank 0's statistics.
 
@@ -111,19 +111,19 @@ class DataParallelTraining:
         for hook in self._gradient_hooks:
             hook.remove()
         parameters = [parameter for parameter in policy.parameters() if parameter.requires_grad]
-        queued = False
-
-        def average() -> None:
-            nonlocal queued
-            queued = False
-            self.context.average_gradients(parameters)
+        # the backward pass whose end the averaging is queued at (torch numbers them); a pass that raised never ran
+        # its callback, and the next pass queues its own
+        queued_for = -1
 
         def on_gradient(parameter: th.Tensor) -> None:
-            nonlocal queued
-            if not queued:
-                queued = True
+            nonlocal queued_for
+            graph_task = th._C._current_graph_task_id()
+            if graph_task != queued_for:
+                queued_for = graph_task
                 # torch's autograd engine runs it once the pass is over (the public API has no such hook)
-                th.autograd.Variable._execution_engine.queue_callback(average)  # type: ignore[attr-defined]
+                th.autograd.Variable._execution_engine.queue_callback(  # type: ignore[attr-defined]
+                    lambda: self.context.average_gradients(parameters)
+                )
 
         self._gradient_hooks = [parameter.register_post_accumulate_grad_hook(on_gradient) for parameter in parameters]
 
@@ -138,7 +138,7 @@ class DataParallelTraining:
         """
         At the start of ``learn``: the ranks agree on the budget; ranks other than 0 log nothing and run a
         :class:`DataParallelCallback` in place of the user's callbacks (no checkpoints, evaluations or progress bar),
-        rank 0 runs it after them. Returns this rank's callback and progress bar.
+        rank 0 runs it before them. Returns this rank's callback and progress bar.
         """
         # before anything is collected: a rank that would stop early would leave the others waiting
         self.context.check_same_settings(
@@ -158,7 +158,8 @@ class DataParallelTraining:
             callbacks = callback
         else:
             callbacks = [callback if isinstance(callback, BaseCallback) else ConvertCallback(callback)]
-        return CallbackList([*callbacks, DataParallelCallback(self)]), progress_bar
+        # first: its collectives run on every rank whatever the user's callbacks do
+        return CallbackList([DataParallelCallback(self), *callbacks]), progress_bar
 
     def check_same_settings(self, settings: dict[str, Any], advice: str) -> None:
         """

@@ -16,7 +16,7 @@ import torch as th
 from stable_baselines3.common.env_util import make_vec_env
 from torch._dynamo.utils import counters
 
-from sb3_ewma import PPG_EWMA, PPO_EWMA
+from sb3_ewma import PPG, PPG_EWMA, PPO_EWMA
 from sb3_ewma.common.decoupled import step as step_module
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
 from sb3_ewma.common.decoupled.step import AUTO_MIN_OPTIMIZER_STEPS, CompiledStep, minibatch_loss
@@ -265,6 +265,16 @@ def test_short_runs_stay_eager_and_say_so(capsys):
     model.learn(64)
     assert not model.compiled_step.active
     assert "training step eager (compile_step='auto' and 20 optimizer steps planned" in capsys.readouterr().out
+
+
+def test_ppg_counts_its_value_and_auxiliary_steps_for_auto(capsys):
+    """PPG's planned steps: 10 iterations x 2 epochs (policy 1, value 2) x 2 minibatches, and 5 auxiliary phases x 6
+    epochs x 4 minibatches (2 rollouts of 32 x 4 steps in minibatches of 64)."""
+    model = PPG("MlpPolicy", make_vec_env("CartPole-v1", n_envs=4, seed=0), n_steps=32, batch_size=64, n_epochs=1,
+                n_value_epochs=2, n_policy_iterations=2, n_aux_epochs=6, aux_batch_size=64, verbose=1)  # fmt: skip
+    assert model._planned_optimizer_steps(10) == 10 * 2 * 2 + 5 * 6 * 4
+    model.learn(128)
+    assert "compile_step='auto' and 4 optimizer steps planned" in capsys.readouterr().out
 
 
 def test_no_compiler_falls_back_before_training(monkeypatch):

@@ -446,6 +446,12 @@ class PPG(DecoupledAlgorithm):
         self.logger.record("aux/n_phases", self.n_aux_phases)
         self.logger.record("time/aux_phase_s", time.perf_counter() - start)
 
+    def _planned_optimizer_steps(self, iterations: int) -> int:
+        """The policy phase's epochs (of the policy, the value function or both) and the auxiliary phases' epochs."""
+        policy_phase = iterations * max(self.n_epochs, self.n_value_epochs) * self.minibatches_per_epoch
+        aux_minibatches = math.ceil(self.n_policy_iterations * self.n_steps * self.n_envs / self.aux_batch_size)
+        return policy_phase + iterations // self.n_policy_iterations * self.n_aux_epochs * aux_minibatches
+
     def _auxiliary_losses(self, buffer: AuxiliaryBuffer, indices: np.ndarray) -> tuple[th.Tensor, ...]:
         """The auxiliary losses of the rows ``indices``: compiled when ``compile_step`` is in effect."""
         if self.compiled_step.active:

@@ -370,10 +370,14 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             progress_bar=progress_bar,
         )
 
+    def _planned_optimizer_steps(self, iterations: int) -> int:
+        """The optimizer steps of ``iterations`` iterations of ``train()``: ``n_epochs`` epochs of minibatches."""
+        return iterations * self.n_epochs * self.minibatches_per_epoch
+
     def _start_compiled_step(self, total_timesteps: int) -> None:
         """Whether this ``learn`` call's training steps run compiled (``compile_step``), said in one line."""
         iterations = -(-total_timesteps // (self.n_steps * self._timesteps_per_env_step))
-        planned = iterations * self.n_epochs * self.minibatches_per_epoch
+        planned = self._planned_optimizer_steps(iterations)
         unsupported = (
             None
             if self.compile_step is False

@@ -1284,3 +1284,21 @@ def test_ppg_runs_recorded_with_ewma_decay_none_count_as_done(tmp_path):
         manifest = common.Manifest(tmp_path / f"{spec.algo}-{recorded}.jsonl")
         manifest.add({"run_id": spec.run_id, "spec_hash": recorded, "wall_time": 1.0, "evaluations": []})
         assert manifest.is_done(spec) is done
+
+
+def test_every_experiment_names_the_module_that_runs_it():
+    """The command a report prints (``python -m <module> ...``) names a module that exists."""
+    import importlib
+    import importlib.util
+
+    from benchmarks.harness.cli import experiment_module
+
+    for name in ("ewma_comparison", "batch_size_invariance", "batch_size_invariance_authors", "staleness",
+                 "overlapped_rollouts", "regime_diagnostics", "proximal_noise", "pilot", "zoo_table"):  # fmt: skip
+        module = importlib.import_module(f"benchmarks.learning.{name}")
+        experiment = getattr(module, "EXPERIMENT", None)
+        if experiment is not None:
+            assert importlib.util.find_spec(experiment_module(experiment)) is not None, name
+    from benchmarks.learning import overlapped_rollouts
+
+    assert experiment_module(overlapped_rollouts.EXPERIMENT) == "benchmarks.learning.overlapped_rollouts"

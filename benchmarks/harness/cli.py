@@ -156,4 +156,4 @@ def main(experiment: Experiment, argv: Sequence[str] | None = None) -> Path:
 
 def experiment_module(experiment: Experiment) -> str:
     """The module that runs ``experiment``, e.g. ``benchmarks.learning.ewma_comparison``."""
-    return f"benchmarks.learning.{experiment.name}"
+    return experiment.module or f"benchmarks.learning.{experiment.name}"

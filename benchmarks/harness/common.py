@@ -296,6 +296,7 @@ class Experiment:
         ``device`` and ``eval_episodes`` (None: the preset's); the presets are those of the preset table
         (:data:`benchmarks.harness.settings.PRESETS`) that name the experiment
     :param report: ``(evaluations, specs, out_dir) -> markdown``: writes the figures, returns the tables
+    :param module: the module whose command runs it (default: ``benchmarks.learning.<name>``)
     """
 
     name: str
@@ -303,6 +304,7 @@ class Experiment:
     description: str
     build_specs: Callable[[str, dict[str, Any]], list[RunSpec]]
     report: Callable[[Any, list[RunSpec], Path], str]
+    module: str | None = None
 
 
 def base_parser(description: str, presets: Sequence[str]) -> argparse.ArgumentParser:

@@ -159,7 +159,14 @@ def report(evaluations: pd.DataFrame, specs: Sequence[RunSpec], out_dir: Path) -
     return "\n\n".join(["## Results", image, *tables, note])
 
 
-EXPERIMENT = Experiment(NAME, "Overlapped rollouts: PPO_EWMA async vs sync (learning)", __doc__ or "", build_specs, report)
+EXPERIMENT = Experiment(
+    NAME,
+    "Overlapped rollouts: PPO_EWMA async vs sync (learning)",
+    __doc__ or "",
+    build_specs,
+    report,
+    module="benchmarks.learning.overlapped_rollouts",
+)
 
 
 def main(argv: Sequence[str] | None = None) -> Path:

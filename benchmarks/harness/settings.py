@@ -212,16 +212,8 @@ PROCGEN_EASY = Setting(
     device="cuda",
     threads=4,
 )
-PROCGEN_PAPER = Setting(
-    envs=PROCGEN_GAMES_HARD,
-    network="impala",
-    n_envs=256,
-    n_minibatches=8,
-    common=_PROCGEN_COMMON,
-    ppo=dict(n_epochs=3),
-    ppg=dict(_PPG, n_policy_iterations=32, aux_batch_size=4 * 4 * 256),
-    device="cuda",
-    threads=4,
+PROCGEN_PAPER = replace(
+    PROCGEN_EASY, envs=PROCGEN_GAMES_HARD, n_envs=256, ppg=dict(_PPG, n_policy_iterations=32, aux_batch_size=4 * 4 * 256)
 )
 
 

@@ -1,6 +1,7 @@
 """Policy options shared by PPO_EWMA's and PPG_EWMA's actor-critic policies."""
 
 import math
+from collections.abc import Callable
 from typing import Any, Protocol, cast
 
 import torch as th
@@ -70,10 +71,13 @@ class LeanActingMixin:
     """
     The rollout's step (``forward`` with sampled actions) without SB3's distribution objects, for the categorical and
     diagonal Gaussian policies (:func:`sb3_ewma.common.distributions.lean_forward`: the same actions, values and
-    log-probabilities, the same random draws); every other case is SB3's ``forward``.
+    log-probabilities, the same random draws); every other case is SB3's ``forward``. During a rollout whose acting
+    step is compiled, ``acting_step`` is that compiled function (set and cleared by the algorithm; never saved).
     """
+
+    acting_step: Callable[[Any, PyTorchObs], tuple[th.Tensor, th.Tensor, th.Tensor]] | None = None
 
     def forward(self, obs: PyTorchObs, deterministic: bool = False) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
         if not deterministic and has_lean_evaluation(self):
-            return lean_forward(cast(Any, self), obs)
+            return (self.acting_step or lean_forward)(cast(Any, self), obs)
         return cast(_Forward, super()).forward(obs, deterministic)

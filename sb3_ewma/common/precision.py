@@ -12,6 +12,14 @@ import torch as th
 from torch import nn
 
 
+def autocast(device_type: str, dtype: th.dtype | None) -> Any:
+    """
+    ``torch.autocast`` to ``dtype`` on the device type, or no context at all for None (float32): a disabled autocast
+    still leaves its enter and exit in a compiled graph, which keeps the graph out of torch's compilation cache.
+    """
+    return contextlib.nullcontext() if dtype is None else th.autocast(device_type=device_type, dtype=dtype)
+
+
 class TrainingPrecision:
     """
     How an algorithm's ``train()`` computes its losses.
@@ -32,9 +40,7 @@ class TrainingPrecision:
 
     def forward(self, device: th.device) -> Any:
         """The context of the forward passes and losses on ``device``."""
-        if self.autocast_dtype is None:
-            return contextlib.nullcontext()
-        return th.autocast(device_type=th.device(device).type, dtype=self.autocast_dtype)
+        return autocast(th.device(device).type, self.autocast_dtype)
 
     def prepare(self, *modules: nn.Module | None) -> None:
         """Put the modules' weights in the memory format (in place: the optimizer keeps its parameters)."""

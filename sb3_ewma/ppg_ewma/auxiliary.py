@@ -11,6 +11,7 @@ from stable_baselines3.common.type_aliases import PyTorchObs
 from torch.nn import functional as F
 
 from sb3_ewma.common.distributions import distribution_parameters, kl_from_parameters, policy_latents
+from sb3_ewma.common.precision import autocast
 from sb3_ewma.ppg_ewma.buffers import AuxiliaryBuffer
 from sb3_ewma.ppg_ewma.policies import PPGPolicy
 
@@ -59,7 +60,7 @@ def lean_auxiliary_losses(
     :return: the auxiliary value loss, the cloning KL, the value loss, and the joint loss
     """
     device_type = value_targets.device.type
-    with th.autocast(device_type, dtype=autocast_dtype or th.bfloat16, enabled=autocast_dtype is not None):
+    with autocast(device_type, autocast_dtype):
         latent_pi, latent_vf = policy_latents(policy, observations)
         action_head = policy.action_net(latent_pi)
         aux_values = policy.aux_value_net(latent_pi)

@@ -5,6 +5,7 @@
 the parent's methods (``PPO_EWMA``'s MRO: ``PPO_EWMA, DecoupledAlgorithm, PPO, OnPolicyAlgorithm, BaseAlgorithm``).
 """
 
+import contextlib
 import io
 import math
 import pathlib
@@ -389,7 +390,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
                 needs_distributions=self._needs_distributions,
             )
         )
-        sentence = self.compiled_step.start_learn(planned, unsupported)
+        sentence = self.compiled_step.start_learn(planned, unsupported, planned_acting_steps=iterations * self.n_steps)
         self._announce(sentence, warn=self.compile_step is True and unsupported is not None)
 
     def collect_rollouts(
@@ -412,8 +413,13 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         algorithm: Any = self
         if policy is not self.policy or self._timesteps_per_env_step != self.n_envs:
             algorithm = RolloutView(self, policy, self._timesteps_per_env_step)
+        # the model's own policy acts through the compiled acting step when it is in effect (a copy acts eagerly)
+        acting = self.compiled_step.acting(policy) if policy is self.policy else contextlib.nullcontext()
         try:
-            continue_training = loop(algorithm, env, callback, rollout_buffer, n_rollout_steps, **self._rollout_loop_kwargs())
+            with acting:
+                continue_training = loop(
+                    algorithm, env, callback, rollout_buffer, n_rollout_steps, **self._rollout_loop_kwargs()
+                )
         except (ValueError, RuntimeError):
             # a NaN or an infinity in an observation makes the policy's action distribution refuse it (torch's
             # "Expected parameter logits ... found invalid values", or the lean step's multinomial: "probability tensor

@@ -8,27 +8,36 @@ Eager, ``train()`` does not come here: it is SB3 PPO's, operation for operation.
 computed by fused kernels, equal to the eager ones up to float rounding.
 """
 
+import contextlib
 import importlib.util
 import math
 import shutil
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import torch as th
 import torch._functorch.config as aot_autograd_config
+import torch._inductor.config as inductor_config
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.type_aliases import PyTorchObs
 from torch.nn import functional as F
 
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
-from sb3_ewma.common.distributions import has_lean_evaluation, lean_action_log_prob, lean_evaluate_actions
+from sb3_ewma.common.distributions import has_lean_evaluation, lean_action_log_prob, lean_evaluate_actions, lean_forward
 from sb3_ewma.common.losses import capped_behavior_log_prob, clipped_surrogate_loss, log_clip_bounds, sampled_kl
+from sb3_ewma.common.policies import LeanActingMixin
+from sb3_ewma.common.precision import autocast
 
 AUTO_MIN_OPTIMIZER_STEPS = 20_000
 """``compile_step="auto"`` compiles when a ``learn`` call plans at least this many optimizer steps: compiling costs
 seconds (tens the first time on a machine, before torch's compilation cache holds the graphs), which shorter runs
 do not earn back (the performance guide, docs/guide/performance.md)."""
+
+AUTO_MIN_ACTING_STEPS = 100_000
+"""``compile_step="auto"`` also compiles the rollout's acting step (:func:`~sb3_ewma.common.distributions.lean_forward`)
+when a ``learn`` call plans at least this many steps of the vectorized environment: a compiled acting step saves
+hundredths of a millisecond a step on the CPU and costs a second or two to compile (the performance guide)."""
 
 
 class MinibatchTerms(NamedTuple):
@@ -90,7 +99,7 @@ def minibatch_loss(
     :param autocast_dtype: the forward passes under ``torch.autocast`` in this format (None: float32)
     """
     device_type = returns.device.type
-    with th.autocast(device_type, dtype=autocast_dtype or th.bfloat16, enabled=autocast_dtype is not None):
+    with autocast(device_type, autocast_dtype):
         values, log_prob, entropy = lean_evaluate_actions(policy, observations, actions)
         with th.no_grad():
             if proximal_network is None:
@@ -165,6 +174,34 @@ def compiler_missing(device: th.device) -> str | None:
     return f"torch.compile is not used on the {device.type} device"
 
 
+def fuses_on_cpu(optimizer: th.optim.Optimizer) -> bool:
+    """Whether ``optimizer`` is torch's Adam or AdamW on float32 CPU parameters (torch's fused CPU kernel takes it)."""
+    if type(optimizer) not in (th.optim.Adam, th.optim.AdamW):
+        return False
+    groups = optimizer.param_groups
+    if any(group.get("differentiable") or group.get("capturable") for group in groups):
+        return False
+    return all(p.device.type == "cpu" and p.dtype == th.float32 for group in groups for p in group["params"])
+
+
+@contextlib.contextmanager
+def group_settings(optimizer: th.optim.Optimizer, **settings: Any) -> Iterator[None]:
+    """
+    The optimizer's parameter groups with ``settings`` for the duration (a list value: one per group), their own put
+    back afterwards (what ``state_dict`` saves stays the user's).
+    """
+    saved = [{key: group[key] for key in settings if key in group} for group in optimizer.param_groups]
+    try:
+        for index, group in enumerate(optimizer.param_groups):
+            for key, value in settings.items():
+                if key in group or key == "lr":
+                    group[key] = value[index] if isinstance(value, list) else value
+        yield
+    finally:
+        for group, values in zip(optimizer.param_groups, saved):
+            group.update(values)
+
+
 class CompiledStep:
     """
     The compiled functions of one model's training steps (``compile_step``): the minibatch loss, the optimizer steps,
@@ -178,6 +215,7 @@ class CompiledStep:
     def __init__(self, setting: bool | str) -> None:
         self.setting = setting
         self.active = False
+        self.acting_active = False  # the rollout's acting step compiled too
         self.verified = False  # a compiled loss has run
         self.reason = "not started"
         self.failure: str | None = None  # why a compilation failed: eager from then on
@@ -185,12 +223,14 @@ class CompiledStep:
         self._steps: dict[int, tuple[Callable[[], Any], list[th.Tensor]]] = {}
         self._clip_tensors: tuple[Any, Any] = (None, None)
 
-    def start_learn(self, planned_optimizer_steps: int, unsupported: str | None) -> str:
+    def start_learn(self, planned_optimizer_steps: int, unsupported: str | None, planned_acting_steps: int = 0) -> str:
         """
-        Decide whether this ``learn`` call's steps run compiled; returns the sentence that says so and why.
+        Decide whether this ``learn`` call's training steps, and its rollouts' acting steps, run compiled; returns the
+        sentence that says so and why.
 
         :param planned_optimizer_steps: the optimizer steps the call plans (iterations x epochs x minibatches)
         :param unsupported: why this model cannot be compiled (None: it can)
+        :param planned_acting_steps: the steps of the vectorized environment the call plans (iterations x ``n_steps``)
         """
         if self.setting is False:
             self.active, self.reason = False, "compile_step=False"
@@ -207,12 +247,18 @@ class CompiledStep:
         else:
             self.active = True
             self.reason = "compile_step=True" if self.setting is True else f"{planned_optimizer_steps} optimizer steps planned"
-        return f"training step {'compiled' if self.active else 'eager'} ({self.reason})"
+        self.acting_active = self.active and (self.setting is True or planned_acting_steps >= AUTO_MIN_ACTING_STEPS)
+        sentence = f"training step {'compiled' if self.active else 'eager'} ({self.reason})"
+        if self.active:
+            sentence += f", acting step {'compiled' if self.acting_active else 'eager'}"
+            if not self.acting_active:
+                sentence += f" ({planned_acting_steps} steps planned, fewer than {AUTO_MIN_ACTING_STEPS})"
+        return sentence
 
     def fall_back(self, error: BaseException) -> str:
         """After a failed compilation: eager from now on (later ``learn`` calls too); returns the sentence that says
         why."""
-        self.active, self._compiled, self._steps = False, {}, {}
+        self.active, self.acting_active, self._compiled, self._steps = False, False, {}, {}
         self.failure = f"compilation failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
         self.reason = self.failure
         return f"training step eager ({self.reason})"
@@ -252,6 +298,41 @@ class CompiledStep:
             return function(*args, **kwargs)
         self._compiled[function] = compiled
         self.verified = True
+        return result
+
+    @contextlib.contextmanager
+    def acting(self, policy: th.nn.Module) -> Iterator[None]:
+        """
+        For the length of a rollout: ``policy`` acts through the compiled :func:`lean_forward` (:meth:`act`) when the
+        acting step is compiled and ``policy`` is one it covers (:class:`~sb3_ewma.common.policies.LeanActingMixin`);
+        otherwise nothing changes.
+        """
+        if not (self.acting_active and isinstance(policy, LeanActingMixin) and has_lean_evaluation(policy)):
+            yield
+            return
+        policy.acting_step = self.act
+        try:
+            yield
+        finally:
+            vars(policy).pop("acting_step", None)
+
+    def act(self, policy: ActorCriticPolicy, obs: PyTorchObs) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+        """
+        :func:`lean_forward` compiled: its random draws are torch's own operators (inductor's ``fallback_random``), so
+        a seed draws the same actions as the eager step; the first call compiles it (a failure: eager from then on,
+        said in one warning, as :meth:`run`).
+        """
+        compiled = self._compiled.get(lean_forward)
+        if compiled is not None:
+            return compiled(policy, obs)
+        try:
+            compiled = th.compile(lean_forward, dynamic=False)
+            with inductor_config.patch(fallback_random=True):
+                result = compiled(policy, obs)
+        except Exception as error:  # a graph that does not compile
+            warnings.warn(self.fall_back(error), UserWarning, stacklevel=4)
+            return lean_forward(policy, obs)
+        self._compiled[lean_forward] = compiled
         return result
 
     def minibatch_terms(
@@ -300,11 +381,15 @@ class CompiledStep:
 
     def optimizer_step(self, optimizer: th.optim.Optimizer) -> None:
         """
-        ``optimizer.step()``, compiled (one compiled function per optimizer). The learning rates are handed to it as
-        0-dim tensors for the step (a scheduled rate as a number would be a constant of the graph, a new graph every
-        iteration) and put back as the numbers they were, with ``foreach``: the optimizer's saved state is as the
-        eager step leaves it.
+        ``optimizer.step()`` in as few kernels as torch offers: on the CPU, Adam and AdamW (SB3's default and rl-zoo3's
+        other choice) take torch's fused kernel, as fast as a compiled step and with nothing to compile; any other
+        optimizer or device, a compiled step (one compiled function per optimizer). The saved state is as the eager
+        step leaves it: the groups' settings are changed for the step only.
         """
+        if fuses_on_cpu(optimizer):
+            with group_settings(optimizer, foreach=False, fused=True):
+                optimizer.step()
+            return
         if any(group["lr"] == 0 for group in optimizer.param_groups):
             # the end of a linear schedule: torch's step with a tensor rate divides by it (its capturable form)
             optimizer.step()
@@ -315,20 +400,12 @@ class CompiledStep:
             device = optimizer.param_groups[0]["params"][0].device
             rates = [th.zeros((), dtype=th.float32, device=device) for _ in optimizer.param_groups]
             self._steps[id(optimizer)] = (step, rates)
-        saved: list[dict[str, Any]] = [
-            {key: group[key] for key in ("lr", "foreach") if key in group} for group in optimizer.param_groups
-        ]
-        try:
-            for group, rate in zip(optimizer.param_groups, rates):
-                rate.fill_(group["lr"])
-                group["lr"] = rate
-                if "foreach" in group:
-                    # torch refuses a tensor rate with foreach=True (a user's setting); compiled, the loop is fused anyway
-                    group["foreach"] = False
+        # the learning rates as 0-dim tensors (a scheduled rate as a number would be a constant of the graph, a new
+        # graph every iteration); torch refuses a tensor rate with foreach=True (compiled, the loop is fused anyway)
+        for rate, group in zip(rates, optimizer.param_groups):
+            rate.fill_(group["lr"])
+        with group_settings(optimizer, lr=rates, foreach=False):
             step()
-        finally:
-            for group, values in zip(optimizer.param_groups, saved):
-                group.update(values)
 
     def __getstate__(self) -> dict[str, Any]:
         # compiled functions are neither pickled nor deep-copied: a copy compiles its own when it trains

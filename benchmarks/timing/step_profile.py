@@ -2,10 +2,11 @@
 Where a training iteration's time goes on rl-zoo3's CartPole shapes (8 envs x 32 steps, minibatches of 256 rows,
 20 epochs, SB3's MLP [64, 64] with tanh, one thread): ``train()`` per minibatch of SB3's PPO, PPO_EWMA eager and
 PPO_EWMA compiled (steady state: compiled before the timing); for the compiled step, the time spent inside its
-compiled graphs (forward with the loss, backward, optimizer step: the arithmetic) against the rest (Python, the eager
-operations around them: sampling, advantage normalization, gradient clipping and the finite check, the EWMA update),
-read from torch's profiler. Also the compiled loss with and without the proximal policy's forward pass (what the
-EWMA adds to a PPO step), and a rollout step's forward pass, eager and compiled.
+compiled graphs (forward with the loss, backward) and torch's fused Adam step (the arithmetic) against the rest
+(Python, the eager operations around them: sampling, advantage normalization, gradient clipping and the finite check,
+the EWMA update), read from torch's profiler, with the rollouts' acting step left eager (only ``train()``'s graphs).
+Also the compiled loss with and without the proximal policy's forward pass (what the EWMA adds to a PPO step), and a
+rollout step's forward pass, eager and compiled.
 
     python -m benchmarks.timing.step_profile                      # 3 rounds, about 3 minutes
     python -m benchmarks.timing.step_profile --rounds 1 --iterations 5 --out /tmp/profile.md   # a dry run
@@ -15,6 +16,7 @@ quiet machine: pause other runs while it times.
 """
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -28,6 +30,11 @@ from benchmarks.timing.speed import machine
 
 N_ENVS, N_STEPS, BATCH_SIZE, N_EPOCHS = 8, 32, 256, 20
 """rl-zoo3's tuned PPO entry for CartPole-v1 (its schedules left out: constant rates time the same)."""
+
+FORWARD = "compiled forward pass with the loss (its region)"
+FORWARD_GRAPH = "of which the graph itself"
+BACKWARD = "compiled backward"
+OPTIMIZER = "optimizer step (torch's fused Adam)"
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "results" / "speed" / "cpu" / "step_profile.md"
 
@@ -74,27 +81,29 @@ def train_ms_per_minibatch(kind: str, seed: int, iterations: int) -> float:
 def compiled_graph_share(seed: int, iterations: int) -> dict[str, float]:
     """
     For PPO_EWMA compiled: per minibatch, the milliseconds inside the compiled graphs (the forward pass with the loss,
-    the backward pass, the optimizer step, each with the kernels it calls) and ``train()``'s total, from torch's
-    profiler over ``iterations`` iterations.
+    the backward pass, each with the kernels it calls), in the optimizer step (torch's fused Adam) and ``train()``'s
+    total, from torch's profiler over ``iterations`` iterations.
     """
     from torch.profiler import ProfilerActivity, profile
 
     model = build("ppo_ewma_compiled", seed)
+    model.compiled_step.acting = lambda policy: contextlib.nullcontext()  # the rollouts eager: only train()'s graphs
     rollout = N_ENVS * N_STEPS
     model.learn(2 * rollout)
     durations = timed_train(model)
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
         model.learn(iterations * rollout, reset_num_timesteps=False)
     minibatches = len(durations) * N_EPOCHS
-    graphs = {"compiled regions (forward with the loss, optimizer step)": 0.0, "of which the forward with the loss": 0.0,
-              "compiled backward": 0.0}  # fmt: skip
+    graphs = {FORWARD: 0.0, FORWARD_GRAPH: 0.0, BACKWARD: 0.0, OPTIMIZER: 0.0}
     for event in profiler.key_averages():
         if event.key.startswith("Torch-Compiled Region"):
-            graphs["compiled regions (forward with the loss, optimizer step)"] += event.cpu_time_total
+            graphs[FORWARD] += event.cpu_time_total
         elif event.key == "CompiledFunction":
-            graphs["of which the forward with the loss"] += event.cpu_time_total
+            graphs[FORWARD_GRAPH] += event.cpu_time_total
         elif event.key == "CompiledFunctionBackward":
-            graphs["compiled backward"] += event.cpu_time_total
+            graphs[BACKWARD] += event.cpu_time_total
+        elif event.key.startswith("Optimizer.step#"):
+            graphs[OPTIMIZER] += event.cpu_time_total
     share = {name: value / 1000 / minibatches for name, value in graphs.items()}
     share["train() under the profiler"] = 1000 * sum(durations) / minibatches
     return share
@@ -186,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
         lines.append(f"| {kind} | {value:.3f} | {value / sb3:.2f} |")
     share = {key: statistics.median(item[key] for item in shares) for key in shares[0]}
     total = share.pop("train() under the profiler")
-    inside = share["compiled regions (forward with the loss, optimizer step)"] + share["compiled backward"]
+    inside = share[FORWARD] + share[BACKWARD] + share[OPTIMIZER]
     lines += [
         "",
         "PPO_EWMA compiled, per minibatch, under torch's profiler (which slows the Python around the graphs more than the "
@@ -197,7 +206,10 @@ def main(argv: list[str] | None = None) -> None:
     ]
     for key, value in share.items():
         lines.append(f"| {key} | {value:.3f} | {value / total:.0%} |")
-    lines.append(f"| everything else (Python and eager operations) | {total - inside:.3f} | {(total - inside) / total:.0%} |")
+    rest = total - inside
+    lines.append(
+        f"| everything else (Python and eager operations: sampling, clipping, the EWMA) | {rest:.3f} | {rest / total:.0%} |"
+    )
     lines.append(f"| train() | {total:.3f} | 100% |")
     with_proximal, without = statistics.median(losses[True]), statistics.median(losses[False])
     lines += [

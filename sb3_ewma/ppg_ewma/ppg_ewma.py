@@ -103,8 +103,9 @@ class PPG_EWMA(PPG):
     :param async_rollouts: Collect the next rollout while training on this one (one iteration stale; the proximal policy
         is the EWMA, with ``ewma_decay=None`` the policy at the start of the iteration): ``False`` (default), ``True``
         or ``"thread"`` (a collector thread), ``"process"`` (a collector process). See :ref:`async_rollouts`.
-    :param compile_step: Compile each minibatch's loss and optimizer step with ``torch.compile``: ``"auto"`` (default:
-        when a ``learn`` call plans enough optimizer steps), ``True`` or ``False``. See :ref:`compile-step`.
+    :param compile_step: Compile each minibatch's loss and optimizer step, and the rollout's acting step, with
+        ``torch.compile``: ``"auto"`` (default: when a ``learn`` call plans enough steps), ``True`` or ``False``.
+        See :ref:`compile-step`.
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 

@@ -92,8 +92,9 @@ class PPO_EWMA(DecoupledAlgorithm, PPO):  # type: ignore[misc]
         (required) or ``False`` (never); not saved with the model. See :ref:`distributed`.
     :param async_rollouts: Collect the next rollout while training on this one: ``False`` (default), ``True`` or
         ``"thread"`` (a collector thread), ``"process"`` (a collector process). See :ref:`async_rollouts`.
-    :param compile_step: Compile each minibatch's loss and optimizer step with ``torch.compile``: ``"auto"`` (default:
-        when a ``learn`` call plans enough optimizer steps), ``True`` or ``False``. See :ref:`compile-step`.
+    :param compile_step: Compile each minibatch's loss and optimizer step, and the rollout's acting step, with
+        ``torch.compile``: ``"auto"`` (default: when a ``learn`` call plans enough steps), ``True`` or ``False``.
+        See :ref:`compile-step`.
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 

@@ -114,7 +114,8 @@ class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
     :param async_rollouts: Collect the next rollout while training on this one (the collector carries the LSTM states):
         ``False`` (default), ``True`` or ``"thread"`` (a collector thread), ``"process"`` (a collector process).
         See :ref:`async_rollouts`.
-    :param compile_step: Compile each minibatch's loss and optimizer step with ``torch.compile``: ``"auto"`` (default:
+    :param compile_step: Compile each minibatch's loss and optimizer step, and the rollout's acting step, with
+        ``torch.compile``: ``"auto"`` (default:
         when a ``learn`` call plans enough optimizer steps), ``True`` or ``False``; the LSTM policies' step stays eager.
         See :ref:`compile-step`.
     :param _init_setup_model: Whether or not to build the network at the creation of the instance

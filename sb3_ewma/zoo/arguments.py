@@ -69,8 +69,8 @@ def add_scale_arguments(parser: argparse.ArgumentParser) -> None:
         "--compile-step",
         choices=tuple(COMPILE_STEP_FLAGS),
         default=None,
-        help="compile each minibatch's loss and optimizer step with torch.compile: on, off, or auto (the default: when "
-        "the run plans enough optimizer steps to earn back the compilation); the model's compile_step",
+        help="compile each minibatch's loss and optimizer step, and the acting step, with torch.compile: on, off, or "
+        "auto (the default: when the run plans enough steps to earn back the compilation); the model's compile_step",
     )
     memory = parser.add_argument_group("sb3-ewma (CPU memory)")
     memory.add_argument(

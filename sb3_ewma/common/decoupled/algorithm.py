@@ -98,8 +98,8 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
       (:class:`~sb3_ewma.common.distributed.DataParallelTraining`, which averages the gradients at the end of each
       backward pass and adds a callback of its own to ``learn``'s, or
       :class:`~sb3_ewma.common.distributed.SingleProcessTraining`, which does nothing);
-    - ``self.compiled_step``, the compiled minibatch loss and optimizer step, when ``compile_step`` is in effect
-      (:class:`~sb3_ewma.common.decoupled.step.CompiledStep`);
+    - ``self.compiled_step``, the compiled minibatch loss, optimizer step and acting step, when ``compile_step`` is in
+      effect (:class:`~sb3_ewma.common.decoupled.step.CompiledStep`);
     - ``self.gradient_noise``, the gradient noise scale of the policy updates, when logged
       (:class:`~sb3_ewma.common.gradient_noise.GradientNoiseScale`);
     - the rollout collector: the parent's own ``collect_rollouts``, acting with an explicit policy
@@ -376,7 +376,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         return iterations * self.n_epochs * self.minibatches_per_epoch
 
     def _start_compiled_step(self, total_timesteps: int) -> None:
-        """Whether this ``learn`` call's training steps run compiled (``compile_step``), said in one line."""
+        """Whether this ``learn`` call's training and acting steps run compiled (``compile_step``), said in one line."""
         iterations = -(-total_timesteps // (self.n_steps * self._timesteps_per_env_step))
         planned = self._planned_optimizer_steps(iterations)
         unsupported = (

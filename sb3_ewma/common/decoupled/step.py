@@ -1,8 +1,9 @@
 """
 The minibatch step of the decoupled ``train()`` as functions ``torch.compile`` can take whole: :func:`minibatch_loss`
 (the policy's and the proximal policy's forward passes, the decoupled policy loss, the entropy and value losses, the
-approximate KL; its backward pass is compiled with it) and the optimizer's step. :class:`CompiledStep` holds the
-compiled functions of one model and decides, when a ``learn`` call starts, whether they run.
+approximate KL; its backward pass is compiled with it) and the optimizer's step; and the rollout's acting step
+(:func:`~sb3_ewma.common.distributions.lean_forward`). :class:`CompiledStep` holds the compiled functions of one model
+and decides, when a ``learn`` call starts, whether they run.
 
 Eager, ``train()`` does not come here: it is SB3 PPO's, operation for operation. Compiled, the same losses are
 computed by fused kernels, equal to the eager ones up to float rounding.
@@ -204,9 +205,10 @@ def group_settings(optimizer: th.optim.Optimizer, **settings: Any) -> Iterator[N
 
 class CompiledStep:
     """
-    The compiled functions of one model's training steps (``compile_step``): the minibatch loss, the optimizer steps,
-    and any other loss function an algorithm hands to :meth:`run` (PPG's auxiliary losses); built at the first step
-    that needs them, rebuilt after a copy or unpickling (compiled functions are not copied, nor saved).
+    The compiled functions of one model's training and acting steps (``compile_step``): the minibatch loss, the
+    optimizer steps, any other loss function an algorithm hands to :meth:`run` (PPG's auxiliary losses) and the
+    rollout's acting step (:meth:`acting`); built at the first step that needs them, rebuilt after a copy or
+    unpickling (compiled functions are not copied, nor saved).
 
     :param setting: ``True`` (compile), ``False`` (eager) or ``"auto"`` (compile when a ``learn`` call plans at least
         :data:`AUTO_MIN_OPTIMIZER_STEPS` optimizer steps)

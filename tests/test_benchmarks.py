@@ -790,6 +790,18 @@ def test_throughput_measures_the_fast_training_step_beside_the_plain_one(tmp_pat
     assert "channels_last + bf16 training step (speed-up of learn over the same algorithm): ppo_ewma_fast: " in results
 
 
+def test_throughput_names_the_cuda_graphs_acting_step():
+    """``_cudagraphs`` after ``_compiled``: the same algorithm and settings, compiled, the acting step's mode set."""
+    name = "ppo_ewma_fast_compiled_cudagraphs"
+    assert throughput.base_algorithm(name) == ("ppo_ewma", False)
+    assert throughput.training_precision_for(name) is not None
+    config = throughput.parse_args(["--preset", "smoke"])
+    assert throughput.settings_for(name, config)["compile_step"] is True
+    assert throughput.settings_for("ppo_ewma_compiled_cudagraphs", config) == throughput.settings_for(
+        "ppo_ewma_compiled", config
+    )
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # the training diagnostics
 

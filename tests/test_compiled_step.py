@@ -408,6 +408,26 @@ def test_the_compiled_acting_step_collects_what_the_eager_step_collects(env_id, 
     copy.deepcopy(compiled).learn(128)
 
 
+@needs_compiler
+def test_the_cuda_graphs_acting_step_collects_what_the_eager_step_collects(device):
+    """
+    The acting step compiled with ``mode="reduce-overhead"`` (CUDA graphs on CUDA, what the GPU stage's throughput
+    measures; the CPU runs it without them): the same rollout as the eager step's.
+    """
+    eager = first_rollout("CartPole-v1", False, device)
+    model = PPO_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=4, seed=0), n_steps=32, batch_size=64, n_epochs=1,
+                     seed=0, compile_step=True, device=device)  # fmt: skip
+    model.compiled_step.acting_mode = "reduce-overhead"
+    model.learn(128)
+    assert step_module.lean_forward in model.compiled_step._compiled
+    for name in ("observations", "actions", "rewards"):
+        np.testing.assert_array_equal(getattr(model.rollout_buffer, name), getattr(eager.rollout_buffer, name), err_msg=name)
+    for name in ("values", "log_probs"):
+        np.testing.assert_allclose(
+            getattr(model.rollout_buffer, name), getattr(eager.rollout_buffer, name), rtol=1e-5, atol=1e-6, err_msg=name
+        )
+
+
 def test_an_acting_step_that_does_not_compile_falls_back(monkeypatch):
     """A failing compilation of the acting step: one warning, the eager step's actions, eager from then on."""
 

@@ -111,6 +111,9 @@ COMPILED_SUFFIX = "_compiled"
 """The training step compiled (``compile_step=True``; the others train eagerly, ``compile_step=False``), last in a
 name: ``ppo_ewma_compiled``, ``ppo_ewma_process_compiled``, ``ppo_ewma_fast_compiled``."""
 """channels_last weights and bfloat16 autocast in train() (a GPU's means; see training_precision_for)."""
+CUDA_GRAPHS_SUFFIX = "_cudagraphs"
+"""After ``_compiled``: the acting step compiled with ``mode="reduce-overhead"`` (CUDA graphs on CUDA; the CPU ignores
+it), ``ppo_ewma_compiled_cudagraphs``: measured on a GPU before it becomes the default there."""
 SB3_FOREACH = "ppo_foreach"
 """SB3's PPO with Adam's foreach step (``optimizer_kwargs``; SB3's numbers bit for bit)."""
 ALL_ALGORITHMS = (
@@ -132,7 +135,7 @@ def base_algorithm(name: str) -> tuple[str, bool | str]:
     """
     if name == SB3_FOREACH:
         return "ppo", False
-    name = name.removesuffix(COMPILED_SUFFIX)
+    name = name.removesuffix(CUDA_GRAPHS_SUFFIX).removesuffix(COMPILED_SUFFIX)
     if name.endswith(FAST_SUFFIX):
         name = name[: -len(FAST_SUFFIX)]
     for suffix, mode in ((ASYNC_SUFFIX, True), (PROCESS_SUFFIX, "process")):
@@ -148,14 +151,14 @@ def training_precision_for(name: str) -> Any:
     """The numeric format of ``train()`` for an algorithm name: the ``_fast`` one, or None (the algorithm's own)."""
     from sb3_ewma.common.precision import TrainingPrecision
 
-    fast = name.removesuffix(COMPILED_SUFFIX).endswith(FAST_SUFFIX)
+    fast = name.removesuffix(CUDA_GRAPHS_SUFFIX).removesuffix(COMPILED_SUFFIX).endswith(FAST_SUFFIX)
     return TrainingPrecision(th.bfloat16, channels_last=True) if fast else None
 
 
 def settings_for(name: str, config: dict[str, Any]) -> dict[str, Any]:
     """Identical settings for every algorithm; PPG gets its policy-phase equivalents."""
     foreach = name == SB3_FOREACH
-    compiled = name.endswith(COMPILED_SUFFIX)
+    compiled = name.removesuffix(CUDA_GRAPHS_SUFFIX).endswith(COMPILED_SUFFIX)
     name, async_rollouts = base_algorithm(name)
     batch_size = config["n_envs"] * config["n_steps"] // config["n_minibatches"]
     settings: dict[str, Any] = dict(
@@ -248,6 +251,8 @@ def measure(name: str, repeat: int, config: dict[str, Any]) -> dict[str, Any]:
     precision = training_precision_for(name)
     if precision is not None:
         model.set_training_precision(precision)
+    if name.endswith(CUDA_GRAPHS_SUFFIX):
+        model.compiled_step.acting_mode = "reduce-overhead"
     model.learn(config["n_envs"] * config["n_steps"])
     timer = TrainTimer(model)
     steps = config["n_envs"] * config["n_steps"] * config["iterations"]

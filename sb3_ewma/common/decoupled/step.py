@@ -212,10 +212,13 @@ class CompiledStep:
 
     :param setting: ``True`` (compile), ``False`` (eager) or ``"auto"`` (compile when a ``learn`` call plans at least
         :data:`AUTO_MIN_OPTIMIZER_STEPS` optimizer steps)
+    :param acting_mode: ``torch.compile``'s ``mode`` for the acting step (None: its default); the GPU stage's
+        throughput measures ``"reduce-overhead"`` (CUDA graphs) on CUDA before it becomes a default there
     """
 
-    def __init__(self, setting: bool | str) -> None:
+    def __init__(self, setting: bool | str, acting_mode: str | None = None) -> None:
         self.setting = setting
+        self.acting_mode = acting_mode
         self.active = False
         self.acting_active = False  # the rollout's acting step compiled too
         self.verified = False  # a compiled loss has run
@@ -328,7 +331,7 @@ class CompiledStep:
         if compiled is not None:
             return compiled(policy, obs)
         try:
-            compiled = th.compile(lean_forward, dynamic=False)
+            compiled = th.compile(lean_forward, dynamic=False, mode=self.acting_mode)
             with inductor_config.patch(fallback_random=True):
                 result = compiled(policy, obs)
         except Exception as error:  # a graph that does not compile

@@ -233,6 +233,7 @@ def fake_data_parallel(context: FakeContext) -> DataParallelTraining:
     data_parallel = object.__new__(DataParallelTraining)
     data_parallel.context = context
     data_parallel._gradient_hooks = []
+    data_parallel._accumulating = False
     return data_parallel
 
 
@@ -275,6 +276,28 @@ def test_gradients_are_averaged_once_at_the_end_of_each_backward_pass():
     context.averaged.clear()
     model.policy.predict_values(observations).sum().backward()
     assert len(context.averaged) == 1
+
+
+def test_ppg_averages_an_accumulated_auxiliary_gradient_once():
+    """
+    PPG's auxiliary minibatch of 128 rows in micro-batches of 32: its gradient, accumulated over the four backward
+    passes, is averaged over the ranks once, after the last (DistributedDataParallel's ``no_sync``), per optimizer step.
+    """
+    model = PPG("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, n_policy_iterations=4, n_aux_epochs=2,
+                aux_batch_size=128, aux_micro_batch_size=32, device="cpu", seed=0)  # fmt: skip
+    model.learn(128)  # one policy phase of four iterations, then its auxiliary phase (the buffer keeps the 128 rows)
+    assert model.aux_buffer is not None and model.aux_buffer.size == 128 and model.n_aux_phases == 1
+    context = FakeContext()
+    model.data_parallel = data_parallel = fake_data_parallel(context)
+    data_parallel._average_gradients_after_backward(model.policy)
+    updates = []
+    step = model.aux_optimizer.step
+    model.aux_optimizer.step = lambda *args, **kwargs: (updates.append(len(context.averaged)), step(*args, **kwargs))[1]
+    model._auxiliary_phase()
+    assert updates == [1, 2]  # one averaging before each of the two epochs' steps (4 micro-batches each)
+    with data_parallel.accumulating():
+        model.policy.predict_values(th.zeros((4, 4))).sum().backward()
+    assert len(context.averaged) == 2
 
 
 @pytest.mark.parametrize("given", ["none", "callback", "list", "function"])

@@ -1,5 +1,6 @@
 """Phasic Policy Gradient (Cobbe et al. 2020): :class:`PPG`, its policy phase and its auxiliary phase."""
 
+import contextlib
 import math
 import time
 import warnings
@@ -428,11 +429,15 @@ class PPG(DecoupledAlgorithm):
         for _ in range(self.n_aux_epochs):
             for minibatch in buffer.minibatch_indices(self.aux_batch_size, self._aux_rollout_length):
                 self.aux_optimizer.zero_grad()
-                for start_index in range(0, len(minibatch), self.aux_micro_batch_size):
+                starts = range(0, len(minibatch), self.aux_micro_batch_size)
+                for start_index in starts:
                     indices = minibatch[start_index : start_index + self.aux_micro_batch_size]
                     losses = self._auxiliary_losses(buffer, indices)
-                    # the minibatch loss is the mean over its samples: weight each micro-batch by its share
-                    (losses[-1] * (len(indices) / len(minibatch))).backward()
+                    # the minibatch loss is the mean over its samples: weight each micro-batch by its share; the
+                    # ranks average the accumulated gradient once, after the last micro-batch
+                    last = start_index == starts[-1]
+                    with contextlib.nullcontext() if last else self.data_parallel.accumulating():
+                        (losses[-1] * (len(indices) / len(minibatch))).backward()
                     for key, value in zip(stats, losses):
                         stats[key].append(value.detach())
                 self._apply_gradients(self.aux_optimizer, self.aux_gradient_noise, "aux")

@@ -1,7 +1,8 @@
 """The algorithm side of data-parallel training: :class:`DataParallelTraining` and the per-iteration diagnostics."""
 
+import contextlib
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -78,6 +79,7 @@ class DataParallelTraining:
         self.pending_episodes: list[tuple[list[Any], list[Any]]] = []
         self.vec_normalize_pool = RunningStatisticsPool()
         self._gradient_hooks: list[Any] = []
+        self._accumulating = False
 
     @property
     def world_size(self) -> int:
@@ -106,7 +108,8 @@ class DataParallelTraining:
         Every backward pass through ``policy`` ends with its parameters' gradients averaged over the ranks, in one
         all-reduce (of the gradients that pass computed), before the loop clips them and steps: the first gradient
         accumulated queues the averaging at the end of the pass, as torch's DistributedDataParallel does. A
-        gradient accumulated over several passes (PPG's micro-batches) is averaged after each; the mean is linear.
+        gradient accumulated over several passes (PPG's micro-batches) is averaged after the last, the others run
+        under :meth:`accumulating`.
         """
         for hook in self._gradient_hooks:
             hook.remove()
@@ -117,6 +120,8 @@ class DataParallelTraining:
 
         def on_gradient(parameter: th.Tensor) -> None:
             nonlocal queued_for
+            if self._accumulating:
+                return
             graph_task = th._C._current_graph_task_id()
             if graph_task != queued_for:
                 queued_for = graph_task
@@ -126,6 +131,18 @@ class DataParallelTraining:
                 )
 
         self._gradient_hooks = [parameter.register_post_accumulate_grad_hook(on_gradient) for parameter in parameters]
+
+    @contextlib.contextmanager
+    def accumulating(self) -> Iterator[None]:
+        """
+        The backward passes inside leave their gradients on this rank (DistributedDataParallel's ``no_sync``): a
+        gradient accumulated over several passes is averaged once, at the end of the first pass after them.
+        """
+        self._accumulating = True
+        try:
+            yield
+        finally:
+            self._accumulating = False
 
     def broadcast_state(self, algorithm: OnPolicyAlgorithm) -> None:
         """Rank 0's parameters, optimizer states and proximal EWMA on every rank."""
@@ -240,6 +257,10 @@ class SingleProcessTraining:
 
     def broadcast_state(self, algorithm: OnPolicyAlgorithm) -> None:
         """Nothing to send."""
+
+    def accumulating(self) -> contextlib.AbstractContextManager[None]:
+        """Gradients stay where they are anyway."""
+        return contextlib.nullcontext()
 
     def start_learn(
         self, algorithm: OnPolicyAlgorithm, total_timesteps: int, callback: MaybeCallback, progress_bar: bool

@@ -240,15 +240,17 @@ def test_ppg_auxiliary_phase_compiles():
         th.testing.assert_close(gradient, reference, rtol=1e-4, atol=1e-6)
 
 
+def failing_compile(function, **kwargs):
+    """``torch.compile`` for a graph that does not compile: the compiled function fails at its first call."""
+
+    def compiled(*args, **kwargs):
+        raise RuntimeError("backend exploded")
+
+    return compiled
+
+
 def test_an_auxiliary_loss_that_does_not_compile_falls_back(monkeypatch):
     """A failing compilation of the auxiliary losses: one warning, the eager losses, eager from then on."""
-
-    def failing_compile(function, **kwargs):
-        def compiled(*args, **kwargs):
-            raise RuntimeError("backend exploded")
-
-        return compiled
-
     monkeypatch.setattr(step_module.th, "compile", failing_compile)
     model, rows = auxiliary_rows("CartPole-v1")
     model.compiled_step.setting, model.compiled_step.active = True, True
@@ -311,12 +313,6 @@ def test_unsupported_settings_train_eagerly():
 
 def test_a_graph_that_does_not_compile_falls_back(monkeypatch):
     """A compilation error at the first step: one warning, and the run goes on eagerly with the same losses."""
-
-    def failing_compile(function, **kwargs):
-        def compiled(*args, **kwargs):
-            raise RuntimeError("backend exploded")
-
-        return compiled
 
     monkeypatch.setattr(step_module.shutil, "which", lambda name: "/usr/bin/g++")
     monkeypatch.setattr(step_module.th, "compile", failing_compile)
@@ -430,13 +426,6 @@ def test_the_cuda_graphs_acting_step_collects_what_the_eager_step_collects(devic
 
 def test_an_acting_step_that_does_not_compile_falls_back(monkeypatch):
     """A failing compilation of the acting step: one warning, the eager step's actions, eager from then on."""
-
-    def failing_compile(function, **kwargs):
-        def compiled(*args, **kwargs):
-            raise RuntimeError("backend exploded")
-
-        return compiled
-
     monkeypatch.setattr(step_module.th, "compile", failing_compile)
     model = first_rollout("CartPole-v1", False)
     observations = th.as_tensor(model.env.reset())

@@ -842,8 +842,9 @@ def write_report(results_dir: Path = RESULTS_DIR, reps: int = REPS, command: str
         "## Runs and compute",
         times_table([effect for effect, _ in effects]),
         "Wall and CPU times are the sums over the finished runs of their records in each experiment's `runs.jsonl` "
-        "(one torch thread per run; one or two runs at a time on a 2-core machine, beside other work, so a run's wall "
-        "time includes its waits for a core, and its CPU time is the better measure of its cost).",
+        "(one torch thread per run; one or two runs at a time on a 2-core machine, beside other work, and paused while "
+        "timing benchmarks ran, so a run's wall time includes its waits for a core and its pauses, and its CPU time is "
+        "the better measure of its cost).",
         "## Methods (the pre-registration's)",
         METHODS,
     ]

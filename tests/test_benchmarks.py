@@ -800,6 +800,8 @@ def test_throughput_names_the_cuda_graphs_acting_step():
     assert throughput.settings_for("ppo_ewma_compiled_cudagraphs", config) == throughput.settings_for(
         "ppo_ewma_compiled", config
     )
+    with pytest.raises(ValueError, match="ppo_ewma_cudagraphs: _cudagraphs follows _compiled"):
+        throughput.run({**config, "algos": ["ppo_ewma_cudagraphs"]})
 
 
 # ----------------------------------------------------------------------------------------------------------------------

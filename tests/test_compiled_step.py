@@ -356,15 +356,24 @@ def test_the_fused_optimizer_step_is_the_eager_step(optimizer_class):
     fused = copy.deepcopy(model)
     assert step_module.fuses_on_cpu(fused.policy.optimizer)
     assert not step_module.fuses_on_cpu(th.optim.SGD([th.zeros(1)], lr=0.1))
+    # a channels_last weight (the fast formats') is not flat memory: the compiled step takes it
+    convolution = th.nn.Conv2d(3, 4, 3).to(memory_format=th.channels_last)
+    assert not step_module.fuses_on_cpu(th.optim.Adam(convolution.parameters()))
     groups_before = copy.deepcopy(model.policy.optimizer.state_dict()["param_groups"])
     compiled_step = CompiledStep(True)
     initial = [parameter.detach().clone() for parameter in model.policy.parameters()]
+    fused_calls = []
+    fused_kernel = th._fused_adamw_ if optimizer_class is th.optim.AdamW else th._fused_adam_
+    spy = lambda *args, **kwargs: fused_calls.append(1) or fused_kernel(*args, **kwargs)  # noqa: E731
     for _ in range(3):
         for trained in (model, fused):
             trained.policy.optimizer.zero_grad()
             eager_terms(trained, data)[0].backward()
         model.policy.optimizer.step()
-        compiled_step.optimizer_step(fused.policy.optimizer)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(th, "_fused_adamw_" if optimizer_class is th.optim.AdamW else "_fused_adam_", spy)
+            compiled_step.optimizer_step(fused.policy.optimizer)
+    assert len(fused_calls) == 3  # torch's fused kernel took each step
     assert fused.policy.optimizer.state_dict()["param_groups"] == groups_before
     assert compiled_step._steps == {}
     assert any(not th.equal(a, b) for a, b in zip(initial, fused.policy.parameters()))
@@ -388,20 +397,53 @@ def first_rollout(env_id: str, compile_step: bool, device: str = "cpu") -> PPO_E
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_the_compiled_acting_step_collects_what_the_eager_step_collects(env_id, device):
     """
-    On one seed, a rollout acted by the compiled acting step holds what the eager step's holds: the same observations,
-    actions and rewards (the same random draws), values and log-probabilities within float tolerance; the policy keeps
-    no trace of it, and pickles and copies as before.
+    On one seed, a rollout acted by the compiled acting step holds what the eager step's holds: the same random draws
+    (the generator's state after the rollout), the same discrete actions and what follows from them; continuous actions,
+    observations, values and log-probabilities within float tolerance (compiled kernels round differently). The policy
+    keeps no trace of it, and pickles and copies as before.
     """
-    eager, compiled = first_rollout(env_id, False, device), first_rollout(env_id, True, device)
+    eager = first_rollout(env_id, False, device)
+    eager_generator = th.get_rng_state(), th.cuda.get_rng_state() if device == "cuda" else None
+    compiled = first_rollout(env_id, True, device)
+    generator = th.get_rng_state(), th.cuda.get_rng_state() if device == "cuda" else None
     assert compiled.compiled_step.acting_active and step_module.lean_forward in compiled.compiled_step._compiled
     assert "acting_step" not in vars(compiled.policy) and compiled.policy.acting_step is None
+    assert all(a is None or th.equal(a, b) for a, b in zip(generator, eager_generator))
     buffer, reference = compiled.rollout_buffer, eager.rollout_buffer
-    for name in ("observations", "actions", "rewards", "episode_starts"):
-        np.testing.assert_array_equal(getattr(buffer, name), getattr(reference, name), err_msg=name)
-    for name in ("values", "log_probs"):
-        np.testing.assert_allclose(getattr(buffer, name), getattr(reference, name), rtol=1e-5, atol=1e-6, err_msg=name)
+    exact = ("actions", "observations", "rewards") if env_id == "CartPole-v1" else ()
+    for name in ("observations", "actions", "rewards", "episode_starts", "values", "log_probs"):
+        if name in exact or name == "episode_starts":
+            np.testing.assert_array_equal(getattr(buffer, name), getattr(reference, name), err_msg=name)
+        else:
+            np.testing.assert_allclose(getattr(buffer, name), getattr(reference, name), rtol=1e-5, atol=1e-5, err_msg=name)
     pickle.loads(pickle.dumps(compiled.policy))
     copy.deepcopy(compiled).learn(128)
+
+
+@needs_compiler
+def test_the_compiled_acting_step_draws_as_eager_after_a_recompilation(device):
+    """
+    A second batch size compiles a second graph, which draws its Gaussian noise with torch's generator too (on CUDA,
+    inductor's own generator would draw other numbers): on a seed, the eager step's actions at both sizes; a copy or a
+    pickle of the policy made during a rollout acts eagerly.
+    """
+    model = first_rollout("Pendulum-v1", False, device)
+    step = CompiledStep(True)
+    step.start_learn(1, None, 1)
+    observations = th.as_tensor(model.env.reset(), device=model.device)
+    for rows in (4, 3):
+        th.manual_seed(rows)
+        with th.no_grad():
+            actions = step.act(model.policy, observations[:rows])[0]
+        th.manual_seed(rows)
+        with th.no_grad():
+            expected = step_module.lean_forward(model.policy, observations[:rows])[0]
+        th.testing.assert_close(actions, expected, rtol=1e-5, atol=1e-6)
+    with step.acting(model.policy):
+        assert model.policy.acting_step is not None
+        for other in (copy.deepcopy(model.policy), pickle.loads(pickle.dumps(model.policy))):
+            assert "acting_step" not in vars(other) and other.acting_step is None
+    assert "acting_step" not in vars(model.policy)
 
 
 @needs_compiler
@@ -426,11 +468,14 @@ def test_the_cuda_graphs_acting_step_collects_what_the_eager_step_collects(devic
 
 def test_an_acting_step_that_does_not_compile_falls_back(monkeypatch):
     """A failing compilation of the acting step: one warning, the eager step's actions, eager from then on."""
-    monkeypatch.setattr(step_module.th, "compile", failing_compile)
     model = first_rollout("CartPole-v1", False)
     observations = th.as_tensor(model.env.reset())
     step = CompiledStep(True)
     step.start_learn(1, None, 1)
+    compilations = []
+    monkeypatch.setattr(
+        step_module.th, "compile", lambda function, **kwargs: compilations.append(1) or failing_compile(function)
+    )
     th.manual_seed(0)
     with pytest.warns(UserWarning, match="compilation failed: RuntimeError: backend exploded"):
         actions, values, log_prob = step.act(model.policy, observations)
@@ -439,3 +484,5 @@ def test_an_acting_step_that_does_not_compile_falls_back(monkeypatch):
     for value, reference in zip((actions, values, log_prob), expected, strict=True):
         th.testing.assert_close(value, reference)
     assert not step.active and not step.acting_active
+    step.act(model.policy, observations)  # the rest of the rollout: eager, no new attempt
+    assert len(compilations) == 1

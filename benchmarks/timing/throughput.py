@@ -159,6 +159,8 @@ def settings_for(name: str, config: dict[str, Any]) -> dict[str, Any]:
     """Identical settings for every algorithm; PPG gets its policy-phase equivalents."""
     foreach = name == SB3_FOREACH
     compiled = name.removesuffix(CUDA_GRAPHS_SUFFIX).endswith(COMPILED_SUFFIX)
+    if name.endswith(CUDA_GRAPHS_SUFFIX) and not compiled:
+        raise ValueError(f"{name}: {CUDA_GRAPHS_SUFFIX} follows {COMPILED_SUFFIX} (the acting step is compiled then)")
     name, async_rollouts = base_algorithm(name)
     batch_size = config["n_envs"] * config["n_steps"] // config["n_minibatches"]
     settings: dict[str, Any] = dict(
@@ -293,6 +295,7 @@ def run(config: dict[str, Any], csv_path: Path | None = None) -> dict[str, dict[
         algorithm_class(base_algorithm(name)[0])  # fail early on an unknown name
         if base_algorithm(name)[0] == "ppo" and training_precision_for(name) is not None:
             raise ValueError(f"{name}: SB3's PPO has no training_precision (the _fast algorithms are this package's)")
+        settings_for(name, config)  # a name it cannot read (_cudagraphs without _compiled)
     digest = config_hash(config)
     rows = [row for row in read_csv(csv_path) if row["config_hash"] == digest] if csv_path else []
     done = {(int(row["repeat"]), row["algo"]) for row in rows}

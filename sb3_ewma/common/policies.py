@@ -81,3 +81,10 @@ class LeanActingMixin:
         if not deterministic and has_lean_evaluation(self):
             return (self.acting_step or lean_forward)(cast(Any, self), obs)
         return cast(_Forward, super()).forward(obs, deterministic)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # torch's Module.__getstate__ (a copy of __dict__), without a rollout's compiled acting step: a copy or a
+        # pickle made during a rollout acts eagerly
+        state = cast(Any, super()).__getstate__()
+        state.pop("acting_step", None)
+        return state

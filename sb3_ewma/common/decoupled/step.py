@@ -19,10 +19,11 @@ from typing import Any, NamedTuple
 
 import torch as th
 import torch._functorch.config as aot_autograd_config
-import torch._inductor.config as inductor_config
+import torch._inductor as inductor
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.type_aliases import PyTorchObs
 from torch.nn import functional as F
+from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
 from sb3_ewma.common.distributions import has_lean_evaluation, lean_action_log_prob, lean_evaluate_actions, lean_forward
@@ -176,13 +177,23 @@ def compiler_missing(device: th.device) -> str | None:
 
 
 def fuses_on_cpu(optimizer: th.optim.Optimizer) -> bool:
-    """Whether ``optimizer`` is torch's Adam or AdamW on float32 CPU parameters (torch's fused CPU kernel takes it)."""
-    if type(optimizer) not in (th.optim.Adam, th.optim.AdamW):
+    """
+    Whether ``optimizer`` is torch's Adam or AdamW on contiguous float32 CPU parameters whose state, if any, is laid out
+    as they are (torch's fused CPU kernel walks parameters, gradients and moments as flat memory; a channels_last
+    weight takes the compiled step), and torch has that kernel.
+    """
+    if type(optimizer) not in (th.optim.Adam, th.optim.AdamW) or "cpu" not in _get_fused_kernels_supported_devices():
         return False
     groups = optimizer.param_groups
     if any(group.get("differentiable") or group.get("capturable") for group in groups):
         return False
-    return all(p.device.type == "cpu" and p.dtype == th.float32 for group in groups for p in group["params"])
+    for parameter in (parameter for group in groups for parameter in group["params"]):
+        if parameter.device.type != "cpu" or parameter.dtype != th.float32 or not parameter.is_contiguous():
+            return False
+        moments = optimizer.state.get(parameter, {})
+        if any(isinstance(value, th.Tensor) and value.dim() > 0 and not value.is_contiguous() for value in moments.values()):
+            return False
+    return True
 
 
 @contextlib.contextmanager
@@ -212,8 +223,9 @@ class CompiledStep:
 
     :param setting: ``True`` (compile), ``False`` (eager) or ``"auto"`` (compile when a ``learn`` call plans at least
         :data:`AUTO_MIN_OPTIMIZER_STEPS` optimizer steps)
-    :param acting_mode: ``torch.compile``'s ``mode`` for the acting step (None: its default); the GPU stage's
-        throughput measures ``"reduce-overhead"`` (CUDA graphs) on CUDA before it becomes a default there
+    :param acting_mode: ``torch.compile``'s ``mode`` for the acting step (None: its default), read when the acting
+        step first compiles; the GPU stage's throughput measures ``"reduce-overhead"`` (CUDA graphs) on CUDA before it
+        becomes a default there
     """
 
     def __init__(self, setting: bool | str, acting_mode: str | None = None) -> None:
@@ -323,17 +335,19 @@ class CompiledStep:
 
     def act(self, policy: ActorCriticPolicy, obs: PyTorchObs) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
         """
-        :func:`lean_forward` compiled: its random draws are torch's own operators (inductor's ``fallback_random``), so
-        a seed draws the same actions as the eager step; the first call compiles it (a failure: eager from then on,
-        said in one warning, as :meth:`run`).
+        :func:`lean_forward` compiled: its random draws are torch's own operators (inductor's ``fallback_random``, in
+        every graph it compiles), so a seed draws the same actions as the eager step; the first call compiles it (a
+        failure: the eager step from then on, said in one warning, as :meth:`run`).
         """
+        if not self.acting_active:  # a compilation failed during this rollout
+            return lean_forward(policy, obs)
         compiled = self._compiled.get(lean_forward)
         if compiled is not None:
             return compiled(policy, obs)
+        options = {"fallback_random": True, **(inductor.list_mode_options(self.acting_mode) if self.acting_mode else {})}
         try:
-            compiled = th.compile(lean_forward, dynamic=False, mode=self.acting_mode)
-            with inductor_config.patch(fallback_random=True):
-                result = compiled(policy, obs)
+            compiled = th.compile(lean_forward, dynamic=False, options=options)
+            result = compiled(policy, obs)
         except Exception as error:  # a graph that does not compile
             warnings.warn(self.fall_back(error), UserWarning, stacklevel=4)
             return lean_forward(policy, obs)

@@ -106,8 +106,9 @@ class DataParallelTraining:
     def _average_gradients_after_backward(self, policy: th.nn.Module) -> None:
         """
         Every backward pass through ``policy`` ends with its parameters' gradients averaged over the ranks, in one
-        all-reduce (of the gradients that pass computed), before the loop clips them and steps: the first gradient
-        accumulated queues the averaging at the end of the pass, as torch's DistributedDataParallel does. A
+        all-reduce (of the gradients accumulated so far in the parameters that pass reached), before the loop clips
+        them and steps: the first gradient accumulated queues the averaging at the end of the pass, as torch's
+        DistributedDataParallel does. A
         gradient accumulated over several passes (PPG's micro-batches) is averaged after the last, the others run
         under :meth:`accumulating`.
         """

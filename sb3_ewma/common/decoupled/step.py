@@ -431,4 +431,5 @@ class CompiledStep:
         return {**self.__dict__, "verified": False, "_compiled": {}, "_steps": {}}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        # a model pickled before the acting step was compiled: its acting step eager, torch.compile's default mode
+        self.__dict__.update({"acting_active": False, "acting_mode": None, **state})

@@ -38,8 +38,8 @@ do not earn back (the performance guide, docs/guide/performance.md)."""
 
 AUTO_MIN_ACTING_STEPS = 100_000
 """``compile_step="auto"`` also compiles the rollout's acting step (:func:`~sb3_ewma.common.distributions.lean_forward`)
-when a ``learn`` call plans at least this many steps of the vectorized environment: a compiled acting step saves
-hundredths of a millisecond a step on the CPU and costs a second or two to compile (the performance guide)."""
+when a ``learn`` call plans at least this many steps of the vectorized environment: on the CPU a compiled acting step
+saves little a step against its compilation (the performance guide, docs/guide/performance.md)."""
 
 
 class MinibatchTerms(NamedTuple):
@@ -303,19 +303,33 @@ class CompiledStep:
         ``backward()``, outside this method; if that first compilation fails, the result is ``function``'s, eager,
         and the training steps are eager from then on, said in one warning.
         """
+        result, compiled = self._call(function, args, kwargs)
+        self.verified = self.verified or compiled
+        return result
+
+    def _call(
+        self,
+        function: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        options: dict[str, Any] | None = None,
+    ) -> tuple[Any, bool]:
+        """
+        ``function``'s result, compiled (at its first call, with inductor's ``options``), or eager after a failed
+        compilation (:meth:`fall_back`, one warning); and whether it ran compiled.
+        """
         compiled = self._compiled.get(function)
         if compiled is not None:
-            return compiled(*args, **kwargs)
+            return compiled(*args, **kwargs), True
         try:
-            compiled = th.compile(function, dynamic=False)
+            compiled = th.compile(function, dynamic=False, options=options)
             with aot_autograd_config.patch(force_non_lazy_backward_lowering=True):
                 result = compiled(*args, **kwargs)
         except Exception as error:  # a graph that does not compile
-            warnings.warn(self.fall_back(error), UserWarning, stacklevel=4)
-            return function(*args, **kwargs)
+            warnings.warn(self.fall_back(error), UserWarning, stacklevel=5)
+            return function(*args, **kwargs), False
         self._compiled[function] = compiled
-        self.verified = True
-        return result
+        return result, True
 
     @contextlib.contextmanager
     def acting(self, policy: th.nn.Module) -> Iterator[None]:
@@ -341,18 +355,8 @@ class CompiledStep:
         """
         if not self.acting_active:  # a compilation failed during this rollout
             return lean_forward(policy, obs)
-        compiled = self._compiled.get(lean_forward)
-        if compiled is not None:
-            return compiled(policy, obs)
         options = {"fallback_random": True, **(inductor.list_mode_options(self.acting_mode) if self.acting_mode else {})}
-        try:
-            compiled = th.compile(lean_forward, dynamic=False, options=options)
-            result = compiled(policy, obs)
-        except Exception as error:  # a graph that does not compile
-            warnings.warn(self.fall_back(error), UserWarning, stacklevel=4)
-            return lean_forward(policy, obs)
-        self._compiled[lean_forward] = compiled
-        return result
+        return self._call(lean_forward, (policy, obs), {}, options)[0]
 
     def minibatch_terms(
         self,

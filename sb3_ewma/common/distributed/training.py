@@ -108,9 +108,8 @@ class DataParallelTraining:
         Every backward pass through ``policy`` ends with its parameters' gradients averaged over the ranks, in one
         all-reduce (of the gradients accumulated so far in the parameters that pass reached), before the loop clips
         them and steps: the first gradient accumulated queues the averaging at the end of the pass, as torch's
-        DistributedDataParallel does. A
-        gradient accumulated over several passes (PPG's micro-batches) is averaged after the last, the others run
-        under :meth:`accumulating`.
+        DistributedDataParallel does. A gradient accumulated over several passes (PPG's micro-batches) is averaged
+        after the last, the others run under :meth:`accumulating`.
         """
         for hook in self._gradient_hooks:
             hook.remove()

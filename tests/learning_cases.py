@@ -205,7 +205,7 @@ class InvalidActionCounter(gym.Wrapper):
         return self.env.unwrapped.action_masks()
 
 
-def maskable_invalid_actions(seed: int) -> dict[str, float]:
+def maskable_invalid_actions(seed: int, compile_step: bool | str = "auto") -> dict[str, float]:
     """
     20 actions, 10 of them invalid at each step: a random valid action is right 1 time in 10 (a return of about 10
     per 100-step episode). 4,000 steps; the mean return of 5 episodes before and after, and the invalid actions taken.
@@ -218,13 +218,16 @@ def maskable_invalid_actions(seed: int) -> dict[str, float]:
 
     env = DummyVecEnv([lambda index=index: make(1000 * seed + index) for index in range(4)])
     model = MaskablePPO_EWMA(
-        "MlpPolicy", env, n_steps=64, batch_size=64, n_epochs=4, learning_rate=3e-3, seed=seed, device="cpu"
-    )
+        "MlpPolicy", env, n_steps=64, batch_size=64, n_epochs=4, learning_rate=3e-3, seed=seed, device="cpu",
+        compile_step=compile_step,
+    )  # fmt: skip
     eval_env = DummyVecEnv([lambda: make(1000 * seed + 10)])
     before, _ = maskable_evaluate_policy(model, eval_env, n_eval_episodes=5, warn=False)
     model.learn(4000)
     after, _ = maskable_evaluate_policy(model, eval_env, n_eval_episodes=5, warn=False)
     counters = [*env.envs, *eval_env.envs]
+    if compile_step is True:
+        assert model.compiled_step.verified, model.compiled_step.reason
     return {
         "before": float(before),
         "after": float(after),

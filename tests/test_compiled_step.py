@@ -13,13 +13,25 @@ import zipfile
 import numpy as np
 import pytest
 import torch as th
+from gymnasium import spaces
+from learning_cases import maskable_invalid_actions
+from sb3_contrib.common.envs import InvalidActionEnvDiscrete, InvalidActionEnvMultiDiscrete
 from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.envs import FakeImageEnv
+from stable_baselines3.common.preprocessing import preprocess_obs
+from stable_baselines3.common.vec_env import DummyVecEnv
 from torch._dynamo.utils import counters
 
-from sb3_ewma import PPG, PPG_EWMA, PPO_EWMA
+from sb3_ewma import PPG, PPG_EWMA, PPO_EWMA, MaskablePPO_EWMA, RecurrentPPO_EWMA
 from sb3_ewma.common.decoupled import step as step_module
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
 from sb3_ewma.common.decoupled.step import AUTO_MIN_ACTING_STEPS, AUTO_MIN_OPTIMIZER_STEPS, CompiledStep, minibatch_loss
+from sb3_ewma.common.distributions import (
+    masked_action_dims,
+    observation_plan,
+    observation_space_plan,
+    preprocessed_observations,
+)
 from sb3_ewma.common.losses import clipped_values, log_clip_bounds
 from sb3_ewma.ppg_ewma.auxiliary import auxiliary_losses, lean_auxiliary_losses
 
@@ -46,7 +58,7 @@ def eager_terms(model: PPO_EWMA, data) -> tuple[th.Tensor, th.Tensor, th.Tensor,
     return policy_loss + model.ent_coef * entropy_loss + model.vf_coef * value_loss, policy_loss, value_loss, entropy_loss
 
 
-def function_terms(model: PPO_EWMA, data, function=minibatch_loss):
+def function_terms(model: PPO_EWMA, data, function=minibatch_loss, **options):
     """:func:`minibatch_loss` (or a compiled copy) on the same minibatch."""
     clip_range, clip_range_vf = model._current_clip_ranges()
     low, high = log_clip_bounds(clip_range)
@@ -67,6 +79,8 @@ def function_terms(model: PPO_EWMA, data, function=minibatch_loss):
         vf_coef=model.vf_coef,
         kl_coef=model.kl_coef,
         imp_samp_max=model.imp_samp_max,
+        observation_plan=observation_plan(model.policy),
+        **options,
     )
 
 
@@ -100,11 +114,172 @@ def test_compiled_gradients_agree_with_eager(env_id):
     data = next(iter(model.rollout_buffer.get(64)))
     expected = eager_terms(model, data)[0]
     expected_gradients = gradients(model, expected)
-    compiled = th.compile(minibatch_loss, dynamic=False)
+    compiled = th.compile(minibatch_loss, dynamic=False, fullgraph=True)
     terms = function_terms(model, data, compiled)
     th.testing.assert_close(terms.loss, expected, rtol=1e-5, atol=1e-6)
     for gradient, reference in zip(gradients(model, terms.loss), expected_gradients, strict=True):
         th.testing.assert_close(gradient, reference, rtol=1e-4, atol=1e-6)
+
+
+def filled_maskable_model(env, **kwargs) -> MaskablePPO_EWMA:
+    """A MaskablePPO_EWMA whose rollout buffer holds one rollout with invalid actions, its EWMA moved away."""
+    settings = dict(n_steps=32, batch_size=64, n_epochs=2, seed=0, ent_coef=0.01, clip_range_vf=0.5, compile_step=False)
+    model = MaskablePPO_EWMA("MlpPolicy", env, **{**settings, **kwargs})
+    model.learn(256)
+    model._current_progress_remaining = 0.5
+    return model
+
+
+@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=needs_compiler)])
+@pytest.mark.parametrize("env_class", [InvalidActionEnvDiscrete, InvalidActionEnvMultiDiscrete])
+def test_the_masked_step_is_the_eager_maskable_loss(env_class, compiled):
+    """
+    MaskablePPO_EWMA: minibatch_loss with the buffer's action masks computes the eager train()'s loss and gradients
+    (sb3-contrib's masked evaluation), uncompiled within float rounding, compiled within 1e-5.
+    """
+    dims = (
+        {"dim": 12, "n_invalid_actions": 6}
+        if env_class is InvalidActionEnvDiscrete
+        else {"dims": [4, 5], "n_invalid_actions": 4}
+    )
+    env = DummyVecEnv([lambda: env_class(ep_length=20, **dims) for _ in range(4)])
+    model = filled_maskable_model(env, kl_coef=0.1)
+    data = next(iter(model.rollout_buffer.get(64)))
+    assert (data.action_masks == 0).any()
+    expected = eager_terms(model, data)[0]
+    expected_gradients = gradients(model, expected)
+    function = th.compile(minibatch_loss, dynamic=False, fullgraph=True) if compiled else minibatch_loss
+    action_dims = masked_action_dims(model.policy)
+    loss = function_terms(model, data, function, action_masks=data.action_masks, action_dims=action_dims).loss
+    tolerance = dict(rtol=1e-5, atol=1e-6) if compiled else dict(rtol=1e-6, atol=1e-7)
+    th.testing.assert_close(loss, expected, **tolerance)
+    for gradient, reference in zip(gradients(model, loss), expected_gradients, strict=True):
+        th.testing.assert_close(gradient, reference, rtol=1e-4 if compiled else 1e-5, atol=tolerance["atol"])
+
+
+@needs_compiler
+@pytest.mark.slow
+def test_compiled_maskable_learns_and_never_takes_an_invalid_action():
+    """The maskable learning case, compiled, on two seeds: as the eager step (after 66-92 over 10 seeds, no invalid
+    action)."""
+    for seed in (0, 1):
+        outcome = maskable_invalid_actions(seed, compile_step=True)
+        assert outcome["after"] > 45, outcome
+        assert outcome["invalid_actions"] == 0
+
+
+IMAGE = spaces.Box(0, 255, (3, 8, 8), np.uint8)
+
+
+@pytest.mark.parametrize(
+    "space, normalize_images",
+    [
+        (IMAGE, True),  # divided by 255
+        (IMAGE, False),
+        (spaces.Box(-1, 1, (5,)), True),
+        (spaces.Discrete(6), True),
+        (spaces.MultiDiscrete([3, 2, 4]), True),
+        (spaces.MultiBinary(4), True),
+        (spaces.Dict({"image": IMAGE, "state": spaces.Discrete(3)}), True),
+    ],
+)
+def test_the_observation_plan_preprocesses_as_sb3(space, normalize_images):
+    """SB3's preprocess_obs, bit for bit, with its decisions on the space taken before (as the compiled step does)."""
+    space.seed(0)
+    samples = [space.sample() for _ in range(7)]
+    if isinstance(space, spaces.Dict):
+        obs = {key: th.as_tensor(np.stack([sample[key] for sample in samples])) for key in space.spaces}
+    else:
+        obs = th.as_tensor(np.stack(samples))
+    expected = preprocess_obs(obs, space, normalize_images=normalize_images)
+    actual = preprocessed_observations(obs, observation_space_plan(space, normalize_images))
+    for key in expected if isinstance(expected, dict) else [None]:
+        value, reference = (actual[key], expected[key]) if key is not None else (actual, expected)
+        assert value.dtype == reference.dtype and th.equal(value, reference)
+
+
+@needs_compiler
+def test_image_and_discrete_observations_compile_whole(device):
+    """SB3's CNN policy on images, and discrete observations: the step compiles as one graph (no fallback) and
+    trains, on each device."""
+    for env, policy in [
+        (FakeImageEnv(screen_height=36, screen_width=36, n_channels=1, discrete=True), "CnnPolicy"),
+        (InvalidActionEnvDiscrete(dim=4, n_invalid_actions=1), "MlpPolicy"),
+    ]:
+        algorithm = MaskablePPO_EWMA if policy == "MlpPolicy" else PPO_EWMA
+        policy_kwargs = dict(features_extractor_kwargs=dict(features_dim=16)) if policy == "CnnPolicy" else None
+        model = algorithm(policy, DummyVecEnv([lambda env=env: env]), n_steps=16, batch_size=16, n_epochs=1, seed=0,
+                          compile_step=True, policy_kwargs=policy_kwargs, device=device)  # fmt: skip
+        before = [parameter.detach().clone() for parameter in model.policy.parameters()]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model.learn(32)
+        assert not [warning for warning in caught if "compilation failed" in str(warning.message)], policy
+        assert model.compiled_step.active and model.compiled_step.verified
+        assert any(not th.equal(a, b) for a, b in zip(before, model.policy.parameters()))
+
+
+def squared_norm(tensor: th.Tensor) -> th.Tensor:
+    return (tensor * tensor).sum()
+
+
+@needs_compiler
+def test_many_models_of_other_shapes_keep_compiling():
+    """Each model's compiled functions hold their own graphs: ten models of ten shapes (torch keeps at most 8 graphs per
+    function) all run compiled, none falls back."""
+    for size in range(1, 11):
+        step = CompiledStep(True)
+        step.start_learn(1, None)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            value = step.run(squared_norm, th.arange(size, dtype=th.float32))
+        assert not [warning for warning in caught if "compilation failed" in str(warning.message)]
+        assert step.verified and step.failure is None and step.active
+        assert value.item() == sum(index * index for index in range(size))
+
+
+def test_a_later_compilation_that_fails_falls_back(monkeypatch):
+    """A compiled function that fails at a later call (another shape, torch's recompile limit): one warning, the
+    eager result, eager from then on."""
+    calls = []
+
+    def compile_failing_second_call(function, **kwargs):
+        def compiled(*args, **kwargs):
+            calls.append(1)
+            if len(calls) > 1:
+                raise RuntimeError("recompile limit")
+            return function(*args, **kwargs)
+
+        return compiled
+
+    monkeypatch.setattr(step_module.th, "compile", compile_failing_second_call)
+    step = CompiledStep(True)
+    step.start_learn(1, None)
+    assert step.run(squared_norm, th.ones(3)).item() == 3
+    with pytest.warns(UserWarning, match="compilation failed: RuntimeError: recompile limit"):
+        assert step.run(squared_norm, th.ones(4)).item() == 4
+    assert not step.active and "recompile limit" in step.start_learn(10**9, None)
+
+
+class _OwnEvaluation(MaskablePPO_EWMA):
+    def _evaluate_policy(self, rollout_data, actions):
+        return super()._evaluate_policy(rollout_data, actions)
+
+
+def test_a_subclass_that_evaluates_its_own_way_steps_eagerly():
+    model = _OwnEvaluation("MlpPolicy", DummyVecEnv([lambda: InvalidActionEnvDiscrete(dim=4, n_invalid_actions=1)]),
+                           n_steps=16, batch_size=16, compile_step=True)  # fmt: skip
+    with pytest.warns(UserWarning, match="_OwnEvaluation overrides _evaluate_policy"):
+        model.learn(16)
+    assert not model.compiled_step.active
+
+
+def test_recurrent_says_why_its_step_is_eager():
+    model = RecurrentPPO_EWMA("MlpLstmPolicy", "CartPole-v1", n_steps=32, batch_size=32, compile_step=True,
+                              policy_kwargs=dict(lstm_hidden_size=8, net_arch=[16]))  # fmt: skip
+    with pytest.warns(UserWarning, match="training step eager .*sequences change length from one minibatch to the next"):
+        model.learn(64)
+    assert not model.compiled_step.active
 
 
 def linear_learning_rate(progress_remaining: float) -> float:
@@ -135,6 +310,7 @@ def test_a_run_compiles_a_fixed_number_of_times_and_saves_as_eager(tmp_path):
     model.learn(600)  # the acting step, the loss at two minibatch sizes (its last iteration eager: clip range 0)
     after_first = graphs_compiled()
     assert after_first - before == 3
+    model.ent_coef, model.vf_coef = 0.01, 0.4  # as a callback may change them: no new graph either
     model.learn(600, reset_num_timesteps=False)
     assert model.compiled_step.active, model.compiled_step.reason
     assert graphs_compiled() == after_first, "a later iteration compiled again"

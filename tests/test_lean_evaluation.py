@@ -1,16 +1,26 @@
-"""The lean evaluation of the policy in train(): SB3's evaluate_actions' values and gradients, bit for bit."""
+"""The lean evaluation of the policy in train(): SB3's (and sb3-contrib's masked) evaluate_actions' values and
+gradients, bit for bit."""
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.envs import IdentityEnvMultiDiscrete, SimpleMultiObsEnv
 from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.vec_env import DummyVecEnv
 
-from sb3_ewma import PPO_EWMA
+from sb3_ewma import PPO_EWMA, MaskablePPO_EWMA
 from sb3_ewma.common.checks import NonFiniteError
 from sb3_ewma.common.decoupled import algorithm as algorithm_module
-from sb3_ewma.common.distributions import has_lean_evaluation, lean_evaluate_actions
+from sb3_ewma.common.distributions import (
+    has_lean_evaluation,
+    has_lean_masked_evaluation,
+    lean_evaluate_actions,
+    lean_masked_action_log_prob,
+    lean_masked_evaluate_actions,
+    masked_action_dims,
+)
 from sb3_ewma.ppg_ewma import PPG_EWMA
 
 
@@ -157,3 +167,87 @@ def test_other_rollout_steps_are_sb3s(monkeypatch):
         assert model.policy(obs)[0].shape == (4, 2)
         cartpole = _perturbed_model(PPO_EWMA, "CartPole-v1")
         assert cartpole.policy(_observations(cartpole.observation_space, 4), deterministic=True)[0].shape == (4,)
+
+
+def _masked_model(action_space: spaces.Space, **policy_kwargs) -> MaskablePPO_EWMA:
+    env = DummyVecEnv([lambda: _MaskedIdentity(action_space)])
+    model = MaskablePPO_EWMA("MlpPolicy", env, n_steps=64, batch_size=32, seed=0, device="cpu", policy_kwargs=policy_kwargs)
+    with th.no_grad():
+        for parameter in model.policy.parameters():  # away from the initialization (zero heads)
+            parameter.add_(0.3 * th.randn_like(parameter))
+    return model
+
+
+class _MaskedIdentity(gym.Env):
+    """Observations of 4 numbers, ``action_space`` actions, and masks with at least one valid action per component."""
+
+    def __init__(self, action_space: spaces.Space) -> None:
+        self.observation_space = spaces.Box(-1, 1, (4,))
+        self.action_space = action_space
+
+    def reset(self, *, seed=None, options=None):
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        return self.observation_space.sample(), 0.0, False, False, {}
+
+    def action_masks(self) -> np.ndarray:
+        return np.ones(sum(_action_dims(self.action_space)), dtype=bool)
+
+
+def _action_dims(space: spaces.Space) -> list[int]:
+    return [int(space.n)] if isinstance(space, spaces.Discrete) else [int(n) for n in space.nvec]
+
+
+def _random_masks(space: spaces.Space, actions: th.Tensor, generator: th.Generator) -> th.Tensor:
+    """Random masks where the taken action of each component stays valid."""
+    masks = []
+    for component, n in enumerate(_action_dims(space)):
+        component_masks = th.rand((len(actions), n), generator=generator) < 0.5
+        taken = actions.view(len(actions), -1)[:, component].long()
+        component_masks[th.arange(len(actions)), taken] = True
+        masks.append(component_masks)
+    return th.cat(masks, dim=1).float()  # stored as float32 in the rollout buffer
+
+
+@pytest.mark.parametrize(
+    "action_space, policy_kwargs",
+    [
+        (spaces.Discrete(6), {}),
+        (spaces.Discrete(6), {"share_features_extractor": False}),
+        (spaces.MultiDiscrete([3, 5, 2]), {}),
+    ],
+)
+def test_lean_masked_evaluation_equals_sb3_contribs_bit_for_bit(action_space, policy_kwargs):
+    model = _masked_model(action_space, **policy_kwargs)
+    policy = model.policy
+    assert has_lean_masked_evaluation(policy) and not has_lean_evaluation(policy)
+    generator = th.Generator().manual_seed(0)
+    obs = th.rand((64, 4), generator=generator) * 2 - 1
+    actions = th.as_tensor(np.stack([action_space.sample() for _ in range(64)]))
+    masks = _random_masks(action_space, actions, generator)
+    if actions.dim() == 1:
+        actions = actions.long()
+    lean, lean_gradients = _evaluation_and_gradients(
+        policy, lambda o, a: lean_masked_evaluate_actions(policy, o, a, masks, masked_action_dims(policy)), obs, actions
+    )
+    reference, reference_gradients = _evaluation_and_gradients(
+        policy, lambda o, a: policy.evaluate_actions(o, a, action_masks=masks), obs, actions
+    )
+    assert [t.shape for t in lean] == [t.shape for t in reference] == [(64, 1), (64,), (64,)]
+    assert all(th.equal(first, second) for first, second in zip(lean, reference, strict=True))
+    assert len(lean_gradients) == len(reference_gradients) > 0
+    assert all(th.equal(first, second) for first, second in zip(lean_gradients, reference_gradients, strict=True))
+    # the actor's path alone: the proximal policy's log-probabilities
+    with th.no_grad():
+        expected = policy.get_distribution(obs, action_masks=masks).log_prob(actions)
+        assert th.equal(lean_masked_action_log_prob(policy, obs, actions, masks, masked_action_dims(policy)), expected)
+    # the masks matter: without them, other numbers
+    assert not th.equal(
+        lean_masked_evaluate_actions(policy, obs, actions, th.ones_like(masks), masked_action_dims(policy))[1], lean[1]
+    )
+
+
+def test_the_masked_bernoulli_takes_sb3_contribs_evaluation():
+    model = MaskablePPO_EWMA("MlpPolicy", DummyVecEnv([lambda: _MaskedIdentity(spaces.MultiBinary(3))]), n_steps=64)
+    assert not has_lean_masked_evaluation(model.policy)

@@ -7,9 +7,12 @@ categorical and diagonal Gaussian policies (the arithmetic of ``torch.distributi
 import copy
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any, cast
 
 import torch as th
+from gymnasium import spaces
+from sb3_contrib.common.maskable.distributions import MaskableCategoricalDistribution, MaskableMultiCategoricalDistribution
+from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from stable_baselines3.common.distributions import (
     CategoricalDistribution,
     DiagGaussianDistribution,
@@ -17,10 +20,10 @@ from stable_baselines3.common.distributions import (
     kl_divergence,
 )
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
+from stable_baselines3.common.preprocessing import is_image_space
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.type_aliases import PyTorchObs
-
-if TYPE_CHECKING:
-    from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
+from torch.nn import functional as F
 
 
 def _torch_distributions(distribution: Distribution) -> list[th.distributions.Distribution]:
@@ -89,16 +92,90 @@ def kl_from_parameters(parameters: Sequence[th.Tensor], distribution: Distributi
     return distribution_kl(stored, distribution)
 
 
-def policy_latents(policy: "ActorCriticPolicy | MaskableActorCriticPolicy", obs: PyTorchObs) -> tuple[th.Tensor, th.Tensor]:
+ObservationPlan = tuple[Any, ...]
+"""How SB3's ``preprocess_obs`` turns a policy's observations into its features extractor's input, decided from the
+observation space outside a compiled graph (:func:`observation_plan`), so that ``torch.compile`` traces the operations
+only: ``("box", divide_by_255)``, ``("discrete", n)``, ``("multi_discrete", sizes)``, ``("binary",)`` or
+``("dict", ((key, plan), ...))``."""
+
+
+def observation_plan(policy: BasePolicy) -> ObservationPlan | None:
+    """
+    ``policy``'s :data:`ObservationPlan`, or None when the policy extracts its features its own way (an overridden
+    ``extract_features``: the lean functions then call it).
+    """
+    if type(policy).extract_features not in (ActorCriticPolicy.extract_features, MaskableActorCriticPolicy.extract_features):
+        return None
+    return observation_space_plan(policy.observation_space, policy.normalize_images)
+
+
+def observation_space_plan(space: spaces.Space, normalize_images: bool) -> ObservationPlan:
+    """The :data:`ObservationPlan` of SB3's ``preprocess_obs`` for ``space``: its decisions, case by case, taken here
+    (``is_image_space`` reads the bounds' numpy arrays)."""
+    if isinstance(space, spaces.Dict):
+        return (
+            "dict",
+            tuple((key, observation_space_plan(subspace, normalize_images)) for key, subspace in space.spaces.items()),
+        )
+    if isinstance(space, spaces.Box):
+        return ("box", normalize_images and is_image_space(space))
+    if isinstance(space, spaces.Discrete):
+        return ("discrete", int(space.n))
+    if isinstance(space, spaces.MultiDiscrete):
+        return ("multi_discrete", tuple(int(n) for n in space.nvec))
+    if isinstance(space, spaces.MultiBinary):
+        return ("binary",)
+    raise NotImplementedError(f"Preprocessing not implemented for {space}")
+
+
+def preprocessed_observations(obs: PyTorchObs, plan: ObservationPlan) -> PyTorchObs:
+    """SB3's ``preprocess_obs(obs, space, normalize_images)``, the same operations, by the space's :data:`ObservationPlan`."""
+    kind = plan[0]
+    if kind == "dict":
+        observations = cast(dict[str, th.Tensor], obs)
+        return {key: cast(th.Tensor, preprocessed_observations(observations[key], subplan)) for key, subplan in plan[1]}
+    tensor = cast(th.Tensor, obs)
+    if kind == "box":
+        return tensor.float() / 255.0 if plan[1] else tensor.float()
+    if kind == "discrete":
+        return F.one_hot(tensor.long(), num_classes=plan[1]).float()
+    if kind == "multi_discrete":
+        sizes = plan[1]
+        one_hots = [
+            F.one_hot(part.long(), num_classes=size).float() for part, size in zip(th.split(tensor.long(), 1, dim=1), sizes)
+        ]
+        return th.cat(one_hots, dim=-1).view(tensor.shape[0], sum(sizes))
+    return tensor.float()
+
+
+def policy_latents(
+    policy: ActorCriticPolicy | MaskableActorCriticPolicy, obs: PyTorchObs, plan: ObservationPlan | None = None
+) -> tuple[th.Tensor, th.Tensor]:
     """
     The policy and value latents of an ``ActorCriticPolicy`` or sb3-contrib's ``MaskableActorCriticPolicy`` (as in
-    their ``evaluate_actions``), in one pass.
+    their ``evaluate_actions``), in one pass; with the policy's :data:`ObservationPlan`, the observations are
+    preprocessed by it (what ``torch.compile`` traces) instead of by SB3's ``extract_features``.
     """
-    features = policy.extract_features(obs)
+    if plan is None:
+        features = policy.extract_features(obs)
+    else:
+        preprocessed = preprocessed_observations(obs, plan)
+        if policy.share_features_extractor:
+            features = policy.features_extractor(preprocessed)
+        else:
+            features = policy.pi_features_extractor(preprocessed), policy.vf_features_extractor(preprocessed)
     if policy.share_features_extractor:
         return policy.mlp_extractor(features)
     pi_features, vf_features = features
     return policy.mlp_extractor.forward_actor(pi_features), policy.mlp_extractor.forward_critic(vf_features)
+
+
+def actor_features(policy: BasePolicy, obs: PyTorchObs, plan: ObservationPlan | None = None) -> th.Tensor:
+    """The actor's features (SB3's ``extract_features(obs, policy.pi_features_extractor)``), by ``plan`` if given."""
+    extractor = cast(BaseFeaturesExtractor, policy.pi_features_extractor)
+    if plan is None:
+        return BasePolicy.extract_features(policy, obs, extractor)
+    return extractor(preprocessed_observations(obs, plan))
 
 
 def evaluate_actions_with_distribution(
@@ -176,13 +253,14 @@ def has_lean_evaluation(policy: object) -> bool:
 
 
 def lean_evaluate_actions(
-    policy: ActorCriticPolicy, obs: PyTorchObs, actions: th.Tensor
+    policy: ActorCriticPolicy, obs: PyTorchObs, actions: th.Tensor, plan: ObservationPlan | None = None
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
     """
     ``policy.evaluate_actions(obs, actions)`` (the values, the log-probabilities of ``actions`` and the entropy) for a
-    policy where :func:`has_lean_evaluation`, without building the action distribution.
+    policy where :func:`has_lean_evaluation`, without building the action distribution (``plan``: the observations
+    preprocessed by the policy's :data:`ObservationPlan`, as compiled).
     """
-    latent_pi, latent_vf = policy_latents(policy, obs)
+    latent_pi, latent_vf = policy_latents(policy, obs, plan)
     action_head = policy.action_net(latent_pi)
     if isinstance(policy.action_dist, CategoricalDistribution):
         log_pmf, log_prob = categorical_log_prob(action_head, actions)
@@ -193,19 +271,22 @@ def lean_evaluate_actions(
     return values, log_prob, diag_gaussian_entropy(std)
 
 
-def lean_action_log_prob(policy: ActorCriticPolicy, obs: PyTorchObs, actions: th.Tensor) -> th.Tensor:
+def lean_action_log_prob(
+    policy: ActorCriticPolicy, obs: PyTorchObs, actions: th.Tensor, plan: ObservationPlan | None = None
+) -> th.Tensor:
     """
     ``policy.get_distribution(obs).log_prob(actions)`` for a categorical or diagonal Gaussian ``ActorCriticPolicy``
     (the actor's path only: no value head), without building the distribution.
     """
-    features = BasePolicy.extract_features(policy, obs, policy.pi_features_extractor)
-    action_head = policy.action_net(policy.mlp_extractor.forward_actor(features))
+    action_head = policy.action_net(policy.mlp_extractor.forward_actor(actor_features(policy, obs, plan)))
     if isinstance(policy.action_dist, CategoricalDistribution):
         return categorical_log_prob(action_head, actions)[1]
     return diag_gaussian_log_prob(action_head, policy.log_std, actions)[1]
 
 
-def lean_forward(policy: ActorCriticPolicy, obs: PyTorchObs) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+def lean_forward(
+    policy: ActorCriticPolicy, obs: PyTorchObs, plan: ObservationPlan | None = None
+) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
     """
     ``ActorCriticPolicy.forward(obs)`` with sampled actions (what SB3's rollout loop calls at every step) for a policy
     where :func:`has_lean_evaluation`, without building the distribution: the same operations and the same draws of
@@ -214,7 +295,7 @@ def lean_forward(policy: ActorCriticPolicy, obs: PyTorchObs) -> tuple[th.Tensor,
 
     :return: actions, values and the log-probabilities of the actions
     """
-    latent_pi, latent_vf = policy_latents(policy, obs)
+    latent_pi, latent_vf = policy_latents(policy, obs, plan)
     values = policy.value_net(latent_vf)
     action_head = policy.action_net(latent_pi)
     if isinstance(policy.action_dist, CategoricalDistribution):
@@ -231,3 +312,104 @@ def lean_forward(policy: ActorCriticPolicy, obs: PyTorchObs) -> tuple[th.Tensor,
             -((actions - action_head) ** 2) / (2 * std**2) - std.log() - math.log(math.sqrt(2 * math.pi))
         )
     return actions.reshape((-1, *policy.action_space.shape)), values, log_prob  # type: ignore[misc]
+
+
+# The lean evaluation of sb3-contrib's maskable policies: MaskableCategorical's arithmetic (the logits normalized, the
+# invalid actions' set to -1e8, normalized again; the masked actions left out of the entropy), with the masks of the
+# rollout buffer.
+
+MASKED_LOGIT = -1e8
+"""The logit sb3-contrib's ``MaskableCategorical`` gives an invalid action."""
+
+
+def has_lean_masked_evaluation(policy: object) -> bool:
+    """
+    Whether :func:`lean_masked_evaluate_actions` computes ``policy.evaluate_actions(obs, actions, action_masks)``: an
+    sb3-contrib ``MaskableActorCriticPolicy`` whose evaluation is sb3-contrib's own and whose action distribution is
+    its masked categorical or multi-categorical one (not the masked Bernoulli).
+    """
+    return (
+        isinstance(policy, MaskableActorCriticPolicy)
+        and type(policy).evaluate_actions is MaskableActorCriticPolicy.evaluate_actions
+        and type(policy)._get_action_dist_from_latent is MaskableActorCriticPolicy._get_action_dist_from_latent
+        and type(policy.action_dist) in (MaskableCategoricalDistribution, MaskableMultiCategoricalDistribution)
+    )
+
+
+def masked_action_dims(policy: MaskableActorCriticPolicy) -> tuple[int, ...]:
+    """The number of actions of each component of a maskable policy's (multi-)categorical distribution, as Python
+    integers (a multi-discrete space holds numpy ones, which ``torch.compile`` cannot trace)."""
+    action_dist = policy.action_dist
+    if isinstance(action_dist, MaskableCategoricalDistribution):
+        return (int(action_dist.action_dim),)
+    return tuple(int(dim) for dim in cast(MaskableMultiCategoricalDistribution, action_dist).action_dims)
+
+
+def _masked_categoricals(
+    action_dims: Sequence[int], action_logits: th.Tensor, actions: th.Tensor, action_masks: th.Tensor
+) -> tuple[th.Tensor, list[tuple[th.Tensor, th.Tensor]]]:
+    """The log-probabilities of ``actions`` (summed over a multi-categorical's components), and each component's
+    masked normalized logits with its masks."""
+    dims = list(action_dims)
+    logits = th.split(action_logits.view(-1, sum(dims)), dims, dim=1)
+    masks = th.split(action_masks.to(th.bool).view(-1, sum(dims)), dims, dim=1)
+    components = []
+    log_probs = []
+    for component_logits, component_masks, component_actions in zip(
+        logits, masks, th.unbind(actions.view(-1, len(dims)), dim=1), strict=True
+    ):
+        # MaskableCategorical: Categorical(logits) normalizes, the mask sets -1e8, Categorical normalizes again
+        normalized = component_logits - component_logits.logsumexp(dim=-1, keepdim=True)
+        masked_logit = th.tensor(MASKED_LOGIT, dtype=normalized.dtype, device=normalized.device)
+        log_pmf, log_prob = categorical_log_prob(th.where(component_masks, normalized, masked_logit), component_actions)
+        components.append((log_pmf, component_masks))
+        log_probs.append(log_prob)
+    if len(dims) == 1:
+        return log_probs[0], components
+    return th.stack(log_probs, dim=1).sum(dim=1), components
+
+
+def _masked_entropy(components: list[tuple[th.Tensor, th.Tensor]]) -> th.Tensor:
+    # MaskableCategorical.entropy: the masked actions contribute nothing
+    entropies = []
+    for log_pmf, masks in components:
+        p_log_p = log_pmf * th.softmax(log_pmf, dim=-1)
+        entropies.append(-th.where(masks, p_log_p, th.tensor(0.0, device=log_pmf.device)).sum(-1))
+    return entropies[0] if len(entropies) == 1 else th.stack(entropies, dim=1).sum(dim=1)
+
+
+def lean_masked_evaluate_actions(
+    policy: MaskableActorCriticPolicy,
+    obs: PyTorchObs,
+    actions: th.Tensor,
+    action_masks: th.Tensor,
+    action_dims: Sequence[int],
+    plan: ObservationPlan | None = None,
+) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+    """
+    ``policy.evaluate_actions(obs, actions, action_masks)`` (the values, the log-probabilities of ``actions`` and the
+    entropy) for a policy where :func:`has_lean_masked_evaluation`, without building the action distribution.
+
+    :param action_dims: :func:`masked_action_dims` of ``policy``
+    :param plan: the observations preprocessed by the policy's :data:`ObservationPlan` (as compiled)
+    """
+    latent_pi, latent_vf = policy_latents(policy, obs, plan)
+    log_prob, components = _masked_categoricals(action_dims, policy.action_net(latent_pi), actions, action_masks)
+    values = policy.value_net(latent_vf)
+    return values, log_prob, _masked_entropy(components)
+
+
+def lean_masked_action_log_prob(
+    policy: MaskableActorCriticPolicy,
+    obs: PyTorchObs,
+    actions: th.Tensor,
+    action_masks: th.Tensor,
+    action_dims: Sequence[int],
+    plan: ObservationPlan | None = None,
+) -> th.Tensor:
+    """
+    ``policy.get_distribution(obs, action_masks).log_prob(actions)`` for a policy where
+    :func:`has_lean_masked_evaluation` (the actor's path only), without building the distribution.
+    """
+    action_logits = policy.action_net(policy.mlp_extractor.forward_actor(actor_features(policy, obs, plan)))
+    return _masked_categoricals(action_dims, action_logits, actions, action_masks)[0]

@@ -106,8 +106,7 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
         ``"thread"`` (a collector thread), ``"process"`` (a collector process). See :ref:`async_rollouts`.
     :param compile_step: Compile each minibatch's loss and optimizer step, and the rollout's acting step, with
         ``torch.compile``: ``"auto"`` (default:
-        when a ``learn`` call plans enough optimizer steps), ``True`` or ``False``; the maskable policies' step stays
-        eager. See :ref:`compile-step`.
+        when a ``learn`` call plans enough optimizer steps), ``True`` or ``False``. See :ref:`compile-step`.
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -122,6 +121,7 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
     _parent_collect_rollouts = staticmethod(MaskablePPO.collect_rollouts)
     _proximal_distribution_of = staticmethod(proximal_masked_distribution)
     _unsaved_attributes = ("_use_masking",)
+    _compiled_evaluation = "action_masks"
 
     def __init__(
         self,

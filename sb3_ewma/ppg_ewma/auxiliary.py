@@ -10,7 +10,7 @@ from stable_baselines3.common.distributions import CategoricalDistribution
 from stable_baselines3.common.type_aliases import PyTorchObs
 from torch.nn import functional as F
 
-from sb3_ewma.common.distributions import distribution_parameters, kl_from_parameters, policy_latents
+from sb3_ewma.common.distributions import ObservationPlan, distribution_parameters, kl_from_parameters, policy_latents
 from sb3_ewma.common.precision import autocast
 from sb3_ewma.ppg_ewma.buffers import AuxiliaryBuffer
 from sb3_ewma.ppg_ewma.policies import PPGPolicy
@@ -47,6 +47,7 @@ def lean_auxiliary_losses(
     old_policy: list[th.Tensor],
     beta_clone: float,
     autocast_dtype: th.dtype | None = None,
+    observation_plan: ObservationPlan | None = None,
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
     """
     :func:`auxiliary_losses` from the rows' observations, value targets and stored ``pi_old``, for a policy with a
@@ -57,11 +58,12 @@ def lean_auxiliary_losses(
 
     :param old_policy: ``pi_old``'s stored parameters: the normalized logits of a categorical, or the mean and the
         standard deviation of a Gaussian
+    :param observation_plan: the policy's :data:`~sb3_ewma.common.distributions.ObservationPlan` (compiled)
     :return: the auxiliary value loss, the cloning KL, the value loss, and the joint loss
     """
     device_type = value_targets.device.type
     with autocast(device_type, autocast_dtype):
-        latent_pi, latent_vf = policy_latents(policy, observations)
+        latent_pi, latent_vf = policy_latents(policy, observations, observation_plan)
         action_head = policy.action_net(latent_pi)
         aux_values = policy.aux_value_net(latent_pi)
         values = policy.value_net(latent_vf)

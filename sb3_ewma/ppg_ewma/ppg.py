@@ -469,6 +469,7 @@ class PPG(DecoupledAlgorithm):
                 buffer.old_policy(indices),
                 float(self.beta_clone),
                 self.training_precision.autocast_dtype,
+                self.compiled_step.observation_plan(self.policy),
             )
         with self.training_precision.forward(self.device):
             return auxiliary_losses(self.policy, buffer, indices, self.beta_clone)

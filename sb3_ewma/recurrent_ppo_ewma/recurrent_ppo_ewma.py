@@ -135,6 +135,9 @@ class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
     _parent_collect_rollouts = staticmethod(RecurrentPPO.collect_rollouts)
     _is_proximal_parameter = staticmethod(is_recurrent_policy_parameter)
     _proximal_distribution_of = staticmethod(proximal_valid_steps_distribution)
+    # the LSTM steps through each minibatch's padded sequences one time step at a time, and the padded length changes
+    # from one minibatch to the next: compiled, each length would be a graph of its own
+    _compiled_evaluation = "RecurrentPPO_EWMA's sequences change length from one minibatch to the next"
 
     def __init__(
         self,

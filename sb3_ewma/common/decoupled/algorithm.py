@@ -16,6 +16,7 @@ from typing import Any, ClassVar, NamedTuple, TypeVar, cast
 import numpy as np
 import torch as th
 from gymnasium import spaces
+from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from stable_baselines3.common.base_class import maybe_make_env
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
@@ -106,8 +107,9 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
       (:class:`~sb3_ewma.common.collection.rollout.RolloutView`), run by ``collect_rollouts`` or, with
       ``async_rollouts``, by a collector thread or process (:mod:`~sb3_ewma.common.collection.overlap`).
 
-    An algorithm whose policy takes more than the observations overrides :meth:`_evaluate_policy` and names the
-    proximal network's distribution in :attr:`_proximal_distribution_of`.
+    An algorithm whose policy takes more than the observations overrides :meth:`_evaluate_policy`, names the
+    proximal network's distribution in :attr:`_proximal_distribution_of` and says in :attr:`_compiled_evaluation` how
+    the compiled step evaluates its policy.
     """
 
     # the parent's rollout loop, run with an explicit acting policy (_collect_rollout_with), and the attributes a
@@ -118,6 +120,9 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     # distribution(network, minibatch) for policies that take more than the observations (ProximalPolicy)
     _is_proximal_parameter = staticmethod(is_policy_parameter)
     _proximal_distribution_of: ClassVar[Any] = None
+    # how the compiled step evaluates the policy on a minibatch (compile_unsupported): from the observations, with the
+    # rollout buffer's action masks ("action_masks"), or why it cannot (a sentence: the eager step only)
+    _compiled_evaluation: ClassVar[str] = "observations"
     # the algorithm's own attributes that `save` leaves out, and the modules of saved policies `load` also accepts
     _unsaved_attributes: ClassVar[tuple[str, ...]] = ()
     # entries of older files that `load` drops: properties now (0.1.0), or the staleness setting of 0.1.0
@@ -383,15 +388,21 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             None
             if self.compile_step is False
             else compile_unsupported(
-                self.policy,
-                self.device,
-                type(self).__name__,
-                evaluates_own_way=type(self)._evaluate_policy is not DecoupledAlgorithm._evaluate_policy,
-                needs_distributions=self._needs_distributions,
+                self.policy, self.device, self._compiled_evaluation_here(), needs_distributions=self._needs_distributions
             )
         )
         sentence = self.compiled_step.start_learn(planned, unsupported, planned_acting_steps=iterations * self.n_steps)
         self._announce(sentence, warn=self.compile_step is True and unsupported is not None)
+
+    def _compiled_evaluation_here(self) -> str:
+        """:attr:`_compiled_evaluation`, unless a subclass below the class that set it evaluates its own way (an
+        overridden :meth:`_evaluate_policy`, which the compiled step would not follow)."""
+        mro = type(self).__mro__
+        setter = next(klass for klass in mro if "_compiled_evaluation" in vars(klass))
+        evaluator = next(klass for klass in mro if "_evaluate_policy" in vars(klass))
+        if evaluator is not setter and issubclass(evaluator, setter):
+            return f"{evaluator.__name__} overrides _evaluate_policy, which the compiled step does not follow"
+        return self._compiled_evaluation
 
     def collect_rollouts(
         self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
@@ -652,7 +663,8 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
                 actions = rollout_data.actions.long().flatten()
             return self.compiled_step.minibatch_terms(
                 self.policy,
-                cast(ActorCriticPolicy | None, self.proximal.network),  # a copy of the policy (compile_unsupported)
+                # a copy of the policy (compile_unsupported)
+                cast(ActorCriticPolicy | MaskableActorCriticPolicy | None, self.proximal.network),
                 rollout_data,
                 actions,
                 self.advantage_normalizer.minibatch(rollout_data.advantages),
@@ -661,6 +673,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
                 ent_coef=self.ent_coef,
                 vf_coef=self.vf_coef,
                 autocast_dtype=self.training_precision.autocast_dtype,
+                action_masks=rollout_data.action_masks if self._compiled_evaluation == "action_masks" else None,
             )
         values, policy_loss, entropy_loss, approx_kl_div = self._policy_loss_terms(rollout_data, policy_objective)
         # Clip the difference between old and new value (None: no clipping)

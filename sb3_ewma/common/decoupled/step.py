@@ -13,20 +13,33 @@ import contextlib
 import importlib.util
 import math
 import shutil
+import types
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import torch as th
 import torch._functorch.config as aot_autograd_config
 import torch._inductor as inductor
-from stable_baselines3.common.policies import ActorCriticPolicy
+from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
+from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import PyTorchObs
 from torch.nn import functional as F
 from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
-from sb3_ewma.common.distributions import has_lean_evaluation, lean_action_log_prob, lean_evaluate_actions, lean_forward
+from sb3_ewma.common.distributions import (
+    ObservationPlan,
+    has_lean_evaluation,
+    has_lean_masked_evaluation,
+    lean_action_log_prob,
+    lean_evaluate_actions,
+    lean_forward,
+    lean_masked_action_log_prob,
+    lean_masked_evaluate_actions,
+    masked_action_dims,
+    observation_plan,
+)
 from sb3_ewma.common.losses import capped_behavior_log_prob, clipped_surrogate_loss, log_clip_bounds, sampled_kl
 from sb3_ewma.common.policies import LeanActingMixin
 from sb3_ewma.common.precision import autocast
@@ -69,8 +82,8 @@ class MinibatchLoss(NamedTuple):
 
 
 def minibatch_loss(
-    policy: ActorCriticPolicy,
-    proximal_network: ActorCriticPolicy | None,
+    policy: ActorCriticPolicy | MaskableActorCriticPolicy,
+    proximal_network: ActorCriticPolicy | MaskableActorCriticPolicy | None,
     observations: PyTorchObs,
     actions: th.Tensor,
     advantages: th.Tensor,
@@ -81,33 +94,62 @@ def minibatch_loss(
     clip_high: th.Tensor,
     clip_range_vf: th.Tensor | None,
     *,
-    ent_coef: float,
-    vf_coef: float,
-    kl_coef: float,
+    ent_coef: float | th.Tensor,
+    vf_coef: float | th.Tensor,
+    kl_coef: float | th.Tensor | None,
     imp_samp_max: float,
     autocast_dtype: th.dtype | None = None,
+    observation_plan: ObservationPlan | None = None,
+    action_masks: th.Tensor | None = None,
+    action_dims: tuple[int, ...] = (),
 ) -> MinibatchLoss:
     """
     PPO-EWMA's loss on one minibatch (advantages already normalized), for a policy with the lean evaluation
-    (:func:`~sb3_ewma.common.distributions.has_lean_evaluation`)::
+    (:func:`~sb3_ewma.common.distributions.has_lean_evaluation`, or a maskable policy with ``action_masks``)::
 
         loss = L_clip(pi, pi_prox, pi_behav) + kl_coef * KL[pi_prox, pi] + ent_coef * L_entropy + vf_coef * L_value
 
     The clip bounds (``log(1 - eps)``, ``log(1 + eps)``) and ``clip_range_vf`` are 0-dim tensors, so that a scheduled
     clip range does not make a new graph every iteration; ``clip_range_vf=None``: no value clipping. A positive clip
-    range is assumed (``train()`` steps eagerly through an iteration whose clip range is 0 or less).
+    range is assumed (``train()`` steps eagerly through an iteration whose clip range is 0 or less). The coefficients
+    may be 0-dim tensors too, so that a changed coefficient makes no new graph; ``kl_coef`` None or 0: no KL penalty.
 
     :param proximal_network: the proximal policy's network, None for the behavior policy (``behavior_log_prob``)
     :param autocast_dtype: the forward passes under ``torch.autocast`` in this format (None: float32)
+    :param observation_plan: the policy's :data:`~sb3_ewma.common.distributions.ObservationPlan` (compiled: SB3's
+        preprocessing of the observations without its decisions on the space, which ``torch.compile`` cannot trace)
+    :param action_masks: the rollout buffer's action masks, for a maskable policy
+        (:func:`~sb3_ewma.common.distributions.has_lean_masked_evaluation`; None: a policy with the lean evaluation)
+    :param action_dims: with ``action_masks``, the policy's
+        :func:`~sb3_ewma.common.distributions.masked_action_dims`
     """
     device_type = returns.device.type
     with autocast(device_type, autocast_dtype):
-        values, log_prob, entropy = lean_evaluate_actions(policy, observations, actions)
+        if action_masks is None:
+            values, log_prob, entropy = lean_evaluate_actions(
+                cast(ActorCriticPolicy, policy), observations, actions, observation_plan
+            )
+        else:
+            masked_policy = cast(MaskableActorCriticPolicy, policy)
+            values, log_prob, entropy = lean_masked_evaluate_actions(
+                masked_policy, observations, actions, action_masks, action_dims, observation_plan
+            )
         with th.no_grad():
             if proximal_network is None:
                 proximal_log_prob = behavior_log_prob
+            elif action_masks is None:
+                proximal_log_prob = lean_action_log_prob(
+                    cast(ActorCriticPolicy, proximal_network), observations, actions, observation_plan
+                )
             else:
-                proximal_log_prob = lean_action_log_prob(proximal_network, observations, actions)
+                proximal_log_prob = lean_masked_action_log_prob(
+                    cast(MaskableActorCriticPolicy, proximal_network),
+                    observations,
+                    actions,
+                    action_masks,
+                    action_dims,
+                    observation_plan,
+                )
     values, log_prob, entropy, proximal_log_prob = values.float(), log_prob.float(), entropy.float(), proximal_log_prob.float()
 
     # the decoupled clipped surrogate: importance sampling on pi_behav (capped), clipping at pi_prox
@@ -117,11 +159,11 @@ def minibatch_loss(
     policy_loss = clipped_surrogate_loss(
         advantages, log_prob, proximal_log_prob, unclipped, proximal_weight, clip_low, clip_high
     )
-    kl_penalty = sampled_kl(log_prob, proximal_log_prob) if kl_coef > 0 else None
-    if kl_penalty is not None:
+    kl_penalty = None
+    policy_loss_with_penalty = policy_loss
+    if kl_coef is not None and not (isinstance(kl_coef, (int, float)) and kl_coef == 0):
+        kl_penalty = sampled_kl(log_prob, proximal_log_prob)
         policy_loss_with_penalty = policy_loss + kl_coef * kl_penalty
-    else:
-        policy_loss_with_penalty = policy_loss
 
     values = values.flatten()
     if clip_range_vf is not None:
@@ -144,20 +186,21 @@ def minibatch_loss(
     )
 
 
-def compile_unsupported(
-    policy: th.nn.Module, device: th.device, algorithm_name: str, *, evaluates_own_way: bool, needs_distributions: bool
-) -> str | None:
+def compile_unsupported(policy: th.nn.Module, device: th.device, evaluation: str, *, needs_distributions: bool) -> str | None:
     """
     Why a model's training step cannot be compiled (None: it can).
 
-    :param evaluates_own_way: whether the algorithm evaluates its policy its own way (masks, recurrent states), not
-        from the observations alone
+    :param evaluation: how the algorithm evaluates its policy on a minibatch: ``"observations"`` (SB3's PPO),
+        ``"action_masks"`` (with the rollout buffer's action masks, sb3-contrib's MaskablePPO), or why the compiled step
+        cannot evaluate it (any other sentence)
     :param needs_distributions: whether the loss needs whole action distributions (``kl_estimator="exact"``)
     """
-    if not has_lean_evaluation(policy):
+    if evaluation == "observations" and not has_lean_evaluation(policy):
         return f"{type(policy).__name__} is not one of SB3's categorical or diagonal Gaussian ActorCriticPolicy"
-    if evaluates_own_way:
-        return f"{algorithm_name} evaluates its policy its own way"
+    if evaluation == "action_masks" and not has_lean_masked_evaluation(policy):
+        return f"{type(policy).__name__} is not one of sb3-contrib's masked categorical or multi-categorical policies"
+    if evaluation not in ("observations", "action_masks"):
+        return evaluation
     if needs_distributions:
         return "kl_estimator='exact' needs the action distributions"
     return compiler_missing(device)
@@ -194,6 +237,20 @@ def fuses_on_cpu(optimizer: th.optim.Optimizer) -> bool:
         if any(isinstance(value, th.Tensor) and value.dim() > 0 and not value.is_contiguous() for value in moments.values()):
             return False
     return True
+
+
+def _own_code(function: Callable[..., Any]) -> Callable[..., Any]:
+    """
+    ``function`` with a code object of its own. ``torch.compile`` keeps the graphs of a function with its code object,
+    at most ``torch._dynamo.config.recompile_limit`` (8) of them: a model's copy holds its own graphs (a few: one per
+    minibatch size), so that a process that trains many models of other shapes (a hyperparameter search) never
+    reaches the limit, and they go with the model.
+    """
+    copy = types.FunctionType(
+        function.__code__.replace(), function.__globals__, function.__name__, function.__defaults__, function.__closure__
+    )
+    copy.__kwdefaults__ = function.__kwdefaults__
+    return copy
 
 
 @contextlib.contextmanager
@@ -238,7 +295,10 @@ class CompiledStep:
         self.failure: str | None = None  # why a compilation failed: eager from then on
         self._compiled: dict[Callable[..., Any], Callable[..., Any]] = {}
         self._steps: dict[int, tuple[Callable[[], Any], list[th.Tensor]]] = {}
-        self._clip_tensors: tuple[Any, Any] = (None, None)
+        self._constants: tuple[Any, Any] = (None, None)
+        # decided once a learn call: whether each optimizer takes the fused step, each policy's observation plan
+        self._fused_steps: dict[int, tuple[th.optim.Optimizer, bool]] = {}
+        self._plans: dict[int, tuple[th.nn.Module, ObservationPlan | None]] = {}
 
     def start_learn(self, planned_optimizer_steps: int, unsupported: str | None, planned_acting_steps: int = 0) -> str:
         """
@@ -249,6 +309,7 @@ class CompiledStep:
         :param unsupported: why this model cannot be compiled (None: it can)
         :param planned_acting_steps: the steps of the vectorized environment the call plans (iterations x ``n_steps``)
         """
+        self._fused_steps, self._plans = {}, {}
         if self.setting is False:
             self.active, self.reason = False, "compile_step=False"
         elif self.failure is not None:
@@ -280,15 +341,23 @@ class CompiledStep:
         self.reason = self.failure
         return f"training step eager ({self.reason})"
 
-    def clip_tensors(
-        self, low: float, high: float, clip_range_vf: float | None, device: th.device
-    ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
-        """The clip bounds and the value clip range as :func:`minibatch_loss` takes them (made once per value)."""
-        key = (low, high, clip_range_vf, device)
-        if self._clip_tensors[0] != key:
-            vf = None if clip_range_vf is None else th.tensor(clip_range_vf, device=device)
-            self._clip_tensors = (key, (th.tensor(low, device=device), th.tensor(high, device=device), vf))
-        return self._clip_tensors[1]
+    def constants(self, values: tuple[float | None, ...], device: th.device) -> tuple[th.Tensor | None, ...]:
+        """
+        Numbers as the 0-dim tensors :func:`minibatch_loss` takes (None stays None), made once per set of values: as
+        numbers, each new value (a scheduled clip range, a coefficient a callback changes) would be a new graph.
+        """
+        key = (values, device)
+        if self._constants[0] != key:
+            tensors = tuple(None if value is None else th.tensor(value, device=device) for value in values)
+            self._constants = (key, tensors)
+        return self._constants[1]
+
+    def observation_plan(self, policy: th.nn.Module) -> ObservationPlan | None:
+        """``policy``'s :func:`~sb3_ewma.common.distributions.observation_plan`, read once a ``learn`` call."""
+        entry = self._plans.get(id(policy))
+        if entry is None or entry[0] is not policy:
+            entry = self._plans[id(policy)] = (policy, observation_plan(cast(BasePolicy, policy)))
+        return entry[1]
 
     def covers(self, clip_range: float | None, clip_range_vf: float | None) -> bool:
         """Whether an iteration with these clip ranges steps compiled (a range past a schedule's end, 0 or less, steps
@@ -319,10 +388,12 @@ class CompiledStep:
         compilation (:meth:`fall_back`, one warning); and whether it ran compiled.
         """
         compiled = self._compiled.get(function)
-        if compiled is not None:
-            return compiled(*args, **kwargs), True
         try:
-            compiled = th.compile(function, dynamic=False, options=options)
+            if compiled is not None:
+                # a later call may compile again (another shape), and fail
+                return compiled(*args, **kwargs), True
+            # the whole function or nothing: a graph break would leave it running in pieces, slower and unsaid
+            compiled = th.compile(_own_code(function), dynamic=False, fullgraph=True, options=options)
             with aot_autograd_config.patch(force_non_lazy_backward_lowering=True):
                 result = compiled(*args, **kwargs)
         except Exception as error:  # a graph that does not compile
@@ -356,12 +427,12 @@ class CompiledStep:
         if not self.acting_active:  # a compilation failed during this rollout
             return lean_forward(policy, obs)
         options = {"fallback_random": True, **(inductor.list_mode_options(self.acting_mode) if self.acting_mode else {})}
-        return self._call(lean_forward, (policy, obs), {}, options)[0]
+        return self._call(lean_forward, (policy, obs, self.observation_plan(policy)), {}, options)[0]
 
     def minibatch_terms(
         self,
-        policy: ActorCriticPolicy,
-        proximal_network: ActorCriticPolicy | None,
+        policy: ActorCriticPolicy | MaskableActorCriticPolicy,
+        proximal_network: ActorCriticPolicy | MaskableActorCriticPolicy | None,
         rollout_data: Any,
         actions: th.Tensor,
         advantages: th.Tensor,
@@ -371,6 +442,7 @@ class CompiledStep:
         ent_coef: float,
         vf_coef: float,
         autocast_dtype: th.dtype | None,
+        action_masks: th.Tensor | None = None,
     ) -> MinibatchTerms:
         """
         One minibatch's loss by the compiled :func:`minibatch_loss` (:meth:`run`), its diagnostics recorded by
@@ -378,7 +450,12 @@ class CompiledStep:
         """
         clip_range = policy_objective.clip_range
         low, high = (-math.inf, math.inf) if clip_range is None else log_clip_bounds(clip_range)
-        arguments = (
+        kl_coef = float(policy_objective.kl_coef) or None  # 0: no penalty in the graph
+        clip_low, clip_high, clip_vf, ent, vf, kl = self.constants(
+            (low, high, clip_range_vf, float(ent_coef), float(vf_coef), kl_coef), rollout_data.returns.device
+        )
+        terms: MinibatchLoss = self.run(
+            minibatch_loss,
             policy,
             proximal_network,
             rollout_data.observations,
@@ -387,16 +464,18 @@ class CompiledStep:
             rollout_data.old_log_prob,
             rollout_data.old_values,
             rollout_data.returns,
-            *self.clip_tensors(low, high, clip_range_vf, rollout_data.returns.device),
-        )
-        coefficients: dict[str, Any] = dict(
-            ent_coef=float(ent_coef),
-            vf_coef=float(vf_coef),
-            kl_coef=float(policy_objective.kl_coef),
+            clip_low,
+            clip_high,
+            clip_vf,
+            ent_coef=ent,
+            vf_coef=vf,
+            kl_coef=kl,
             imp_samp_max=float(policy_objective.imp_samp_max),
             autocast_dtype=autocast_dtype,
+            observation_plan=self.observation_plan(policy),
+            action_masks=action_masks,
+            action_dims=() if action_masks is None else masked_action_dims(cast(MaskableActorCriticPolicy, policy)),
         )
-        terms: MinibatchLoss = self.run(minibatch_loss, *arguments, **coefficients)
         policy_objective.record(
             terms.policy_loss, terms.log_prob, terms.proximal_log_prob, rollout_data.old_log_prob, terms.kl_penalty
         )
@@ -409,7 +488,10 @@ class CompiledStep:
         optimizer or device, a compiled step (one compiled function per optimizer). The saved state is as the eager
         step leaves it: the groups' settings are changed for the step only.
         """
-        if fuses_on_cpu(optimizer):
+        entry = self._fused_steps.get(id(optimizer))
+        if entry is None or entry[0] is not optimizer:
+            entry = self._fused_steps[id(optimizer)] = (optimizer, fuses_on_cpu(optimizer))
+        if entry[1]:
             with group_settings(optimizer, foreach=False, fused=True):
                 optimizer.step()
             return
@@ -419,6 +501,8 @@ class CompiledStep:
             return
         step, rates = self._steps.get(id(optimizer), (None, []))
         if step is None:
+            # torch's own function, whose graphs all optimizers of the process share: past torch's limit of graphs per
+            # function (8 shapes), a further model's step runs eagerly, which torch logs
             step = th.compile(optimizer.step, dynamic=False)
             device = optimizer.param_groups[0]["params"][0].device
             rates = [th.zeros((), dtype=th.float32, device=device) for _ in optimizer.param_groups]
@@ -432,8 +516,16 @@ class CompiledStep:
 
     def __getstate__(self) -> dict[str, Any]:
         # compiled functions are neither pickled nor deep-copied: a copy compiles its own when it trains
-        return {**self.__dict__, "verified": False, "_compiled": {}, "_steps": {}}
+        return {**self.__dict__, "verified": False, "_compiled": {}, "_steps": {}, "_fused_steps": {}, "_plans": {}}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # a model pickled before the acting step was compiled: its acting step eager, torch.compile's default mode
-        self.__dict__.update({"acting_active": False, "acting_mode": None, **state})
+        fresh: dict[str, Any] = {
+            "acting_active": False,
+            "acting_mode": None,
+            "_fused_steps": {},
+            "_plans": {},
+            "_constants": (None, None),
+        }
+        self.__dict__.update({**fresh, **state})
+        self.__dict__.pop("_clip_tensors", None)

@@ -6,6 +6,7 @@ import importlib
 import itertools
 import math
 import pickle
+import shutil
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -1316,3 +1317,17 @@ def test_every_experiment_names_the_module_that_runs_it():
     from benchmarks.learning import overlapped_rollouts
 
     assert experiment_module(overlapped_rollouts.EXPERIMENT) == "benchmarks.learning.overlapped_rollouts"
+
+
+@pytest.mark.skipif(
+    shutil.which("g++") is None and shutil.which("c++") is None, reason="the compiled rows need a C++ compiler"
+)
+def test_contrib_throughput_smoke_times_every_pair(tmp_path):
+    """The contrib benchmark's smoke preset: each EWMA algorithm (compiled ones too) timed against its parent."""
+    from benchmarks.timing import contrib_throughput
+
+    summary = contrib_throughput.main(["--preset", "smoke", "--out", str(tmp_path)])
+    for name in contrib_throughput.PAIRS:
+        assert summary[name]["train"] > 0 and summary[name]["train_ratio"] > 0
+    text = (tmp_path / contrib_throughput.NAME / "smoke" / "results.md").read_text()
+    assert "| ppo_mask_ewma_compiled | ppo_mask |" in text

@@ -1,9 +1,10 @@
 """
 Wall-clock cost of the EWMA in sb3-contrib's PPO family: RecurrentPPO_EWMA against RecurrentPPO and MaskablePPO_EWMA
 against MaskablePPO, next to PPO_EWMA against SB3's PPO with the same network (the target: each ratio no
-larger than PPO_EWMA's).
+larger than PPO_EWMA's); and PPO_EWMA and MaskablePPO_EWMA with their compiled steps (``compile_step=True``, compiled
+in the untimed first iteration) against the same parents.
 
-Every pair is measured in one process, the six algorithms alternating (A B C D E F, B C D E F A, ...) so that a
+Every pair is measured in one process, the eight algorithms alternating (A B C D E F, B C D E F A, ...) so that a
 shared, noisy machine slows them alike; the report gives each algorithm's median time of ``learn`` (rollouts and
 training) and of training alone, and each EWMA version's time relative to its parent (the median over the repeats of
 the ratio of the two times measured in the same repeat). Each model first learns one iteration
@@ -35,8 +36,16 @@ PRESETS: dict[str, dict[str, Any]] = {
     "smoke": dict(n_envs=2, n_steps=32, n_minibatches=2, n_epochs=1, iterations=1, repeats=1),
     "cpu": dict(n_envs=8, n_steps=128, n_minibatches=4, n_epochs=4, iterations=3, repeats=5),
 }
-PAIRS = {"ppo_ewma": "ppo", "ppo_lstm_ewma": "ppo_lstm", "ppo_mask_ewma": "ppo_mask"}
+PAIRS = {
+    "ppo_ewma": "ppo",
+    "ppo_ewma_compiled": "ppo",
+    "ppo_lstm_ewma": "ppo_lstm",
+    "ppo_mask_ewma": "ppo_mask",
+    "ppo_mask_ewma_compiled": "ppo_mask",
+}
 """Each EWMA algorithm and its parent."""
+COMPILED = ("ppo_ewma_compiled", "ppo_mask_ewma_compiled")
+"""The algorithms measured with ``compile_step=True`` (the others: SB3's and sb3-contrib's eager step)."""
 
 
 def _masked_env(n_envs: int, seed: int) -> VecEnv:
@@ -72,10 +81,12 @@ def algorithm(name: str) -> tuple[type, str, Callable[[int, int], VecEnv], dict[
     table: dict[str, tuple[type, str, Callable[[int, int], VecEnv], dict[str, Any]]] = {
         "ppo": (PPO, "MlpPolicy", cartpole, mlp),
         "ppo_ewma": (PPO_EWMA, "MlpPolicy", cartpole, mlp),
+        "ppo_ewma_compiled": (PPO_EWMA, "MlpPolicy", cartpole, mlp),
         "ppo_lstm": (RecurrentPPO, "MlpLstmPolicy", _novel_env, lstm),
         "ppo_lstm_ewma": (RecurrentPPO_EWMA, "MlpLstmPolicy", _novel_env, lstm),
         "ppo_mask": (MaskablePPO, "MlpPolicy", _masked_env, mlp),
         "ppo_mask_ewma": (MaskablePPO_EWMA, "MlpPolicy", _masked_env, mlp),
+        "ppo_mask_ewma_compiled": (MaskablePPO_EWMA, "MlpPolicy", _masked_env, mlp),
     }
     return table[name]
 
@@ -94,6 +105,7 @@ def measure(name: str, repeat: int, config: dict[str, Any]) -> dict[str, Any]:
         policy_kwargs=policy_kwargs,
         seed=repeat,
         device="cpu",
+        **({"compile_step": name in COMPILED} if name.endswith(("_ewma", "_compiled")) else {}),
     )
     model.learn(iteration)
     timer = TrainTimer(model)
@@ -102,14 +114,14 @@ def measure(name: str, repeat: int, config: dict[str, Any]) -> dict[str, Any]:
     total = time.perf_counter() - start
     env.close()
     settings = {key: config[key] for key in ("n_envs", "n_steps", "n_minibatches", "n_epochs", "iterations")}
-    seconds = {"learn_seconds": round(total, 4), "train_seconds": round(timer.seconds, 4)}
+    seconds = {"learn_seconds": round(total, 4), "train_seconds": round(timer.seconds["train"], 4)}
     return {"repeat": repeat, "algo": name, **settings, **seconds}
 
 
 def run(config: dict[str, Any], csv_path: Path | None = None) -> list[dict[str, Any]]:
     """All the measurements (CSV rows), alternating the algorithms."""
     th.set_num_threads(1)
-    names = [name for pair in PAIRS.items() for name in reversed(pair)]
+    names = list(dict.fromkeys(name for pair in PAIRS.items() for name in reversed(pair)))
     rows = []
     for repeat in range(config["repeats"]):
         for name in names[repeat % len(names) :] + names[: repeat % len(names)]:

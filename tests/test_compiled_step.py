@@ -176,6 +176,8 @@ IMAGE = spaces.Box(0, 255, (3, 8, 8), np.uint8)
     [
         (IMAGE, True),  # divided by 255
         (IMAGE, False),
+        (spaces.Box(0, 1, (3, 8, 8), np.float32), True),  # not an image for SB3 (float): not divided
+        (spaces.Box(0, 1, (3, 8, 8), np.uint8), True),  # not an image for SB3 (bounds): not divided
         (spaces.Box(-1, 1, (5,)), True),
         (spaces.Discrete(6), True),
         (spaces.MultiDiscrete([3, 2, 4]), True),
@@ -225,9 +227,9 @@ def squared_norm(tensor: th.Tensor) -> th.Tensor:
 
 @needs_compiler
 def test_many_models_of_other_shapes_keep_compiling():
-    """Each model's compiled functions hold their own graphs: ten models of ten shapes (torch keeps at most 8 graphs per
-    function) all run compiled, none falls back."""
-    for size in range(1, 11):
+    """Each model's compiled functions hold their own graphs: nine models of nine shapes (torch keeps at most 8 graphs
+    per function) all run compiled, none falls back."""
+    for size in range(1, 10):
         step = CompiledStep(True)
         step.start_learn(1, None)
         with warnings.catch_warnings(record=True) as caught:
@@ -239,24 +241,27 @@ def test_many_models_of_other_shapes_keep_compiling():
 
 
 def test_a_later_compilation_that_fails_falls_back(monkeypatch):
-    """A compiled function that fails at a later call (another shape, torch's recompile limit): one warning, the
-    eager result, eager from then on."""
-    calls = []
+    """A compiled function whose compilation fails at a later call (another shape, torch's recompile limit): one
+    warning, the eager result, eager from then on. An error of the computation itself (out of memory) propagates."""
+    errors = [None, RuntimeError("out of memory"), th._dynamo.exc.FailOnRecompileLimitHit("recompile limit")]
 
-    def compile_failing_second_call(function, **kwargs):
+    def compile_failing_later(function, **kwargs):
         def compiled(*args, **kwargs):
-            calls.append(1)
-            if len(calls) > 1:
-                raise RuntimeError("recompile limit")
+            error = errors.pop(0)
+            if error is not None:
+                raise error
             return function(*args, **kwargs)
 
         return compiled
 
-    monkeypatch.setattr(step_module.th, "compile", compile_failing_second_call)
+    monkeypatch.setattr(step_module.th, "compile", compile_failing_later)
     step = CompiledStep(True)
     step.start_learn(1, None)
     assert step.run(squared_norm, th.ones(3)).item() == 3
-    with pytest.warns(UserWarning, match="compilation failed: RuntimeError: recompile limit"):
+    with pytest.raises(RuntimeError, match="out of memory"):
+        step.run(squared_norm, th.ones(3))
+    assert step.active
+    with pytest.warns(UserWarning, match="compilation failed: FailOnRecompileLimitHit: recompile limit"):
         assert step.run(squared_norm, th.ones(4)).item() == 4
     assert not step.active and "recompile limit" in step.start_learn(10**9, None)
 
@@ -266,12 +271,27 @@ class _OwnEvaluation(MaskablePPO_EWMA):
         return super()._evaluate_policy(rollout_data, actions)
 
 
+class _EvaluationMixin:
+    def _evaluate_policy(self, rollout_data, actions):
+        return super()._evaluate_policy(rollout_data, actions)  # type: ignore[misc]
+
+
+class _MixedInEvaluation(_EvaluationMixin, PPO_EWMA):
+    pass
+
+
 def test_a_subclass_that_evaluates_its_own_way_steps_eagerly():
+    """A subclass's _evaluate_policy, or a mixin's placed first, is not what the compiled step computes: eager."""
     model = _OwnEvaluation("MlpPolicy", DummyVecEnv([lambda: InvalidActionEnvDiscrete(dim=4, n_invalid_actions=1)]),
                            n_steps=16, batch_size=16, compile_step=True)  # fmt: skip
     with pytest.warns(UserWarning, match="_OwnEvaluation overrides _evaluate_policy"):
         model.learn(16)
     assert not model.compiled_step.active
+    mixed = _MixedInEvaluation("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, compile_step=True)
+    with pytest.warns(UserWarning, match="_EvaluationMixin overrides _evaluate_policy"):
+        mixed.learn(16)
+    assert not mixed.compiled_step.active
+    assert PPO_EWMA("MlpPolicy", "CartPole-v1")._compiled_evaluation_here() == "observations"
 
 
 def test_recurrent_says_why_its_step_is_eager():

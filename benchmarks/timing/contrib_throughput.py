@@ -108,6 +108,8 @@ def measure(name: str, repeat: int, config: dict[str, Any]) -> dict[str, Any]:
         **({"compile_step": name in COMPILED} if name.endswith(("_ewma", "_compiled")) else {}),
     )
     model.learn(iteration)
+    if name in COMPILED and not model.compiled_step.verified:
+        raise RuntimeError(f"{name} did not compile: {model.compiled_step.reason}")
     timer = TrainTimer(model)
     start = time.perf_counter()
     model.learn(iteration * config["iterations"], reset_num_timesteps=False)

@@ -1,7 +1,9 @@
 """
 Helpers on SB3 action distributions: exact KL divergences, the parameters that define a distribution (to store a
 policy's outputs, e.g. PPG's ``pi_old``), evaluation that also returns the distribution, and the lean evaluation of
-categorical and diagonal Gaussian policies (the arithmetic of ``torch.distributions`` without its objects).
+categorical and diagonal Gaussian policies and of sb3-contrib's masked (multi-)categorical ones (the arithmetic of
+``torch.distributions`` without its objects), with SB3's observation preprocessing planned ahead for ``torch.compile``
+(:func:`observation_plan`).
 """
 
 import copy

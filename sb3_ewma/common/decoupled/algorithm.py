@@ -391,16 +391,22 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
                 self.policy, self.device, self._compiled_evaluation_here(), needs_distributions=self._needs_distributions
             )
         )
-        sentence = self.compiled_step.start_learn(planned, unsupported, planned_acting_steps=iterations * self.n_steps)
+        sentence = self.compiled_step.start_learn(
+            planned,
+            unsupported,
+            planned_acting_steps=iterations * self.n_steps,
+            acting_covered=CompiledStep.covers_acting(self.policy),
+        )
         self._announce(sentence, warn=self.compile_step is True and unsupported is not None)
 
     def _compiled_evaluation_here(self) -> str:
-        """:attr:`_compiled_evaluation`, unless a subclass below the class that set it evaluates its own way (an
-        overridden :meth:`_evaluate_policy`, which the compiled step would not follow)."""
+        """:attr:`_compiled_evaluation`, unless a class before the one that set it in the method resolution order (a
+        subclass, or a mixin placed first) evaluates its own way: an :meth:`_evaluate_policy` the compiled step would
+        not follow."""
         mro = type(self).__mro__
         setter = next(klass for klass in mro if "_compiled_evaluation" in vars(klass))
         evaluator = next(klass for klass in mro if "_evaluate_policy" in vars(klass))
-        if evaluator is not setter and issubclass(evaluator, setter):
+        if mro.index(evaluator) < mro.index(setter):  # a subclass's, or a mixin's placed before the algorithm
             return f"{evaluator.__name__} overrides _evaluate_policy, which the compiled step does not follow"
         return self._compiled_evaluation
 

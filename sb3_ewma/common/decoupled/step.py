@@ -16,11 +16,13 @@ import shutil
 import types
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, TypeGuard, cast
 
 import torch as th
+import torch._dynamo.exc as dynamo_exc
 import torch._functorch.config as aot_autograd_config
 import torch._inductor as inductor
+import torch._inductor.exc as inductor_exc
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import PyTorchObs
@@ -43,6 +45,10 @@ from sb3_ewma.common.distributions import (
 from sb3_ewma.common.losses import capped_behavior_log_prob, clipped_surrogate_loss, log_clip_bounds, sampled_kl
 from sb3_ewma.common.policies import LeanActingMixin
 from sb3_ewma.common.precision import autocast
+
+COMPILATION_ERRORS = (dynamo_exc.TorchDynamoException, dynamo_exc.FailOnRecompileLimitHit, inductor_exc.InductorError)
+"""What a compiled function raises when a later call's compilation (another shape) fails; other errors (out of memory)
+are the computation's and propagate."""
 
 AUTO_MIN_OPTIMIZER_STEPS = 20_000
 """``compile_step="auto"`` compiles when a ``learn`` call plans at least this many optimizer steps: compiling costs
@@ -112,7 +118,8 @@ def minibatch_loss(
     The clip bounds (``log(1 - eps)``, ``log(1 + eps)``) and ``clip_range_vf`` are 0-dim tensors, so that a scheduled
     clip range does not make a new graph every iteration; ``clip_range_vf=None``: no value clipping. A positive clip
     range is assumed (``train()`` steps eagerly through an iteration whose clip range is 0 or less). The coefficients
-    may be 0-dim tensors too, so that a changed coefficient makes no new graph; ``kl_coef`` None or 0: no KL penalty.
+    may be 0-dim tensors too, so that a changed coefficient makes no new graph; ``kl_coef`` None (or a number not above
+    0): no KL penalty.
 
     :param proximal_network: the proximal policy's network, None for the behavior policy (``behavior_log_prob``)
     :param autocast_dtype: the forward passes under ``torch.autocast`` in this format (None: float32)
@@ -161,7 +168,7 @@ def minibatch_loss(
     )
     kl_penalty = None
     policy_loss_with_penalty = policy_loss
-    if kl_coef is not None and not (isinstance(kl_coef, (int, float)) and kl_coef == 0):
+    if kl_coef is not None and not (isinstance(kl_coef, (int, float)) and not kl_coef > 0):
         kl_penalty = sampled_kl(log_prob, proximal_log_prob)
         policy_loss_with_penalty = policy_loss + kl_coef * kl_penalty
 
@@ -300,7 +307,13 @@ class CompiledStep:
         self._fused_steps: dict[int, tuple[th.optim.Optimizer, bool]] = {}
         self._plans: dict[int, tuple[th.nn.Module, ObservationPlan | None]] = {}
 
-    def start_learn(self, planned_optimizer_steps: int, unsupported: str | None, planned_acting_steps: int = 0) -> str:
+    def start_learn(
+        self,
+        planned_optimizer_steps: int,
+        unsupported: str | None,
+        planned_acting_steps: int = 0,
+        acting_covered: bool = True,
+    ) -> str:
         """
         Decide whether this ``learn`` call's training steps, and its rollouts' acting steps, run compiled; returns the
         sentence that says so and why.
@@ -308,6 +321,7 @@ class CompiledStep:
         :param planned_optimizer_steps: the optimizer steps the call plans (iterations x epochs x minibatches)
         :param unsupported: why this model cannot be compiled (None: it can)
         :param planned_acting_steps: the steps of the vectorized environment the call plans (iterations x ``n_steps``)
+        :param acting_covered: whether the model's policy is one whose acting step compiles (:meth:`covers_acting`)
         """
         self._fused_steps, self._plans = {}, {}
         if self.setting is False:
@@ -325,13 +339,22 @@ class CompiledStep:
         else:
             self.active = True
             self.reason = "compile_step=True" if self.setting is True else f"{planned_optimizer_steps} optimizer steps planned"
-        self.acting_active = self.active and (self.setting is True or planned_acting_steps >= AUTO_MIN_ACTING_STEPS)
+        long_enough = self.setting is True or planned_acting_steps >= AUTO_MIN_ACTING_STEPS
+        self.acting_active = self.active and acting_covered and long_enough
         sentence = f"training step {'compiled' if self.active else 'eager'} ({self.reason})"
         if self.active:
             sentence += f", acting step {'compiled' if self.acting_active else 'eager'}"
-            if not self.acting_active:
+            if not acting_covered:
+                sentence += " (the policy acts its own way)"
+            elif not self.acting_active:
                 sentence += f" ({planned_acting_steps} steps planned, fewer than {AUTO_MIN_ACTING_STEPS})"
         return sentence
+
+    @staticmethod
+    def covers_acting(policy: th.nn.Module) -> TypeGuard[LeanActingMixin]:
+        """Whether ``policy`` acts through the compiled acting step: the package's policies
+        (:class:`~sb3_ewma.common.policies.LeanActingMixin`) with a categorical or diagonal Gaussian distribution."""
+        return isinstance(policy, LeanActingMixin) and has_lean_evaluation(policy)
 
     def fall_back(self, error: BaseException) -> str:
         """After a failed compilation: eager from now on (later ``learn`` calls too); returns the sentence that says
@@ -388,17 +411,22 @@ class CompiledStep:
         compilation (:meth:`fall_back`, one warning); and whether it ran compiled.
         """
         compiled = self._compiled.get(function)
-        try:
-            if compiled is not None:
-                # a later call may compile again (another shape), and fail
-                return compiled(*args, **kwargs), True
+        first_call = compiled is None
+        if compiled is None:
             # the whole function or nothing: a graph break would leave it running in pieces, slower and unsaid
             compiled = th.compile(_own_code(function), dynamic=False, fullgraph=True, options=options)
-            with aot_autograd_config.patch(force_non_lazy_backward_lowering=True):
-                result = compiled(*args, **kwargs)
-        except Exception as error:  # a graph that does not compile
+        # a compilation, at the first call or a later one (another shape), also compiles the backward pass here, inside
+        # the fallback (torch otherwise leaves it to the first backward())
+        caught = (Exception,) if first_call else COMPILATION_ERRORS
+        previous_lowering = aot_autograd_config.force_non_lazy_backward_lowering
+        aot_autograd_config.force_non_lazy_backward_lowering = True
+        try:
+            result = compiled(*args, **kwargs)
+        except caught as error:  # a graph that does not compile
             warnings.warn(self.fall_back(error), UserWarning, stacklevel=5)
             return function(*args, **kwargs), False
+        finally:
+            aot_autograd_config.force_non_lazy_backward_lowering = previous_lowering
         self._compiled[function] = compiled
         return result, True
 
@@ -409,7 +437,7 @@ class CompiledStep:
         acting step is compiled and ``policy`` is one it covers (:class:`~sb3_ewma.common.policies.LeanActingMixin`);
         otherwise nothing changes.
         """
-        if not (self.acting_active and isinstance(policy, LeanActingMixin) and has_lean_evaluation(policy)):
+        if not (self.acting_active and self.covers_acting(policy)):
             yield
             return
         policy.acting_step = self.act
@@ -450,9 +478,10 @@ class CompiledStep:
         """
         clip_range = policy_objective.clip_range
         low, high = (-math.inf, math.inf) if clip_range is None else log_clip_bounds(clip_range)
-        kl_coef = float(policy_objective.kl_coef) or None  # 0: no penalty in the graph
+        kl_coef = float(policy_objective.kl_coef)
+        kl_coef_or_none = kl_coef if kl_coef > 0 else None  # as the eager objective: a penalty for a positive kl_coef
         clip_low, clip_high, clip_vf, ent, vf, kl = self.constants(
-            (low, high, clip_range_vf, float(ent_coef), float(vf_coef), kl_coef), rollout_data.returns.device
+            (low, high, clip_range_vf, float(ent_coef), float(vf_coef), kl_coef_or_none), rollout_data.returns.device
         )
         terms: MinibatchLoss = self.run(
             minibatch_loss,

@@ -32,12 +32,14 @@ class DataParallelCallback(BaseCallback):
         super().__init__()
         self.data_parallel = data_parallel
 
+    # the two methods it calls are this module's, for this callback only: not the interface that SingleProcessTraining
+    # mirrors (a model on one process has no such callback)
     def _on_training_start(self) -> None:
-        self.data_parallel.start_vec_normalize(self.model.get_env())
+        self.data_parallel._start_vec_normalize(self.model.get_env())
 
     def _on_step(self) -> bool:
         if self.data_parallel.rank != 0:
-            self.data_parallel.record_episodes(self.locals["infos"], self.locals.get("dones"))
+            self.data_parallel._record_episodes(self.locals["infos"], self.locals.get("dones"))
         return True
 
 
@@ -185,13 +187,13 @@ class DataParallelTraining:
         """
         self.context.check_same_settings(settings, advice=advice)
 
-    def start_vec_normalize(self, env: VecEnv | None) -> None:
+    def _start_vec_normalize(self, env: VecEnv | None) -> None:
         """After SB3's ``_setup_learn``: ``VecNormalize`` statistics start from rank 0's."""
         vec_normalize = unwrap_vec_normalize(env) if env is not None else None
         if vec_normalize is not None:
             self.vec_normalize_pool.start(vec_normalize, self.context)
 
-    def record_episodes(self, infos: list[dict[str, Any]], dones: np.ndarray | None) -> None:
+    def _record_episodes(self, infos: list[dict[str, Any]], dones: np.ndarray | None) -> None:
         """The episodes ended and successes of a step, for rank 0's statistics at the next synchronization."""
         episodes = [info["episode"] for info in infos if info.get("episode") is not None]
         successes = [

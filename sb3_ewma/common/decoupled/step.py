@@ -390,10 +390,10 @@ class CompiledStep:
 
     def run(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """
-        ``function(*args, **kwargs)`` compiled (once per function: a pure loss function, whose backward pass is then
-        compiled too). Its first call also compiles the backward pass, which torch otherwise leaves to the first
-        ``backward()``, outside this method; if that first compilation fails, the result is ``function``'s, eager,
-        and the training steps are eager from then on, said in one warning.
+        ``function(*args, **kwargs)`` compiled (a pure loss function, whose backward pass is then compiled too). A call
+        that compiles (the first, or a later one at another shape) also compiles the backward pass, which torch
+        otherwise leaves to the first ``backward()``, outside this method; if a compilation fails, the result is
+        ``function``'s, eager, and the training steps are eager from then on, said in one warning.
         """
         result, compiled = self._call(function, args, kwargs)
         self.verified = self.verified or compiled
@@ -407,8 +407,9 @@ class CompiledStep:
         options: dict[str, Any] | None = None,
     ) -> tuple[Any, bool]:
         """
-        ``function``'s result, compiled (at its first call, with inductor's ``options``), or eager after a failed
-        compilation (:meth:`fall_back`, one warning); and whether it ran compiled.
+        ``function``'s result, compiled (a copy of it, whole, with inductor's ``options``), or eager after a failed
+        compilation (:meth:`fall_back`, one warning; at a later call, only torch's compilation errors fall back: an
+        error of the computation propagates); and whether it ran compiled.
         """
         compiled = self._compiled.get(function)
         first_call = compiled is None

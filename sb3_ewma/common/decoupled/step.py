@@ -405,11 +405,13 @@ class CompiledStep:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         options: dict[str, Any] | None = None,
+        with_backward: bool = True,
     ) -> tuple[Any, bool]:
         """
         ``function``'s result, compiled (a copy of it, whole, with inductor's ``options``), or eager after a failed
         compilation (:meth:`fall_back`, one warning; at a later call, only torch's compilation errors fall back: an
-        error of the computation propagates); and whether it ran compiled.
+        error of the computation propagates); and whether it ran compiled. ``with_backward=False``: a function that
+        runs without gradients (the acting step), whose compilation has no backward pass to bring forward.
         """
         compiled = self._compiled.get(function)
         first_call = compiled is None
@@ -419,15 +421,17 @@ class CompiledStep:
         # a compilation, at the first call or a later one (another shape), also compiles the backward pass here, inside
         # the fallback (torch otherwise leaves it to the first backward())
         caught = (Exception,) if first_call else COMPILATION_ERRORS
-        previous_lowering = aot_autograd_config.force_non_lazy_backward_lowering
-        aot_autograd_config.force_non_lazy_backward_lowering = True
+        previous_lowering = aot_autograd_config.force_non_lazy_backward_lowering if with_backward else False
+        if with_backward:
+            aot_autograd_config.force_non_lazy_backward_lowering = True
         try:
             result = compiled(*args, **kwargs)
         except caught as error:  # a graph that does not compile
             warnings.warn(self.fall_back(error), UserWarning, stacklevel=5)
             return function(*args, **kwargs), False
         finally:
-            aot_autograd_config.force_non_lazy_backward_lowering = previous_lowering
+            if with_backward:
+                aot_autograd_config.force_non_lazy_backward_lowering = previous_lowering
         self._compiled[function] = compiled
         return result, True
 
@@ -456,7 +460,7 @@ class CompiledStep:
         if not self.acting_active:  # a compilation failed during this rollout
             return lean_forward(policy, obs)
         options = {"fallback_random": True, **(inductor.list_mode_options(self.acting_mode) if self.acting_mode else {})}
-        return self._call(lean_forward, (policy, obs, self.observation_plan(policy)), {}, options)[0]
+        return self._call(lean_forward, (policy, obs, self.observation_plan(policy)), {}, options, with_backward=False)[0]
 
     def minibatch_terms(
         self,

@@ -1,10 +1,12 @@
 """
 Where a training iteration's time goes on rl-zoo3's CartPole shapes (8 envs x 32 steps, minibatches of 256 rows,
-20 epochs, SB3's MLP [64, 64] with tanh, one thread): ``train()`` per minibatch of SB3's PPO, PPO_EWMA eager and
-PPO_EWMA compiled (steady state: compiled before the timing); for the compiled step, the time spent inside its
-compiled graphs (forward with the loss, backward) and torch's fused Adam step (the arithmetic) against the rest
-(Python, the eager operations around them: sampling, advantage normalization, gradient clipping and the finite check,
-the EWMA update), read from torch's profiler, with the rollouts' acting step left eager (only ``train()``'s graphs).
+20 epochs, SB3's MLP [64, 64] with tanh, one thread): ``train()`` per minibatch of SB3's PPO, PPO_EWMA eager,
+PPO_EWMA compiled in pieces (the loss with its backward pass, then clipping, torch's fused Adam and the EWMA update
+eagerly: what a ``target_kl`` or another optimizer gets) and PPO_EWMA compiled as one function (loss, gradient,
+clipping, Adam and the EWMA in one graph), in steady state (compiled before the timing); for each compiled step, the
+time inside its compiled regions and graphs against the rest (Python, the eager operations around them: sampling,
+advantage normalization), read from torch's profiler, with the rollouts' acting step left eager (only ``train()``'s
+graphs).
 Also the compiled loss with and without the proximal policy's forward pass (what the EWMA adds to a PPO step), and a
 rollout step's forward pass, eager and compiled.
 
@@ -31,16 +33,17 @@ from benchmarks.timing.speed import machine
 N_ENVS, N_STEPS, BATCH_SIZE, N_EPOCHS = 8, 32, 256, 20
 """rl-zoo3's tuned PPO entry for CartPole-v1 (its schedules left out: constant rates time the same)."""
 
-FORWARD = "compiled forward pass with the loss (its region)"
-FORWARD_GRAPH = "of which the graph itself"
-BACKWARD = "compiled backward"
+REGION = "compiled regions (the loss with its forward pass; as one function: the whole step)"
+GRAPH = "of which the graphs themselves"
+BACKWARD = "compiled backward pass"
 OPTIMIZER = "optimizer step (torch's fused Adam)"
+KINDS = ("sb3_ppo", "ppo_ewma_eager", "ppo_ewma_compiled_pieces", "ppo_ewma_compiled")
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "results" / "speed" / "cpu" / "step_profile.md"
 
 
 def build(kind: str, seed: int) -> Any:
-    """A model of the kind (``sb3_ppo``, ``ppo_ewma_eager``, ``ppo_ewma_compiled``) on 8 CartPole environments."""
+    """A model of the kind (:data:`KINDS`) on 8 CartPole environments."""
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
 
@@ -51,7 +54,10 @@ def build(kind: str, seed: int) -> Any:
                     learning_rate=1e-3, clip_range=0.2, seed=seed, device="cpu")  # fmt: skip
     if kind == "sb3_ppo":
         return PPO("MlpPolicy", env, **settings)
-    return PPO_EWMA("MlpPolicy", env, compile_step=kind == "ppo_ewma_compiled", **settings)
+    model = PPO_EWMA("MlpPolicy", env, compile_step=kind.startswith("ppo_ewma_compiled"), **settings)
+    if kind == "ppo_ewma_compiled_pieces":
+        model._step_in_pieces = lambda: "in pieces for the profile"  # type: ignore[method-assign]
+    return model
 
 
 def timed_train(model: Any) -> list[float]:
@@ -78,15 +84,15 @@ def train_ms_per_minibatch(kind: str, seed: int, iterations: int) -> float:
     return 1000 * statistics.median(durations) / N_EPOCHS
 
 
-def compiled_graph_share(seed: int, iterations: int) -> dict[str, float]:
+def compiled_graph_share(kind: str, seed: int, iterations: int) -> dict[str, float]:
     """
-    For PPO_EWMA compiled: per minibatch, the milliseconds inside the compiled graphs (the forward pass with the loss,
-    the backward pass, each with the kernels it calls), in the optimizer step (torch's fused Adam) and ``train()``'s
-    total, from torch's profiler over ``iterations`` iterations.
+    For PPO_EWMA compiled (``kind``, in pieces or as one function): per minibatch, the milliseconds inside the
+    compiled regions and their graphs (with the kernels they call), the compiled backward pass, the optimizer step
+    (torch's fused Adam) and ``train()``'s total, from torch's profiler over ``iterations`` iterations.
     """
     from torch.profiler import ProfilerActivity, profile
 
-    model = build("ppo_ewma_compiled", seed)
+    model = build(kind, seed)
     model.compiled_step.acting = lambda policy: contextlib.nullcontext()  # the rollouts eager: only train()'s graphs
     rollout = N_ENVS * N_STEPS
     model.learn(2 * rollout)
@@ -94,12 +100,12 @@ def compiled_graph_share(seed: int, iterations: int) -> dict[str, float]:
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
         model.learn(iterations * rollout, reset_num_timesteps=False)
     minibatches = len(durations) * N_EPOCHS
-    graphs = {FORWARD: 0.0, FORWARD_GRAPH: 0.0, BACKWARD: 0.0, OPTIMIZER: 0.0}
+    graphs = {REGION: 0.0, GRAPH: 0.0, BACKWARD: 0.0, OPTIMIZER: 0.0}
     for event in profiler.key_averages():
         if event.key.startswith("Torch-Compiled Region"):
-            graphs[FORWARD] += event.cpu_time_total
+            graphs[REGION] += event.cpu_time_total
         elif event.key == "CompiledFunction":
-            graphs[FORWARD_GRAPH] += event.cpu_time_total
+            graphs[GRAPH] += event.cpu_time_total
         elif event.key == "CompiledFunctionBackward":
             graphs[BACKWARD] += event.cpu_time_total
         elif event.key.startswith("Optimizer.step#"):
@@ -160,16 +166,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     th.set_num_threads(1)
-    kinds = ["sb3_ppo", "ppo_ewma_eager", "ppo_ewma_compiled"]
+    kinds = list(KINDS)
     per_kind: dict[str, list[float]] = {kind: [] for kind in kinds}
-    shares: list[dict[str, float]] = []
+    profiled = ("ppo_ewma_compiled_pieces", "ppo_ewma_compiled")
+    shares: dict[str, list[dict[str, float]]] = {kind: [] for kind in profiled}
     losses: dict[bool, list[float]] = {True: [], False: []}
     acting: dict[bool, list[float]] = {True: [], False: []}
     for round_index in range(args.rounds):
         for offset in range(len(kinds)):  # alternating order
             kind = kinds[(round_index + offset) % len(kinds)]
             per_kind[kind].append(train_ms_per_minibatch(kind, round_index, args.iterations))
-        shares.append(compiled_graph_share(round_index, max(args.iterations // 2, 2)))
+        for kind in profiled:
+            shares[kind].append(compiled_graph_share(kind, round_index, max(args.iterations // 2, 2)))
         for with_proximal in (True, False):
             losses[with_proximal].append(loss_ms(with_proximal, round_index))
         for compiled in (False, True):
@@ -193,24 +201,25 @@ def main(argv: list[str] | None = None) -> None:
     for kind in kinds:
         value = statistics.median(per_kind[kind])
         lines.append(f"| {kind} | {value:.3f} | {value / sb3:.2f} |")
-    share = {key: statistics.median(item[key] for item in shares) for key in shares[0]}
-    total = share.pop("train() under the profiler")
-    inside = share[FORWARD] + share[BACKWARD] + share[OPTIMIZER]
     lines += [
         "",
         "PPO_EWMA compiled, per minibatch, under torch's profiler (which slows the Python around the graphs more than the "
-        "graphs):",
+        "graphs), ms and share of train():",
         "",
-        "| part | ms | share of train() |",
+        "| part | in pieces | as one function |",
         "|---|---|---|",
     ]
-    for key, value in share.items():
-        lines.append(f"| {key} | {value:.3f} | {value / total:.0%} |")
-    rest = total - inside
-    lines.append(
-        f"| everything else (Python and eager operations: sampling, clipping, the EWMA) | {rest:.3f} | {rest / total:.0%} |"
-    )
-    lines.append(f"| train() | {total:.3f} | 100% |")
+    columns = {}
+    for kind in profiled:
+        share = {key: statistics.median(item[key] for item in shares[kind]) for key in shares[kind][0]}
+        total = share.pop("train() under the profiler")
+        share["everything else (Python and eager operations: sampling, advantage normalization, ...)"] = total - (
+            share[REGION] + share[BACKWARD] + share[OPTIMIZER]
+        )
+        columns[kind] = {key: f"{value:.3f} ({value / total:.0%})" for key, value in share.items()}
+        columns[kind]["train()"] = f"{total:.3f} (100%)"
+    for key in columns[profiled[0]]:
+        lines.append(f"| {key} | {columns[profiled[0]][key]} | {columns[profiled[1]][key]} |")
     with_proximal, without = statistics.median(losses[True]), statistics.median(losses[False])
     lines += [
         "",

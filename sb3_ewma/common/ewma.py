@@ -119,12 +119,28 @@ class ParameterEWMA(nn.Module):
     @th.no_grad()
     def update(self) -> None:
         """Fold the current source parameters into the average (call after every optimizer step)."""
-        new_weight = 1.0 + self.decay * self.weight
         # average + (theta - average) / w'  ==  theta / w' + (beta w / w') average (foreach: see reset)
         average, source = self._average_params, self._source_params
-        th._foreach_lerp_(average, source, 1.0 / new_weight)  # pyright: ignore[reportPrivateImportUsage]
+        th._foreach_lerp_(average, source, self.next_fraction)  # pyright: ignore[reportPrivateImportUsage]
+        self.advance()
+
+    @property
+    def next_fraction(self) -> float:
+        """How far the next update moves the average toward the source parameters, ``1 / w'``."""
+        return 1.0 / (1.0 + self.decay * self.weight)
+
+    @property
+    def averaged_pairs(self) -> tuple[list[th.Tensor], list[th.Tensor]]:
+        """The averaged parameters and the source parameters they follow, in the same order."""
+        return self._average_params, self._source_params
+
+    def advance(self) -> None:
+        """
+        The rest of an update once the averaged parameters moved by :attr:`next_fraction` (here, or inside a compiled
+        training step): the buffers copied, the weight and the count advanced.
+        """
         self._copy_buffers()
-        self.weight = new_weight
+        self.weight = 1.0 + self.decay * self.weight
         self.n_updates += 1
 
     def _copy_buffers(self) -> None:

@@ -396,6 +396,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             unsupported,
             planned_acting_steps=iterations * self.n_steps,
             acting_covered=CompiledStep.covers_acting(self.policy),
+            in_pieces=self._step_in_pieces(),
         )
         self._announce(sentence, warn=self.compile_step is True and unsupported is not None)
 
@@ -582,6 +583,8 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         buffer = self.rollout_buffer
         buffer.advantages = self.advantage_normalizer.start_iteration(buffer.advantages)
         policy_objective = DecoupledPolicyObjective(clip_range, self.kl_coef, self.kl_estimator, self.imp_samp_max)
+        # [compiled] each minibatch's loss, backward pass, clipping, optimizer step and EWMA step as one function
+        whole_step = self._steps_whole(clip_range, clip_range_vf)
 
         entropy_losses, value_losses = [], []
         # logged after the loop: the last policy epoch's KL estimates and the last minibatch's loss
@@ -598,6 +601,13 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             # Do a complete pass on the rollout buffer (a value-only epoch needs no advantages)
             for rollout_data in self._minibatches(buffer) if policy_epoch else self._sampled_minibatches(buffer):
                 train_policy = continue_training and policy_epoch
+                if whole_step and train_policy and value_epoch:
+                    terms = self._whole_minibatch_step(rollout_data, policy_objective, clip_range_vf)
+                    value_losses.append(terms.value_loss)
+                    entropy_losses.append(terms.entropy_loss)
+                    approx_kl_divs.append(terms.approx_kl_div)
+                    loss = terms.loss
+                    continue
                 if train_policy and value_epoch:
                     # [decoupled] the policy loss: importance sampling with the behavior policy, clipping (or a KL
                     # penalty) at the proximal policy; the entropy and value losses; the approximate KL from the
@@ -689,6 +699,57 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         value_loss = F.mse_loss(rollout_data.returns, values_pred)
         loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
         return MinibatchTerms(loss, value_loss, entropy_loss, approx_kl_div)
+
+    def _step_in_pieces(self) -> str | None:
+        """
+        Why a compiled training step cannot be one function (:meth:`_whole_minibatch_step`) for this model (None: it
+        can): ``target_kl`` is read between the loss and the optimizer's step, the gradient noise scale reads the
+        gradients, data-parallel gradients are averaged during ``backward()``, and the function steps torch's Adam.
+        """
+        if self.target_kl is not None:
+            return "target_kl is read before the optimizer step"
+        if self.gradient_noise is not None:
+            return "the gradient noise scale reads the gradients"
+        if self.world_size > 1:
+            return "data-parallel gradients are averaged during backward()"
+        return CompiledStep.optimizer_not_whole(self.policy.optimizer)
+
+    def _steps_whole(self, clip_range: float | None, clip_range_vf: float | None) -> bool:
+        """Whether this iteration's minibatches of the policy and value function together step as one compiled function
+        (:meth:`_whole_minibatch_step`), as decided when ``learn`` started (:meth:`_step_in_pieces`)."""
+        return self.compiled_step.whole and self.compiled_step.covers(clip_range, clip_range_vf) and self.target_kl is None
+
+    def _whole_minibatch_step(
+        self, rollout_data: Any, policy_objective: DecoupledPolicyObjective, clip_range_vf: float | None
+    ) -> MinibatchTerms:
+        """
+        One minibatch's loss, gradient, SB3's clipping, the optimizer's step and the EWMA's step, compiled as one
+        function (:meth:`~sb3_ewma.common.decoupled.step.CompiledStep.whole_step`); a non-finite gradient stops
+        training with nothing moved, as the eager step.
+        """
+        actions = rollout_data.actions
+        if isinstance(self.action_space, spaces.Discrete):
+            actions = rollout_data.actions.long().flatten()
+        ewma = self.proximal.ewma if self.proximal.kind == "ewma" else None
+        terms, total_norm = self.compiled_step.whole_step(
+            self.policy,
+            cast(ActorCriticPolicy | MaskableActorCriticPolicy | None, self.proximal.network),
+            ewma,
+            self.max_grad_norm,
+            rollout_data,
+            actions,
+            self.advantage_normalizer.minibatch(rollout_data.advantages),
+            policy_objective,
+            clip_range_vf,
+            ent_coef=self.ent_coef,
+            vf_coef=self.vf_coef,
+            autocast_dtype=self.training_precision.autocast_dtype,
+            action_masks=rollout_data.action_masks if self._compiled_evaluation == "action_masks" else None,
+        )
+        check_finite_gradient_norm(total_norm, "train", self._n_updates)
+        if ewma is not None:
+            ewma.advance()
+        return terms
 
     def _value_loss(self, rollout_data: Any, clip_range_vf: float | None) -> th.Tensor:
         """The value loss of a minibatch alone (the value-only steps of PPG's policy phase)."""

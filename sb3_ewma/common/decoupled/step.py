@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, TypeGuard, cast
 
 import torch as th
+import torch._dynamo.config as dynamo_config
 import torch._dynamo.exc as dynamo_exc
 import torch._functorch.config as aot_autograd_config
 import torch._inductor as inductor
@@ -42,6 +43,7 @@ from sb3_ewma.common.distributions import (
     masked_action_dims,
     observation_plan,
 )
+from sb3_ewma.common.ewma import ParameterEWMA
 from sb3_ewma.common.losses import capped_behavior_log_prob, clipped_surrogate_loss, log_clip_bounds, sampled_kl
 from sb3_ewma.common.policies import LeanActingMixin
 from sb3_ewma.common.precision import autocast
@@ -193,6 +195,104 @@ def minibatch_loss(
     )
 
 
+class AdamTensors(NamedTuple):
+    """
+    Torch's ``Adam`` (or ``AdamW``) on the parameters a loss reaches: the parameters and their entries of
+    ``optimizer.state`` (``exp_avg``, ``exp_avg_sq``, ``step``), which :func:`adam_step_` updates in place, so that the
+    optimizer, its ``state_dict`` and a later eager step see them as torch's own step leaves them.
+    """
+
+    params: list[th.Tensor]
+    exp_avgs: list[th.Tensor]
+    exp_avg_sqs: list[th.Tensor]
+    steps: list[th.Tensor]
+
+
+class AdamSettings(NamedTuple):
+    """The parameter group's settings of torch's ``Adam``/``AdamW`` (the learning rate a 0-dim tensor: a scheduled
+    rate makes no new graph)."""
+
+    lr: th.Tensor
+    beta1: float
+    beta2: float
+    eps: float
+    weight_decay: float
+    decoupled_weight_decay: bool
+
+
+def clip_by_total_norm(gradients: list[th.Tensor], max_norm: float) -> tuple[list[th.Tensor], th.Tensor]:
+    """
+    ``torch.nn.utils.clip_grad_norm_`` without the in-place update: the gradients scaled by
+    ``min(1, max_norm / (total_norm + 1e-6))``, and the total (L2) norm before clipping.
+    """
+    total_norm = th.linalg.vector_norm(th.stack([th.linalg.vector_norm(gradient) for gradient in gradients]))
+    scale = th.clamp(max_norm / (total_norm + 1e-6), max=1.0)
+    return [gradient * scale for gradient in gradients], total_norm
+
+
+@th.no_grad()
+def adam_step_(adam: AdamTensors, gradients: list[th.Tensor], settings: AdamSettings, apply: th.Tensor) -> None:
+    """
+    Torch's ``Adam``/``AdamW`` step (without ``amsgrad`` or ``maximize``) on ``adam``'s tensors, in place, where
+    ``apply`` (a 0-dim boolean) holds; elsewhere every tensor keeps its value (a non-finite gradient: nothing moves)::
+
+        step += 1;  m = lerp(m, g, 1 - beta1);  v = beta2 v + (1 - beta2) g^2
+        theta -= lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
+
+    with ``g += weight_decay * theta`` first (Adam), or ``theta *= 1 - lr * weight_decay`` (AdamW).
+    """
+    params = adam.params
+    if settings.weight_decay != 0 and not settings.decoupled_weight_decay:
+        gradients = [gradient + settings.weight_decay * param for gradient, param in zip(gradients, params)]
+    steps = [th.where(apply, step + 1, step) for step in adam.steps]
+    exp_avgs = [th.lerp(exp_avg, gradient, 1 - settings.beta1) for exp_avg, gradient in zip(adam.exp_avgs, gradients)]
+    exp_avg_sqs = [
+        exp_avg_sq * settings.beta2 + (1 - settings.beta2) * gradient * gradient
+        for exp_avg_sq, gradient in zip(adam.exp_avg_sqs, gradients)
+    ]
+    new_params = []
+    for param, exp_avg, exp_avg_sq, step in zip(params, exp_avgs, exp_avg_sqs, steps):
+        if settings.weight_decay != 0 and settings.decoupled_weight_decay:
+            param = param * (1 - settings.lr * settings.weight_decay)
+        step_size = settings.lr / (1 - settings.beta1**step)
+        denominator = exp_avg_sq.sqrt() / th.sqrt(1 - settings.beta2**step) + settings.eps
+        new_params.append(param - step_size * exp_avg / denominator)
+    for olds, news in ((params, new_params), (adam.exp_avgs, exp_avgs), (adam.exp_avg_sqs, exp_avg_sqs), (adam.steps, steps)):
+        for old, new in zip(olds, news):
+            old.copy_(th.where(apply, new, old))
+
+
+def minibatch_step(
+    adam: AdamTensors,
+    settings: AdamSettings,
+    max_grad_norm: float,
+    averaged: tuple[list[th.Tensor], list[th.Tensor], th.Tensor] | None,
+    *loss_args: Any,
+    **loss_kwargs: Any,
+) -> tuple[MinibatchLoss, th.Tensor]:
+    """
+    One training step of SB3's PPO loop as one function, which ``torch.compile`` takes whole (with dynamo's
+    ``trace_autograd_ops``): :func:`minibatch_loss` (``loss_args``, ``loss_kwargs``), its gradient with respect to
+    ``adam.params``, SB3's gradient clipping at ``max_grad_norm``, Adam's step (:func:`adam_step_`) and the EWMA's step,
+    skipped together when the gradient's norm is not finite. Returns the losses (detached) and the gradient's norm
+    before clipping.
+
+    :param averaged: the EWMA's averaged parameters, the parameters they follow and the fraction of the way they move
+        (:attr:`~sb3_ewma.common.ewma.ParameterEWMA.next_fraction`, a 0-dim tensor); None: no EWMA step
+    """
+    terms = minibatch_loss(*loss_args, **loss_kwargs)
+    gradients = th.autograd.grad(terms.loss, adam.params)
+    clipped, total_norm = clip_by_total_norm(list(gradients), max_grad_norm)
+    finite = th.isfinite(total_norm)
+    adam_step_(adam, clipped, settings, finite)
+    if averaged is not None:
+        average, source, fraction = averaged
+        with th.no_grad():
+            for average_param, source_param in zip(average, source):
+                average_param.copy_(th.where(finite, th.lerp(average_param, source_param, fraction), average_param))
+    return MinibatchLoss(*(None if tensor is None else tensor.detach() for tensor in terms)), total_norm
+
+
 def compile_unsupported(policy: th.nn.Module, device: th.device, evaluation: str, *, needs_distributions: bool) -> str | None:
     """
     Why a model's training step cannot be compiled (None: it can).
@@ -297,6 +397,7 @@ class CompiledStep:
         self.acting_mode = acting_mode
         self.active = False
         self.acting_active = False  # the rollout's acting step compiled too
+        self.whole = False  # the training step compiled as one function (minibatch_step)
         self.verified = False  # a compiled loss has run
         self.reason = "not started"
         self.failure: str | None = None  # why a compilation failed: eager from then on
@@ -306,6 +407,7 @@ class CompiledStep:
         # decided once a learn call: whether each optimizer takes the fused step, each policy's observation plan
         self._fused_steps: dict[int, tuple[th.optim.Optimizer, bool]] = {}
         self._plans: dict[int, tuple[th.nn.Module, ObservationPlan | None]] = {}
+        self._whole_plans: dict[int, tuple[Any, ...]] = {}
 
     def start_learn(
         self,
@@ -313,6 +415,7 @@ class CompiledStep:
         unsupported: str | None,
         planned_acting_steps: int = 0,
         acting_covered: bool = True,
+        in_pieces: str | None = None,
     ) -> str:
         """
         Decide whether this ``learn`` call's training steps, and its rollouts' acting steps, run compiled; returns the
@@ -322,8 +425,10 @@ class CompiledStep:
         :param unsupported: why this model cannot be compiled (None: it can)
         :param planned_acting_steps: the steps of the vectorized environment the call plans (iterations x ``n_steps``)
         :param acting_covered: whether the model's policy is one whose acting step compiles (:meth:`covers_acting`)
+        :param in_pieces: why a compiled training step cannot be one function (:func:`minibatch_step`) in this call
+            (None: it can): it is compiled in pieces then, the loss with its backward pass and the optimizer's step
         """
-        self._fused_steps, self._plans = {}, {}
+        self._fused_steps, self._plans, self._whole_plans = {}, {}, {}
         if self.setting is False:
             self.active, self.reason = False, "compile_step=False"
         elif self.failure is not None:
@@ -341,8 +446,10 @@ class CompiledStep:
             self.reason = "compile_step=True" if self.setting is True else f"{planned_optimizer_steps} optimizer steps planned"
         long_enough = self.setting is True or planned_acting_steps >= AUTO_MIN_ACTING_STEPS
         self.acting_active = self.active and acting_covered and long_enough
+        self.whole = self.active and in_pieces is None
         sentence = f"training step {'compiled' if self.active else 'eager'} ({self.reason})"
         if self.active:
+            sentence += ", as one function" if self.whole else f", in pieces ({in_pieces})"
             sentence += f", acting step {'compiled' if self.acting_active else 'eager'}"
             if not acting_covered:
                 sentence += " (the policy acts its own way)"
@@ -359,7 +466,7 @@ class CompiledStep:
     def fall_back(self, error: BaseException) -> str:
         """After a failed compilation: eager from now on (later ``learn`` calls too); returns the sentence that says
         why."""
-        self.active, self.acting_active, self._compiled, self._steps = False, False, {}, {}
+        self.active, self.acting_active, self.whole, self._compiled, self._steps = False, False, False, {}, {}
         self.failure = f"compilation failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
         self.reason = self.failure
         return f"training step eager ({self.reason})"
@@ -425,7 +532,9 @@ class CompiledStep:
         if with_backward:
             aot_autograd_config.force_non_lazy_backward_lowering = True
         try:
-            result = compiled(*args, **kwargs)
+            # trace_autograd_ops: minibatch_step's torch.autograd.grad becomes part of its graph
+            with dynamo_config.patch(trace_autograd_ops=True):
+                result = compiled(*args, **kwargs)
         except caught as error:  # a graph that does not compile
             warnings.warn(self.fall_back(error), UserWarning, stacklevel=5)
             return function(*args, **kwargs), False
@@ -515,6 +624,125 @@ class CompiledStep:
         )
         return MinibatchTerms(terms.loss, terms.value_loss, terms.entropy_loss, terms.approx_kl_div)
 
+    @staticmethod
+    def optimizer_not_whole(optimizer: th.optim.Optimizer) -> str | None:
+        """
+        Why :func:`minibatch_step` cannot take ``optimizer``'s step (None: it can, as torch's ``Adam`` or ``AdamW`` with
+        one parameter group, without ``amsgrad``, ``maximize`` or ``differentiable``, its settings numbers).
+        """
+        name = type(optimizer).__name__
+        if type(optimizer) not in (th.optim.Adam, th.optim.AdamW):
+            return f"the optimizer is {name}, not torch's Adam or AdamW"
+        if len(optimizer.param_groups) != 1:
+            return f"the {name} optimizer has {len(optimizer.param_groups)} parameter groups"
+        group = optimizer.param_groups[0]
+        options = [key for key in ("amsgrad", "maximize", "differentiable") if group[key]]
+        if options:
+            return f"the {name} optimizer's {options[0]}=True"
+        settings = (group["lr"], group["eps"], group["weight_decay"], *group["betas"])
+        if any(isinstance(value, th.Tensor) for value in settings):
+            return f"the {name} optimizer's settings are tensors"
+        return None
+
+    def whole_step(
+        self,
+        policy: ActorCriticPolicy | MaskableActorCriticPolicy,
+        proximal_network: ActorCriticPolicy | MaskableActorCriticPolicy | None,
+        ewma: ParameterEWMA | None,
+        max_grad_norm: float,
+        rollout_data: Any,
+        actions: th.Tensor,
+        advantages: th.Tensor,
+        policy_objective: DecoupledPolicyObjective,
+        clip_range_vf: float | None,
+        *,
+        ent_coef: float,
+        vf_coef: float,
+        autocast_dtype: th.dtype | None,
+        action_masks: th.Tensor | None = None,
+    ) -> tuple[MinibatchTerms, th.Tensor]:
+        """
+        One minibatch's loss, gradient, clipping, the optimizer's step (``policy.optimizer``, :meth:`optimizer_not_whole`) and
+        ``ewma``'s step by the compiled :func:`minibatch_step`; returns the losses and the gradient's norm before
+        clipping (the caller checks it is finite: if not, nothing moved). ``ewma``'s bookkeeping
+        (:meth:`~sb3_ewma.common.ewma.ParameterEWMA.advance`) is the caller's too.
+        """
+        clip_range = policy_objective.clip_range
+        low, high = (-math.inf, math.inf) if clip_range is None else log_clip_bounds(clip_range)
+        kl_coef = float(policy_objective.kl_coef)
+        device = rollout_data.returns.device
+        clip_low, clip_high, clip_vf, ent, vf, kl = self.constants(
+            (low, high, clip_range_vf, float(ent_coef), float(vf_coef), kl_coef if kl_coef > 0 else None), device
+        )
+        loss_args = (rollout_data.observations, actions, advantages, rollout_data.old_log_prob, rollout_data.old_values)
+        loss_args += (rollout_data.returns, clip_low, clip_high, clip_vf)
+        loss_kwargs = dict(
+            ent_coef=ent,
+            vf_coef=vf,
+            kl_coef=kl,
+            imp_samp_max=float(policy_objective.imp_samp_max),
+            autocast_dtype=autocast_dtype,
+            observation_plan=self.observation_plan(policy),
+            action_masks=action_masks,
+            action_dims=() if action_masks is None else masked_action_dims(cast(MaskableActorCriticPolicy, policy)),
+        )
+        plan = self._whole_plans.get(id(policy))
+        if plan is None or plan[0] is not policy:
+            plan = self._whole_plans[id(policy)] = self._plan_whole_step(policy, proximal_network, loss_args, loss_kwargs)
+        _, adam, group, rate, fraction = plan
+        rate.fill_(group["lr"])
+        beta1, beta2 = group["betas"]
+        settings = AdamSettings(rate, beta1, beta2, group["eps"], group["weight_decay"], group["decoupled_weight_decay"])
+        averaged = None
+        if ewma is not None:
+            fraction.fill_(ewma.next_fraction)
+            averaged = (*ewma.averaged_pairs, fraction)
+        terms, total_norm = self.run(
+            minibatch_step, adam, settings, max_grad_norm, averaged, policy, proximal_network, *loss_args, **loss_kwargs
+        )
+        policy_objective.record(
+            terms.policy_loss, terms.log_prob, terms.proximal_log_prob, rollout_data.old_log_prob, terms.kl_penalty
+        )
+        return MinibatchTerms(terms.loss, terms.value_loss, terms.entropy_loss, terms.approx_kl_div), total_norm
+
+    @staticmethod
+    def _plan_whole_step(
+        policy: ActorCriticPolicy | MaskableActorCriticPolicy,
+        proximal_network: ActorCriticPolicy | MaskableActorCriticPolicy | None,
+        loss_args: tuple[Any, ...],
+        loss_kwargs: dict[str, Any],
+    ) -> tuple[Any, ...]:
+        """
+        What :meth:`whole_step` reuses for ``policy`` through a ``learn`` call: the parameters the loss reaches (torch's
+        step leaves the others, whose gradient is None, untouched: PPG's auxiliary head; found by one eager pass),
+        their optimizer state (made as torch makes it at a first step), and the 0-dim tensors of the learning rate and
+        the EWMA's fraction.
+        """
+        optimizer = policy.optimizer
+        (group,) = optimizer.param_groups
+        named = [(name, param) for name, param in policy.named_parameters() if param.requires_grad]
+        loss = minibatch_loss(policy, proximal_network, *loss_args, **loss_kwargs).loss
+        gradients = th.autograd.grad(loss, [param for _, param in named], allow_unused=True)
+        reached = [(name, param) for (name, param), gradient in zip(named, gradients) if gradient is not None]
+        in_group = {id(param) for param in group["params"]}
+        reached = [(name, param) for name, param in reached if id(param) in in_group]
+        for _, param in reached:
+            state = optimizer.state[param]
+            if not state:  # as torch's Adam at its first step (the step on the parameter's device, as its fused step)
+                state["step"] = th.zeros((), dtype=th.float32, device=param.device)
+                state["exp_avg"] = th.zeros_like(param, memory_format=th.preserve_format)
+                state["exp_avg_sq"] = th.zeros_like(param, memory_format=th.preserve_format)
+        states = [optimizer.state[param] for _, param in reached]
+        adam = AdamTensors(
+            [param for _, param in reached],
+            [state["exp_avg"] for state in states],
+            [state["exp_avg_sq"] for state in states],
+            [state["step"] for state in states],
+        )
+        device = policy.device
+        rate, fraction = th.zeros((), device=device), th.zeros((), device=device)
+        return policy, adam, group, rate, fraction
+
     def optimizer_step(self, optimizer: th.optim.Optimizer) -> None:
         """
         ``optimizer.step()`` in as few kernels as torch offers: on the CPU, Adam and AdamW (SB3's default and rl-zoo3's
@@ -550,15 +778,25 @@ class CompiledStep:
 
     def __getstate__(self) -> dict[str, Any]:
         # compiled functions are neither pickled nor deep-copied: a copy compiles its own when it trains
-        return {**self.__dict__, "verified": False, "_compiled": {}, "_steps": {}, "_fused_steps": {}, "_plans": {}}
+        return {
+            **self.__dict__,
+            "verified": False,
+            "_compiled": {},
+            "_steps": {},
+            "_fused_steps": {},
+            "_plans": {},
+            "_whole_plans": {},
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # a model pickled before the acting step was compiled: its acting step eager, torch.compile's default mode
         fresh: dict[str, Any] = {
             "acting_active": False,
+            "whole": False,
             "acting_mode": None,
             "_fused_steps": {},
             "_plans": {},
+            "_whole_plans": {},
             "_constants": (None, None),
         }
         self.__dict__.update({**fresh, **state})

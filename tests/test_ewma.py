@@ -44,6 +44,26 @@ def test_ewma_equals_closed_form_weighted_average(decay):
     assert ewma.n_updates == 7
 
 
+def test_an_update_made_elsewhere_is_the_update():
+    """Moving the averaged parameters by next_fraction (as a compiled training step does), then advance(): the same
+    average, weight and count as update(); the first update's fraction is 1 / (1 + beta) by hand."""
+    source, average = make_pair()
+    ewma, other = ParameterEWMA(source, average, 0.75), ParameterEWMA(source, copy.deepcopy(average), 0.75)
+    assert ewma.next_fraction == pytest.approx(1 / 1.75)
+    for _ in range(3):
+        with th.no_grad():
+            for param in source.parameters():
+                param.add_(th.randn_like(param))
+        ewma.update()
+        averaged, followed = other.averaged_pairs
+        with th.no_grad():
+            for average_param, source_param in zip(averaged, followed, strict=True):
+                average_param.lerp_(source_param, other.next_fraction)
+        other.advance()
+    assert th.equal(flat(ewma.average), flat(other.average))
+    assert (ewma.weight, ewma.n_updates) == (other.weight, other.n_updates) == (pytest.approx(1 + 0.75 + 0.75**2 + 0.75**3), 3)
+
+
 def test_ewma_copies_buffers_gets_no_gradients_and_resets():
     source, average = make_pair()
     ewma = ParameterEWMA(source, average, 0.9)

@@ -118,22 +118,27 @@ def state_of(model) -> tuple[list[th.Tensor], dict, list[th.Tensor], tuple[float
 
 
 MODELS = {
-    "ppo_ewma_categorical": lambda: filled(PPO_EWMA, make_vec_env("CartPole-v1", n_envs=4, seed=0), kl_coef=0.1),
-    "ppo_ewma_gaussian": lambda: filled(PPO_EWMA, make_vec_env("Pendulum-v1", n_envs=4, seed=0)),
-    "ppg_ewma": lambda: filled(PPG_EWMA, make_vec_env("CartPole-v1", n_envs=4, seed=0), n_policy_iterations=2),
-    "maskable_ppo_ewma": lambda: filled(
-        MaskablePPO_EWMA, DummyVecEnv([lambda: InvalidActionEnvDiscrete(dim=4, n_invalid_actions=1)] * 4)
+    "ppo_ewma_categorical": lambda device: filled(
+        PPO_EWMA, make_vec_env("CartPole-v1", n_envs=4, seed=0), kl_coef=0.1, device=device
+    ),
+    "ppo_ewma_gaussian": lambda device: filled(PPO_EWMA, make_vec_env("Pendulum-v1", n_envs=4, seed=0), device=device),
+    "ppg_ewma": lambda device: filled(
+        PPG_EWMA, make_vec_env("CartPole-v1", n_envs=4, seed=0), n_policy_iterations=2, device=device
+    ),
+    "maskable_ppo_ewma": lambda device: filled(
+        MaskablePPO_EWMA, DummyVecEnv([lambda: InvalidActionEnvDiscrete(dim=4, n_invalid_actions=1)] * 4), device=device
     ),
 }
 
 
 @pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=needs_compiler)])
 @pytest.mark.parametrize("kind", list(MODELS))
-def test_the_whole_step_moves_what_the_eager_step_moves(kind, compiled, monkeypatch):
+def test_the_whole_step_moves_what_the_eager_step_moves(kind, compiled, monkeypatch, device):
     """Two steps, compiled as one function each (or the same function run eagerly), leave the policy, the optimizer's
     state (its first step's state made as torch makes it) and the EWMA where two eager steps of the loop leave them;
-    parameters the loss does not reach (PPG's auxiliary head) keep their values and get no optimizer state."""
-    model, reference = MODELS[kind](), MODELS[kind]()
+    parameters the loss does not reach (PPG's auxiliary head) keep their values and get no optimizer state; on each
+    device."""
+    model, reference = MODELS[kind](device), MODELS[kind](device)
     reference.policy.load_state_dict(model.policy.state_dict())
     reference.proximal.ewma.load_state_dict(model.proximal.ewma.state_dict())
     if not compiled:
@@ -165,7 +170,7 @@ def test_the_whole_step_moves_what_the_eager_step_moves(kind, compiled, monkeypa
 def test_a_non_finite_gradient_moves_nothing():
     """A minibatch whose returns hold a NaN: NonFiniteError, and the policy, the optimizer's state and the EWMA are
     left as they were (the eager step's promise)."""
-    model = MODELS["ppo_ewma_categorical"]()
+    model = MODELS["ppo_ewma_categorical"]("cpu")
     data = next(iter(model.rollout_buffer.get(64)))
     whole_step(model, data)
     before = state_of(model)

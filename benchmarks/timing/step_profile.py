@@ -7,8 +7,9 @@ clipping, Adam and the EWMA in one graph), in steady state (compiled before the 
 time inside its compiled regions and graphs against the rest (Python, the eager operations around them: sampling,
 advantage normalization), read from torch's profiler, with the rollouts' acting step left eager (only ``train()``'s
 graphs).
-Also the compiled loss with and without the proximal policy's forward pass (what the EWMA adds to a PPO step), and a
-rollout step's forward pass, eager and compiled.
+Also the compiled loss with and without the proximal policy's forward pass (what the EWMA adds to a PPO step), a
+rollout step's forward pass, eager and compiled, and a Breakout-sized matrix product by torch's default CPU kernel
+(MKL) and by oneDNN.
 
     python -m benchmarks.timing.step_profile                      # 3 rounds, about 3 minutes
     python -m benchmarks.timing.step_profile --rounds 1 --iterations 5 --out /tmp/profile.md   # a dry run
@@ -101,15 +102,20 @@ def compiled_graph_share(kind: str, seed: int, iterations: int) -> dict[str, flo
         model.learn(iterations * rollout, reset_num_timesteps=False)
     minibatches = len(durations) * N_EPOCHS
     graphs = {REGION: 0.0, GRAPH: 0.0, BACKWARD: 0.0, OPTIMIZER: 0.0}
+    graph_calls = 0.0  # a graph without a backward pass (the whole step) is called without a CompiledFunction around it
     for event in profiler.key_averages():
         if event.key.startswith("Torch-Compiled Region"):
             graphs[REGION] += event.cpu_time_total
         elif event.key == "CompiledFunction":
             graphs[GRAPH] += event.cpu_time_total
+        elif event.key.startswith("## Call CompiledFxGraph"):
+            graph_calls += event.cpu_time_total
         elif event.key == "CompiledFunctionBackward":
             graphs[BACKWARD] += event.cpu_time_total
         elif event.key.startswith("Optimizer.step#"):
             graphs[OPTIMIZER] += event.cpu_time_total
+    if graphs[GRAPH] == 0.0:
+        graphs[GRAPH] = graph_calls
     share = {name: value / 1000 / minibatches for name, value in graphs.items()}
     share["train() under the profiler"] = 1000 * sum(durations) / minibatches
     return share
@@ -159,6 +165,27 @@ def acting_ms(compiled: bool, seed: int, repeats: int = 2000) -> float:
     return 1000 * (time.perf_counter() - start) / repeats
 
 
+def linear_us(onednn: bool, repeats: int = 300) -> float:
+    """
+    MinAtar Breakout's first layer on a minibatch of the speed benchmark's (1,024 x 400 -> 64, float32), microseconds:
+    torch's default CPU matrix product (MKL in torch's x86 wheels), or oneDNN's (``torch.utils.mkldnn``; XLA, SBX's
+    compiler, computes it its own way).
+    """
+    import torch.utils.mkldnn as mkldnn
+
+    generator = th.Generator().manual_seed(0)
+    layer, inputs = th.nn.Linear(400, 64), th.randn(1024, 400, generator=generator)
+    if onednn:
+        layer, inputs = mkldnn.to_mkldnn(layer), inputs.to_mkldnn()
+    with th.no_grad():
+        for _ in range(20):
+            layer(inputs)
+        start = time.perf_counter()
+        for _ in range(repeats):
+            layer(inputs)
+    return 1e6 * (time.perf_counter() - start) / repeats
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     parser.add_argument("--rounds", type=int, default=3)
@@ -172,6 +199,7 @@ def main(argv: list[str] | None = None) -> None:
     shares: dict[str, list[dict[str, float]]] = {kind: [] for kind in profiled}
     losses: dict[bool, list[float]] = {True: [], False: []}
     acting: dict[bool, list[float]] = {True: [], False: []}
+    linear: dict[bool, list[float]] = {True: [], False: []}
     for round_index in range(args.rounds):
         for offset in range(len(kinds)):  # alternating order
             kind = kinds[(round_index + offset) % len(kinds)]
@@ -182,6 +210,8 @@ def main(argv: list[str] | None = None) -> None:
             losses[with_proximal].append(loss_ms(with_proximal, round_index))
         for compiled in (False, True):
             acting[compiled].append(acting_ms(compiled, round_index))
+        for onednn in (False, True):
+            linear[onednn].append(linear_us(onednn))
         print(f"round {round_index + 1}/{args.rounds} done", flush=True)
 
     sb3 = statistics.median(per_kind["sb3_ppo"])
@@ -228,6 +258,9 @@ def main(argv: list[str] | None = None) -> None:
         "",
         f"A rollout step's forward pass on {N_ENVS} observations (sampled actions): {statistics.median(acting[False]):.3f} "
         f"ms eager, {statistics.median(acting[True]):.3f} ms compiled.",
+        "",
+        f"MinAtar Breakout's first layer on a minibatch of 1,024 (400 -> 64, float32): {statistics.median(linear[False]):.0f}"
+        f" us by torch's default matrix product, {statistics.median(linear[True]):.0f} us by oneDNN's.",
     ]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")

@@ -602,6 +602,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             for rollout_data in self._minibatches(buffer) if policy_epoch else self._sampled_minibatches(buffer):
                 train_policy = continue_training and policy_epoch
                 if whole_step and train_policy and value_epoch:
+                    # [compiled] the steps below (loss, backward, clipping, optimizer and EWMA steps) in one function
                     terms = self._whole_minibatch_step(rollout_data, policy_objective, clip_range_vf)
                     value_losses.append(terms.value_loss)
                     entropy_losses.append(terms.entropy_loss)

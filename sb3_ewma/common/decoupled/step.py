@@ -1,7 +1,10 @@
 """
-The minibatch step of the decoupled ``train()`` as functions ``torch.compile`` can take whole: :func:`minibatch_loss`
-(the policy's and the proximal policy's forward passes, the decoupled policy loss, the entropy and value losses, the
-approximate KL; its backward pass is compiled with it) and the optimizer's step; and the rollout's acting step
+The minibatch step of the decoupled ``train()`` as one function ``torch.compile`` takes whole, :func:`minibatch_step`:
+:func:`minibatch_loss` (the policy's and the proximal policy's forward passes, the decoupled policy loss, the entropy
+and value losses, the approximate KL), its gradient, the clipping, Adam's step (:func:`adam_step_`) and the EWMA's
+step. Where the loop needs the gradients or the loss between them (``target_kl``, the gradient noise scale,
+data-parallel averaging) or another optimizer steps, the step is compiled in pieces: :func:`minibatch_loss` with its
+backward pass, then the optimizer's step. Also the rollout's acting step
 (:func:`~sb3_ewma.common.distributions.lean_forward`). :class:`CompiledStep` holds the compiled functions of one model
 and decides, when a ``learn`` call starts, whether they run.
 
@@ -290,7 +293,8 @@ def minibatch_step(
         with th.no_grad():
             for average_param, source_param in zip(average, source):
                 average_param.copy_(th.where(finite, th.lerp(average_param, source_param, fraction), average_param))
-    return MinibatchLoss(*(None if tensor is None else tensor.detach() for tensor in terms)), total_norm
+    # the loss and the value loss are the terms that carry a graph
+    return terms._replace(loss=terms.loss.detach(), value_loss=terms.value_loss.detach()), total_norm
 
 
 def compile_unsupported(policy: th.nn.Module, device: th.device, evaluation: str, *, needs_distributions: bool) -> str | None:
@@ -378,6 +382,16 @@ def group_settings(optimizer: th.optim.Optimizer, **settings: Any) -> Iterator[N
             group.update(values)
 
 
+class WholeStepPlan(NamedTuple):
+    """What :meth:`CompiledStep.whole_step` reuses for one policy through a ``learn`` call."""
+
+    policy: th.nn.Module
+    adam: AdamTensors  # the parameters the loss reaches and their optimizer state
+    group: dict[str, Any]  # the optimizer's parameter group (its learning rate read at every step)
+    rate: th.Tensor  # the learning rate as a 0-dim tensor
+    fraction: th.Tensor  # the EWMA's fraction as a 0-dim tensor
+
+
 class CompiledStep:
     """
     The compiled functions of one model's training and acting steps (``compile_step``): the minibatch loss, the
@@ -407,7 +421,7 @@ class CompiledStep:
         # decided once a learn call: whether each optimizer takes the fused step, each policy's observation plan
         self._fused_steps: dict[int, tuple[th.optim.Optimizer, bool]] = {}
         self._plans: dict[int, tuple[th.nn.Module, ObservationPlan | None]] = {}
-        self._whole_plans: dict[int, tuple[Any, ...]] = {}
+        self._whole_plans: dict[int, WholeStepPlan] = {}
 
     def start_learn(
         self,
@@ -674,8 +688,17 @@ class CompiledStep:
         clip_low, clip_high, clip_vf, ent, vf, kl = self.constants(
             (low, high, clip_range_vf, float(ent_coef), float(vf_coef), kl_coef if kl_coef > 0 else None), device
         )
-        loss_args = (rollout_data.observations, actions, advantages, rollout_data.old_log_prob, rollout_data.old_values)
-        loss_args += (rollout_data.returns, clip_low, clip_high, clip_vf)
+        loss_args: tuple[Any, ...] = (
+            rollout_data.observations,
+            actions,
+            advantages,
+            rollout_data.old_log_prob,
+            rollout_data.old_values,
+            rollout_data.returns,
+            clip_low,
+            clip_high,
+            clip_vf,
+        )
         loss_kwargs = dict(
             ent_coef=ent,
             vf_coef=vf,
@@ -687,18 +710,18 @@ class CompiledStep:
             action_dims=() if action_masks is None else masked_action_dims(cast(MaskableActorCriticPolicy, policy)),
         )
         plan = self._whole_plans.get(id(policy))
-        if plan is None or plan[0] is not policy:
+        if plan is None or plan.policy is not policy:
             plan = self._whole_plans[id(policy)] = self._plan_whole_step(policy, proximal_network, loss_args, loss_kwargs)
-        _, adam, group, rate, fraction = plan
-        rate.fill_(group["lr"])
+        group = plan.group
+        plan.rate.fill_(group["lr"])
         beta1, beta2 = group["betas"]
-        settings = AdamSettings(rate, beta1, beta2, group["eps"], group["weight_decay"], group["decoupled_weight_decay"])
+        settings = AdamSettings(plan.rate, beta1, beta2, group["eps"], group["weight_decay"], group["decoupled_weight_decay"])
         averaged = None
         if ewma is not None:
-            fraction.fill_(ewma.next_fraction)
-            averaged = (*ewma.averaged_pairs, fraction)
+            plan.fraction.fill_(ewma.next_fraction)
+            averaged = (*ewma.averaged_pairs, plan.fraction)
         terms, total_norm = self.run(
-            minibatch_step, adam, settings, max_grad_norm, averaged, policy, proximal_network, *loss_args, **loss_kwargs
+            minibatch_step, plan.adam, settings, max_grad_norm, averaged, policy, proximal_network, *loss_args, **loss_kwargs
         )
         policy_objective.record(
             terms.policy_loss, terms.log_prob, terms.proximal_log_prob, rollout_data.old_log_prob, terms.kl_penalty
@@ -711,12 +734,11 @@ class CompiledStep:
         proximal_network: ActorCriticPolicy | MaskableActorCriticPolicy | None,
         loss_args: tuple[Any, ...],
         loss_kwargs: dict[str, Any],
-    ) -> tuple[Any, ...]:
+    ) -> "WholeStepPlan":
         """
         What :meth:`whole_step` reuses for ``policy`` through a ``learn`` call: the parameters the loss reaches (torch's
         step leaves the others, whose gradient is None, untouched: PPG's auxiliary head; found by one eager pass),
-        their optimizer state (made as torch makes it at a first step), and the 0-dim tensors of the learning rate and
-        the EWMA's fraction.
+        their optimizer state (made as torch makes it at a first step).
         """
         optimizer = policy.optimizer
         (group,) = optimizer.param_groups
@@ -728,10 +750,13 @@ class CompiledStep:
         reached = [(name, param) for name, param in reached if id(param) in in_group]
         for _, param in reached:
             state = optimizer.state[param]
-            if not state:  # as torch's Adam at its first step (the step on the parameter's device, as its fused step)
-                state["step"] = th.zeros((), dtype=th.float32, device=param.device)
+            if not state:  # as torch's Adam at its first step
                 state["exp_avg"] = th.zeros_like(param, memory_format=th.preserve_format)
                 state["exp_avg_sq"] = th.zeros_like(param, memory_format=th.preserve_format)
+                state["step"] = th.zeros((), dtype=th.float32)
+            # the step count on the parameter's device, as torch's fused and capturable steps keep it (its other steps
+            # read it wherever it is): a graph on one device
+            state["step"] = state["step"].to(param.device)
         states = [optimizer.state[param] for _, param in reached]
         adam = AdamTensors(
             [param for _, param in reached],
@@ -740,8 +765,7 @@ class CompiledStep:
             [state["step"] for state in states],
         )
         device = policy.device
-        rate, fraction = th.zeros((), device=device), th.zeros((), device=device)
-        return policy, adam, group, rate, fraction
+        return WholeStepPlan(policy, adam, group, th.zeros((), device=device), th.zeros((), device=device))
 
     def optimizer_step(self, optimizer: th.optim.Optimizer) -> None:
         """

@@ -117,16 +117,22 @@ def state_of(model) -> tuple[list[th.Tensor], dict, list[th.Tensor], tuple[float
     )
 
 
+def on(device: str) -> dict:
+    """On CUDA, Adam with fused=True: torch's default Adam keeps CUDA parameters' step count on the CPU, which the whole
+    step leaves to the steps in pieces."""
+    return dict(device=device, policy_kwargs=dict(optimizer_kwargs=dict(fused=True)) if device == "cuda" else None)
+
+
 MODELS = {
     "ppo_ewma_categorical": lambda device: filled(
-        PPO_EWMA, make_vec_env("CartPole-v1", n_envs=4, seed=0), kl_coef=0.1, device=device
+        PPO_EWMA, make_vec_env("CartPole-v1", n_envs=4, seed=0), kl_coef=0.1, **on(device)
     ),
-    "ppo_ewma_gaussian": lambda device: filled(PPO_EWMA, make_vec_env("Pendulum-v1", n_envs=4, seed=0), device=device),
+    "ppo_ewma_gaussian": lambda device: filled(PPO_EWMA, make_vec_env("Pendulum-v1", n_envs=4, seed=0), **on(device)),
     "ppg_ewma": lambda device: filled(
-        PPG_EWMA, make_vec_env("CartPole-v1", n_envs=4, seed=0), n_policy_iterations=2, device=device
+        PPG_EWMA, make_vec_env("CartPole-v1", n_envs=4, seed=0), n_policy_iterations=2, **on(device)
     ),
     "maskable_ppo_ewma": lambda device: filled(
-        MaskablePPO_EWMA, DummyVecEnv([lambda: InvalidActionEnvDiscrete(dim=4, n_invalid_actions=1)] * 4), device=device
+        MaskablePPO_EWMA, DummyVecEnv([lambda: InvalidActionEnvDiscrete(dim=4, n_invalid_actions=1)] * 4), **on(device)
     ),
 }
 
@@ -135,14 +141,15 @@ MODELS = {
 @pytest.mark.parametrize("kind", list(MODELS))
 def test_the_whole_step_moves_what_the_eager_step_moves(kind, compiled, monkeypatch, device):
     """Two steps, compiled as one function each (or the same function run eagerly), leave the policy, the optimizer's
-    state (its first step's state made as torch makes it) and the EWMA where two eager steps of the loop leave them;
+    state (its first step's state made as torch makes it) and the EWMA where two eager steps of the loop leave them,
+    the optimizer's state reloaded between them (``load_state_dict`` makes new tensors: the second step uses them);
     parameters the loss does not reach (PPG's auxiliary head) keep their values and get no optimizer state; on each
     device."""
     model, reference = MODELS[kind](device), MODELS[kind](device)
     reference.policy.load_state_dict(model.policy.state_dict())
     reference.proximal.ewma.load_state_dict(model.proximal.ewma.state_dict())
     if not compiled:
-        monkeypatch.setattr(step_module.th, "compile", lambda function, **_: function)
+        monkeypatch.setattr(th, "compile", lambda function, **_: function)
     for optimizer in (model.policy.optimizer, reference.policy.optimizer):
         optimizer.state.clear()  # the whole step's first step makes the state
     minibatches = list(model.rollout_buffer.get(64))[:2]
@@ -150,6 +157,8 @@ def test_the_whole_step_moves_what_the_eager_step_moves(kind, compiled, monkeypa
         eager_step(reference, data)
         terms = whole_step(model, data)
         assert terms.loss.grad_fn is None and th.isfinite(terms.loss)
+        for optimizer in (model.policy.optimizer, reference.policy.optimizer):
+            optimizer.load_state_dict(copy.deepcopy(optimizer.state_dict()))
     parameters, optimizer_state, average, bookkeeping = state_of(model)
     expected_parameters, expected_state, expected_average, expected_bookkeeping = state_of(reference)
     assert bookkeeping == expected_bookkeeping
@@ -209,3 +218,65 @@ def test_what_the_whole_step_does_not_cover_steps_in_pieces(setting, reason, cap
     plain.learn(128)
     assert "training step compiled (compile_step=True), as one function" in capsys.readouterr().out
     assert plain._steps_whole(*plain._current_clip_ranges())
+
+
+def test_a_frozen_parameter_or_an_overridden_step_keeps_the_step_in_pieces():
+    """A policy parameter frozen after the optimizer was built (the optimizer's group is no longer the trainable
+    parameters, whose norm SB3 clips), or a subclass that overrides a step the whole function replaces."""
+    model = PPO_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2, seed=0), n_steps=16, batch_size=32)
+    assert model._step_in_pieces() is None
+    model.policy.action_net.weight.requires_grad_(False)
+    assert model._step_in_pieces() == "the Adam optimizer's parameters are not the policy's trainable parameters"
+
+    class ClippedOtherwise(PPO_EWMA):
+        def _apply_gradients(self, optimizer, gradient_noise, log_prefix):
+            super()._apply_gradients(optimizer, gradient_noise, log_prefix)
+
+    other = ClippedOtherwise("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2, seed=0), n_steps=16, batch_size=32)
+    assert other._step_in_pieces() == "ClippedOtherwise overrides _apply_gradients, which the whole step does not call"
+
+
+@needs_compiler
+def test_an_iteration_stepped_whole_trains_as_the_eager_loop(capsys):
+    """Two learn calls of two iterations each (a scheduled learning rate and clip range, the EWMA, value clipping): the
+    whole step's model ends where the eager loop's does within float tolerance, with the same train/ logs."""
+    models = []
+    for compile_step in (False, True):
+        model = PPO_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=4, seed=3), n_steps=32, batch_size=64, n_epochs=2,
+                         learning_rate=lambda progress: 1e-3 * progress, clip_range=lambda progress: 0.2 * progress,
+                         clip_range_vf=0.5, ent_coef=0.01, seed=3, compile_step=compile_step, verbose=1)  # fmt: skip
+        for _ in range(2):
+            model.learn(256, reset_num_timesteps=False)
+        models.append(model)
+    eager, whole = models
+    assert "as one function" in capsys.readouterr().out and whole.compiled_step._whole_plans
+    for value, expected in zip(whole.policy.parameters(), eager.policy.parameters(), strict=True):
+        th.testing.assert_close(value, expected, rtol=1e-3, atol=1e-5)
+    for value, expected in zip(whole.proximal.ewma.average.parameters(), eager.proximal.ewma.average.parameters()):
+        th.testing.assert_close(value, expected, rtol=1e-3, atol=1e-5)
+    logged, expected_logs = whole.logger.name_to_value, eager.logger.name_to_value
+    train_keys = {key for key in expected_logs if key.startswith("train/")}
+    assert train_keys == {key for key in logged if key.startswith("train/")} and "train/loss" in train_keys
+    for key in train_keys:
+        assert logged[key] == pytest.approx(expected_logs[key], rel=1e-3, abs=1e-5), key
+
+
+@needs_compiler
+def test_a_whole_step_that_does_not_compile_steps_in_pieces(monkeypatch):
+    """The whole function fails to compile: one warning, and the training steps go on compiled in pieces (the loss and
+    the optimizer's step still compile), not eagerly."""
+    compile_function = th.compile
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("no graph for this one")
+
+    def compile_or_fail(function, **kwargs):
+        return failing if function.__name__ == "minibatch_step" else compile_function(function, **kwargs)
+
+    monkeypatch.setattr(th, "compile", compile_or_fail)
+    model = PPO_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2, seed=0), n_steps=16, batch_size=16, n_epochs=2,
+                     compile_step=True)  # fmt: skip
+    with pytest.warns(UserWarning, match="training step compiled in pieces .compilation failed: RuntimeError") as caught:
+        model.learn(64)
+    assert len([warning for warning in caught if "in pieces" in str(warning.message)]) == 1
+    assert model.compiled_step.active and model.compiled_step.verified and not model.compiled_step.whole

@@ -601,7 +601,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             # Do a complete pass on the rollout buffer (a value-only epoch needs no advantages)
             for rollout_data in self._minibatches(buffer) if policy_epoch else self._sampled_minibatches(buffer):
                 train_policy = continue_training and policy_epoch
-                if whole_step and train_policy and value_epoch:
+                if whole_step and self.compiled_step.whole and train_policy and value_epoch:
                     # [compiled] the steps below (loss, backward, clipping, optimizer and EWMA steps) in one function
                     terms = self._whole_minibatch_step(rollout_data, policy_objective, clip_range_vf)
                     value_losses.append(terms.value_loss)
@@ -713,7 +713,10 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             return "the gradient noise scale reads the gradients"
         if self.world_size > 1:
             return "data-parallel gradients are averaged during backward()"
-        return CompiledStep.optimizer_not_whole(self.policy.optimizer)
+        for name in ("_minibatch_loss", "_apply_gradients"):
+            if getattr(type(self), name) is not getattr(DecoupledAlgorithm, name):
+                return f"{type(self).__name__} overrides {name}, which the whole step does not call"
+        return CompiledStep.not_whole(self.policy, self.policy.optimizer)
 
     def _steps_whole(self, clip_range: float | None, clip_range_vf: float | None) -> bool:
         """Whether this iteration's minibatches of the policy and value function together step as one compiled function

@@ -242,7 +242,9 @@ def adam_step_(adam: AdamTensors, gradients: list[th.Tensor], settings: AdamSett
         step += 1;  m = lerp(m, g, 1 - beta1);  v = beta2 v + (1 - beta2) g^2
         theta -= lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
 
-    with ``g += weight_decay * theta`` first (Adam), or ``theta *= 1 - lr * weight_decay`` (AdamW).
+    with ``g += weight_decay * theta`` first (Adam), or ``theta *= 1 - lr * weight_decay`` (AdamW). The bias
+    corrections are computed from the step count tensor, in its dtype, as torch's capturable and fused steps compute
+    them (its single-tensor step computes them in Python floats: equal up to float32 rounding).
     """
     params = adam.params
     if settings.weight_decay != 0 and not settings.decoupled_weight_decay:
@@ -386,10 +388,24 @@ class WholeStepPlan(NamedTuple):
     """What :meth:`CompiledStep.whole_step` reuses for one policy through a ``learn`` call."""
 
     policy: th.nn.Module
+    optimizer: th.optim.Optimizer
     adam: AdamTensors  # the parameters the loss reaches and their optimizer state
     group: dict[str, Any]  # the optimizer's parameter group (its learning rate read at every step)
     rate: th.Tensor  # the learning rate as a 0-dim tensor
     fraction: th.Tensor  # the EWMA's fraction as a 0-dim tensor
+
+    def current(self, policy: Any) -> bool:
+        """Whether the plan still holds the policy's optimizer state (``load_state_dict`` replaces it: a new plan)."""
+        optimizer = policy.optimizer
+        if self.policy is not policy or self.optimizer is not optimizer or self.group is not optimizer.param_groups[0]:
+            return False
+        first = self.adam.params[0] if self.adam.params else None
+        return first is None or optimizer.state.get(first, {}).get("exp_avg") is self.adam.exp_avgs[0]
+
+
+def _scalar_dtype() -> th.dtype:
+    """The dtype of torch's Adam step count (torch.optim's own rule: float64 under a float64 default dtype)."""
+    return th.float64 if th.get_default_dtype() == th.float64 else th.float32
 
 
 class CompiledStep:
@@ -481,9 +497,12 @@ class CompiledStep:
         """After a failed compilation: eager from now on (later ``learn`` calls too); returns the sentence that says
         why."""
         self.active, self.acting_active, self.whole, self._compiled, self._steps = False, False, False, {}, {}
-        self.failure = f"compilation failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-        self.reason = self.failure
+        self.failure = self.reason = self._failure_sentence(error)
         return f"training step eager ({self.reason})"
+
+    @staticmethod
+    def _failure_sentence(error: BaseException) -> str:
+        return f"compilation failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
 
     def constants(self, values: tuple[float | None, ...], device: th.device) -> tuple[th.Tensor | None, ...]:
         """
@@ -545,12 +564,19 @@ class CompiledStep:
         previous_lowering = aot_autograd_config.force_non_lazy_backward_lowering if with_backward else False
         if with_backward:
             aot_autograd_config.force_non_lazy_backward_lowering = True
+        # minibatch_step's torch.autograd.grad becomes part of its graph (dynamo's trace_autograd_ops)
+        tracing = dynamo_config.patch(trace_autograd_ops=True) if function is minibatch_step else contextlib.nullcontext()
         try:
-            # trace_autograd_ops: minibatch_step's torch.autograd.grad becomes part of its graph
-            with dynamo_config.patch(trace_autograd_ops=True):
+            with tracing:
                 result = compiled(*args, **kwargs)
         except caught as error:  # a graph that does not compile
-            warnings.warn(self.fall_back(error), UserWarning, stacklevel=5)
+            if function is minibatch_step:  # the steps in pieces from now on (their own compilation may still work)
+                self.whole = False
+                self._compiled.pop(function, None)
+                sentence = f"training step compiled in pieces ({self._failure_sentence(error)})"
+                warnings.warn(sentence, UserWarning, stacklevel=5)
+            else:
+                warnings.warn(self.fall_back(error), UserWarning, stacklevel=5)
             return function(*args, **kwargs), False
         finally:
             if with_backward:
@@ -639,23 +665,33 @@ class CompiledStep:
         return MinibatchTerms(terms.loss, terms.value_loss, terms.entropy_loss, terms.approx_kl_div)
 
     @staticmethod
-    def optimizer_not_whole(optimizer: th.optim.Optimizer) -> str | None:
+    def not_whole(policy: th.nn.Module, optimizer: th.optim.Optimizer) -> str | None:
         """
-        Why :func:`minibatch_step` cannot take ``optimizer``'s step (None: it can, as torch's ``Adam`` or ``AdamW`` with
-        one parameter group, without ``amsgrad``, ``maximize`` or ``differentiable``, its settings numbers).
+        Why :func:`minibatch_step` cannot take ``optimizer``'s step on ``policy`` (None: it can): it steps torch's
+        ``Adam`` or ``AdamW`` with one parameter group, which holds the policy's trainable parameters, without
+        ``amsgrad``, ``maximize`` or ``differentiable``, its settings numbers, and keeps the step count where torch's
+        Adam keeps it: with CPU parameters, or on the parameters' device with ``fused`` or ``capturable``.
         """
+        if not hasattr(dynamo_config, "trace_autograd_ops"):
+            return f"torch {th.__version__}'s torch.compile cannot trace torch.autograd.grad"
         name = type(optimizer).__name__
         if type(optimizer) not in (th.optim.Adam, th.optim.AdamW):
             return f"the optimizer is {name}, not torch's Adam or AdamW"
         if len(optimizer.param_groups) != 1:
             return f"the {name} optimizer has {len(optimizer.param_groups)} parameter groups"
         group = optimizer.param_groups[0]
-        options = [key for key in ("amsgrad", "maximize", "differentiable") if group[key]]
+        trainable = {id(param) for param in policy.parameters() if param.requires_grad}
+        if {id(param) for param in group["params"]} != trainable:
+            return f"the {name} optimizer's parameters are not the policy's trainable parameters"
+        options = [key for key in ("amsgrad", "maximize", "differentiable") if group.get(key)]
         if options:
             return f"the {name} optimizer's {options[0]}=True"
         settings = (group["lr"], group["eps"], group["weight_decay"], *group["betas"])
         if any(isinstance(value, th.Tensor) for value in settings):
             return f"the {name} optimizer's settings are tensors"
+        on_cpu = all(param.device.type == "cpu" for param in group["params"])
+        if not (on_cpu or group.get("fused") or group.get("capturable")):
+            return f"the {name} optimizer keeps its step count on the CPU (fused=True steps it whole)"
         return None
 
     def whole_step(
@@ -676,7 +712,7 @@ class CompiledStep:
         action_masks: th.Tensor | None = None,
     ) -> tuple[MinibatchTerms, th.Tensor]:
         """
-        One minibatch's loss, gradient, clipping, the optimizer's step (``policy.optimizer``, :meth:`optimizer_not_whole`) and
+        One minibatch's loss, gradient, clipping, the optimizer's step (``policy.optimizer``, :meth:`not_whole`) and
         ``ewma``'s step by the compiled :func:`minibatch_step`; returns the losses and the gradient's norm before
         clipping (the caller checks it is finite: if not, nothing moved). ``ewma``'s bookkeeping
         (:meth:`~sb3_ewma.common.ewma.ParameterEWMA.advance`) is the caller's too.
@@ -710,12 +746,13 @@ class CompiledStep:
             action_dims=() if action_masks is None else masked_action_dims(cast(MaskableActorCriticPolicy, policy)),
         )
         plan = self._whole_plans.get(id(policy))
-        if plan is None or plan.policy is not policy:
+        if plan is None or not plan.current(policy):
             plan = self._whole_plans[id(policy)] = self._plan_whole_step(policy, proximal_network, loss_args, loss_kwargs)
         group = plan.group
         plan.rate.fill_(group["lr"])
         beta1, beta2 = group["betas"]
-        settings = AdamSettings(plan.rate, beta1, beta2, group["eps"], group["weight_decay"], group["decoupled_weight_decay"])
+        decoupled = group.get("decoupled_weight_decay", type(policy.optimizer) is th.optim.AdamW)
+        settings = AdamSettings(plan.rate, beta1, beta2, group["eps"], group["weight_decay"], decoupled)
         averaged = None
         if ewma is not None:
             plan.fraction.fill_(ewma.next_fraction)
@@ -742,30 +779,32 @@ class CompiledStep:
         """
         optimizer = policy.optimizer
         (group,) = optimizer.param_groups
-        named = [(name, param) for name, param in policy.named_parameters() if param.requires_grad]
-        loss = minibatch_loss(policy, proximal_network, *loss_args, **loss_kwargs).loss
-        gradients = th.autograd.grad(loss, [param for _, param in named], allow_unused=True)
-        reached = [(name, param) for (name, param), gradient in zip(named, gradients) if gradient is not None]
-        in_group = {id(param) for param in group["params"]}
-        reached = [(name, param) for name, param in reached if id(param) in in_group]
-        for _, param in reached:
+        parameters = [param for param in policy.parameters() if param.requires_grad]
+        # which parameters the loss reaches, by an eager pass in evaluation mode (no batch-norm statistics moved)
+        training = policy.training
+        policy.set_training_mode(False)
+        try:
+            loss = minibatch_loss(policy, proximal_network, *loss_args, **loss_kwargs).loss
+            gradients = th.autograd.grad(loss, parameters, allow_unused=True)
+        finally:
+            policy.set_training_mode(training)
+        reached = [param for param, gradient in zip(parameters, gradients) if gradient is not None]
+        on_device = bool(group.get("fused") or group.get("capturable"))
+        for param in reached:
             state = optimizer.state[param]
-            if not state:  # as torch's Adam at its first step
+            if not state:  # as torch's Adam makes it at its first step
+                state["step"] = th.zeros((), dtype=_scalar_dtype(), device=param.device if on_device else "cpu")
                 state["exp_avg"] = th.zeros_like(param, memory_format=th.preserve_format)
                 state["exp_avg_sq"] = th.zeros_like(param, memory_format=th.preserve_format)
-                state["step"] = th.zeros((), dtype=th.float32)
-            # the step count on the parameter's device, as torch's fused and capturable steps keep it (its other steps
-            # read it wherever it is): a graph on one device
-            state["step"] = state["step"].to(param.device)
-        states = [optimizer.state[param] for _, param in reached]
+        states = [optimizer.state[param] for param in reached]
         adam = AdamTensors(
-            [param for _, param in reached],
+            reached,
             [state["exp_avg"] for state in states],
             [state["exp_avg_sq"] for state in states],
             [state["step"] for state in states],
         )
         device = policy.device
-        return WholeStepPlan(policy, adam, group, th.zeros((), device=device), th.zeros((), device=device))
+        return WholeStepPlan(policy, optimizer, adam, group, th.zeros((), device=device), th.zeros((), device=device))
 
     def optimizer_step(self, optimizer: th.optim.Optimizer) -> None:
         """

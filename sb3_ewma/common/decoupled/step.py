@@ -779,7 +779,7 @@ class CompiledStep:
         """
         optimizer = policy.optimizer
         (group,) = optimizer.param_groups
-        parameters = [param for param in policy.parameters() if param.requires_grad]
+        parameters: list[th.Tensor] = [param for param in policy.parameters() if param.requires_grad]
         # which parameters the loss reaches, by an eager pass in evaluation mode (no batch-norm statistics moved)
         training = policy.training
         policy.set_training_mode(False)
@@ -788,7 +788,7 @@ class CompiledStep:
             gradients = th.autograd.grad(loss, parameters, allow_unused=True)
         finally:
             policy.set_training_mode(training)
-        reached = [param for param, gradient in zip(parameters, gradients) if gradient is not None]
+        reached: list[th.Tensor] = [param for param, gradient in zip(parameters, gradients) if gradient is not None]
         on_device = bool(group.get("fused") or group.get("capturable"))
         for param in reached:
             state = optimizer.state[param]

@@ -805,6 +805,18 @@ def test_throughput_names_the_cuda_graphs_acting_step():
         throughput.run({**config, "algos": ["ppo_ewma_cudagraphs"]})
 
 
+def test_throughput_compiles_with_fused_adam_on_cuda():
+    """On CUDA a compiled row's Adam takes the fused step (so that the step compiles as one function); on the CPU, and
+    eager anywhere, the algorithm's own optimizer settings."""
+    config = throughput.parse_args(["--preset", "smoke"])
+    cuda = {**config, "device": "cuda"}
+    optimizer_kwargs = throughput.settings_for("ppo_ewma_compiled", cuda)["policy_kwargs"]["optimizer_kwargs"]
+    assert optimizer_kwargs == {"eps": 1e-5, "fused": True}
+    for name, settings in (("ppo_ewma", cuda), ("ppo_ewma_compiled", config)):
+        policy_kwargs = throughput.settings_for(name, settings)["policy_kwargs"] or {}
+        assert "optimizer_kwargs" not in policy_kwargs
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # the training diagnostics
 

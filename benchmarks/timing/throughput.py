@@ -109,7 +109,8 @@ PROCESS_SUFFIX = "_process"
 FAST_SUFFIX = "_fast"
 COMPILED_SUFFIX = "_compiled"
 """The training step compiled (``compile_step=True``; the others train eagerly, ``compile_step=False``), last in a
-name: ``ppo_ewma_compiled``, ``ppo_ewma_process_compiled``, ``ppo_ewma_fast_compiled``."""
+name: ``ppo_ewma_compiled``, ``ppo_ewma_process_compiled``, ``ppo_ewma_fast_compiled``. On CUDA with Adam's fused
+step, with which the compiled step runs as one function there."""
 """channels_last weights and bfloat16 autocast in train() (a GPU's means; see training_precision_for)."""
 CUDA_GRAPHS_SUFFIX = "_cudagraphs"
 """After ``_compiled``: the acting step compiled with ``mode="reduce-overhead"`` (CUDA graphs on CUDA; the CPU ignores
@@ -182,10 +183,13 @@ def settings_for(name: str, config: dict[str, Any]) -> dict[str, Any]:
         settings["async_rollouts"] = async_rollouts
     if name != "ppo":
         settings["compile_step"] = compiled
-    if foreach:
-        # SB3's own Adam settings (eps=1e-5 when optimizer_kwargs is not given), with the foreach step
+    if foreach or (compiled and str(config["device"]).startswith("cuda")):
+        # SB3's own Adam settings (eps=1e-5 when optimizer_kwargs is not given), with the foreach step, or compiled on
+        # CUDA the fused one (torch's other Adam steps keep a CUDA parameter's step count on the CPU, and the compiled
+        # step then runs in pieces: the performance guide)
         policy_kwargs = settings["policy_kwargs"] or {}
-        optimizer_kwargs = {"eps": 1e-5, **policy_kwargs.get("optimizer_kwargs", {}), "foreach": True}
+        step = {"foreach": True} if foreach else {"fused": True}
+        optimizer_kwargs = {"eps": 1e-5, **policy_kwargs.get("optimizer_kwargs", {}), **step}
         settings["policy_kwargs"] = {**policy_kwargs, "optimizer_kwargs": optimizer_kwargs}
     return settings
 

@@ -630,6 +630,28 @@ class CompiledStep:
         One minibatch's loss by the compiled :func:`minibatch_loss` (:meth:`run`), its diagnostics recorded by
         ``policy_objective`` (whose clip range, KL coefficient and importance-sampling cap it takes).
         """
+        args, kwargs = self._loss_inputs(
+            policy, proximal_network, rollout_data, actions, advantages, policy_objective, clip_range_vf,
+            ent_coef, vf_coef, autocast_dtype, action_masks,
+        )  # fmt: skip
+        terms: MinibatchLoss = self.run(minibatch_loss, *args, **kwargs)
+        return self._recorded(terms, rollout_data, policy_objective)
+
+    def _loss_inputs(
+        self,
+        policy: ActorCriticPolicy | MaskableActorCriticPolicy,
+        proximal_network: ActorCriticPolicy | MaskableActorCriticPolicy | None,
+        rollout_data: Any,
+        actions: th.Tensor,
+        advantages: th.Tensor,
+        policy_objective: DecoupledPolicyObjective,
+        clip_range_vf: float | None,
+        ent_coef: float,
+        vf_coef: float,
+        autocast_dtype: th.dtype | None,
+        action_masks: th.Tensor | None,
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """:func:`minibatch_loss`'s arguments for a minibatch, its numbers as the 0-dim tensors of :meth:`constants`."""
         clip_range = policy_objective.clip_range
         low, high = (-math.inf, math.inf) if clip_range is None else log_clip_bounds(clip_range)
         kl_coef = float(policy_objective.kl_coef)
@@ -637,19 +659,9 @@ class CompiledStep:
         clip_low, clip_high, clip_vf, ent, vf, kl = self.constants(
             (low, high, clip_range_vf, float(ent_coef), float(vf_coef), kl_coef_or_none), rollout_data.returns.device
         )
-        terms: MinibatchLoss = self.run(
-            minibatch_loss,
-            policy,
-            proximal_network,
-            rollout_data.observations,
-            actions,
-            advantages,
-            rollout_data.old_log_prob,
-            rollout_data.old_values,
-            rollout_data.returns,
-            clip_low,
-            clip_high,
-            clip_vf,
+        args = (policy, proximal_network, rollout_data.observations, actions, advantages, rollout_data.old_log_prob,
+                rollout_data.old_values, rollout_data.returns, clip_low, clip_high, clip_vf)  # fmt: skip
+        kwargs = dict(
             ent_coef=ent,
             vf_coef=vf,
             kl_coef=kl,
@@ -659,6 +671,11 @@ class CompiledStep:
             action_masks=action_masks,
             action_dims=() if action_masks is None else masked_action_dims(cast(MaskableActorCriticPolicy, policy)),
         )
+        return args, kwargs
+
+    @staticmethod
+    def _recorded(terms: MinibatchLoss, rollout_data: Any, policy_objective: DecoupledPolicyObjective) -> MinibatchTerms:
+        """What the training loop reads of a minibatch's loss, its diagnostics recorded by ``policy_objective``."""
         policy_objective.record(
             terms.policy_loss, terms.log_prob, terms.proximal_log_prob, rollout_data.old_log_prob, terms.kl_penalty
         )
@@ -717,37 +734,13 @@ class CompiledStep:
         clipping (the caller checks it is finite: if not, nothing moved). ``ewma``'s bookkeeping
         (:meth:`~sb3_ewma.common.ewma.ParameterEWMA.advance`) is the caller's too.
         """
-        clip_range = policy_objective.clip_range
-        low, high = (-math.inf, math.inf) if clip_range is None else log_clip_bounds(clip_range)
-        kl_coef = float(policy_objective.kl_coef)
-        device = rollout_data.returns.device
-        clip_low, clip_high, clip_vf, ent, vf, kl = self.constants(
-            (low, high, clip_range_vf, float(ent_coef), float(vf_coef), kl_coef if kl_coef > 0 else None), device
-        )
-        loss_args: tuple[Any, ...] = (
-            rollout_data.observations,
-            actions,
-            advantages,
-            rollout_data.old_log_prob,
-            rollout_data.old_values,
-            rollout_data.returns,
-            clip_low,
-            clip_high,
-            clip_vf,
-        )
-        loss_kwargs = dict(
-            ent_coef=ent,
-            vf_coef=vf,
-            kl_coef=kl,
-            imp_samp_max=float(policy_objective.imp_samp_max),
-            autocast_dtype=autocast_dtype,
-            observation_plan=self.observation_plan(policy),
-            action_masks=action_masks,
-            action_dims=() if action_masks is None else masked_action_dims(cast(MaskableActorCriticPolicy, policy)),
-        )
+        args, kwargs = self._loss_inputs(
+            policy, proximal_network, rollout_data, actions, advantages, policy_objective, clip_range_vf,
+            ent_coef, vf_coef, autocast_dtype, action_masks,
+        )  # fmt: skip
         plan = self._whole_plans.get(id(policy))
         if plan is None or not plan.current(policy):
-            plan = self._whole_plans[id(policy)] = self._plan_whole_step(policy, proximal_network, loss_args, loss_kwargs)
+            plan = self._whole_plans[id(policy)] = self._plan_whole_step(policy, args, kwargs)
         group = plan.group
         plan.rate.fill_(group["lr"])
         beta1, beta2 = group["betas"]
@@ -757,20 +750,12 @@ class CompiledStep:
         if ewma is not None:
             plan.fraction.fill_(ewma.next_fraction)
             averaged = (*ewma.averaged_pairs, plan.fraction)
-        terms, total_norm = self.run(
-            minibatch_step, plan.adam, settings, max_grad_norm, averaged, policy, proximal_network, *loss_args, **loss_kwargs
-        )
-        policy_objective.record(
-            terms.policy_loss, terms.log_prob, terms.proximal_log_prob, rollout_data.old_log_prob, terms.kl_penalty
-        )
-        return MinibatchTerms(terms.loss, terms.value_loss, terms.entropy_loss, terms.approx_kl_div), total_norm
+        terms, total_norm = self.run(minibatch_step, plan.adam, settings, max_grad_norm, averaged, *args, **kwargs)
+        return self._recorded(terms, rollout_data, policy_objective), total_norm
 
     @staticmethod
     def _plan_whole_step(
-        policy: ActorCriticPolicy | MaskableActorCriticPolicy,
-        proximal_network: ActorCriticPolicy | MaskableActorCriticPolicy | None,
-        loss_args: tuple[Any, ...],
-        loss_kwargs: dict[str, Any],
+        policy: ActorCriticPolicy | MaskableActorCriticPolicy, loss_args: tuple[Any, ...], loss_kwargs: dict[str, Any]
     ) -> "WholeStepPlan":
         """
         What :meth:`whole_step` reuses for ``policy`` through a ``learn`` call: the parameters the loss reaches (torch's
@@ -784,7 +769,7 @@ class CompiledStep:
         training = policy.training
         policy.set_training_mode(False)
         try:
-            loss = minibatch_loss(policy, proximal_network, *loss_args, **loss_kwargs).loss
+            loss = minibatch_loss(*loss_args, **loss_kwargs).loss
             gradients = th.autograd.grad(loss, parameters, allow_unused=True)
         finally:
             policy.set_training_mode(training)

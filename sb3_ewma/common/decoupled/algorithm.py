@@ -48,7 +48,7 @@ from sb3_ewma.common.decoupled.proximal import (
     parameters_with_proximal_state,
     with_proximal_state_in_data,
 )
-from sb3_ewma.common.decoupled.step import CompiledStep, MinibatchTerms, compile_unsupported
+from sb3_ewma.common.decoupled.step import CompiledMinibatch, CompiledStep, MinibatchTerms, compile_unsupported
 from sb3_ewma.common.distributed import (
     DataParallelTraining,
     SingleProcessTraining,
@@ -675,23 +675,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         otherwise SB3 PPO's computation, operation for operation.
         """
         if self.compiled_step.covers(clip_range, clip_range_vf):
-            actions = rollout_data.actions
-            if isinstance(self.action_space, spaces.Discrete):
-                actions = rollout_data.actions.long().flatten()
-            return self.compiled_step.minibatch_terms(
-                self.policy,
-                # a copy of the policy (compile_unsupported)
-                cast(ActorCriticPolicy | MaskableActorCriticPolicy | None, self.proximal.network),
-                rollout_data,
-                actions,
-                self.advantage_normalizer.minibatch(rollout_data.advantages),
-                policy_objective,
-                clip_range_vf,
-                ent_coef=self.ent_coef,
-                vf_coef=self.vf_coef,
-                autocast_dtype=self.training_precision.autocast_dtype,
-                action_masks=rollout_data.action_masks if self._compiled_evaluation == "action_masks" else None,
-            )
+            return self.compiled_step.minibatch_terms(self._compiled_minibatch(rollout_data, policy_objective, clip_range_vf))
         values, policy_loss, entropy_loss, approx_kl_div = self._policy_loss_terms(rollout_data, policy_objective)
         # Clip the difference between old and new value (None: no clipping)
         # NOTE: this depends on the reward scaling
@@ -731,29 +715,35 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         function (:meth:`~sb3_ewma.common.decoupled.step.CompiledStep.whole_step`); a non-finite gradient stops
         training with nothing moved, as the eager step.
         """
+        ewma = self.proximal.ewma if self.proximal.kind == "ewma" else None
+        minibatch = self._compiled_minibatch(rollout_data, policy_objective, clip_range_vf)
+        terms, total_norm = self.compiled_step.whole_step(minibatch, ewma, self.max_grad_norm)
+        check_finite_gradient_norm(total_norm, "train", self._n_updates)
+        if ewma is not None:
+            ewma.advance()
+        return terms
+
+    def _compiled_minibatch(
+        self, rollout_data: Any, policy_objective: DecoupledPolicyObjective, clip_range_vf: float | None
+    ) -> CompiledMinibatch:
+        """A minibatch as the compiled steps take it: the actions as the policy evaluates them, the advantages
+        normalized, the coefficients and the proximal policy's network (a copy of the policy: compile_unsupported)."""
         actions = rollout_data.actions
         if isinstance(self.action_space, spaces.Discrete):
             actions = rollout_data.actions.long().flatten()
-        ewma = self.proximal.ewma if self.proximal.kind == "ewma" else None
-        terms, total_norm = self.compiled_step.whole_step(
-            self.policy,
+        return CompiledMinibatch(
+            cast(ActorCriticPolicy | MaskableActorCriticPolicy, self.policy),
             cast(ActorCriticPolicy | MaskableActorCriticPolicy | None, self.proximal.network),
-            ewma,
-            self.max_grad_norm,
             rollout_data,
             actions,
             self.advantage_normalizer.minibatch(rollout_data.advantages),
             policy_objective,
             clip_range_vf,
-            ent_coef=self.ent_coef,
-            vf_coef=self.vf_coef,
-            autocast_dtype=self.training_precision.autocast_dtype,
-            action_masks=rollout_data.action_masks if self._compiled_evaluation == "action_masks" else None,
+            self.ent_coef,
+            self.vf_coef,
+            self.training_precision.autocast_dtype,
+            rollout_data.action_masks if self._compiled_evaluation == "action_masks" else None,
         )
-        check_finite_gradient_norm(total_norm, "train", self._n_updates)
-        if ewma is not None:
-            ewma.advance()
-        return terms
 
     def _value_loss(self, rollout_data: Any, clip_range_vf: float | None) -> th.Tensor:
         """The value loss of a minibatch alone (the value-only steps of PPG's policy phase)."""

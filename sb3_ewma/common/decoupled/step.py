@@ -384,6 +384,22 @@ def group_settings(optimizer: th.optim.Optimizer, **settings: Any) -> Iterator[N
             group.update(values)
 
 
+class CompiledMinibatch(NamedTuple):
+    """One minibatch and what the compiled steps need of the model to compute its loss (:func:`minibatch_loss`)."""
+
+    policy: ActorCriticPolicy | MaskableActorCriticPolicy
+    proximal_network: ActorCriticPolicy | MaskableActorCriticPolicy | None  # None: the behavior policy
+    rollout_data: Any
+    actions: th.Tensor  # as the policy evaluates them (a Discrete space's as long integers)
+    advantages: th.Tensor  # normalized
+    policy_objective: DecoupledPolicyObjective  # its clip range, KL coefficient and cap; it records the diagnostics
+    clip_range_vf: float | None
+    ent_coef: float
+    vf_coef: float
+    autocast_dtype: th.dtype | None
+    action_masks: th.Tensor | None  # a maskable policy's, from the rollout buffer
+
+
 class WholeStepPlan(NamedTuple):
     """What :meth:`CompiledStep.whole_step` reuses for one policy through a ``learn`` call."""
 
@@ -611,73 +627,44 @@ class CompiledStep:
         options = {"fallback_random": True, **(inductor.list_mode_options(self.acting_mode) if self.acting_mode else {})}
         return self._call(lean_forward, (policy, obs, self.observation_plan(policy)), {}, options, with_backward=False)[0]
 
-    def minibatch_terms(
-        self,
-        policy: ActorCriticPolicy | MaskableActorCriticPolicy,
-        proximal_network: ActorCriticPolicy | MaskableActorCriticPolicy | None,
-        rollout_data: Any,
-        actions: th.Tensor,
-        advantages: th.Tensor,
-        policy_objective: DecoupledPolicyObjective,
-        clip_range_vf: float | None,
-        *,
-        ent_coef: float,
-        vf_coef: float,
-        autocast_dtype: th.dtype | None,
-        action_masks: th.Tensor | None = None,
-    ) -> MinibatchTerms:
+    def minibatch_terms(self, minibatch: CompiledMinibatch) -> MinibatchTerms:
         """
-        One minibatch's loss by the compiled :func:`minibatch_loss` (:meth:`run`), its diagnostics recorded by
-        ``policy_objective`` (whose clip range, KL coefficient and importance-sampling cap it takes).
+        One minibatch's loss by the compiled :func:`minibatch_loss` (:meth:`run`), its diagnostics recorded by the
+        minibatch's ``policy_objective``.
         """
-        args, kwargs = self._loss_inputs(
-            policy, proximal_network, rollout_data, actions, advantages, policy_objective, clip_range_vf,
-            ent_coef, vf_coef, autocast_dtype, action_masks,
-        )  # fmt: skip
+        args, kwargs = self._loss_inputs(minibatch)
         terms: MinibatchLoss = self.run(minibatch_loss, *args, **kwargs)
-        return self._recorded(terms, rollout_data, policy_objective)
+        return self._recorded(terms, minibatch)
 
-    def _loss_inputs(
-        self,
-        policy: ActorCriticPolicy | MaskableActorCriticPolicy,
-        proximal_network: ActorCriticPolicy | MaskableActorCriticPolicy | None,
-        rollout_data: Any,
-        actions: th.Tensor,
-        advantages: th.Tensor,
-        policy_objective: DecoupledPolicyObjective,
-        clip_range_vf: float | None,
-        ent_coef: float,
-        vf_coef: float,
-        autocast_dtype: th.dtype | None,
-        action_masks: th.Tensor | None,
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def _loss_inputs(self, minibatch: CompiledMinibatch) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """:func:`minibatch_loss`'s arguments for a minibatch, its numbers as the 0-dim tensors of :meth:`constants`."""
-        clip_range = policy_objective.clip_range
+        objective, data, masks = minibatch.policy_objective, minibatch.rollout_data, minibatch.action_masks
+        clip_range = objective.clip_range
         low, high = (-math.inf, math.inf) if clip_range is None else log_clip_bounds(clip_range)
-        kl_coef = float(policy_objective.kl_coef)
+        kl_coef = float(objective.kl_coef)
         kl_coef_or_none = kl_coef if kl_coef > 0 else None  # as the eager objective: a penalty for a positive kl_coef
-        clip_low, clip_high, clip_vf, ent, vf, kl = self.constants(
-            (low, high, clip_range_vf, float(ent_coef), float(vf_coef), kl_coef_or_none), rollout_data.returns.device
-        )
-        args = (policy, proximal_network, rollout_data.observations, actions, advantages, rollout_data.old_log_prob,
-                rollout_data.old_values, rollout_data.returns, clip_low, clip_high, clip_vf)  # fmt: skip
+        numbers = (low, high, minibatch.clip_range_vf, float(minibatch.ent_coef), float(minibatch.vf_coef), kl_coef_or_none)
+        clip_low, clip_high, clip_vf, ent, vf, kl = self.constants(numbers, data.returns.device)
+        args = (minibatch.policy, minibatch.proximal_network, data.observations, minibatch.actions, minibatch.advantages,
+                data.old_log_prob, data.old_values, data.returns, clip_low, clip_high, clip_vf)  # fmt: skip
         kwargs = dict(
             ent_coef=ent,
             vf_coef=vf,
             kl_coef=kl,
-            imp_samp_max=float(policy_objective.imp_samp_max),
-            autocast_dtype=autocast_dtype,
-            observation_plan=self.observation_plan(policy),
-            action_masks=action_masks,
-            action_dims=() if action_masks is None else masked_action_dims(cast(MaskableActorCriticPolicy, policy)),
+            imp_samp_max=float(objective.imp_samp_max),
+            autocast_dtype=minibatch.autocast_dtype,
+            observation_plan=self.observation_plan(minibatch.policy),
+            action_masks=masks,
+            action_dims=() if masks is None else masked_action_dims(cast(MaskableActorCriticPolicy, minibatch.policy)),
         )
         return args, kwargs
 
     @staticmethod
-    def _recorded(terms: MinibatchLoss, rollout_data: Any, policy_objective: DecoupledPolicyObjective) -> MinibatchTerms:
-        """What the training loop reads of a minibatch's loss, its diagnostics recorded by ``policy_objective``."""
-        policy_objective.record(
-            terms.policy_loss, terms.log_prob, terms.proximal_log_prob, rollout_data.old_log_prob, terms.kl_penalty
+    def _recorded(terms: MinibatchLoss, minibatch: CompiledMinibatch) -> MinibatchTerms:
+        """What the training loop reads of a minibatch's loss, its diagnostics recorded by its ``policy_objective``."""
+        behavior_log_prob = minibatch.rollout_data.old_log_prob
+        minibatch.policy_objective.record(
+            terms.policy_loss, terms.log_prob, terms.proximal_log_prob, behavior_log_prob, terms.kl_penalty
         )
         return MinibatchTerms(terms.loss, terms.value_loss, terms.entropy_loss, terms.approx_kl_div)
 
@@ -712,21 +699,7 @@ class CompiledStep:
         return None
 
     def whole_step(
-        self,
-        policy: ActorCriticPolicy | MaskableActorCriticPolicy,
-        proximal_network: ActorCriticPolicy | MaskableActorCriticPolicy | None,
-        ewma: ParameterEWMA | None,
-        max_grad_norm: float,
-        rollout_data: Any,
-        actions: th.Tensor,
-        advantages: th.Tensor,
-        policy_objective: DecoupledPolicyObjective,
-        clip_range_vf: float | None,
-        *,
-        ent_coef: float,
-        vf_coef: float,
-        autocast_dtype: th.dtype | None,
-        action_masks: th.Tensor | None = None,
+        self, minibatch: CompiledMinibatch, ewma: ParameterEWMA | None, max_grad_norm: float
     ) -> tuple[MinibatchTerms, th.Tensor]:
         """
         One minibatch's loss, gradient, clipping, the optimizer's step (``policy.optimizer``, :meth:`not_whole`) and
@@ -734,10 +707,8 @@ class CompiledStep:
         clipping (the caller checks it is finite: if not, nothing moved). ``ewma``'s bookkeeping
         (:meth:`~sb3_ewma.common.ewma.ParameterEWMA.advance`) is the caller's too.
         """
-        args, kwargs = self._loss_inputs(
-            policy, proximal_network, rollout_data, actions, advantages, policy_objective, clip_range_vf,
-            ent_coef, vf_coef, autocast_dtype, action_masks,
-        )  # fmt: skip
+        policy = minibatch.policy
+        args, kwargs = self._loss_inputs(minibatch)
         plan = self._whole_plans.get(id(policy))
         if plan is None or not plan.current(policy):
             plan = self._whole_plans[id(policy)] = self._plan_whole_step(policy, args, kwargs)
@@ -751,7 +722,7 @@ class CompiledStep:
             plan.fraction.fill_(ewma.next_fraction)
             averaged = (*ewma.averaged_pairs, plan.fraction)
         terms, total_norm = self.run(minibatch_step, plan.adam, settings, max_grad_norm, averaged, *args, **kwargs)
-        return self._recorded(terms, rollout_data, policy_objective), total_norm
+        return self._recorded(terms, minibatch), total_norm
 
     @staticmethod
     def _plan_whole_step(

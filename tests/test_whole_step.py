@@ -45,14 +45,24 @@ def test_clipping_is_torchs_clip_grad_norm(max_norm):
     th.testing.assert_close(total_norm, th.cat([gradient.flatten() for gradient in gradients]).norm())
 
 
-@pytest.mark.parametrize("optimizer_class, weight_decay", [(th.optim.Adam, 0.0), (th.optim.Adam, 0.1), (th.optim.AdamW, 0.1)])
-def test_adam_step_is_torchs_adam(optimizer_class, weight_decay):
+@pytest.mark.parametrize(
+    "optimizer_class, weight_decay, implementation",
+    [
+        (th.optim.Adam, 0.0, {}),
+        (th.optim.Adam, 0.1, {}),
+        (th.optim.AdamW, 0.1, {}),
+        (th.optim.Adam, 0.1, {"fused": True}),
+        (th.optim.AdamW, 0.1, {"foreach": True}),
+    ],
+)
+def test_adam_step_is_torchs_adam(optimizer_class, weight_decay, implementation):
     """Three steps of adam_step_ on the optimizer's own state tensors leave the parameters and the state as torch's
-    Adam/AdamW leaves them on a copy; with apply False nothing moves."""
+    Adam/AdamW leaves them on a copy (its single-tensor, fused and foreach steps); with apply False nothing moves."""
     parameters = [th.nn.Parameter(tensor) for tensor in random_tensors(1)]
     reference = [th.nn.Parameter(tensor.detach().clone()) for tensor in parameters]
     settings = dict(lr=3e-3, betas=(0.8, 0.99), eps=1e-5, weight_decay=weight_decay)
-    optimizer, reference_optimizer = optimizer_class(parameters, **settings), optimizer_class(reference, **settings)
+    optimizer = optimizer_class(parameters, **settings)
+    reference_optimizer = optimizer_class(reference, **settings, **implementation)
     for parameter in parameters:
         state = optimizer.state[parameter]
         state["step"], state["exp_avg"], state["exp_avg_sq"] = th.zeros(()), th.zeros_like(parameter), th.zeros_like(parameter)
@@ -69,7 +79,8 @@ def test_adam_step_is_torchs_adam(optimizer_class, weight_decay):
     for parameter, expected in zip(parameters, reference, strict=True):
         th.testing.assert_close(parameter, expected, rtol=1e-6, atol=1e-7)
         for key in ("exp_avg", "exp_avg_sq", "step"):
-            th.testing.assert_close(optimizer.state[parameter][key], reference_optimizer.state[expected][key])
+            state, expected_state = optimizer.state[parameter][key], reference_optimizer.state[expected][key]
+            th.testing.assert_close(state, expected_state, rtol=1e-6, atol=1e-8)
     before = copy.deepcopy(optimizer.state_dict()), [parameter.detach().clone() for parameter in parameters]
     adam_step_(adam, random_tensors(20), adam_settings, th.tensor(False))
     for parameter, kept in zip(parameters, before[1]):

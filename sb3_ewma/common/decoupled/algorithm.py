@@ -584,7 +584,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         buffer.advantages = self.advantage_normalizer.start_iteration(buffer.advantages)
         policy_objective = DecoupledPolicyObjective(clip_range, self.kl_coef, self.kl_estimator, self.imp_samp_max)
         # [compiled] each minibatch's loss, backward pass, clipping, optimizer step and EWMA step as one function
-        whole_step = self._steps_whole(clip_range, clip_range_vf)
+        one_function = self._steps_whole(clip_range, clip_range_vf)
 
         entropy_losses, value_losses = [], []
         # logged after the loop: the last policy epoch's KL estimates and the last minibatch's loss
@@ -601,23 +601,23 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             # Do a complete pass on the rollout buffer (a value-only epoch needs no advantages)
             for rollout_data in self._minibatches(buffer) if policy_epoch else self._sampled_minibatches(buffer):
                 train_policy = continue_training and policy_epoch
-                if whole_step and self.compiled_step.whole and train_policy and value_epoch:
-                    # [compiled] the steps below (loss, backward, clipping, optimizer and EWMA steps) in one function
-                    terms = self._whole_minibatch_step(rollout_data, policy_objective, clip_range_vf)
-                    value_losses.append(terms.value_loss)
-                    entropy_losses.append(terms.entropy_loss)
-                    approx_kl_divs.append(terms.approx_kl_div)
-                    loss = terms.loss
-                    continue
                 if train_policy and value_epoch:
                     # [decoupled] the policy loss: importance sampling with the behavior policy, clipping (or a KL
                     # penalty) at the proximal policy; the entropy and value losses; the approximate KL from the
                     # behavior policy
-                    terms = self._minibatch_loss(rollout_data, policy_objective, clip_range, clip_range_vf)
+                    stepped = one_function and self.compiled_step.whole
+                    if stepped:
+                        # [compiled] with the optimization step below (backward, clipping, Adam, the EWMA step)
+                        terms = self._whole_minibatch_step(rollout_data, policy_objective, clip_range_vf)
+                    else:
+                        terms = self._minibatch_loss(rollout_data, policy_objective, clip_range, clip_range_vf)
                     value_losses.append(terms.value_loss.detach())
                     entropy_losses.append(terms.entropy_loss.detach())
                     approx_kl_divs.append(terms.approx_kl_div)
                     minibatch_loss = terms.loss
+                    if stepped:
+                        loss = minibatch_loss
+                        continue
                     if self._reached_target_kl(terms.approx_kl_div, epoch):
                         continue_training = train_policy = False
                         if not value_outlives_target_kl:

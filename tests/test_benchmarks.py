@@ -1226,6 +1226,31 @@ def test_records_are_read_from_the_gzip_archive_then_the_file(tmp_path):
     assert {key: record["x"] for key, record in results_store.latest(path).items()} == {"a": 3, "b": 2}
 
 
+def test_archive_moves_the_finished_records_into_the_gzip_with_diagnostics_on_the_grid(tmp_path):
+    import gzip
+
+    path = tmp_path / results_store.RUNS_FILE
+    (tmp_path / (results_store.RUNS_FILE + ".gz")).write_bytes(gzip.compress(b'{"run_id": "a", "x": 1}\n'))
+    diagnostics = {"columns": ["timesteps", "kl"], "rows": [[128 * i, float(i)] for i in range(1, 33)]}
+    results_store.append(path, {"run_id": "b", "status": "running", "x": 2})
+    results_store.append(path, {"run_id": "c", "status": "finished", "x": 3, "diagnostics": diagnostics})
+    results_store.append(path, {"run_id": "a", "status": "finished", "x": 4})
+
+    target = results_store.archive(tmp_path, diagnostics_grid=2048)
+    assert not path.exists() and target.name == "runs.jsonl.gz"
+    records = results_store.latest(path)
+    assert {key: record["x"] for key, record in records.items()} == {"a": 4, "c": 3}  # the last finished one counts
+    assert records["c"]["diagnostics"]["rows"] == [[2048, 16.0], [4096, 32.0]]  # iterations 16 and 32 of 128 steps
+    assert records["c"]["diagnostics_grid"] == 2048 and "diagnostics_grid" not in records["a"]
+    before = target.read_bytes()
+    assert results_store.archive(tmp_path, diagnostics_grid=2048).read_bytes() == before  # reproducible, idempotent
+
+    with pytest.raises(ValueError, match="grid=0"):
+        results_store.on_grid(records["c"], 0)
+    with pytest.raises(FileNotFoundError, match=r"no runs\.jsonl"):
+        results_store.archive(tmp_path / "empty")
+
+
 def test_saved_figures_are_palette_pngs_that_keep_the_plot(tmp_path):
     """save_figure stores a 256-color palette PNG (committed figures stay small) whose pixels match the full-color one."""
     import matplotlib

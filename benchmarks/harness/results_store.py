@@ -13,6 +13,14 @@ NaN values are written as ``null`` (the file is strict JSON). The former layout,
 or ``runs/<run_id>.csv`` with a ``manifest.csv``), is converted by::
 
     python -m benchmarks.harness.results_store --gather benchmarks/results
+
+Finished records are committed compressed, ``runs.jsonl.gz`` (:func:`archive`), with their per-iteration diagnostics
+optionally kept only on a grid of timesteps shared by all runs (``--diagnostics-grid``: an experiment comparing 1 and 16
+environments then keeps one row per 16-environment iteration of each run), so that the repository stays within what a
+GPU runner carries::
+
+    python -m benchmarks.harness.results_store --archive benchmarks/results/batch_size_invariance/minatar5 \
+        --diagnostics-grid 2048
 """
 
 import argparse
@@ -95,6 +103,47 @@ def read(path: Path) -> list[dict[str, Any]]:
 def latest(path: Path) -> dict[str, dict[str, Any]]:
     """The last record of each ``run_id`` in the file ``path``, by run id."""
     return {record["run_id"]: record for record in read(path)}
+
+
+def on_grid(record: dict[str, Any], grid: int) -> dict[str, Any]:
+    """
+    ``record`` with only the rows of its ``diagnostics`` table whose ``timesteps`` is a multiple of ``grid`` (a record
+    without diagnostics is returned as it is); the record says so in ``diagnostics_grid``.
+    """
+    if grid < 1:
+        raise ValueError(f"grid={grid}: a number of timesteps, 1 or more")
+    data = record.get("diagnostics")
+    if not data or not data.get("rows"):
+        return record
+    column = data["columns"].index("timesteps")
+    rows = [row for row in data["rows"] if row[column] % grid == 0]
+    return {**record, "diagnostics": {"columns": data["columns"], "rows": rows}, "diagnostics_grid": grid}
+
+
+def archive(directory: Path, diagnostics_grid: int | None = None) -> Path:
+    """
+    Move the finished records of ``directory/runs.jsonl`` into its archive ``runs.jsonl.gz``, after those it holds
+    (the last finished record of each ``run_id`` counts, as in :func:`latest`; unfinished ones are left out), with the
+    diagnostics on ``diagnostics_grid`` (:func:`on_grid`) when given. The archive is written reproducibly (no time
+    stamp) and checked by reading it back before ``runs.jsonl`` is deleted.
+
+    :return: the archive
+    :raises FileNotFoundError: when ``directory`` holds neither file
+    """
+    path, target = directory / RUNS_FILE, directory / (RUNS_FILE + ".gz")
+    if not path.exists() and not target.exists():
+        raise FileNotFoundError(f"{directory}: no {RUNS_FILE} and no {target.name} to archive")
+    finished = {record["run_id"]: record for record in read(path) if record.get("status", "finished") == "finished"}
+    records = [record if diagnostics_grid is None else on_grid(record, diagnostics_grid) for record in finished.values()]
+    content = "".join(encode(record) for record in records).encode()
+    written = target.with_name(target.name + ".tmp")
+    written.write_bytes(gzip.compress(content, mtime=0))
+    if gzip.decompress(written.read_bytes()) != content:
+        written.unlink()
+        raise RuntimeError(f"{target}: the archive read back differs; nothing changed")
+    written.replace(target)
+    path.unlink(missing_ok=True)
+    return target
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -240,9 +289,20 @@ def gather_all(root: Path, remove: bool = False) -> list[Path]:
 
 def main(argv: Iterable[str] | None = None) -> list[Path]:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.harness.results_store", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--gather", type=Path, required=True, metavar="ROOT", help="convert every experiment under ROOT")
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--gather", type=Path, metavar="ROOT", help="convert every experiment under ROOT")
+    action.add_argument("--archive", type=Path, metavar="DIR", help=f"move DIR/{RUNS_FILE}'s finished records into its .gz")
     parser.add_argument("--keep", action="store_true", help="keep the per-run files (default: delete them once gathered)")
+    parser.add_argument("--diagnostics-grid", type=int, metavar="STEPS", help="with --archive: keep diagnostics every STEPS")
     args = parser.parse_args(None if argv is None else list(argv))
+    if args.diagnostics_grid is not None and args.archive is None:
+        parser.error("--diagnostics-grid goes with --archive")
+    if args.diagnostics_grid is not None and args.diagnostics_grid < 1:
+        parser.error(f"--diagnostics-grid {args.diagnostics_grid}: a number of timesteps, 1 or more")
+    if args.archive is not None:
+        target = archive(args.archive, args.diagnostics_grid)
+        print(f"{target}: {len(read(args.archive / RUNS_FILE))} runs")
+        return [target]
     written = gather_all(args.gather, remove=not args.keep)
     for path in written:
         print(f"{path}: {len(read(path))} runs")

@@ -107,10 +107,11 @@ def test_the_step_function_is_the_eager_loss(env_id):
 
 
 @needs_compiler
-@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
-def test_compiled_gradients_agree_with_eager(env_id):
-    """Compiled by torch.compile, the same minibatch's loss and gradients agree with the eager ones within 1e-5."""
-    model = filled_model(env_id)
+@pytest.mark.parametrize("env_id, kwargs", [("CartPole-v1", {}), ("Pendulum-v1", {}), ("Pendulum-v1", {"use_sde": True})])
+def test_compiled_gradients_agree_with_eager(env_id, kwargs):
+    """Compiled by torch.compile, the same minibatch's loss and gradients agree with the eager ones within 1e-5
+    (categorical, diagonal Gaussian, and gSDE, whose eager step is SB3's own evaluation)."""
+    model = filled_model(env_id, **kwargs)
     data = next(iter(model.rollout_buffer.get(64)))
     expected = eager_terms(model, data)[0]
     expected_gradients = gradients(model, expected)
@@ -390,12 +391,32 @@ def test_ppg_policy_phase_and_optimizers_compile():
     assert any(not th.equal(a, b) for a, b in zip(before, model.policy.parameters()))
 
 
-def auxiliary_rows(env_id: str) -> tuple[PPG_EWMA, np.ndarray]:
+@needs_compiler
+@pytest.mark.parametrize("algorithm", [PPO_EWMA, PPG_EWMA])
+def test_gsde_trains_compiled_as_one_function_and_acts_through_sb3(algorithm, capsys):
+    """gSDE (rl-zoo3's Pendulum entry): the training step compiles whole (PPG's auxiliary losses too), the acting step
+    stays SB3's (its exploration matrices), and the learn line says both."""
+    settings = dict(n_policy_iterations=2, n_aux_epochs=1) if algorithm is PPG_EWMA else {}
+    model = algorithm("MlpPolicy", make_vec_env("Pendulum-v1", n_envs=4, seed=0), n_steps=32, batch_size=64, seed=0,
+                      use_sde=True, sde_sample_freq=4, compile_step=True, verbose=1, **settings)  # fmt: skip
+    before = [parameter.detach().clone() for parameter in model.policy.parameters()]
+    model.learn(256)
+    assert "training step compiled (compile_step=True), as one function, acting step eager" in capsys.readouterr().out
+    assert model.compiled_step.verified and model.compiled_step.whole
+    if algorithm is PPG_EWMA:
+        from sb3_ewma.ppg_ewma.auxiliary import lean_auxiliary_losses as auxiliary
+
+        assert auxiliary in model.compiled_step._compiled
+    moved = [not th.equal(a, b) for a, b in zip(before, model.policy.parameters(), strict=True)]
+    assert all(th.isfinite(parameter).all() for parameter in model.policy.parameters()) and any(moved)
+
+
+def auxiliary_rows(env_id: str, **kwargs) -> tuple[PPG_EWMA, np.ndarray]:
     """A PPG_EWMA whose auxiliary buffer holds two rollouts and pi_old, its policy moved since, and 48 rows of it."""
     from sb3_ewma.ppg_ewma.auxiliary import compute_old_policy
 
     model = PPG_EWMA("MlpPolicy", make_vec_env(env_id, n_envs=4, seed=0), n_steps=32, batch_size=64, seed=0,
-                     n_policy_iterations=2, n_aux_epochs=1, compile_step=False)  # fmt: skip
+                     n_policy_iterations=2, n_aux_epochs=1, compile_step=False, **kwargs)  # fmt: skip
     model.learn(256)  # the last iteration's rollout stays in the auxiliary buffer
     compute_old_policy(model.policy, model.aux_buffer, 64)
     with th.no_grad():  # the policy moves away from pi_old: the cloning KL is not 0
@@ -404,10 +425,11 @@ def auxiliary_rows(env_id: str) -> tuple[PPG_EWMA, np.ndarray]:
     return model, np.arange(48)
 
 
-@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
-def test_the_auxiliary_function_is_the_eager_auxiliary_loss(env_id):
-    """lean_auxiliary_losses (no distribution objects) computes PPG's auxiliary losses and their gradients."""
-    model, rows = auxiliary_rows(env_id)
+@pytest.mark.parametrize("env_id, kwargs", [("CartPole-v1", {}), ("Pendulum-v1", {}), ("Pendulum-v1", {"use_sde": True})])
+def test_the_auxiliary_function_is_the_eager_auxiliary_loss(env_id, kwargs):
+    """lean_auxiliary_losses (no distribution objects) computes PPG's auxiliary losses and their gradients
+    (categorical, diagonal Gaussian and gSDE)."""
+    model, rows = auxiliary_rows(env_id, **kwargs)
     buffer = model.aux_buffer
     expected = auxiliary_losses(model.policy, buffer, rows, model.beta_clone)
     expected_gradients = gradients(model, expected[-1])

@@ -16,6 +16,7 @@ from sb3_ewma.common.decoupled import algorithm as algorithm_module
 from sb3_ewma.common.distributions import (
     has_lean_evaluation,
     has_lean_masked_evaluation,
+    lean_action_log_prob,
     lean_evaluate_actions,
     lean_masked_action_log_prob,
     lean_masked_evaluate_actions,
@@ -74,13 +75,40 @@ def test_lean_evaluation_equals_sb3s_bit_for_bit(algorithm, env, kwargs):
     assert all(th.equal(first, second) for first, second in zip(lean_gradients, reference_gradients, strict=True))
 
 
+@pytest.mark.parametrize("algorithm", [PPO_EWMA, PPG_EWMA])
 @pytest.mark.parametrize(
-    "env, kwargs",
-    [("Pendulum-v1", {"use_sde": True}), (IdentityEnvMultiDiscrete(3), {})],
+    "policy_kwargs", [{}, {"full_std": False}, {"use_expln": True}, {"net_arch": [8]}, {"share_features_extractor": False}]
 )
-def test_other_distributions_take_sb3s_evaluation(env, kwargs):
+def test_lean_gsde_evaluation_equals_sb3s_bit_for_bit(algorithm, policy_kwargs):
+    """gSDE (what the compiled training step evaluates leanly): the same values, log-probabilities, entropies and
+    gradients as SB3's StateDependentNoiseDistribution, its features detached from the noise's variance as SB3's."""
+    model = _perturbed_model(algorithm, "Pendulum-v1", use_sde=True, policy_kwargs=policy_kwargs)
+    policy = model.policy
+    assert has_lean_evaluation(policy, with_gsde=True) and not has_lean_evaluation(policy)
+    obs = _observations(model.observation_space, 64)
+    actions = th.as_tensor(np.stack([model.action_space.sample() for _ in range(64)]))
+    lean, lean_gradients = _evaluation_and_gradients(policy, lambda o, a: lean_evaluate_actions(policy, o, a), obs, actions)
+    reference, reference_gradients = _evaluation_and_gradients(policy, policy.evaluate_actions, obs, actions)
+    assert [t.shape for t in lean] == [t.shape for t in reference] == [(64, 1), (64,), (64,)]
+    assert all(th.equal(first, second) for first, second in zip(lean, reference, strict=True))
+    assert len(lean_gradients) == len(reference_gradients) > 0
+    assert all(th.equal(first, second) for first, second in zip(lean_gradients, reference_gradients, strict=True))
+    with th.no_grad():
+        expected = policy.get_distribution(obs).log_prob(actions)
+    th.testing.assert_close(lean_action_log_prob(policy, obs, actions), expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "env, kwargs, with_gsde",
+    [
+        ("Pendulum-v1", {"use_sde": True}, False),
+        ("Pendulum-v1", {"use_sde": True, "policy_kwargs": {"squash_output": True}}, True),
+        (IdentityEnvMultiDiscrete(3), {}, True),
+    ],
+)
+def test_other_distributions_take_sb3s_evaluation(env, kwargs, with_gsde):
     model = PPO_EWMA("MlpPolicy", env, n_steps=64, batch_size=32, seed=0, device="cpu", **kwargs)
-    assert not has_lean_evaluation(model.policy)
+    assert not has_lean_evaluation(model.policy, with_gsde=with_gsde)
 
 
 class _CountingPolicy(ActorCriticPolicy):
@@ -99,23 +127,24 @@ def test_a_policy_that_overrides_evaluate_actions_is_called_in_train():
     assert _CountingPolicy.calls == 2 * 2  # 2 epochs of 2 minibatches
 
 
-def test_train_runs_the_lean_evaluation_with_sb3s_numbers(monkeypatch):
+@pytest.mark.parametrize("kwargs", [{}, {"use_sde": True, "sde_sample_freq": 4}])
+def test_train_runs_the_lean_evaluation_with_sb3s_numbers(monkeypatch, kwargs):
     # one iteration with the lean evaluation and one with SB3's, from the same state: the same parameters after it
     def trained() -> list[th.Tensor]:
-        model = PPO_EWMA("MlpPolicy", "Pendulum-v1", n_steps=64, batch_size=32, n_epochs=2, seed=3, device="cpu")
+        model = _pendulum_model(kwargs)
         model.learn(64)
         return [parameter.detach().clone() for parameter in model.policy.parameters()]
 
     lean = trained()
-    monkeypatch.setattr(algorithm_module, "has_lean_evaluation", lambda policy: False)
+    monkeypatch.setattr(algorithm_module, "has_lean_evaluation", lambda policy, **_: False)
     reference = trained()
-    assert not all(th.equal(first, second) for first, second in zip(lean, _initial_parameters(), strict=True))
+    initial = [parameter.detach().clone() for parameter in _pendulum_model(kwargs).policy.parameters()]
+    assert not all(th.equal(first, second) for first, second in zip(lean, initial, strict=True))
     assert all(th.equal(first, second) for first, second in zip(lean, reference, strict=True))
 
 
-def _initial_parameters() -> list[th.Tensor]:
-    model = PPO_EWMA("MlpPolicy", "Pendulum-v1", n_steps=64, batch_size=32, n_epochs=2, seed=3, device="cpu")
-    return [parameter.detach().clone() for parameter in model.policy.parameters()]
+def _pendulum_model(kwargs: dict) -> PPO_EWMA:
+    return PPO_EWMA("MlpPolicy", "Pendulum-v1", n_steps=64, batch_size=32, n_epochs=2, seed=3, device="cpu", **kwargs)
 
 
 def test_a_nan_in_the_policys_output_stops_train_before_the_step():

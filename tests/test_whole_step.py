@@ -139,6 +139,9 @@ MODELS = {
         PPO_EWMA, make_vec_env("CartPole-v1", n_envs=4, seed=0), kl_coef=0.1, **on(device)
     ),
     "ppo_ewma_gaussian": lambda device: filled(PPO_EWMA, make_vec_env("Pendulum-v1", n_envs=4, seed=0), **on(device)),
+    "ppo_ewma_gsde": lambda device: filled(
+        PPO_EWMA, make_vec_env("Pendulum-v1", n_envs=4, seed=0), use_sde=True, sde_sample_freq=4, **on(device)
+    ),
     "ppg_ewma": lambda device: filled(
         PPG_EWMA, make_vec_env("CartPole-v1", n_envs=4, seed=0), n_policy_iterations=2, **on(device)
     ),

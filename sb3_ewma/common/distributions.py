@@ -19,6 +19,7 @@ from stable_baselines3.common.distributions import (
     CategoricalDistribution,
     DiagGaussianDistribution,
     Distribution,
+    StateDependentNoiseDistribution,
     kl_divergence,
 )
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
@@ -236,22 +237,72 @@ def diag_gaussian_log_prob(mean: th.Tensor, log_std: th.Tensor, actions: th.Tens
 
 
 def diag_gaussian_entropy(std: th.Tensor) -> th.Tensor:
-    """``DiagGaussianDistribution.entropy()`` from the standard deviations of :func:`diag_gaussian_log_prob`."""
+    """``DiagGaussianDistribution.entropy()`` from the standard deviations of :func:`diag_gaussian_log_prob` (and
+    ``StateDependentNoiseDistribution.entropy()`` from those of :func:`gsde_log_prob`)."""
     return _sum_action_dimensions(0.5 + 0.5 * math.log(2 * math.pi) + th.log(std))
 
 
-def has_lean_evaluation(policy: object) -> bool:
+def gsde_std(distribution: StateDependentNoiseDistribution, latent_pi: th.Tensor, log_std: th.Tensor) -> th.Tensor:
+    """The standard deviations of SB3's gSDE distribution at the actor's latent, ``sqrt(latent_sde**2 @ std**2 +
+    epsilon)`` (its ``proba_distribution``)."""
+    latent_sde = latent_pi if distribution.learn_features else latent_pi.detach()
+    variance = th.mm(latent_sde**2, distribution.get_std(log_std) ** 2)
+    return th.sqrt(variance + distribution.epsilon)
+
+
+def gsde_log_prob(
+    distribution: StateDependentNoiseDistribution,
+    latent_pi: th.Tensor,
+    mean: th.Tensor,
+    log_std: th.Tensor,
+    actions: th.Tensor,
+) -> tuple[th.Tensor, th.Tensor]:
+    """
+    SB3's ``StateDependentNoiseDistribution.proba_distribution(mean, log_std, latent_pi)`` without squashing: the
+    standard deviations (``sqrt(latent_sde**2 @ std**2 + epsilon)``) and ``log_prob(actions)``, without the objects.
+    """
+    std = gsde_std(distribution, latent_pi, log_std)
+    log_prob = -((actions - mean) ** 2) / (2 * std**2) - std.log() - math.log(math.sqrt(2 * math.pi))
+    return std, _sum_action_dimensions(log_prob)
+
+
+def is_lean_gsde(distribution: object) -> bool:
+    """Whether ``distribution`` is SB3's gSDE without squashing (what :func:`gsde_log_prob` computes)."""
+    return type(distribution) is StateDependentNoiseDistribution and distribution.bijector is None
+
+
+def has_lean_evaluation(policy: object, *, with_gsde: bool = False) -> bool:
     """
     Whether :func:`lean_evaluate_actions` computes ``policy.evaluate_actions``: an ``ActorCriticPolicy`` whose
     evaluation is SB3's own (not overridden by a subclass) and whose action distribution is exactly SB3's categorical
-    or diagonal Gaussian one (not gSDE nor a squashed Gaussian).
+    or diagonal Gaussian one (not a squashed Gaussian), or with ``with_gsde`` (the compiled training step) also SB3's
+    gSDE without squashing. Acting, and the eager training step, take gSDE through SB3's own objects.
     """
-    return (
+    if not (
         isinstance(policy, ActorCriticPolicy)
         and type(policy).evaluate_actions is ActorCriticPolicy.evaluate_actions
         and type(policy)._get_action_dist_from_latent is ActorCriticPolicy._get_action_dist_from_latent
-        and type(policy.action_dist) in (CategoricalDistribution, DiagGaussianDistribution)
+    ):
+        return False
+    return type(policy.action_dist) in (CategoricalDistribution, DiagGaussianDistribution) or (
+        with_gsde and is_lean_gsde(policy.action_dist)
     )
+
+
+def _lean_log_prob(
+    policy: ActorCriticPolicy, latent_pi: th.Tensor, actions: th.Tensor
+) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+    """From the actor's latent: the action head's output, the log-probabilities of ``actions`` and what the entropy
+    is computed from (the normalized logits of a categorical, the standard deviations of a Gaussian)."""
+    action_head = policy.action_net(latent_pi)
+    if isinstance(policy.action_dist, CategoricalDistribution):
+        log_pmf, log_prob = categorical_log_prob(action_head, actions)
+        return action_head, log_prob, log_pmf
+    if isinstance(policy.action_dist, StateDependentNoiseDistribution):
+        std, log_prob = gsde_log_prob(policy.action_dist, latent_pi, action_head, policy.log_std, actions)
+        return action_head, log_prob, std
+    std, log_prob = diag_gaussian_log_prob(action_head, policy.log_std, actions)
+    return action_head, log_prob, std
 
 
 def lean_evaluate_actions(
@@ -263,27 +314,22 @@ def lean_evaluate_actions(
     preprocessed by the policy's :data:`ObservationPlan`, as compiled).
     """
     latent_pi, latent_vf = policy_latents(policy, obs, plan)
-    action_head = policy.action_net(latent_pi)
-    if isinstance(policy.action_dist, CategoricalDistribution):
-        log_pmf, log_prob = categorical_log_prob(action_head, actions)
-        values = policy.value_net(latent_vf)
-        return values, log_prob, categorical_entropy(log_pmf)
-    std, log_prob = diag_gaussian_log_prob(action_head, policy.log_std, actions)
+    _, log_prob, spread = _lean_log_prob(policy, latent_pi, actions)
     values = policy.value_net(latent_vf)
-    return values, log_prob, diag_gaussian_entropy(std)
+    if isinstance(policy.action_dist, CategoricalDistribution):
+        return values, log_prob, categorical_entropy(spread)
+    return values, log_prob, diag_gaussian_entropy(spread)
 
 
 def lean_action_log_prob(
     policy: ActorCriticPolicy, obs: PyTorchObs, actions: th.Tensor, plan: ObservationPlan | None = None
 ) -> th.Tensor:
     """
-    ``policy.get_distribution(obs).log_prob(actions)`` for a categorical or diagonal Gaussian ``ActorCriticPolicy``
-    (the actor's path only: no value head), without building the distribution.
+    ``policy.get_distribution(obs).log_prob(actions)`` for a policy where :func:`has_lean_evaluation` (the actor's
+    path only: no value head), without building the distribution.
     """
-    action_head = policy.action_net(policy.mlp_extractor.forward_actor(actor_features(policy, obs, plan)))
-    if isinstance(policy.action_dist, CategoricalDistribution):
-        return categorical_log_prob(action_head, actions)[1]
-    return diag_gaussian_log_prob(action_head, policy.log_std, actions)[1]
+    latent_pi = policy.mlp_extractor.forward_actor(actor_features(policy, obs, plan))
+    return _lean_log_prob(policy, latent_pi, actions)[1]
 
 
 def lean_forward(

@@ -6,11 +6,17 @@ KL[pi_old, pi]`` plus the value loss ``0.5 * MSE(V, V_targ)``.
 
 import numpy as np
 import torch as th
-from stable_baselines3.common.distributions import CategoricalDistribution
+from stable_baselines3.common.distributions import CategoricalDistribution, StateDependentNoiseDistribution
 from stable_baselines3.common.type_aliases import PyTorchObs
 from torch.nn import functional as F
 
-from sb3_ewma.common.distributions import ObservationPlan, distribution_parameters, kl_from_parameters, policy_latents
+from sb3_ewma.common.distributions import (
+    ObservationPlan,
+    distribution_parameters,
+    gsde_std,
+    kl_from_parameters,
+    policy_latents,
+)
 from sb3_ewma.common.precision import autocast
 from sb3_ewma.ppg_ewma.buffers import AuxiliaryBuffer
 from sb3_ewma.ppg_ewma.policies import PPGPolicy
@@ -51,7 +57,8 @@ def lean_auxiliary_losses(
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
     """
     :func:`auxiliary_losses` from the rows' observations, value targets and stored ``pi_old``, for a policy with a
-    categorical or diagonal Gaussian action distribution (``has_lean_evaluation``), without building distributions:
+    categorical, diagonal Gaussian or gSDE action distribution (``has_lean_evaluation(policy, with_gsde=True)``), without
+    building distributions:
     a pure function, which ``compile_step`` compiles::
 
         loss = 0.5 * MSE(aux value, V_targ) + beta_clone * KL[pi_old, pi] + 0.5 * MSE(V, V_targ)
@@ -78,7 +85,10 @@ def lean_auxiliary_losses(
     else:
         # KL of diagonal Gaussians, summed over the action dimensions
         old_mean, old_std = old_policy
-        std = th.ones_like(action_head) * policy.log_std.exp()
+        if isinstance(policy.action_dist, StateDependentNoiseDistribution):
+            std = gsde_std(policy.action_dist, latent_pi.float(), policy.log_std)
+        else:
+            std = th.ones_like(action_head) * policy.log_std.exp()
         per_dimension = th.log(std / old_std) + (old_std**2 + (old_mean - action_head) ** 2) / (2 * std**2) - 0.5
         clone_kl = per_dimension.sum(dim=-1).mean()
     aux_value_loss = 0.5 * F.mse_loss(aux_values.flatten(), value_targets)

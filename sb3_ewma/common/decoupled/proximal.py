@@ -14,7 +14,7 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.type_aliases import PyTorchObs
 
-from sb3_ewma.common.distributions import lean_action_log_prob
+from sb3_ewma.common.distributions import is_lean_gsde, lean_action_log_prob
 from sb3_ewma.common.ewma import ParameterEWMA
 from sb3_ewma.common.saved_files import check_saved_algorithm, read_saved_value
 
@@ -79,7 +79,7 @@ def make_proximal_ewma(
 def proximal_action_log_prob(proximal: ParameterEWMA, obs: PyTorchObs, actions: th.Tensor) -> th.Tensor:
     """
     The log-probabilities of ``actions`` under the proximal policy (no gradients): what the decoupled objective needs
-    when it does not need the whole distribution (the exact KL). For categorical and diagonal Gaussian policies the
+    when it does not need the whole distribution (the exact KL). For categorical, diagonal Gaussian and gSDE policies the
     log-probability is computed from the action head's output with the same arithmetic as ``torch.distributions``
     (same values, bit for bit) but without building and validating distribution objects, a large share of the
     proximal pass's time on small networks; other distributions go through ``get_distribution``.
@@ -88,7 +88,7 @@ def proximal_action_log_prob(proximal: ParameterEWMA, obs: PyTorchObs, actions: 
     # benchmarks page, docs/misc/benchmarks.md).
     policy = proximal.average
     action_dist = getattr(policy, "action_dist", None)
-    if type(action_dist) not in (CategoricalDistribution, DiagGaussianDistribution):
+    if type(action_dist) not in (CategoricalDistribution, DiagGaussianDistribution) and not is_lean_gsde(action_dist):
         return policy.get_distribution(obs).log_prob(actions)  # type: ignore[operator]
     return lean_action_log_prob(policy, obs, actions)  # type: ignore[arg-type]
 

@@ -308,8 +308,8 @@ def compile_unsupported(policy: th.nn.Module, device: th.device, evaluation: str
         cannot evaluate it (any other sentence)
     :param needs_distributions: whether the loss needs whole action distributions (``kl_estimator="exact"``)
     """
-    if evaluation == "observations" and not has_lean_evaluation(policy):
-        return f"{type(policy).__name__} is not one of SB3's categorical or diagonal Gaussian ActorCriticPolicy"
+    if evaluation == "observations" and not has_lean_evaluation(policy, with_gsde=True):
+        return f"{type(policy).__name__} is not one of SB3's categorical, diagonal Gaussian or gSDE ActorCriticPolicy"
     if evaluation == "action_masks" and not has_lean_masked_evaluation(policy):
         return f"{type(policy).__name__} is not one of sb3-contrib's masked categorical or multi-categorical policies"
     if evaluation not in ("observations", "action_masks"):

@@ -1228,25 +1228,33 @@ def test_records_are_read_from_the_gzip_archive_then_the_file(tmp_path):
 
 def test_archive_moves_the_finished_records_into_the_gzip_with_diagnostics_on_the_grid(tmp_path):
     import gzip
+    import json
 
     path = tmp_path / results_store.RUNS_FILE
     (tmp_path / (results_store.RUNS_FILE + ".gz")).write_bytes(gzip.compress(b'{"run_id": "a", "x": 1}\n'))
     diagnostics = {"columns": ["timesteps", "kl"], "rows": [[128 * i, float(i)] for i in range(1, 33)]}
-    results_store.append(path, {"run_id": "b", "status": "running", "x": 2})
+    results_store.append(path, {"run_id": "b", "status": "unfinished", "x": 2})
     results_store.append(path, {"run_id": "c", "status": "finished", "x": 3, "diagnostics": diagnostics})
     results_store.append(path, {"run_id": "a", "status": "finished", "x": 4})
+    results_store.append(path, {"run_id": "d", "status": "finished", "x": 5})
+    results_store.append(path, {"run_id": "d", "status": "failed", "x": 6})
 
     target = results_store.archive(tmp_path, diagnostics_grid=2048)
-    assert not path.exists() and target.name == "runs.jsonl.gz"
     records = results_store.latest(path)
-    assert {key: record["x"] for key, record in records.items()} == {"a": 4, "c": 3}  # the last finished one counts
+    # each run's last record counts: the finished ones archived, the others (unfinished, failed) kept in runs.jsonl
+    assert {key: record["x"] for key, record in records.items()} == {"a": 4, "c": 3, "b": 2, "d": 6}
+    assert sorted(record["run_id"] for record in map(json.loads, path.read_text().splitlines())) == ["b", "d"]
     assert records["c"]["diagnostics"]["rows"] == [[2048, 16.0], [4096, 32.0]]  # iterations 16 and 32 of 128 steps
     assert records["c"]["diagnostics_grid"] == 2048 and "diagnostics_grid" not in records["a"]
     before = target.read_bytes()
     assert results_store.archive(tmp_path, diagnostics_grid=2048).read_bytes() == before  # reproducible, idempotent
+    assert results_store.on_grid(records["c"], 4096)["diagnostics"]["rows"] == [[4096, 32.0]]
 
     with pytest.raises(ValueError, match="grid=0"):
         results_store.on_grid(records["c"], 0)
+    with pytest.raises(ValueError, match="every 2048 steps; grid=3072 is not a multiple"):
+        results_store.archive(tmp_path, diagnostics_grid=3072)
+    assert target.read_bytes() == before  # refused before anything was written
     with pytest.raises(FileNotFoundError, match=r"no runs\.jsonl"):
         results_store.archive(tmp_path / "empty")
 

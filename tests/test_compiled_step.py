@@ -110,7 +110,7 @@ def test_the_step_function_is_the_eager_loss(env_id):
 @pytest.mark.parametrize("env_id, kwargs", [("CartPole-v1", {}), ("Pendulum-v1", {}), ("Pendulum-v1", {"use_sde": True})])
 def test_compiled_gradients_agree_with_eager(env_id, kwargs):
     """Compiled by torch.compile, the same minibatch's loss and gradients agree with the eager ones within 1e-5
-    (categorical, diagonal Gaussian, and gSDE, whose eager step is SB3's own evaluation)."""
+    (categorical, diagonal Gaussian, and gSDE; the eager lean evaluation is SB3's bit for bit, test_lean_evaluation)."""
     model = filled_model(env_id, **kwargs)
     data = next(iter(model.rollout_buffer.get(64)))
     expected = eager_terms(model, data)[0]

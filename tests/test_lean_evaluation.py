@@ -13,6 +13,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 from sb3_ewma import PPO_EWMA, MaskablePPO_EWMA
 from sb3_ewma.common.checks import NonFiniteError
 from sb3_ewma.common.decoupled import algorithm as algorithm_module
+from sb3_ewma.common.decoupled import proximal as proximal_module
 from sb3_ewma.common.distributions import (
     has_lean_evaluation,
     has_lean_masked_evaluation,
@@ -137,6 +138,7 @@ def test_train_runs_the_lean_evaluation_with_sb3s_numbers(monkeypatch, kwargs):
 
     lean = trained()
     monkeypatch.setattr(algorithm_module, "has_lean_evaluation", lambda policy, **_: False)
+    monkeypatch.setattr(proximal_module, "has_lean_log_prob", lambda policy: False)  # the proximal pass too
     reference = trained()
     initial = [parameter.detach().clone() for parameter in _pendulum_model(kwargs).policy.parameters()]
     assert not all(th.equal(first, second) for first, second in zip(lean, initial, strict=True))

@@ -9,10 +9,13 @@ import pytest
 import torch as th
 from minibatch import policy_terms
 from stable_baselines3.common.envs import IdentityEnvMultiDiscrete
+from stable_baselines3.common.policies import ActorCriticPolicy
 
 from sb3_ewma import PPO_EWMA
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
 from sb3_ewma.common.decoupled.proximal import proximal_action_log_prob
+from sb3_ewma.common.decoupled.step import compile_unsupported
+from sb3_ewma.common.distributions import has_lean_log_prob
 from sb3_ewma.ppg_ewma import PPG_EWMA
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,6 +45,40 @@ def test_log_probs_equal_those_of_the_distribution(algorithm, env, kwargs):
     assert lean.shape == reference.shape == (64,)
     assert th.equal(lean, reference)
     assert not lean.requires_grad
+
+
+class _OwnNoisePolicy(ActorCriticPolicy):
+    """gSDE built its own way: the noise's variance from another latent (as SB3's former ``sde_net_arch``)."""
+
+    def _get_action_dist_from_latent(self, latent_pi):
+        return self.action_dist.proba_distribution(self.action_net(latent_pi), self.log_std, th.tanh(latent_pi))
+
+
+class _OwnDistributionPolicy(ActorCriticPolicy):
+    def get_distribution(self, obs):
+        distribution = super().get_distribution(obs)
+        distribution.distribution.loc = distribution.distribution.loc + 1.0
+        return distribution
+
+
+@pytest.mark.parametrize(
+    "policy, kwargs",
+    [(_OwnNoisePolicy, {"use_sde": True}), (_OwnDistributionPolicy, {}), (_OwnDistributionPolicy, {"use_sde": True})],
+)
+def test_a_policy_that_builds_its_distribution_its_own_way_takes_it(policy, kwargs):
+    """The proximal pass, and the compiled step, follow a policy that overrides how its distribution is made."""
+    model = PPO_EWMA(policy, "Pendulum-v1", n_steps=64, batch_size=32, seed=0, device="cpu", **kwargs)
+    proximal = model.proximal_ewma
+    with th.no_grad():
+        for parameter in proximal.average.parameters():
+            parameter.add_(0.3 * th.randn_like(parameter))
+    obs = th.as_tensor(np.stack([model.observation_space.sample() for _ in range(16)]))
+    actions = th.as_tensor(np.stack([model.action_space.sample() for _ in range(16)]))
+    with th.no_grad():
+        expected = proximal.average.get_distribution(obs).log_prob(actions)
+    assert th.equal(proximal_action_log_prob(proximal, obs, actions), expected)
+    assert not has_lean_log_prob(model.policy)
+    assert "is not one of SB3's" in compile_unsupported(model.policy, model.device, "observations", needs_distributions=False)
 
 
 def test_policy_loss_unchanged_by_the_lean_pass():

@@ -108,10 +108,16 @@ def latest(path: Path) -> dict[str, dict[str, Any]]:
 def on_grid(record: dict[str, Any], grid: int) -> dict[str, Any]:
     """
     ``record`` with only the rows of its ``diagnostics`` table whose ``timesteps`` is a multiple of ``grid`` (a record
-    without diagnostics is returned as it is); the record says so in ``diagnostics_grid``.
+    without diagnostics is returned as it is); the record says so in ``diagnostics_grid``. A record already on a grid
+    goes to a multiple of it only (the rows in between are gone).
     """
     if grid < 1:
         raise ValueError(f"grid={grid}: a number of timesteps, 1 or more")
+    previous = record.get("diagnostics_grid")
+    if previous is not None and grid % previous != 0:
+        raise ValueError(
+            f"run {record.get('run_id')}: its diagnostics are every {previous} steps; grid={grid} is not a multiple"
+        )
     data = record.get("diagnostics")
     if not data or not data.get("rows"):
         return record
@@ -122,10 +128,12 @@ def on_grid(record: dict[str, Any], grid: int) -> dict[str, Any]:
 
 def archive(directory: Path, diagnostics_grid: int | None = None) -> Path:
     """
-    Move the finished records of ``directory/runs.jsonl`` into its archive ``runs.jsonl.gz``, after those it holds
-    (the last finished record of each ``run_id`` counts, as in :func:`latest`; unfinished ones are left out), with the
-    diagnostics on ``diagnostics_grid`` (:func:`on_grid`) when given. The archive is written reproducibly (no time
-    stamp) and checked by reading it back before ``runs.jsonl`` is deleted.
+    Move the finished runs of ``directory/runs.jsonl`` into its archive ``runs.jsonl.gz``: each ``run_id``'s last
+    record (:func:`latest`, over both files) goes to the archive when it is finished, with its diagnostics on
+    ``diagnostics_grid`` (:func:`on_grid`) when given; the last records of the runs that did not finish stay in
+    ``runs.jsonl``; earlier records of a run, which its last one replaces, are dropped. The archive is written
+    reproducibly (no time stamp) and checked by reading it back before ``runs.jsonl`` is rewritten. Not while runs
+    append to ``runs.jsonl``.
 
     :return: the archive
     :raises FileNotFoundError: when ``directory`` holds neither file
@@ -133,16 +141,22 @@ def archive(directory: Path, diagnostics_grid: int | None = None) -> Path:
     path, target = directory / RUNS_FILE, directory / (RUNS_FILE + ".gz")
     if not path.exists() and not target.exists():
         raise FileNotFoundError(f"{directory}: no {RUNS_FILE} and no {target.name} to archive")
-    finished = {record["run_id"]: record for record in read(path) if record.get("status", "finished") == "finished"}
-    records = [record if diagnostics_grid is None else on_grid(record, diagnostics_grid) for record in finished.values()]
-    content = "".join(encode(record) for record in records).encode()
+    last = latest(path)
+    finished = [record for record in last.values() if record.get("status", "finished") == "finished"]
+    others = [record for record in last.values() if record.get("status", "finished") != "finished"]
+    if diagnostics_grid is not None:
+        finished = [on_grid(record, diagnostics_grid) for record in finished]
+    content = "".join(encode(record) for record in finished).encode()
     written = target.with_name(target.name + ".tmp")
     written.write_bytes(gzip.compress(content, mtime=0))
     if gzip.decompress(written.read_bytes()) != content:
         written.unlink()
         raise RuntimeError(f"{target}: the archive read back differs; nothing changed")
     written.replace(target)
-    path.unlink(missing_ok=True)
+    if others:
+        path.write_text("".join(encode(record) for record in others))
+    else:
+        path.unlink(missing_ok=True)
     return target
 
 

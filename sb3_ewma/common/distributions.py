@@ -275,8 +275,8 @@ def has_lean_evaluation(policy: object, *, with_gsde: bool = False) -> bool:
     """
     Whether :func:`lean_evaluate_actions` computes ``policy.evaluate_actions``: an ``ActorCriticPolicy`` whose
     evaluation is SB3's own (not overridden by a subclass) and whose action distribution is exactly SB3's categorical
-    or diagonal Gaussian one (not a squashed Gaussian), or with ``with_gsde`` (the compiled training step) also SB3's
-    gSDE without squashing. Acting, and the eager training step, take gSDE through SB3's own objects.
+    or diagonal Gaussian one (not a squashed Gaussian), or with ``with_gsde`` also SB3's gSDE without squashing (the
+    training steps; acting takes gSDE through SB3's own objects, for its exploration matrices).
     """
     if not (
         isinstance(policy, ActorCriticPolicy)
@@ -286,6 +286,20 @@ def has_lean_evaluation(policy: object, *, with_gsde: bool = False) -> bool:
         return False
     return type(policy.action_dist) in (CategoricalDistribution, DiagGaussianDistribution) or (
         with_gsde and is_lean_gsde(policy.action_dist)
+    )
+
+
+def has_lean_log_prob(policy: object) -> bool:
+    """
+    Whether :func:`lean_action_log_prob` computes ``policy.get_distribution(obs).log_prob(actions)`` (the proximal
+    policy's log-probabilities): :func:`has_lean_evaluation` (gSDE included), with SB3's own ``get_distribution`` and
+    ``extract_features``.
+    """
+    return (
+        isinstance(policy, ActorCriticPolicy)
+        and has_lean_evaluation(policy, with_gsde=True)
+        and type(policy).get_distribution is ActorCriticPolicy.get_distribution
+        and type(policy).extract_features is ActorCriticPolicy.extract_features
     )
 
 
@@ -325,8 +339,8 @@ def lean_action_log_prob(
     policy: ActorCriticPolicy, obs: PyTorchObs, actions: th.Tensor, plan: ObservationPlan | None = None
 ) -> th.Tensor:
     """
-    ``policy.get_distribution(obs).log_prob(actions)`` for a policy where :func:`has_lean_evaluation` (the actor's
-    path only: no value head), without building the distribution.
+    ``policy.get_distribution(obs).log_prob(actions)`` for a policy where :func:`has_lean_log_prob` (the actor's path
+    only: no value head), without building the distribution.
     """
     latent_pi = policy.mlp_extractor.forward_actor(actor_features(policy, obs, plan))
     return _lean_log_prob(policy, latent_pi, actions)[1]

@@ -9,12 +9,12 @@ from typing import Any, TypeVar, cast
 
 import torch as th
 from stable_baselines3.common.base_class import BaseAlgorithm
-from stable_baselines3.common.distributions import CategoricalDistribution, DiagGaussianDistribution, Distribution
+from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.type_aliases import PyTorchObs
 
-from sb3_ewma.common.distributions import is_lean_gsde, lean_action_log_prob
+from sb3_ewma.common.distributions import has_lean_log_prob, lean_action_log_prob
 from sb3_ewma.common.ewma import ParameterEWMA
 from sb3_ewma.common.saved_files import check_saved_algorithm, read_saved_value
 
@@ -87,8 +87,7 @@ def proximal_action_log_prob(proximal: ParameterEWMA, obs: PyTorchObs, actions: 
     # Kept because it pays on small networks (`python -m benchmarks.timing.proximal_pass`; the figures are on the
     # benchmarks page, docs/misc/benchmarks.md).
     policy = proximal.average
-    action_dist = getattr(policy, "action_dist", None)
-    if type(action_dist) not in (CategoricalDistribution, DiagGaussianDistribution) and not is_lean_gsde(action_dist):
+    if not has_lean_log_prob(policy):
         return policy.get_distribution(obs).log_prob(actions)  # type: ignore[operator]
     return lean_action_log_prob(policy, obs, actions)  # type: ignore[arg-type]
 

@@ -37,6 +37,7 @@ from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
 from sb3_ewma.common.distributions import (
     ObservationPlan,
     has_lean_evaluation,
+    has_lean_log_prob,
     has_lean_masked_evaluation,
     lean_action_log_prob,
     lean_evaluate_actions,
@@ -308,7 +309,7 @@ def compile_unsupported(policy: th.nn.Module, device: th.device, evaluation: str
         cannot evaluate it (any other sentence)
     :param needs_distributions: whether the loss needs whole action distributions (``kl_estimator="exact"``)
     """
-    if evaluation == "observations" and not has_lean_evaluation(policy, with_gsde=True):
+    if evaluation == "observations" and not has_lean_log_prob(policy):
         return f"{type(policy).__name__} is not one of SB3's categorical, diagonal Gaussian or gSDE ActorCriticPolicy"
     if evaluation == "action_masks" and not has_lean_masked_evaluation(policy):
         return f"{type(policy).__name__} is not one of sb3-contrib's masked categorical or multi-categorical policies"

@@ -49,6 +49,16 @@ def _evaluation_and_gradients(policy, evaluate, obs, actions):
     return [values.detach(), log_prob.detach(), entropy.detach()], gradients
 
 
+def _assert_lean_evaluation_is_sb3s(policy, obs, actions) -> None:
+    """The lean evaluation's values, log-probabilities, entropies and gradients are SB3's evaluate_actions', bit for bit."""
+    lean, lean_gradients = _evaluation_and_gradients(policy, lambda o, a: lean_evaluate_actions(policy, o, a), obs, actions)
+    reference, reference_gradients = _evaluation_and_gradients(policy, policy.evaluate_actions, obs, actions)
+    assert [t.shape for t in lean] == [t.shape for t in reference] == [(64, 1), (64,), (64,)]
+    assert all(th.equal(first, second) for first, second in zip(lean, reference, strict=True))
+    assert len(lean_gradients) == len(reference_gradients) > 0
+    assert all(th.equal(first, second) for first, second in zip(lean_gradients, reference_gradients, strict=True))
+
+
 @pytest.mark.parametrize("algorithm", [PPO_EWMA, PPG_EWMA])
 @pytest.mark.parametrize(
     "env, kwargs",
@@ -68,12 +78,7 @@ def test_lean_evaluation_equals_sb3s_bit_for_bit(algorithm, env, kwargs):
     actions = th.as_tensor(np.stack([model.action_space.sample() for _ in range(64)]))
     if actions.dim() == 1:
         actions = actions.long()
-    lean, lean_gradients = _evaluation_and_gradients(policy, lambda o, a: lean_evaluate_actions(policy, o, a), obs, actions)
-    reference, reference_gradients = _evaluation_and_gradients(policy, policy.evaluate_actions, obs, actions)
-    assert [t.shape for t in lean] == [t.shape for t in reference] == [(64, 1), (64,), (64,)]
-    assert all(th.equal(first, second) for first, second in zip(lean, reference, strict=True))
-    assert len(lean_gradients) == len(reference_gradients) > 0
-    assert all(th.equal(first, second) for first, second in zip(lean_gradients, reference_gradients, strict=True))
+    _assert_lean_evaluation_is_sb3s(policy, obs, actions)
 
 
 @pytest.mark.parametrize("algorithm", [PPO_EWMA, PPG_EWMA])
@@ -88,12 +93,7 @@ def test_lean_gsde_evaluation_equals_sb3s_bit_for_bit(algorithm, policy_kwargs):
     assert has_lean_evaluation(policy, with_gsde=True) and not has_lean_evaluation(policy)
     obs = _observations(model.observation_space, 64)
     actions = th.as_tensor(np.stack([model.action_space.sample() for _ in range(64)]))
-    lean, lean_gradients = _evaluation_and_gradients(policy, lambda o, a: lean_evaluate_actions(policy, o, a), obs, actions)
-    reference, reference_gradients = _evaluation_and_gradients(policy, policy.evaluate_actions, obs, actions)
-    assert [t.shape for t in lean] == [t.shape for t in reference] == [(64, 1), (64,), (64,)]
-    assert all(th.equal(first, second) for first, second in zip(lean, reference, strict=True))
-    assert len(lean_gradients) == len(reference_gradients) > 0
-    assert all(th.equal(first, second) for first, second in zip(lean_gradients, reference_gradients, strict=True))
+    _assert_lean_evaluation_is_sb3s(policy, obs, actions)
     with th.no_grad():
         expected = policy.get_distribution(obs).log_prob(actions)
     th.testing.assert_close(lean_action_log_prob(policy, obs, actions), expected, rtol=0, atol=0)

@@ -10,6 +10,7 @@ import copy
 import pytest
 import torch as th
 from sb3_contrib.common.envs import InvalidActionEnvDiscrete
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -294,3 +295,61 @@ def test_a_whole_step_that_does_not_compile_steps_in_pieces(monkeypatch):
         model.learn(64)
     assert len([warning for warning in caught if "in pieces" in str(warning.message)]) == 1
     assert model.compiled_step.active and model.compiled_step.verified and not model.compiled_step.whole
+
+
+class _ChangeAtSecondRollout(BaseCallback):
+    """A callback that changes the model between the first and the second iteration (before the second train())."""
+
+    def __init__(self, change):
+        super().__init__()
+        self.change, self.rollouts = change, 0
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_end(self) -> None:
+        self.rollouts += 1
+        if self.rollouts == 2:
+            self.change(self.model)
+
+
+def _heads(policy) -> list[th.nn.Parameter]:
+    return [*policy.action_net.parameters(), *policy.value_net.parameters()]
+
+
+MIDWAY_CHANGES = {
+    "another optimizer class": lambda model: setattr(
+        model.policy, "optimizer", th.optim.SGD(model.policy.parameters(), lr=1e-3)
+    ),
+    "amsgrad": lambda model: setattr(model.policy, "optimizer", th.optim.Adam(model.policy.parameters(), amsgrad=True)),
+    "an optimizer of the heads only": lambda model: setattr(model.policy, "optimizer", th.optim.Adam(_heads(model.policy))),
+    "a frozen parameter": lambda model: model.policy.action_net.weight.requires_grad_(False),
+}
+
+
+@needs_compiler
+@pytest.mark.parametrize("change", list(MIDWAY_CHANGES))
+def test_a_callback_that_changes_the_optimizer_or_freezes_a_parameter_midway_steps_in_pieces(change, capsys, tmp_path):
+    """What a callback changes between two iterations of one learn call (the optimizer replaced, a parameter frozen):
+    the rest of the call steps in pieces, said in one line, and ends where the eager loop does; what the new optimizer
+    leaves out does not move; the model saves."""
+    models, midway = [], {}
+    for compile_step in (False, True):  # each model built and trained in turn (SB3 seeds the global generators)
+        model = PPO_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=4, seed=3), n_steps=32, batch_size=64, n_epochs=2,
+                         seed=3, compile_step=compile_step, verbose=1)  # fmt: skip
+
+        def change_and_remember(model, compile_step=compile_step):
+            MIDWAY_CHANGES[change](model)
+            midway[compile_step] = [parameter.detach().clone() for parameter in model.policy.mlp_extractor.parameters()]
+
+        model.learn(4 * 128, callback=_ChangeAtSecondRollout(change_and_remember))
+        models.append(model)
+    eager, compiled = models
+    assert "as one function" in capsys.readouterr().out  # then in pieces from the second iteration on
+    assert not compiled.compiled_step.whole
+    for value, expected in zip(compiled.policy.parameters(), eager.policy.parameters(), strict=True):
+        th.testing.assert_close(value, expected, rtol=1e-3, atol=1e-4)  # four iterations of float noise
+    if change == "an optimizer of the heads only":
+        for model, compile_step in ((eager, False), (compiled, True)):
+            assert all(th.equal(a, b) for a, b in zip(model.policy.mlp_extractor.parameters(), midway[compile_step]))
+    compiled.save(tmp_path / "model.zip")

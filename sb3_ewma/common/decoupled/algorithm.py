@@ -703,9 +703,20 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         return CompiledStep.not_whole(self.policy, self.policy.optimizer)
 
     def _steps_whole(self, clip_range: float | None, clip_range_vf: float | None) -> bool:
-        """Whether this iteration's minibatches of the policy and value function together step as one compiled function
-        (:meth:`_whole_minibatch_step`), as decided when ``learn`` started (:meth:`_step_in_pieces`)."""
-        return self.compiled_step.whole and self.compiled_step.covers(clip_range, clip_range_vf) and self.target_kl is None
+        """
+        Whether this iteration's minibatches of the policy and value function together step as one compiled function
+        (:meth:`_whole_minibatch_step`), as decided when ``learn`` started (:meth:`_step_in_pieces`) and still so: a
+        callback may have replaced the optimizer or frozen a parameter since, and the rest of the call then steps in
+        pieces (said in one line).
+        """
+        if not self.compiled_step.whole:
+            return False
+        reason = self._step_in_pieces()
+        if reason is not None:
+            self.compiled_step.whole = False
+            self._announce(f"training step compiled in pieces from now on ({reason})")
+            return False
+        return self.compiled_step.covers(clip_range, clip_range_vf)
 
     def _whole_minibatch_step(
         self, rollout_data: Any, policy_objective: DecoupledPolicyObjective, clip_range_vf: float | None

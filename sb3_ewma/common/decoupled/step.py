@@ -224,7 +224,7 @@ class AdamSettings(NamedTuple):
     decoupled_weight_decay: bool
 
 
-def clip_by_total_norm(gradients: list[th.Tensor], max_norm: float) -> tuple[list[th.Tensor], th.Tensor]:
+def clip_by_total_norm(gradients: list[th.Tensor], max_norm: float | th.Tensor) -> tuple[list[th.Tensor], th.Tensor]:
     """
     ``torch.nn.utils.clip_grad_norm_`` without the in-place update: the gradients scaled by
     ``min(1, max_norm / (total_norm + 1e-6))``, and the total (L2) norm before clipping.
@@ -271,7 +271,7 @@ def adam_step_(adam: AdamTensors, gradients: list[th.Tensor], settings: AdamSett
 def minibatch_step(
     adam: AdamTensors,
     settings: AdamSettings,
-    max_grad_norm: float,
+    max_grad_norm: float | th.Tensor,
     averaged: tuple[list[th.Tensor], list[th.Tensor], th.Tensor] | None,
     *loss_args: Any,
     **loss_kwargs: Any,
@@ -409,6 +409,7 @@ class WholeStepPlan(NamedTuple):
     adam: AdamTensors  # the parameters the loss reaches and their optimizer state
     group: dict[str, Any]  # the optimizer's parameter group (its learning rate read at every step)
     rate: th.Tensor  # the learning rate as a 0-dim tensor
+    max_norm: th.Tensor  # the gradient clipping's max_grad_norm as a 0-dim tensor (a callback may change it)
     fraction: th.Tensor  # the EWMA's fraction as a 0-dim tensor
 
     def current(self, policy: Any) -> bool:
@@ -715,6 +716,7 @@ class CompiledStep:
             plan = self._whole_plans[id(policy)] = self._plan_whole_step(policy, args, kwargs)
         group = plan.group
         plan.rate.fill_(group["lr"])
+        plan.max_norm.fill_(max_grad_norm)
         beta1, beta2 = group["betas"]
         decoupled = group.get("decoupled_weight_decay", type(policy.optimizer) is th.optim.AdamW)
         settings = AdamSettings(plan.rate, beta1, beta2, group["eps"], group["weight_decay"], decoupled)
@@ -722,7 +724,7 @@ class CompiledStep:
         if ewma is not None:
             plan.fraction.fill_(ewma.next_fraction)
             averaged = (*ewma.averaged_pairs, plan.fraction)
-        terms, total_norm = self.run(minibatch_step, plan.adam, settings, max_grad_norm, averaged, *args, **kwargs)
+        terms, total_norm = self.run(minibatch_step, plan.adam, settings, plan.max_norm, averaged, *args, **kwargs)
         return self._recorded(terms, minibatch), total_norm
 
     @staticmethod
@@ -736,7 +738,9 @@ class CompiledStep:
         """
         optimizer = policy.optimizer
         (group,) = optimizer.param_groups
-        parameters: list[th.Tensor] = [param for param in policy.parameters() if param.requires_grad]
+        # the group's (not_whole: the policy's trainable parameters), in the policy's order
+        in_group = {id(param) for param in group["params"]}
+        parameters: list[th.Tensor] = [param for param in policy.parameters() if id(param) in in_group]
         # which parameters the loss reaches, by an eager pass in evaluation mode (no batch-norm statistics moved)
         training = policy.training
         policy.set_training_mode(False)
@@ -761,7 +765,8 @@ class CompiledStep:
             [state["step"] for state in states],
         )
         device = policy.device
-        return WholeStepPlan(policy, optimizer, adam, group, th.zeros((), device=device), th.zeros((), device=device))
+        rate, max_norm, fraction = (th.zeros((), device=device) for _ in range(3))
+        return WholeStepPlan(policy, optimizer, adam, group, rate, max_norm, fraction)
 
     def optimizer_step(self, optimizer: th.optim.Optimizer) -> None:
         """

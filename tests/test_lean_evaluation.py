@@ -184,6 +184,27 @@ def test_the_rollout_step_equals_sb3s_forward_bit_for_bit(algorithm, env):
     assert th.equal(lean_next, expected_next)
 
 
+@pytest.mark.parametrize("algorithm", [PPO_EWMA, PPG_EWMA])
+@pytest.mark.parametrize("policy_kwargs", [{}, {"full_std": False}, {"use_expln": True}])
+@pytest.mark.parametrize("rows", [1, 4])
+def test_the_gsde_rollout_step_equals_sb3s_forward_bit_for_bit(algorithm, policy_kwargs, rows):
+    """gSDE's rollout step: SB3's forward's actions (the mean plus the noise of the exploration matrices, one or one per
+    environment), values and log-probs, bit for bit, drawing nothing from torch's generator."""
+    model = _perturbed_model(algorithm, "Pendulum-v1", use_sde=True, policy_kwargs=policy_kwargs)
+    model.policy.reset_noise(rows)
+    obs = _observations(model.observation_space, rows)
+    with th.no_grad():
+        th.manual_seed(3)
+        expected = ActorCriticPolicy.forward(model.policy, obs)
+        expected_next = th.rand(1)
+        th.manual_seed(3)
+        lean = model.policy(obs)
+        lean_next = th.rand(1)
+    assert [value.shape for value in lean] == [(rows, 1), (rows, 1), (rows,)]
+    assert all(th.equal(value, reference) for value, reference in zip(lean, expected, strict=True))
+    assert th.equal(lean_next, expected_next)
+
+
 def test_other_rollout_steps_are_sb3s(monkeypatch):
     """Deterministic actions and the distributions without a lean form go through SB3's forward."""
     from sb3_ewma.common import policies

@@ -250,6 +250,18 @@ def gsde_std(distribution: StateDependentNoiseDistribution, latent_pi: th.Tensor
     return th.sqrt(variance + distribution.epsilon)
 
 
+def gsde_noise(distribution: StateDependentNoiseDistribution, latent_pi: th.Tensor) -> th.Tensor:
+    """
+    SB3's ``StateDependentNoiseDistribution.get_noise``: the exploration noise at the actor's latent, through the one
+    exploration matrix, or through each environment's when there is one per row.
+    """
+    latent_sde = latent_pi if distribution.learn_features else latent_pi.detach()
+    matrices = distribution.exploration_matrices
+    if len(latent_sde) == 1 or len(latent_sde) != len(matrices):
+        return th.mm(latent_sde, distribution.exploration_mat)
+    return th.bmm(latent_sde.unsqueeze(dim=1), matrices).squeeze(dim=1)
+
+
 def gsde_log_prob(
     distribution: StateDependentNoiseDistribution,
     latent_pi: th.Tensor,
@@ -275,8 +287,8 @@ def has_lean_evaluation(policy: object, *, with_gsde: bool = False) -> bool:
     """
     Whether :func:`lean_evaluate_actions` computes ``policy.evaluate_actions``: an ``ActorCriticPolicy`` whose
     evaluation is SB3's own (not overridden by a subclass) and whose action distribution is exactly SB3's categorical
-    or diagonal Gaussian one (not a squashed Gaussian), or with ``with_gsde`` also SB3's gSDE without squashing (the
-    training steps; acting takes gSDE through SB3's own objects, for its exploration matrices).
+    or diagonal Gaussian one (not a squashed Gaussian), or with ``with_gsde`` also SB3's gSDE without squashing (which
+    PPG's auxiliary phase, :func:`lean_auxiliary_losses`' callers and the KL helpers take through SB3's objects).
     """
     if not (
         isinstance(policy, ActorCriticPolicy)
@@ -351,9 +363,10 @@ def lean_forward(
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
     """
     ``ActorCriticPolicy.forward(obs)`` with sampled actions (what SB3's rollout loop calls at every step) for a policy
-    where :func:`has_lean_evaluation`, without building the distribution: the same operations and the same draws of
-    torch's random number generator (``multinomial`` of the categorical's probabilities, ``normal_`` for the Gaussian),
-    so the same actions, values and log-probabilities, bit for bit.
+    where :func:`has_lean_evaluation` (gSDE included), without building the distribution: the same operations and the
+    same draws of torch's random number generator (``multinomial`` of the categorical's probabilities, ``normal_`` for
+    the Gaussian; gSDE draws nothing here, its noise is the exploration matrices that SB3's rollout loop resamples), so
+    the same actions, values and log-probabilities, bit for bit.
 
     :return: actions, values and the log-probabilities of the actions
     """
@@ -367,9 +380,16 @@ def lean_forward(
         actions = th.multinomial(probs.reshape(-1, probs.shape[-1]), 1, True).T.reshape(probs.shape[:-1])
         log_prob = log_pmf.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
     else:
-        # SB3's DiagGaussianDistribution: Normal(mean, std).rsample(), then its log_prob summed over the dimensions
-        std = th.ones_like(action_head) * policy.log_std.exp()
-        actions = action_head + th.empty(action_head.shape, dtype=action_head.dtype, device=action_head.device).normal_() * std
+        if isinstance(policy.action_dist, StateDependentNoiseDistribution):
+            # SB3's gSDE: the mean plus the latent's noise through the exploration matrices (get_noise), no draw
+            std = gsde_std(policy.action_dist, latent_pi, policy.log_std)
+            actions = action_head + gsde_noise(policy.action_dist, latent_pi)
+        else:
+            # SB3's DiagGaussianDistribution: Normal(mean, std).rsample()
+            std = th.ones_like(action_head) * policy.log_std.exp()
+            noise = th.empty(action_head.shape, dtype=action_head.dtype, device=action_head.device).normal_()
+            actions = action_head + noise * std
+        # Normal(mean, std).log_prob(actions), summed over the dimensions
         log_prob = _sum_action_dimensions(
             -((actions - action_head) ** 2) / (2 * std**2) - std.log() - math.log(math.sqrt(2 * math.pi))
         )

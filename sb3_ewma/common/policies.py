@@ -69,8 +69,8 @@ class _Forward(Protocol):
 
 class LeanActingMixin:
     """
-    The rollout's step (``forward`` with sampled actions) without SB3's distribution objects, for the categorical and
-    diagonal Gaussian policies (:func:`sb3_ewma.common.distributions.lean_forward`: the same actions, values and
+    The rollout's step (``forward`` with sampled actions) without SB3's distribution objects, for the categorical,
+    diagonal Gaussian and gSDE policies (:func:`sb3_ewma.common.distributions.lean_forward`: the same actions, values and
     log-probabilities, the same random draws); every other case is SB3's ``forward``. During a rollout whose acting
     step is compiled, ``acting_step`` is that compiled function (set and cleared by the algorithm; never saved).
     """
@@ -78,7 +78,7 @@ class LeanActingMixin:
     acting_step: Callable[[Any, PyTorchObs], tuple[th.Tensor, th.Tensor, th.Tensor]] | None = None
 
     def forward(self, obs: PyTorchObs, deterministic: bool = False) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
-        if not deterministic and has_lean_evaluation(self):
+        if not deterministic and has_lean_evaluation(self, with_gsde=True):
             return (self.acting_step or lean_forward)(cast(Any, self), obs)
         return cast(_Forward, super()).forward(obs, deterministic)
 

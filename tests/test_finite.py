@@ -22,10 +22,10 @@ SMALL = dict(n_steps=16, batch_size=16, n_epochs=1, device="cpu", seed=0)
 
 
 class BadAtStep(gym.Wrapper):
-    """CartPole whose step number ``at`` returns a NaN (or infinite) observation entry or reward."""
+    """CartPole (or ``env_id``) whose step number ``at`` returns a NaN (or infinite) observation entry or reward."""
 
-    def __init__(self, what: str, at: int, value: float = math.nan) -> None:
-        super().__init__(gym.make("CartPole-v1"))
+    def __init__(self, what: str, at: int, value: float = math.nan, env_id: str = "CartPole-v1") -> None:
+        super().__init__(gym.make(env_id))
         self.what, self.at, self.value, self.steps = what, at, value, 0
 
     def step(self, action):  # type: ignore[no-untyped-def]
@@ -70,6 +70,21 @@ def test_a_non_finite_step_is_named_before_any_update(algorithm: type, what: str
     with pytest.raises(NonFiniteError, match=rf"non-finite {what}.* \(nan\) in environment 1 at step 5 of the rollout"):
         model.learn(32, reset_num_timesteps=False)
     assert unchanged(before, model)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"use_sde": True, "sde_sample_freq": 4}])
+@pytest.mark.parametrize("algorithm", [PPO_EWMA, PPG_EWMA])
+def test_a_nan_observation_stops_a_gaussian_rollout_at_its_step(algorithm: type, kwargs: dict) -> None:
+    """The lean Gaussian and gSDE steps refuse a NaN observation where SB3's Normal does: at the step it came from,
+    before any NaN action reaches an environment."""
+    env = DummyVecEnv([lambda: gym.make("Pendulum-v1"), lambda: BadAtStep("observation", at=21, env_id="Pendulum-v1")])
+    extra = dict(n_policy_iterations=1) if algorithm is PPG_EWMA else {}
+    model = algorithm("MlpPolicy", env, **SMALL, **extra, **kwargs)
+    model.learn(32)
+    before = weights(model)
+    with pytest.raises(NonFiniteError, match=r"non-finite observation.* \(nan\) in environment 1 at step 5 of the rollout"):
+        model.learn(32, reset_num_timesteps=False)
+    assert unchanged(before, model) and model.num_timesteps == 32 + 2 * 5
 
 
 def test_infinity_and_dict_observations_are_named() -> None:

@@ -5,6 +5,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, cast
 
 import torch as th
+from stable_baselines3.common.distributions import CategoricalDistribution
 from stable_baselines3.common.type_aliases import PyTorchObs
 from torch import nn
 
@@ -79,7 +80,12 @@ class LeanActingMixin:
 
     def forward(self, obs: PyTorchObs, deterministic: bool = False) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
         if not deterministic and has_lean_evaluation(self, with_gsde=True):
-            return (self.acting_step or lean_forward)(cast(Any, self), obs)
+            actions, values, log_prob = (self.acting_step or lean_forward)(cast(Any, self), obs)
+            if not isinstance(getattr(self, "action_dist", None), CategoricalDistribution) and bool(th.isnan(actions).any()):
+                # what torch's Normal refuses in SB3's step (the categorical's multinomial refuses it by itself): the
+                # rollout stops at this step, which names the observation
+                raise ValueError("the policy's Gaussian has a NaN mean or standard deviation (from the observations?)")
+            return actions, values, log_prob
         return cast(_Forward, super()).forward(obs, deterministic)
 
     def __getstate__(self) -> dict[str, Any]:

@@ -440,8 +440,8 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
                 )
         except (ValueError, RuntimeError):
             # a NaN or an infinity in an observation makes the policy's action distribution refuse it (torch's
-            # "Expected parameter logits ... found invalid values", or the lean step's multinomial: "probability tensor
-            # contains either inf, nan or element < 0"): say which environment and step returned it
+            # "Expected parameter logits ... found invalid values"; the lean step's multinomial: "probability tensor
+            # contains either inf, nan or element < 0", or its Gaussian's NaN check): say which environment and step
             check_finite_rollout(rollout_buffer, self._last_obs, self.num_timesteps)
             raise
         # before any update uses them: the rewards and observations of the rollout

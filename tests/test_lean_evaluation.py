@@ -90,7 +90,7 @@ def test_lean_gsde_evaluation_equals_sb3s_bit_for_bit(algorithm, policy_kwargs):
     gradients as SB3's StateDependentNoiseDistribution, its features detached from the noise's variance as SB3's."""
     model = _perturbed_model(algorithm, "Pendulum-v1", use_sde=True, policy_kwargs=policy_kwargs)
     policy = model.policy
-    assert has_lean_evaluation(policy, with_gsde=True) and not has_lean_evaluation(policy)
+    assert has_lean_evaluation(policy)
     obs = _observations(model.observation_space, 64)
     actions = th.as_tensor(np.stack([model.action_space.sample() for _ in range(64)]))
     _assert_lean_evaluation_is_sb3s(policy, obs, actions)
@@ -100,16 +100,12 @@ def test_lean_gsde_evaluation_equals_sb3s_bit_for_bit(algorithm, policy_kwargs):
 
 
 @pytest.mark.parametrize(
-    "env, kwargs, with_gsde",
-    [
-        ("Pendulum-v1", {"use_sde": True}, False),
-        ("Pendulum-v1", {"use_sde": True, "policy_kwargs": {"squash_output": True}}, True),
-        (IdentityEnvMultiDiscrete(3), {}, True),
-    ],
+    "env, kwargs",
+    [("Pendulum-v1", {"use_sde": True, "policy_kwargs": {"squash_output": True}}), (IdentityEnvMultiDiscrete(3), {})],
 )
-def test_other_distributions_take_sb3s_evaluation(env, kwargs, with_gsde):
+def test_other_distributions_take_sb3s_evaluation(env, kwargs):
     model = PPO_EWMA("MlpPolicy", env, n_steps=64, batch_size=32, seed=0, device="cpu", **kwargs)
-    assert not has_lean_evaluation(model.policy, with_gsde=with_gsde)
+    assert not has_lean_evaluation(model.policy)
 
 
 class _CountingPolicy(ActorCriticPolicy):
@@ -163,6 +159,23 @@ def test_a_nan_in_the_policys_output_stops_train_before_the_step():
     assert all(th.equal(first.nan_to_num(), second.detach().nan_to_num()) for first, second in zip(before, after, strict=True))
 
 
+def _assert_rollout_step_is_sb3s(policy, obs) -> tuple[th.Tensor, ...]:
+    """The policy's forward (the rollout's step) gives SB3's ActorCriticPolicy.forward's actions, values and log-probs
+    bit for bit, and leaves torch's generator where SB3's does (the next draw is the same); returns them."""
+    with th.no_grad():
+        th.manual_seed(3)
+        expected = ActorCriticPolicy.forward(policy, obs)
+        expected_next = th.rand(1)
+        th.manual_seed(3)
+        lean = policy(obs)
+        lean_next = th.rand(1)
+    for value, reference in zip(lean, expected, strict=True):
+        assert value.shape == reference.shape and value.dtype == reference.dtype
+        assert th.equal(value, reference)
+    assert th.equal(lean_next, expected_next)
+    return lean
+
+
 @pytest.mark.parametrize("algorithm", [PPO_EWMA, PPG_EWMA])
 @pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1", SimpleMultiObsEnv(random_start=False)])
 def test_the_rollout_step_equals_sb3s_forward_bit_for_bit(algorithm, env):
@@ -170,18 +183,8 @@ def test_the_rollout_step_equals_sb3s_forward_bit_for_bit(algorithm, env):
     the same draws of torch's generator (the next draw after it is the same too)."""
     policy = "MultiInputPolicy" if isinstance(env, SimpleMultiObsEnv) else "MlpPolicy"
     model = _perturbed_model(algorithm, env, policy)
-    obs = _observations(model.observation_space, 16)
-    with th.no_grad():
-        th.manual_seed(3)
-        expected = ActorCriticPolicy.forward(model.policy, obs)
-        expected_next = th.rand(1)
-        th.manual_seed(3)
-        lean = model.policy(obs)
-        lean_next = th.rand(1)
-    for value, reference in zip(lean, expected, strict=True):
-        assert value.shape == reference.shape and value.dtype == reference.dtype
-        assert th.equal(value, reference)
-    assert th.equal(lean_next, expected_next)
+    lean = _assert_rollout_step_is_sb3s(model.policy, _observations(model.observation_space, 16))
+    assert lean[0].shape[0] == 16
 
 
 @pytest.mark.parametrize("algorithm", [PPO_EWMA, PPG_EWMA])
@@ -192,17 +195,8 @@ def test_the_gsde_rollout_step_equals_sb3s_forward_bit_for_bit(algorithm, policy
     environment), values and log-probs, bit for bit, drawing nothing from torch's generator."""
     model = _perturbed_model(algorithm, "Pendulum-v1", use_sde=True, policy_kwargs=policy_kwargs)
     model.policy.reset_noise(rows)
-    obs = _observations(model.observation_space, rows)
-    with th.no_grad():
-        th.manual_seed(3)
-        expected = ActorCriticPolicy.forward(model.policy, obs)
-        expected_next = th.rand(1)
-        th.manual_seed(3)
-        lean = model.policy(obs)
-        lean_next = th.rand(1)
+    lean = _assert_rollout_step_is_sb3s(model.policy, _observations(model.observation_space, rows))
     assert [value.shape for value in lean] == [(rows, 1), (rows, 1), (rows,)]
-    assert all(th.equal(value, reference) for value, reference in zip(lean, expected, strict=True))
-    assert th.equal(lean_next, expected_next)
 
 
 def test_other_rollout_steps_are_sb3s(monkeypatch):

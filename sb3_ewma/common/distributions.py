@@ -283,33 +283,31 @@ def is_lean_gsde(distribution: object) -> bool:
     return type(distribution) is StateDependentNoiseDistribution and distribution.bijector is None
 
 
-def has_lean_evaluation(policy: object, *, with_gsde: bool = False) -> bool:
+def has_lean_evaluation(policy: object) -> bool:
     """
     Whether :func:`lean_evaluate_actions` computes ``policy.evaluate_actions``: an ``ActorCriticPolicy`` whose
-    evaluation is SB3's own (not overridden by a subclass) and whose action distribution is exactly SB3's categorical
-    or diagonal Gaussian one (not a squashed Gaussian), or with ``with_gsde`` also SB3's gSDE without squashing (which
-    PPG's auxiliary phase, :func:`lean_auxiliary_losses`' callers and the KL helpers take through SB3's objects).
+    evaluation is SB3's own (not overridden by a subclass) and whose action distribution is exactly SB3's categorical,
+    diagonal Gaussian or gSDE one (not squashed).
     """
-    if not (
+    return (
         isinstance(policy, ActorCriticPolicy)
         and type(policy).evaluate_actions is ActorCriticPolicy.evaluate_actions
         and type(policy)._get_action_dist_from_latent is ActorCriticPolicy._get_action_dist_from_latent
-    ):
-        return False
-    return type(policy.action_dist) in (CategoricalDistribution, DiagGaussianDistribution) or (
-        with_gsde and is_lean_gsde(policy.action_dist)
+        and (
+            type(policy.action_dist) in (CategoricalDistribution, DiagGaussianDistribution) or is_lean_gsde(policy.action_dist)
+        )
     )
 
 
 def has_lean_log_prob(policy: object) -> bool:
     """
     Whether :func:`lean_action_log_prob` computes ``policy.get_distribution(obs).log_prob(actions)`` (the proximal
-    policy's log-probabilities): :func:`has_lean_evaluation` (gSDE included), with SB3's own ``get_distribution`` and
+    policy's log-probabilities): :func:`has_lean_evaluation`, with SB3's own ``get_distribution`` and
     ``extract_features``.
     """
     return (
         isinstance(policy, ActorCriticPolicy)
-        and has_lean_evaluation(policy, with_gsde=True)
+        and has_lean_evaluation(policy)
         and type(policy).get_distribution is ActorCriticPolicy.get_distribution
         and type(policy).extract_features is ActorCriticPolicy.extract_features
     )

@@ -79,7 +79,7 @@ class LeanActingMixin:
     acting_step: Callable[[Any, PyTorchObs], tuple[th.Tensor, th.Tensor, th.Tensor]] | None = None
 
     def forward(self, obs: PyTorchObs, deterministic: bool = False) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
-        if not deterministic and has_lean_evaluation(self, with_gsde=True):
+        if not deterministic and has_lean_evaluation(self):
             actions, values, log_prob = (self.acting_step or lean_forward)(cast(Any, self), obs)
             if not isinstance(getattr(self, "action_dist", None), CategoricalDistribution) and bool(th.isnan(actions).any()):
                 # what torch's Normal refuses in SB3's step (the categorical's multinomial refuses it by itself): the

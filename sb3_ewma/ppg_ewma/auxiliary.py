@@ -57,9 +57,8 @@ def lean_auxiliary_losses(
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
     """
     :func:`auxiliary_losses` from the rows' observations, value targets and stored ``pi_old``, for a policy with a
-    categorical, diagonal Gaussian or gSDE action distribution (``has_lean_evaluation(policy, with_gsde=True)``), without
-    building distributions:
-    a pure function, which ``compile_step`` compiles::
+    categorical, diagonal Gaussian or gSDE action distribution (``has_lean_evaluation``), without building
+    distributions: a pure function, which ``compile_step`` compiles::
 
         loss = 0.5 * MSE(aux value, V_targ) + beta_clone * KL[pi_old, pi] + 0.5 * MSE(V, V_targ)
 

@@ -894,7 +894,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         """The policy's values, log-probabilities, entropy (or None), and the distribution if the exact KL needs it."""
         if self._needs_distributions:
             return evaluate_actions_with_distribution(self.policy, rollout_data.observations, actions)
-        if has_lean_evaluation(self.policy, with_gsde=True):
+        if has_lean_evaluation(self.policy):
             # the same tensors as SB3's evaluate_actions, without building and validating the distribution
             return (*lean_evaluate_actions(self.policy, rollout_data.observations, actions), None)
         values, log_prob, entropy = self.policy.evaluate_actions(rollout_data.observations, actions)

@@ -509,7 +509,7 @@ class CompiledStep:
     def covers_acting(policy: th.nn.Module) -> TypeGuard[LeanActingMixin]:
         """Whether ``policy`` acts through the compiled acting step: the package's policies
         (:class:`~sb3_ewma.common.policies.LeanActingMixin`) with a categorical, diagonal Gaussian or gSDE distribution."""
-        return isinstance(policy, LeanActingMixin) and has_lean_evaluation(policy, with_gsde=True)
+        return isinstance(policy, LeanActingMixin) and has_lean_evaluation(policy)
 
     def fall_back(self, error: BaseException) -> str:
         """After a failed compilation: eager from now on (later ``learn`` calls too); returns the sentence that says

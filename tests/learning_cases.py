@@ -150,7 +150,9 @@ def ppg_ewma_pendulum(seed: int) -> dict[str, float]:
     return {"before": float(before), "after": float(after)}
 
 
-def recurrent_cartpole_without_velocities(seed: int, timesteps: int = 15_000) -> dict[str, float]:
+def recurrent_cartpole_without_velocities(
+    seed: int, timesteps: int = 15_000, compile_step: bool | str = "auto"
+) -> dict[str, float]:
     """
     CartPoleNoVel-v1 (rl-zoo3): positions only, the velocities must be remembered; rl-zoo3's ppo_lstm settings
     (n_envs 8, n_steps 32, batch 256, gamma 0.98, lambda 0.8) on a smaller budget: 15k steps, an actor LSTM of 32
@@ -178,6 +180,7 @@ def recurrent_cartpole_without_velocities(seed: int, timesteps: int = 15_000) ->
         ),
         seed=seed,
         device="cpu",
+        compile_step=compile_step,
     )
     eval_env = VecNormalize(make_vec_env("CartPoleNoVel-v1", n_envs=1, seed=100 + seed), training=False, norm_reward=False)
     eval_env.obs_rms = env.obs_rms

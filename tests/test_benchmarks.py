@@ -1377,3 +1377,20 @@ def test_contrib_throughput_smoke_times_every_pair(tmp_path):
         assert summary[name]["train"] > 0 and summary[name]["train_ratio"] > 0
     text = (tmp_path / contrib_throughput.NAME / "smoke" / "results.md").read_text()
     assert "| ppo_mask_ewma_compiled | ppo_mask |" in text
+
+
+@pytest.mark.skipif(
+    not any(shutil.which(name) for name in ("g++", "c++", "clang++")), reason="the compiled step needs a C++ compiler"
+)
+def test_recurrent_compile_cost_measures_what_compiling_saves(tmp_path):
+    """One entry, one timed iteration each way: the report has the entry's row (times are the benchmark's to
+    compare, not this test's)."""
+    from benchmarks.timing import recurrent_compile_cost
+
+    out = tmp_path / "cost.md"
+    results = recurrent_compile_cost.main(["--iterations", "1", "--entries", "CartPoleNoVel-v1", "--out", str(out)])
+    row = results["CartPoleNoVel-v1"]
+    assert row["optimizer steps per iteration"] == 20
+    assert row["compiled iteration (s)"] > 0 and row["eager iteration (s)"] > 0
+    assert row["compiled / eager"] == pytest.approx(row["compiled iteration (s)"] / row["eager iteration (s)"])
+    assert "| CartPoleNoVel-v1 |" in out.read_text()

@@ -25,7 +25,13 @@ from torch._dynamo.utils import counters
 from sb3_ewma import PPG, PPG_EWMA, PPO_EWMA, MaskablePPO_EWMA, RecurrentPPO_EWMA
 from sb3_ewma.common.decoupled import step as step_module
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
-from sb3_ewma.common.decoupled.step import AUTO_MIN_ACTING_STEPS, AUTO_MIN_OPTIMIZER_STEPS, CompiledStep, minibatch_loss
+from sb3_ewma.common.decoupled.step import (
+    AUTO_MIN_ACTING_STEPS,
+    AUTO_MIN_OPTIMIZER_STEPS,
+    CompiledStep,
+    minibatch_loss,
+    recurrent_minibatch_loss,
+)
 from sb3_ewma.common.distributions import (
     masked_action_dims,
     observation_plan,
@@ -295,12 +301,80 @@ def test_a_subclass_that_evaluates_its_own_way_steps_eagerly():
     assert PPO_EWMA("MlpPolicy", "CartPole-v1")._compiled_evaluation_here() == "observations"
 
 
-def test_recurrent_says_why_its_step_is_eager():
-    model = RecurrentPPO_EWMA("MlpLstmPolicy", "CartPole-v1", n_steps=32, batch_size=32, compile_step=True,
+def filled_recurrent_model(env_id: str, layout: dict) -> RecurrentPPO_EWMA:
+    """A RecurrentPPO_EWMA whose last rollout holds episode starts (Pendulum's at step 200), its EWMA moved away."""
+    settings = dict(n_steps=64, batch_size=64, n_epochs=2, seed=0, ent_coef=0.01, clip_range_vf=0.5, kl_coef=0.1)
+    policy_kwargs = dict(lstm_hidden_size=16, net_arch=[16], **layout)
+    model = RecurrentPPO_EWMA("MlpLstmPolicy", make_vec_env(env_id, n_envs=4, seed=0), compile_step=False,
+                              policy_kwargs=policy_kwargs, **settings)  # fmt: skip
+    model.learn(1024)
+    model._current_progress_remaining = 0.5
+    return model
+
+
+def recurrent_function_terms(model: RecurrentPPO_EWMA, data, function=recurrent_minibatch_loss):
+    """:func:`recurrent_minibatch_loss` (or a compiled copy) on the LSTMs' outputs the model's compiled minibatch holds."""
+    clip_range, clip_range_vf = model._current_clip_ranges()
+    objective = DecoupledPolicyObjective(clip_range, model.kl_coef, model.kl_estimator, model.imp_samp_max)
+    minibatch = model._compiled_minibatch(data, objective, clip_range_vf)
+    assert minibatch.lstm_outputs is not None
+    low, high = log_clip_bounds(clip_range)
+    return function(model.policy, model.proximal.network, *minibatch.lstm_outputs, minibatch.actions,
+                    minibatch.advantages, data.old_log_prob, data.old_values, data.returns, th.tensor(low),
+                    th.tensor(high), th.tensor(clip_range_vf), ent_coef=model.ent_coef, vf_coef=model.vf_coef,
+                    kl_coef=model.kl_coef, imp_samp_max=model.imp_samp_max)  # fmt: skip
+
+
+@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=needs_compiler)])
+@pytest.mark.parametrize(
+    "env_id, layout",
+    [
+        ("CartPole-v1", {}),  # an LSTM for the critic
+        ("CartPole-v1", {"enable_critic_lstm": False}),  # the critic's linear layer
+        ("CartPole-v1", {"enable_critic_lstm": False, "shared_lstm": True}),
+        ("Pendulum-v1", {}),
+    ],
+)
+def test_the_recurrent_step_is_the_eager_recurrent_loss(env_id, layout, compiled):
+    """
+    RecurrentPPO_EWMA: the LSTMs called once a minibatch, their initial states reset at the sequences' episode starts,
+    then recurrent_minibatch_loss, compute the eager train()'s loss and gradients (sb3-contrib's step-by-step
+    evaluation, which resets the states inside its loop), uncompiled within float rounding, compiled within 1e-5.
+    """
+    model = filled_recurrent_model(env_id, layout)
+    data = next(iter(model.rollout_buffer.get(64)))
+    n_sequences = data.lstm_states.pi[0].shape[1]
+    first_steps = data.episode_starts.reshape(n_sequences, -1)[:, 0]
+    assert first_steps.any() and not first_steps.all()  # some sequences start episodes, some continue them
+    expected = eager_terms(model, data)[0]
+    expected_gradients = gradients(model, expected)
+    function = th.compile(recurrent_minibatch_loss, dynamic=False, fullgraph=True) if compiled else recurrent_minibatch_loss
+    loss = recurrent_function_terms(model, data, function).loss
+    tolerance = dict(rtol=1e-5, atol=1e-6) if compiled else dict(rtol=1e-6, atol=1e-7)
+    th.testing.assert_close(loss, expected, **tolerance)
+    for gradient, reference in zip(gradients(model, loss), expected_gradients, strict=True):
+        th.testing.assert_close(gradient, reference, rtol=1e-4 if compiled else 1e-5, atol=tolerance["atol"])
+
+
+@needs_compiler
+def test_recurrent_compiles_in_pieces_a_fixed_number_of_times(capsys):
+    """
+    RecurrentPPO_EWMA compiled: its LSTMs run eagerly between the compiled pieces (said in the learn line); the loss
+    after them is one graph per minibatch size (two: a last minibatch shorter than the others), whatever the padded
+    lengths of the sequences, and no later call compiles again.
+    """
+    # 4 x 30 = 120 steps in minibatches of 50: two of 50 and one of 20
+    model = RecurrentPPO_EWMA("MlpLstmPolicy", make_vec_env("CartPole-v1", n_envs=4, seed=0), n_steps=30, batch_size=50,
+                              n_epochs=2, seed=0, compile_step=True, verbose=1, learning_rate=linear_learning_rate,
                               policy_kwargs=dict(lstm_hidden_size=8, net_arch=[16]))  # fmt: skip
-    with pytest.warns(UserWarning, match="training step eager .*sequences change length from one minibatch to the next"):
-        model.learn(64)
-    assert not model.compiled_step.active
+    before = graphs_compiled()
+    model.learn(360)
+    assert "training step compiled (compile_step=True), in pieces (the LSTMs run eagerly" in capsys.readouterr().out
+    after_first = graphs_compiled()
+    assert after_first - before == 2
+    assert model.compiled_step.active and model.compiled_step.verified and not model.compiled_step.whole
+    model.learn(360, reset_num_timesteps=False)
+    assert graphs_compiled() == after_first, "a later iteration compiled again"
 
 
 def linear_learning_rate(progress_remaining: float) -> float:
@@ -493,6 +567,18 @@ def test_auto_compiles_only_long_runs():
     assert step.acting_active
     assert "eager" in step.start_learn(AUTO_MIN_OPTIMIZER_STEPS - 1, None, 10**9) and not step.acting_active
     assert CompiledStep(True).start_learn(1, None, 1).endswith("acting step compiled")
+
+
+def test_auto_compiles_recurrent_runs_from_fewer_steps(capsys):
+    """RecurrentPPO_EWMA's compiled step saves more a step: "auto" compiles from 2,000 planned optimizer steps."""
+    model = RecurrentPPO_EWMA("MlpLstmPolicy", "CartPole-v1", n_steps=16, batch_size=16, n_epochs=1, verbose=1,
+                              policy_kwargs=dict(lstm_hidden_size=8, net_arch=[8]))  # fmt: skip
+    model._start_compiled_step(16 * 1_999)
+    assert "1999 optimizer steps planned, fewer than the 2000" in capsys.readouterr().out
+    assert not model.compiled_step.active
+    model._start_compiled_step(16 * 2_000)
+    assert model.compiled_step.active == (step_module.compiler_missing(th.device("cpu")) is None)
+    assert PPO_EWMA._auto_compile_min_steps == AUTO_MIN_OPTIMIZER_STEPS > 2_000
 
 
 def test_short_runs_stay_eager_and_say_so(capsys):

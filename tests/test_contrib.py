@@ -27,6 +27,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 from sb3_ewma import MaskablePPO_EWMA, RecurrentPPO_EWMA, scale_hyperparams, zoo
 from sb3_ewma.ablations import StaleMaskablePPO_EWMA, StaleRecurrentPPO_EWMA
+from sb3_ewma.common.decoupled.step import compiler_missing
 
 SMALL = dict(n_steps=32, batch_size=16, n_epochs=2, seed=0, device="cpu")
 SMALL_LSTM = dict(lstm_hidden_size=8, net_arch=[16])
@@ -372,6 +373,15 @@ def test_recurrent_learns_cartpole_without_velocities():
     # beat the untrained policy (10 seeds: 9.2 to 11.7, deterministic; a uniformly random policy gets about 22)
     outcomes = [recurrent_cartpole_without_velocities(seed) for seed in range(3)]
     assert all(outcome["before"] < 15 for outcome in outcomes)
+    assert all(outcome["after"] > 15 for outcome in outcomes), outcomes
+    assert np.mean([outcome["after"] for outcome in outcomes]) > 60, outcomes
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(compiler_missing(th.device("cpu")) is not None, reason="torch.compile needs a C++ compiler here")
+def test_compiled_recurrent_learns_cartpole_without_velocities():
+    # the same case and thresholds, the step compiled (its LSTMs called once a minibatch)
+    outcomes = [recurrent_cartpole_without_velocities(seed, compile_step=True) for seed in range(3)]
     assert all(outcome["after"] > 15 for outcome in outcomes), outcomes
     assert np.mean([outcome["after"] for outcome in outcomes]) > 60, outcomes
 

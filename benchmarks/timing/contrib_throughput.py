@@ -1,10 +1,10 @@
 """
 Wall-clock cost of the EWMA in sb3-contrib's PPO family: RecurrentPPO_EWMA against RecurrentPPO and MaskablePPO_EWMA
 against MaskablePPO, next to PPO_EWMA against SB3's PPO with the same network (the target: each ratio no
-larger than PPO_EWMA's); and PPO_EWMA and MaskablePPO_EWMA with their compiled steps (``compile_step=True``, compiled
-in the untimed first iteration) against the same parents.
+larger than PPO_EWMA's); and the three with their compiled steps (``compile_step=True``, compiled in the untimed
+first iteration) against the same parents.
 
-Every pair is measured in one process, the eight algorithms alternating (A B C D E F, B C D E F A, ...) so that a
+Every pair is measured in one process, the nine algorithms alternating (A B C D E F, B C D E F A, ...) so that a
 shared, noisy machine slows them alike; the report gives each algorithm's median time of ``learn`` (rollouts and
 training) and of training alone, and each EWMA version's time relative to its parent (the median over the repeats of
 the ratio of the two times measured in the same repeat). Each model first learns one iteration
@@ -40,11 +40,12 @@ PAIRS = {
     "ppo_ewma": "ppo",
     "ppo_ewma_compiled": "ppo",
     "ppo_lstm_ewma": "ppo_lstm",
+    "ppo_lstm_ewma_compiled": "ppo_lstm",
     "ppo_mask_ewma": "ppo_mask",
     "ppo_mask_ewma_compiled": "ppo_mask",
 }
 """Each EWMA algorithm and its parent."""
-COMPILED = ("ppo_ewma_compiled", "ppo_mask_ewma_compiled")
+COMPILED = ("ppo_ewma_compiled", "ppo_lstm_ewma_compiled", "ppo_mask_ewma_compiled")
 """The algorithms measured with ``compile_step=True`` (the others: SB3's and sb3-contrib's eager step)."""
 
 
@@ -84,6 +85,7 @@ def algorithm(name: str) -> tuple[type, str, Callable[[int, int], VecEnv], dict[
         "ppo_ewma_compiled": (PPO_EWMA, "MlpPolicy", cartpole, mlp),
         "ppo_lstm": (RecurrentPPO, "MlpLstmPolicy", _novel_env, lstm),
         "ppo_lstm_ewma": (RecurrentPPO_EWMA, "MlpLstmPolicy", _novel_env, lstm),
+        "ppo_lstm_ewma_compiled": (RecurrentPPO_EWMA, "MlpLstmPolicy", _novel_env, lstm),
         "ppo_mask": (MaskablePPO, "MlpPolicy", _masked_env, mlp),
         "ppo_mask_ewma": (MaskablePPO_EWMA, "MlpPolicy", _masked_env, mlp),
         "ppo_mask_ewma_compiled": (MaskablePPO_EWMA, "MlpPolicy", _masked_env, mlp),

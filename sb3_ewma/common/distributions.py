@@ -15,6 +15,7 @@ import torch as th
 from gymnasium import spaces
 from sb3_contrib.common.maskable.distributions import MaskableCategoricalDistribution, MaskableMultiCategoricalDistribution
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
+from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from stable_baselines3.common.distributions import (
     CategoricalDistribution,
     DiagGaussianDistribution,
@@ -299,6 +300,26 @@ def has_lean_evaluation(policy: object) -> bool:
     )
 
 
+def has_lean_recurrent_evaluation(policy: object) -> bool:
+    """
+    Whether an sb3-contrib ``RecurrentActorCriticPolicy`` evaluates its actions as sb3-contrib's own does (its
+    ``evaluate_actions``, ``get_distribution`` and ``_process_sequence``), with SB3's categorical, diagonal Gaussian
+    or (unsquashed) gSDE distribution: what the compiled step computes from its LSTM outputs
+    (:func:`lean_evaluate_latents`).
+    """
+    return (
+        isinstance(policy, RecurrentActorCriticPolicy)
+        and type(policy).evaluate_actions is RecurrentActorCriticPolicy.evaluate_actions
+        and type(policy).get_distribution is RecurrentActorCriticPolicy.get_distribution
+        and type(policy)._process_sequence is RecurrentActorCriticPolicy._process_sequence
+        and type(policy).extract_features is ActorCriticPolicy.extract_features
+        and type(policy)._get_action_dist_from_latent is ActorCriticPolicy._get_action_dist_from_latent
+        and (
+            type(policy.action_dist) in (CategoricalDistribution, DiagGaussianDistribution) or is_lean_gsde(policy.action_dist)
+        )
+    )
+
+
 def has_lean_log_prob(policy: object) -> bool:
     """
     Whether :func:`lean_action_log_prob` computes ``policy.get_distribution(obs).log_prob(actions)`` (the proximal
@@ -338,11 +359,24 @@ def lean_evaluate_actions(
     preprocessed by the policy's :data:`ObservationPlan`, as compiled).
     """
     latent_pi, latent_vf = policy_latents(policy, obs, plan)
+    return lean_evaluate_latents(policy, latent_pi, latent_vf, actions)
+
+
+def lean_evaluate_latents(
+    policy: ActorCriticPolicy, latent_pi: th.Tensor, latent_vf: th.Tensor, actions: th.Tensor
+) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+    """:func:`lean_evaluate_actions` from the actor's and the critic's latents (``mlp_extractor``'s outputs)."""
     _, log_prob, spread = _lean_log_prob(policy, latent_pi, actions)
     values = policy.value_net(latent_vf)
     if isinstance(policy.action_dist, CategoricalDistribution):
         return values, log_prob, categorical_entropy(spread)
     return values, log_prob, diag_gaussian_entropy(spread)
+
+
+def lean_latent_log_prob(policy: ActorCriticPolicy, latent_pi: th.Tensor, actions: th.Tensor) -> th.Tensor:
+    """The log-probabilities of ``actions`` from the actor's latent (``mlp_extractor``'s output), as
+    :func:`lean_action_log_prob`."""
+    return _lean_log_prob(policy, latent_pi, actions)[1]
 
 
 def lean_action_log_prob(

@@ -69,6 +69,54 @@ def recurrent_latents(
     return policy.mlp_extractor.forward_actor(latent_pi), policy.mlp_extractor.forward_critic(latent_vf)
 
 
+def _lstm_over_sequences(
+    features: th.Tensor, lstm_states: tuple[th.Tensor, ...], episode_starts: th.Tensor, lstm: th.nn.LSTM
+) -> th.Tensor:
+    """
+    ``_process_sequence``'s output on a minibatch's padded sequences by one call of the LSTM: the sequences start at
+    episode starts (sb3-contrib's buffers cut them there), so an episode start can only be a sequence's first step,
+    where sb3-contrib's loop resets the state before the step. Resetting the initial state instead is the same
+    computation, up to float rounding (the LSTM's kernel multiplies all steps' inputs at once).
+    """
+    hidden, cell = _hidden_and_cell(lstm_states)
+    n_seq = hidden.shape[1]
+    features_sequence = features.reshape((n_seq, -1, lstm.input_size)).swapaxes(0, 1)
+    keep = (1.0 - episode_starts.reshape((n_seq, -1))[:, 0]).view(1, n_seq, 1)
+    output, _ = lstm(features_sequence, (keep * hidden, keep * cell))
+    return th.flatten(output.transpose(0, 1), start_dim=0, end_dim=1)
+
+
+def sequence_latents(
+    policy: RecurrentActorCriticPolicy,
+    obs: PyTorchObs,
+    lstm_states: RNNStates,
+    episode_starts: th.Tensor,
+    valid: th.Tensor,
+    critic: bool = True,
+) -> tuple[th.Tensor, th.Tensor | None]:
+    """
+    The actor's and critic's LSTM outputs (before ``mlp_extractor``) at a minibatch's valid steps, each LSTM called
+    once (:func:`_lstm_over_sequences`); what the compiled training step takes (the LSTMs run eagerly, on torch's own
+    kernels: a graph would be built for each padded length). ``critic=False``: the actor's only (None for the critic).
+    """
+    if critic:
+        features = policy.extract_features(obs)
+        pi_features, vf_features = features if isinstance(features, tuple) else (features, features)
+    else:
+        pi_features = super(ActorCriticPolicy, policy).extract_features(obs, policy.pi_features_extractor)
+    latent_pi = _lstm_over_sequences(pi_features, lstm_states.pi, episode_starts, policy.lstm_actor)[valid]
+    if not critic:
+        return latent_pi, None
+    if policy.lstm_critic is not None:
+        latent_vf = _lstm_over_sequences(vf_features, lstm_states.vf, episode_starts, policy.lstm_critic)[valid]
+    elif policy.shared_lstm:
+        latent_vf = latent_pi.detach()
+    else:
+        assert policy.critic is not None
+        latent_vf = policy.critic(vf_features[valid])
+    return latent_pi, latent_vf
+
+
 def evaluate_valid_steps(
     policy: RecurrentActorCriticPolicy,
     obs: PyTorchObs,

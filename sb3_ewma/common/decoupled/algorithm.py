@@ -48,7 +48,13 @@ from sb3_ewma.common.decoupled.proximal import (
     parameters_with_proximal_state,
     with_proximal_state_in_data,
 )
-from sb3_ewma.common.decoupled.step import CompiledMinibatch, CompiledStep, MinibatchTerms, compile_unsupported
+from sb3_ewma.common.decoupled.step import (
+    AUTO_MIN_OPTIMIZER_STEPS,
+    CompiledMinibatch,
+    CompiledStep,
+    MinibatchTerms,
+    compile_unsupported,
+)
 from sb3_ewma.common.distributed import (
     DataParallelTraining,
     SingleProcessTraining,
@@ -123,6 +129,8 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     # how the compiled step evaluates the policy on a minibatch (compile_unsupported): from the observations, with the
     # rollout buffer's action masks ("action_masks"), or why it cannot (a sentence: the eager step only)
     _compiled_evaluation: ClassVar[str] = "observations"
+    # the optimizer steps a learn call plans from which compile_step="auto" compiles (the performance guide)
+    _auto_compile_min_steps: ClassVar[int] = AUTO_MIN_OPTIMIZER_STEPS
     # the algorithm's own attributes that `save` leaves out, and the modules of saved policies `load` also accepts
     _unsaved_attributes: ClassVar[tuple[str, ...]] = ()
     # entries of older files that `load` drops: properties now (0.1.0), or the staleness setting of 0.1.0
@@ -397,6 +405,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             planned_acting_steps=iterations * self.n_steps,
             acting_covered=CompiledStep.covers_acting(self.policy),
             in_pieces=self._step_in_pieces(),
+            auto_min_optimizer_steps=self._auto_compile_min_steps,
         )
         self._announce(sentence, warn=self.compile_step is True and unsupported is not None)
 

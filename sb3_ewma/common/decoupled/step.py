@@ -39,9 +39,12 @@ from sb3_ewma.common.distributions import (
     has_lean_evaluation,
     has_lean_log_prob,
     has_lean_masked_evaluation,
+    has_lean_recurrent_evaluation,
     lean_action_log_prob,
     lean_evaluate_actions,
+    lean_evaluate_latents,
     lean_forward,
+    lean_latent_log_prob,
     lean_masked_action_log_prob,
     lean_masked_evaluate_actions,
     masked_action_dims,
@@ -163,6 +166,74 @@ def minibatch_loss(
                     action_dims,
                     observation_plan,
                 )
+    return _decoupled_loss(
+        values, log_prob, entropy, proximal_log_prob, advantages, behavior_log_prob, old_values, returns,
+        clip_low, clip_high, clip_range_vf, ent_coef, vf_coef, kl_coef, imp_samp_max,
+    )  # fmt: skip
+
+
+def recurrent_minibatch_loss(
+    policy: ActorCriticPolicy,
+    proximal_network: ActorCriticPolicy | None,
+    lstm_pi: th.Tensor,
+    lstm_vf: th.Tensor,
+    proximal_lstm_pi: th.Tensor | None,
+    actions: th.Tensor,
+    advantages: th.Tensor,
+    behavior_log_prob: th.Tensor,
+    old_values: th.Tensor,
+    returns: th.Tensor,
+    clip_low: th.Tensor,
+    clip_high: th.Tensor,
+    clip_range_vf: th.Tensor | None,
+    *,
+    ent_coef: float | th.Tensor,
+    vf_coef: float | th.Tensor,
+    kl_coef: float | th.Tensor | None,
+    imp_samp_max: float,
+    autocast_dtype: th.dtype | None = None,
+) -> MinibatchLoss:
+    """
+    :func:`minibatch_loss` for an sb3-contrib recurrent policy
+    (:func:`~sb3_ewma.common.distributions.has_lean_recurrent_evaluation`), from its LSTMs' outputs at the minibatch's
+    valid steps (``lstm_pi``, ``lstm_vf``; the proximal network's ``proximal_lstm_pi``, None without one): the part
+    after the LSTMs, which has the same shapes at every minibatch, while the LSTMs run on padded sequences whose
+    length changes from one minibatch to the next.
+    """
+    with autocast(returns.device.type, autocast_dtype):
+        latent_pi = policy.mlp_extractor.forward_actor(lstm_pi)
+        latent_vf = policy.mlp_extractor.forward_critic(lstm_vf)
+        values, log_prob, entropy = lean_evaluate_latents(policy, latent_pi, latent_vf, actions)
+        with th.no_grad():
+            if proximal_network is None or proximal_lstm_pi is None:
+                proximal_log_prob = behavior_log_prob
+            else:
+                proximal_latent_pi = proximal_network.mlp_extractor.forward_actor(proximal_lstm_pi)
+                proximal_log_prob = lean_latent_log_prob(proximal_network, proximal_latent_pi, actions)
+    return _decoupled_loss(
+        values, log_prob, entropy, proximal_log_prob, advantages, behavior_log_prob, old_values, returns,
+        clip_low, clip_high, clip_range_vf, ent_coef, vf_coef, kl_coef, imp_samp_max,
+    )  # fmt: skip
+
+
+def _decoupled_loss(
+    values: th.Tensor,
+    log_prob: th.Tensor,
+    entropy: th.Tensor,
+    proximal_log_prob: th.Tensor,
+    advantages: th.Tensor,
+    behavior_log_prob: th.Tensor,
+    old_values: th.Tensor,
+    returns: th.Tensor,
+    clip_low: th.Tensor,
+    clip_high: th.Tensor,
+    clip_range_vf: th.Tensor | None,
+    ent_coef: float | th.Tensor,
+    vf_coef: float | th.Tensor,
+    kl_coef: float | th.Tensor | None,
+    imp_samp_max: float,
+) -> MinibatchLoss:
+    """The losses of :func:`minibatch_loss` from the policy's evaluation (in float32)."""
     values, log_prob, entropy, proximal_log_prob = values.float(), log_prob.float(), entropy.float(), proximal_log_prob.float()
 
     # the decoupled clipped surrogate: importance sampling on pi_behav (capped), clipping at pi_prox
@@ -305,7 +376,8 @@ def compile_unsupported(policy: th.nn.Module, device: th.device, evaluation: str
     Why a model's training step cannot be compiled (None: it can).
 
     :param evaluation: how the algorithm evaluates its policy on a minibatch: ``"observations"`` (SB3's PPO),
-        ``"action_masks"`` (with the rollout buffer's action masks, sb3-contrib's MaskablePPO), or why the compiled step
+        ``"action_masks"`` (with the rollout buffer's action masks, sb3-contrib's MaskablePPO), ``"sequences"`` (from
+        the LSTMs' outputs, :func:`recurrent_minibatch_loss`; sb3-contrib's RecurrentPPO), or why the compiled step
         cannot evaluate it (any other sentence)
     :param needs_distributions: whether the loss needs whole action distributions (``kl_estimator="exact"``)
     """
@@ -313,7 +385,9 @@ def compile_unsupported(policy: th.nn.Module, device: th.device, evaluation: str
         return f"{type(policy).__name__} is not one of SB3's categorical, diagonal Gaussian or gSDE ActorCriticPolicy"
     if evaluation == "action_masks" and not has_lean_masked_evaluation(policy):
         return f"{type(policy).__name__} is not one of sb3-contrib's masked categorical or multi-categorical policies"
-    if evaluation not in ("observations", "action_masks"):
+    if evaluation == "sequences" and not has_lean_recurrent_evaluation(policy):
+        return f"{type(policy).__name__} is not one of sb3-contrib's recurrent policies with SB3's distributions"
+    if evaluation not in ("observations", "action_masks", "sequences"):
         return evaluation
     if needs_distributions:
         return "kl_estimator='exact' needs the action distributions"
@@ -399,6 +473,8 @@ class CompiledMinibatch(NamedTuple):
     vf_coef: float
     autocast_dtype: th.dtype | None
     action_masks: th.Tensor | None  # a maskable policy's, from the rollout buffer
+    # a recurrent policy's LSTM outputs at the valid steps: the actor's, the critic's, the proximal network's (or None)
+    lstm_outputs: tuple[th.Tensor, th.Tensor, th.Tensor | None] | None = None
 
 
 class WholeStepPlan(NamedTuple):
@@ -464,6 +540,7 @@ class CompiledStep:
         planned_acting_steps: int = 0,
         acting_covered: bool = True,
         in_pieces: str | None = None,
+        auto_min_optimizer_steps: int = AUTO_MIN_OPTIMIZER_STEPS,
     ) -> str:
         """
         Decide whether this ``learn`` call's training steps, and its rollouts' acting steps, run compiled; returns the
@@ -475,6 +552,8 @@ class CompiledStep:
         :param acting_covered: whether the model's policy is one whose acting step compiles (:meth:`covers_acting`)
         :param in_pieces: why a compiled training step cannot be one function (:func:`minibatch_step`) in this call
             (None: it can): it is compiled in pieces then, the loss with its backward pass and the optimizer's step
+        :param auto_min_optimizer_steps: the optimizer steps from which ``"auto"`` compiles (the algorithm's: the
+            fewer, the more a compiled step saves)
         """
         self._fused_steps, self._plans, self._whole_plans = {}, {}, {}
         if self.setting is False:
@@ -483,11 +562,11 @@ class CompiledStep:
             self.active, self.reason = False, self.failure
         elif unsupported is not None:
             self.active, self.reason = False, unsupported
-        elif self.setting == "auto" and planned_optimizer_steps < AUTO_MIN_OPTIMIZER_STEPS:
+        elif self.setting == "auto" and planned_optimizer_steps < auto_min_optimizer_steps:
             self.active = False
             self.reason = (
                 f"compile_step='auto' and {planned_optimizer_steps} optimizer steps planned, fewer than the "
-                f"{AUTO_MIN_OPTIMIZER_STEPS} that earn back the compilation"
+                f"{auto_min_optimizer_steps} that earn back the compilation"
             )
         else:
             self.active = True
@@ -635,7 +714,13 @@ class CompiledStep:
         minibatch's ``policy_objective``.
         """
         args, kwargs = self._loss_inputs(minibatch)
-        terms: MinibatchLoss = self.run(minibatch_loss, *args, **kwargs)
+        if minibatch.lstm_outputs is None:
+            terms: MinibatchLoss = self.run(minibatch_loss, *args, **kwargs)
+        else:
+            # the observations' place taken by the LSTMs' outputs, which carry what the policy made of them
+            lstm_args = (args[0], args[1], *minibatch.lstm_outputs, *args[3:])
+            lstm_kwargs = {key: kwargs[key] for key in ("ent_coef", "vf_coef", "kl_coef", "imp_samp_max", "autocast_dtype")}
+            terms = self.run(recurrent_minibatch_loss, *lstm_args, **lstm_kwargs)
         return self._recorded(terms, minibatch)
 
     def _loss_inputs(self, minibatch: CompiledMinibatch) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -710,6 +795,8 @@ class CompiledStep:
         (:meth:`~sb3_ewma.common.ewma.ParameterEWMA.advance`) is the caller's too.
         """
         policy = minibatch.policy
+        if minibatch.lstm_outputs is not None:
+            raise ValueError("a recurrent policy's step runs in pieces: its LSTMs run eagerly (minibatch_terms)")
         args, kwargs = self._loss_inputs(minibatch)
         plan = self._whole_plans.get(id(policy))
         if plan is None or not plan.current(policy):

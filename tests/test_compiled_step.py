@@ -357,21 +357,22 @@ def test_the_recurrent_step_is_the_eager_recurrent_loss(env_id, layout, compiled
 
 
 @needs_compiler
-def test_recurrent_compiles_in_pieces_a_fixed_number_of_times(capsys):
+def test_recurrent_compiles_in_pieces_a_fixed_number_of_times(capsys, device):
     """
     RecurrentPPO_EWMA compiled: its LSTMs run eagerly between the compiled pieces (said in the learn line); the loss
     after them is one graph per minibatch size (two: a last minibatch shorter than the others), whatever the padded
-    lengths of the sequences, and no later call compiles again.
+    lengths of the sequences, and no later call compiles again (on CUDA too: a device test of the GPU check).
     """
     # 4 x 30 = 120 steps in minibatches of 50: two of 50 and one of 20
     model = RecurrentPPO_EWMA("MlpLstmPolicy", make_vec_env("CartPole-v1", n_envs=4, seed=0), n_steps=30, batch_size=50,
                               n_epochs=2, seed=0, compile_step=True, verbose=1, learning_rate=linear_learning_rate,
-                              policy_kwargs=dict(lstm_hidden_size=8, net_arch=[16]))  # fmt: skip
+                              policy_kwargs=dict(lstm_hidden_size=8, net_arch=[16]), device=device)  # fmt: skip
     before = graphs_compiled()
     model.learn(360)
     assert "training step compiled (compile_step=True), in pieces (the LSTMs run eagerly" in capsys.readouterr().out
     after_first = graphs_compiled()
-    assert after_first - before == 2
+    # on CUDA, Adam's step is compiled too (on the CPU it is torch's fused kernel)
+    assert after_first - before == 2 if device == "cpu" else after_first - before >= 3
     assert model.compiled_step.active and model.compiled_step.verified and not model.compiled_step.whole
     model.learn(360, reset_num_timesteps=False)
     assert graphs_compiled() == after_first, "a later iteration compiled again"

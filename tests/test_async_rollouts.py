@@ -13,6 +13,7 @@ import pytest
 import torch as th
 from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 from sb3_ewma import PPO_EWMA
@@ -185,17 +186,19 @@ def test_callbacks_vecnormalize_checkpoints_and_continuation(tmp_path):
     env = VecNormalize(make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=0))
     model = PPO_EWMA("MlpPolicy", env, async_rollouts=True, **SETTINGS)
     recorder = TrainRecorder(model)
-    log = ThreadLog()
+    log, steps = ThreadLog(), StepCounter()
     checkpoints = CheckpointCallback(save_freq=N_STEPS // 2, save_path=str(tmp_path), save_vecnormalize=True)
-    model.learn(4 * ROLLOUT, callback=[log, checkpoints], progress_bar=True)
+    model.learn(4 * ROLLOUT, callback=[log, steps, checkpoints], progress_bar=True)
     main = threading.main_thread().name
     assert recorder.threads == [main] * 4
+    # every callback runs on this thread, in SB3's order: the first rollout as it is collected, the others (collected
+    # on the collector thread during an update) replayed at the hand-off, with the step counts SB3's loop gives them
     assert [event for event, _ in log.events] == ["rollout_start", "step", "rollout_end"] * 4
-    # the first rollout is collected before any update; the others on the collector thread
-    assert [thread for event, thread in log.events if event == "step"] == [main] + ["rollout-collector"] * 3
-    assert all(thread == main for event, thread in log.events if event == "rollout_end")
+    assert all(thread == main for _, thread in log.events)
+    assert steps.seen == [N_ENVS * (k + 1) for k in range(4 * N_STEPS)]
+    assert steps.dones_seen == 4 * N_STEPS
     assert env.obs_rms.count > 4 * ROLLOUT  # normalization statistics updated by the collector
-    # every checkpoint, saved from the collector thread, holds the parameters of an iteration boundary
+    # every checkpoint holds the parameters of an iteration boundary
     files = sorted(glob.glob(str(tmp_path / "rl_model_*_steps.zip")))
     assert len(files) == 8  # two per rollout
     boundaries = [recorder.before[0], *recorder.after]
@@ -208,6 +211,29 @@ def test_callbacks_vecnormalize_checkpoints_and_continuation(tmp_path):
     assert model.num_timesteps == 6 * ROLLOUT
     assert stored_log_probs_match(model, recorder.before[4], recorder.buffers[4])
     assert not any(thread.name == "rollout-collector" for thread in threading.enumerate())
+
+
+@pytest.mark.parametrize("mode", [True, "process"])
+def test_overlap_runs_inside_sb3s_learn_loop(monkeypatch, mode):
+    """
+    SB3's own learn loop runs (once per learn call), with its collect_rollouts handing off; its stop test sees the
+    handed-off counts, so the last rollout is trained on and no collection is left running.
+    """
+    calls = []
+    parent_learn = OnPolicyAlgorithm.learn
+
+    def counted_learn(self, *args, **kwargs):
+        calls.append(type(self).__name__)
+        return parent_learn(self, *args, **kwargs)
+
+    monkeypatch.setattr(OnPolicyAlgorithm, "learn", counted_learn)
+    model = PPO_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=0), async_rollouts=mode, **SETTINGS)
+    recorder = TrainRecorder(model)
+    model.learn(3 * ROLLOUT - 1)  # the third rollout passes the total: SB3 trains on it, then stops
+    assert calls == [type(model).__name__]
+    assert len(recorder.buffers) == 3 and model.num_timesteps == 3 * ROLLOUT
+    assert model.overlapped_rollouts is None
+    assert not any(thread.name == "rollout-collector" for thread in threading.enumerate()) and not child_processes()
 
 
 def test_process_collector_replays_rollouts_to_callbacks_in_this_process(tmp_path):

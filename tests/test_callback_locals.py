@@ -10,9 +10,9 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 from sb3_ewma import PPG, PPG_EWMA, PPO_EWMA, MaskablePPO_EWMA, RecurrentPPO_EWMA
 from sb3_ewma.common.collection.process import check_process_collector
-from sb3_ewma.common.collection.rollout import RolloutView
 
 SETTINGS = dict(n_steps=16, batch_size=16, n_epochs=1, seed=0, device="cpu")
+needs_fork = pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="the collector process forks")
 PPG_SETTINGS = dict(n_steps=16, batch_size=16, n_policy_iterations=1, n_aux_epochs=1, seed=0, device="cpu")
 
 
@@ -67,26 +67,14 @@ def test_callbacks_see_the_model_and_the_parents_locals(model_class, parent_clas
     assert all(owner is parent for _, owner, _ in parent_callback.steps)
 
 
-def test_thread_collector_callbacks_see_a_view_acting_with_the_snapshot():
-    model, callback = recorded_steps(PPO_EWMA, cartpole(), async_rollouts=True, **SETTINGS)
+@pytest.mark.parametrize("mode", [True, pytest.param("process", marks=needs_fork)])
+def test_overlapped_collectors_replay_their_rollouts_to_callbacks_that_see_the_model(mode):
+    if mode == "process":
+        check_process_collector()
+    model, callback = recorded_steps(PPO_EWMA, cartpole(), async_rollouts=mode, **SETTINGS)
     parent_keys = [keys for keys, _, _ in recorded_steps(PPO, cartpole(), **SETTINGS)[1].steps]
     assert len(callback.steps) == 32
-    assert [keys for keys, _, _ in callback.steps] == parent_keys
-    for _, owner, policy in callback.steps:
-        # as the docs say: a view of the model whose attributes are the model's, but the acting policy, a snapshot
-        assert isinstance(owner, RolloutView)
-        assert policy is not model.policy and type(policy) is type(model.policy)
-        assert owner.n_steps == model.n_steps and owner.rollout_buffer is model.rollout_buffer
-    assert callback.steps[-1][1].num_timesteps == model.num_timesteps
-
-
-@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="the collector process forks")
-def test_process_collector_callbacks_see_the_model():
-    check_process_collector()
-    model, callback = recorded_steps(PPO_EWMA, cartpole(), async_rollouts="process", **SETTINGS)
-    parent_keys = [keys for keys, _, _ in recorded_steps(PPO, cartpole(), **SETTINGS)[1].steps]
-    assert len(callback.steps) == 32
-    # the first rollout of learn is collected in this process, by the model: SB3's locals
+    # the first rollout of learn is collected by the model, on this thread: SB3's locals
     first_rollout = callback.steps[:16]
     assert [keys for keys, _, _ in first_rollout] == parent_keys[:16]
     assert all(owner is model and policy is model.policy for _, owner, policy in first_rollout)

@@ -306,8 +306,7 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
         deterministic: bool = False,
         action_masks: np.ndarray | None = None,
     ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
-        """``MaskablePPO.predict``, with the parameters of an iteration boundary under ``async_rollouts``."""
+        """``MaskablePPO.predict``; masks and observations are checked first."""
         check_action_masks(action_masks, self.action_space, count_observations(observation, self.observation_space))
         check_finite_prediction_input(observation)
-        with self._training_lock:
-            return MaskablePPO.predict(self, observation, state, episode_start, deterministic, action_masks)
+        return MaskablePPO.predict(self, observation, state, episode_start, deterministic, action_masks)

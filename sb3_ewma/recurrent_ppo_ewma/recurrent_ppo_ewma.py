@@ -268,7 +268,13 @@ class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
         return super().predict(observation, state, episode_start, deterministic)
 
     def _collect_rollout_with(
-        self, policy: Any, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
+        self,
+        policy: Any,
+        env: VecEnv,
+        callback: BaseCallback,
+        rollout_buffer: RolloutBuffer,
+        n_rollout_steps: int,
+        published: bool = True,
     ) -> bool:
         """
         ``RecurrentPPO.collect_rollouts`` acting with ``policy``, from the LSTM states on that policy's device (a
@@ -277,7 +283,7 @@ class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
         states = self._last_lstm_states
         if states is not None and states.pi[0].device != policy.device:
             self._last_lstm_states = tensors_to(states, policy.device)
-        return super()._collect_rollout_with(policy, env, callback, rollout_buffer, n_rollout_steps)
+        return super()._collect_rollout_with(policy, env, callback, rollout_buffer, n_rollout_steps, published)
 
     def _rollout_minibatches(self, buffer: RolloutBuffer) -> Iterator[Any]:
         # whole rollouts, cut into sequences at environment changes and episode starts (the buffer's rollout_samples,

@@ -1,61 +1,38 @@
 """
-Overlapped (asynchronous) rollouts: the next rollout is collected on a collector thread, by a snapshot of the
-parameters, while the main thread trains on the previous one.
+Overlapped (asynchronous) rollouts: the next rollout is collected by a collector (a thread, or a forked process), with
+a snapshot of the parameters, while the model trains on the previous one. They plug into SB3's own ``learn`` loop at
+its ``collect_rollouts`` (:class:`OverlappedRollouts`): that loop, its stop test, its logs and ``train()`` are SB3's.
 
 Iteration ``k`` trains on the rollout collected by the parameters of the start of iteration ``k - 1`` (one iteration
 of staleness, which the decoupled objective is built for: Hilton et al. 2021, section 5.1), while rollout ``k + 1``
 is collected by a copy of the parameters at the start of iteration ``k``. The first rollout of every ``learn`` call
 is collected before any training (fresh data), so the first update is the synchronous one.
 
-Threads (not a process): torch releases the GIL in its kernels and C++ environments (Procgen) release it in
-``step``, so collection and training overlap where those dominate; Python-heavy loops (CartPole with a small MLP)
-mostly take turns on the GIL (the documentation's benchmarks page has the throughput figures).
+What runs where:
 
-Which thread does what:
+- the collector: ``env.step`` and the behavior policy's forward passes, ``_last_obs`` and the rollout buffer it fills;
+  it calls no user code and leaves ``num_timesteps`` and the episode statistics as they are;
+- the caller's (main) thread: ``train()``, its logs and ``dump_logs``, and at the hand-off (in ``collect_rollouts``,
+  the collector joined): the rollout replayed to the callbacks (``on_rollout_start``, then for each step
+  ``num_timesteps``, ``update_locals`` with the step's ``infos``, ``dones`` and ``rewards``, ``on_step`` and the
+  episode statistics, then ``on_rollout_end``), so checkpoints and evaluations see the parameters of an iteration
+  boundary, and a callback that returns ``False`` stops training before that rollout is trained on (the environments
+  ran to its end). The first rollout of a ``learn`` call is SB3's loop on this thread, callbacks as they go.
 
-- collector thread: ``env.step`` and the behavior policy's forward passes, ``num_timesteps``, the episode-info
-  buffers, ``_last_obs``, and the callbacks' ``on_rollout_start`` and ``on_step`` (with their ``locals``);
-- main thread: ``train()`` (with its logger records), and at the hand-off (the collector joined, the main thread owns
-  the environments): the callbacks' ``on_rollout_end``, ``dump_logs``, the progress schedule, the snapshot copy.
-
-``save()`` and ``predict()`` of the model wait for a running ``train()`` to end, so a checkpoint or an evaluation
-made from ``on_step`` (``CheckpointCallback``, ``EvalCallback``) sees the parameters of an iteration boundary.
+Threads: torch releases the GIL in its kernels and C++ environments (Procgen) release it in ``step``, so collection
+and training overlap where those dominate; Python-heavy loops (CartPole with a small MLP) mostly take turns on the GIL,
+where the collector process (:mod:`~sb3_ewma.common.collection.process`) overlaps them (the documentation's benchmarks
+page has the throughput figures).
 """
 
-import threading
-from types import TracebackType
-from typing import Any
-
 import numpy as np
-from stable_baselines3.common.type_aliases import MaybeCallback
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_ewma.common.collection.process import ProcessRolloutCollector, check_forkable_env, check_process_collector
 from sb3_ewma.common.collection.rollout import CollectingAlgorithm
 from sb3_ewma.common.collection.thread import RolloutCollector
-
-
-class TrainingLock:
-    """
-    The lock that ``train()`` holds under ``async_rollouts`` and that ``save`` and ``predict`` take (re-entrant). A
-    model's copy (``copy.deepcopy``, ``pickle``) gets a new, free lock, as a lock's state means nothing outside its
-    process and ``threading.RLock`` itself neither copies nor pickles.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.RLock()
-
-    def __enter__(self) -> bool:
-        return self._lock.__enter__()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        self._lock.__exit__(exc_type, exc, traceback)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (TrainingLock, ())
-
 
 ASYNC_ROLLOUTS = (False, True, "thread", "process")
 """The values of ``async_rollouts``: off, a collector thread (``True`` or ``"thread"``) or a collector process."""
@@ -89,80 +66,58 @@ def rollout_settings(async_rollouts: bool | str, env: VecEnv | None) -> tuple[bo
     return kind is not None, kind or "thread"
 
 
-def learn_with_overlapped_rollouts(
-    algorithm: CollectingAlgorithm,
-    total_timesteps: int,
-    callback: MaybeCallback,
-    log_interval: int,
-    tb_log_name: str,
-    reset_num_timesteps: bool,
-    progress_bar: bool,
-) -> None:
+class OverlappedRollouts:
     """
-    SB3's ``OnPolicyAlgorithm.learn`` loop for ``algorithm`` (an algorithm with ``async_rollouts``), with the next
-    rollout collected by a collector (``algorithm.rollout_collector``: a thread or a forked process) during
-    ``train()``, which runs under ``algorithm._training_lock``.
-    """
-    iteration = 0
-    total_timesteps, learn_callback = algorithm._setup_learn(
-        total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
-    )
-    # SB3's learn() passes its locals: the same names here
-    learn_locals = dict(
-        self=algorithm,
-        total_timesteps=total_timesteps,
-        callback=learn_callback,
-        log_interval=log_interval,
-        tb_log_name=tb_log_name,
-        reset_num_timesteps=reset_num_timesteps,
-        progress_bar=progress_bar,
-        iteration=iteration,
-    )
-    learn_callback.on_training_start(learn_locals, globals())
-    env = algorithm.env
-    assert env is not None
-    if algorithm.rollout_collector == "process":
-        collector: RolloutCollector = ProcessRolloutCollector(algorithm, learn_callback)
-    else:
-        collector = RolloutCollector(algorithm, learn_callback)
-    training_buffer, next_buffer = algorithm.rollout_buffer, algorithm._make_rollout_buffer()
-    try:
-        continue_training = algorithm.num_timesteps < total_timesteps and algorithm.data_parallel.synchronize_iteration(
-            algorithm, collector.collect(env, training_buffer)
-        )
-        while continue_training:
-            # the hand-off: the collector is joined, this thread owns the environments and the model
-            iteration += 1
-            _on_hand_off(algorithm, collector, iteration, total_timesteps, log_interval)
-            collecting = algorithm.num_timesteps < total_timesteps
-            if collecting:
-                collector.start(env, next_buffer)
-            algorithm.rollout_buffer = training_buffer
-            with algorithm._training_lock:
-                algorithm.train()
-            if not collecting:
-                break
-            # every rank's decision, episode statistics and VecNormalize pooled (data-parallel training)
-            continue_training = algorithm.data_parallel.synchronize_iteration(algorithm, collector.hand_off())
-            training_buffer, next_buffer = next_buffer, training_buffer
-    except BaseException:
-        collector.stop()
-        env.close()
-        raise
-    collector.close()
-    learn_callback.on_training_end()
+    The rollouts of an algorithm with ``async_rollouts``, as its ``collect_rollouts`` gets them in SB3's ``learn``
+    loop: :meth:`collect` hands off the rollout collected during the last ``train()`` (the first of a ``learn`` call:
+    collected now), then :meth:`start_next` starts collecting the next one while the loop trains on it; :meth:`end`,
+    when ``learn`` ends (or fails), ends the collector. The collector never advances ``num_timesteps`` by itself, so
+    SB3's loop stops where it would without overlap, with no collection left running.
 
+    :param kind: ``"thread"`` or ``"process"`` (:func:`rollout_settings`)
+    """
 
-def _on_hand_off(
-    algorithm: CollectingAlgorithm, collector: RolloutCollector, iteration: int, total_timesteps: int, log_interval: int
-) -> None:
-    """
-    The one point of an iteration where no rollout is being collected: progress, logs (``dump_logs``), and the
-    collection times of the rollout about to be trained on. Per-iteration synchronization belongs here.
-    """
-    algorithm._update_current_progress_remaining(algorithm.num_timesteps, total_timesteps)
-    algorithm.logger.record("time/collection_s", collector.collection_seconds)
-    algorithm.logger.record("time/collection_wait_s", collector.wait_seconds)
-    if log_interval is not None and iteration % log_interval == 0:
-        assert algorithm.ep_info_buffer is not None
-        algorithm.dump_logs(iteration)
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.collector: RolloutCollector | None = None
+        self._buffers: tuple[RolloutBuffer, RolloutBuffer] | None = None  # trained on, being collected into
+
+    def collect(self, algorithm: CollectingAlgorithm, env: VecEnv, callback: BaseCallback) -> bool:
+        """
+        The rollout to train on next, in ``algorithm.rollout_buffer``: the one collected in the background, replayed to
+        the callbacks, or at the first call of a ``learn`` call one collected now. Returns False if a callback stopped
+        it (SB3's meaning: stop training).
+        """
+        if self.collector is None:
+            self.collector = self._new_collector(algorithm, callback)
+            self._buffers = (algorithm.rollout_buffer, algorithm._make_rollout_buffer())
+            continue_training = self.collector.collect(env, algorithm.rollout_buffer)
+        else:
+            assert self._buffers is not None
+            collected, trained = self._buffers[1], self._buffers[0]
+            self._buffers = (collected, trained)
+            algorithm.rollout_buffer = collected
+            continue_training = self.collector.hand_off()
+        algorithm.logger.record("time/collection_s", self.collector.collection_seconds)
+        algorithm.logger.record("time/collection_wait_s", self.collector.wait_seconds)
+        return continue_training
+
+    def _new_collector(self, algorithm: CollectingAlgorithm, callback: BaseCallback) -> RolloutCollector:
+        if self.kind == "process":
+            return ProcessRolloutCollector(algorithm, callback)
+        return RolloutCollector(algorithm, callback)
+
+    def start_next(self, env: VecEnv) -> None:
+        """Start collecting the next rollout (with a snapshot of the parameters now) while the caller trains."""
+        assert self.collector is not None and self._buffers is not None, "collect() first"
+        self.collector.start(env, self._buffers[1])
+
+    def end(self, failed: bool) -> None:
+        """At the end of ``learn``: the collector closed, or after an exception stopped (its rollout abandoned)."""
+        collector, self.collector, self._buffers = self.collector, None, None
+        if collector is None:
+            return
+        if failed:
+            collector.stop()
+        else:
+            collector.close()

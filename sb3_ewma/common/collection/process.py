@@ -45,7 +45,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize, unwrap_vec_normalize
 
 from sb3_ewma.common.collection.rollout import CollectingAlgorithm, tensors_to
-from sb3_ewma.common.collection.thread import RolloutCollector
+from sb3_ewma.common.collection.thread import RolloutCollector, StepRecorder
 
 POLL_INTERVAL_S = 1.0
 """How often the parent, waiting for a rollout, checks that the child is alive."""
@@ -149,30 +149,6 @@ class CollectorError(Exception):
     """The traceback, as text, of an exception raised in the collector process (chained to the exception itself)."""
 
 
-class _StepRecorder:
-    """
-    Stands in for the callbacks in the child (the rollout loop calls it as a ``BaseCallback``): records each
-    step's ``infos``, ``dones`` and ``rewards`` for the parent to replay.
-    """
-
-    def __init__(self) -> None:
-        self.steps: list[tuple[list[dict[str, Any]], np.ndarray, np.ndarray]] = []
-        self._locals: dict[str, Any] = {}
-
-    def on_rollout_start(self) -> None:
-        self.steps = []
-
-    def update_locals(self, locals_: dict[str, Any]) -> None:
-        self._locals = locals_
-
-    def on_step(self) -> bool:
-        self.steps.append((self._locals["infos"], self._locals["dones"].copy(), self._locals["rewards"].copy()))
-        return True
-
-    def on_rollout_end(self) -> None:
-        self._locals = {}
-
-
 def _collector_main(
     collector: "ProcessRolloutCollector", env: VecEnv, buffer: RolloutBuffer, connection: Connection, collect_garbage: bool
 ) -> None:
@@ -190,7 +166,7 @@ def _collector_main(
     faulthandler.register(STACK_DUMP_SIGNAL, all_threads=True)  # where it hangs, printed before the watchdog kills it
     th.set_num_threads(1)  # one core for the collection; the parent trains on the others
     algorithm = collector.algorithm  # this process's copy
-    recorder = _StepRecorder()
+    recorder = StepRecorder()
     while True:
         try:
             command, statistics = connection.recv()
@@ -243,11 +219,6 @@ class ProcessRolloutCollector(RolloutCollector):
     @property
     def running(self) -> bool:
         return self._buffer is not None
-
-    def collect(self, env: VecEnv, rollout_buffer: RolloutBuffer) -> bool:
-        """The first rollout of a ``learn`` call, in this process, acted by the policy itself (on its own device)."""
-        self._collect(env, rollout_buffer, self.algorithm.policy)
-        return self.hand_off()
 
     def _fork(self, env: VecEnv) -> None:
         """
@@ -340,8 +311,7 @@ class ProcessRolloutCollector(RolloutCollector):
         the buffer given to :meth:`start`, then replay it to the callbacks on this thread. Returns False if a
         callback returned False (SB3's meaning: stop training; the rollout is then not trained on).
         """
-        if self._buffer is None:
-            return super().hand_off()
+        assert self._buffer is not None, "hand_off follows start"
         start = time.perf_counter()
         buffer, self._buffer = self._buffer, None
         kind, payload = self._receive()
@@ -358,21 +328,6 @@ class ProcessRolloutCollector(RolloutCollector):
         set_vec_normalize_statistics(self._env, payload["vec_normalize"])
         self.collection_seconds = payload["seconds"]
         return self._replay(payload["steps"])
-
-    def _replay(self, steps: list[tuple[list[dict[str, Any]], np.ndarray, np.ndarray]]) -> bool:
-        """What the rollout loop does with the callbacks and the counters, for a rollout collected elsewhere."""
-        algorithm, callback = self.algorithm, self.callback
-        callback.on_rollout_start()
-        for n_steps, (infos, dones, rewards) in enumerate(steps):
-            algorithm.num_timesteps += algorithm._timesteps_per_env_step
-            callback.update_locals(
-                {"self": algorithm, "infos": infos, "dones": dones, "rewards": rewards, "n_steps": n_steps, "env": self._env}
-            )
-            if not callback.on_step():
-                return False
-            algorithm._update_info_buffer(infos, dones)
-        callback.on_rollout_end()
-        return True
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
         """After an exception here: end the child now (killed at once if it is collecting)."""

@@ -11,17 +11,14 @@ global).
 """
 
 from collections import deque
-from contextlib import AbstractContextManager
 from typing import Any, ClassVar, Protocol, cast
 
 import numpy as np
 import torch as th
 from stable_baselines3.common.buffers import RolloutBuffer
-from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import MaybeCallback
 from stable_baselines3.common.vec_env import VecEnv
 
 
@@ -41,19 +38,13 @@ def tensors_to(value: Any, device: th.device) -> Any:
     return value
 
 
-class IterationSynchronizer(Protocol):
-    """What the overlapped learn loop calls once per iteration (``DataParallelTraining``, ``SingleProcessTraining``)."""
-
-    def synchronize_iteration(self, algorithm: Any, continue_training: bool) -> bool: ...
-
-
 class CollectingAlgorithm(Protocol):
     """
     What the rollout collectors (:mod:`~sb3_ewma.common.collection.thread`,
-    :mod:`~sb3_ewma.common.collection.process`) and the overlapped learn loop
+    :mod:`~sb3_ewma.common.collection.process`) and the overlapped rollouts
     (:mod:`~sb3_ewma.common.collection.overlap`) use of the algorithm they collect for: SB3's ``OnPolicyAlgorithm``
-    state and learn steps, and what :class:`~sb3_ewma.common.decoupled.algorithm.DecoupledAlgorithm` adds (its rollout
-    loop with an explicit acting policy, its once-per-iteration synchronization, its rollout buffers and policy copies).
+    state, and what :class:`~sb3_ewma.common.decoupled.algorithm.DecoupledAlgorithm` adds (its rollout loop with an
+    explicit acting policy, its rollout buffers and policy copies).
     """
 
     num_timesteps: int
@@ -81,24 +72,17 @@ class CollectingAlgorithm(Protocol):
     def ep_info_buffer(self) -> deque[Any] | None: ...
 
     @property
-    def rollout_collector(self) -> str: ...
-
-    @property
-    def data_parallel(self) -> IterationSynchronizer: ...
-
-    @property
-    def _training_lock(self) -> AbstractContextManager[Any]: ...
-
-    @property
     def _timesteps_per_env_step(self) -> int: ...
 
-    def _setup_learn(
-        self, total_timesteps: int, callback: MaybeCallback, reset_num_timesteps: bool, tb_log_name: str, progress_bar: bool
-    ) -> tuple[int, BaseCallback]: ...
-
-    # callback: a BaseCallback, or a collector process's recorder of the steps (which has its on_step methods)
+    # callback: a BaseCallback, or a collector's recorder of the steps (which has its on_step methods)
     def _collect_rollout_with(
-        self, policy: Any, env: VecEnv, callback: Any, rollout_buffer: RolloutBuffer, n_rollout_steps: int
+        self,
+        policy: Any,
+        env: VecEnv,
+        callback: Any,
+        rollout_buffer: RolloutBuffer,
+        n_rollout_steps: int,
+        published: bool = True,
     ) -> bool: ...
 
     def _make_rollout_buffer(self) -> RolloutBuffer: ...
@@ -106,12 +90,6 @@ class CollectingAlgorithm(Protocol):
     def _build_policy(self) -> BasePolicy: ...
 
     def _update_info_buffer(self, infos: list[dict[str, Any]], dones: np.ndarray | None = None) -> None: ...
-
-    def _update_current_progress_remaining(self, num_timesteps: int, total_timesteps: int) -> None: ...
-
-    def dump_logs(self, iteration: int = 0) -> None: ...
-
-    def train(self) -> None: ...
 
 
 class RolloutView:
@@ -132,16 +110,25 @@ class RolloutView:
     - callbacks called from that loop see the view: ``locals["self"]`` in ``on_step`` is the view, whose attributes
       are the algorithm's but ``policy`` (and ``device``); ``callback.model`` stays the algorithm.
 
+    With ``published=False`` (a collector thread's rollout, replayed to the callbacks and the counters at the hand-off)
+    the view counts ``num_timesteps`` for itself, from the algorithm's, and keeps the episode statistics to itself
+    (``_update_info_buffer`` does nothing): the training thread reads the algorithm's meanwhile (SB3's loop and
+    ``dump_logs``).
+
     :param algorithm: the algorithm whose state (last observation, step count, episode statistics) advances
     :param policy: the acting policy (``algorithm.policy``, or a copy of it)
     :param timesteps_per_step: environment steps one vectorized step counts for in ``num_timesteps``
+    :param published: whether the step count and the episode statistics are the algorithm's (see above)
     """
 
-    def __init__(self, algorithm: OnPolicyAlgorithm, policy: Any, timesteps_per_step: int) -> None:
+    def __init__(self, algorithm: OnPolicyAlgorithm, policy: Any, timesteps_per_step: int, published: bool = True) -> None:
         object.__setattr__(self, "_algorithm", algorithm)
         object.__setattr__(self, "_timesteps_per_step", timesteps_per_step)
         object.__setattr__(self, "policy", policy)
         object.__setattr__(self, "device", policy.device)
+        if not published:
+            object.__setattr__(self, "num_timesteps", algorithm.num_timesteps)
+            object.__setattr__(self, "_update_info_buffer", lambda infos, dones=None: None)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._algorithm, name)
@@ -149,9 +136,14 @@ class RolloutView:
     def __setattr__(self, name: str, value: Any) -> None:
         algorithm = self._algorithm
         if name == "num_timesteps":
+            counted = vars(self).get("num_timesteps")  # the view's own count (published=False)
+            current = algorithm.num_timesteps if counted is None else counted
             # the parent's loop adds env.num_envs (this process's environments) per vectorized step
-            assert value - algorithm.num_timesteps == algorithm.n_envs, "one vectorized step at a time"
-            value = algorithm.num_timesteps + self._timesteps_per_step
+            assert value - current == algorithm.n_envs, "one vectorized step at a time"
+            if counted is not None:
+                object.__setattr__(self, name, current + self._timesteps_per_step)
+                return
+            value = current + self._timesteps_per_step
         setattr(algorithm, name, value)
 
 

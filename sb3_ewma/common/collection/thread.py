@@ -1,6 +1,6 @@
 """
 The collector of overlapped rollouts on a thread: :class:`RolloutCollector` collects one rollout at a time with a
-snapshot of the policy's parameters, on a thread of its own or on the caller's (see
+snapshot of the policy's parameters on a thread of its own, and replays it to the callbacks at the hand-off (see
 :mod:`sb3_ewma.common.collection.overlap` for which thread does what).
 """
 
@@ -8,6 +8,7 @@ import threading
 import time
 from typing import Any
 
+import numpy as np
 import torch as th
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
@@ -39,38 +40,40 @@ def copy_tensors(destinations: list[th.Tensor], sources: list[th.Tensor]) -> Non
         destination.copy_(source)
 
 
-class _CollectorCallback(BaseCallback):
+class StepRecorder:
     """
-    The user's callback as the collector sees it: ``on_step`` returns False once a stop is requested (the rollout
-    ends at the next step), and ``on_rollout_end`` is left to the main thread, at the hand-off.
+    Stands in for the callbacks while a rollout is collected on a collector thread or in a collector process (the
+    rollout loop calls it as a ``BaseCallback``): records each step's ``infos``, ``dones`` and ``rewards``, which
+    :meth:`RolloutCollector.hand_off` replays to the callbacks. ``stop``, once set, ends the rollout at its next step.
     """
 
-    def __init__(self, callback: BaseCallback, stop: threading.Event) -> None:
-        super().__init__()
-        self.callback = callback
+    def __init__(self, stop: threading.Event | None = None) -> None:
+        self.steps: list[tuple[list[dict[str, Any]], np.ndarray, np.ndarray]] = []
         self.stop = stop
-
-    def update_locals(self, locals_: dict[str, Any]) -> None:
-        self.callback.update_locals(locals_)
+        self._locals: dict[str, Any] = {}
 
     def on_rollout_start(self) -> None:
-        self.callback.on_rollout_start()
+        self.steps = []
+
+    def update_locals(self, locals_: dict[str, Any]) -> None:
+        self._locals = locals_
 
     def on_step(self) -> bool:
-        return not self.stop.is_set() and self.callback.on_step()
+        self.steps.append((self._locals["infos"], self._locals["dones"].copy(), self._locals["rewards"].copy()))
+        return self.stop is None or not self.stop.is_set()
 
     def on_rollout_end(self) -> None:
-        """Called by the main thread at the hand-off instead (see :meth:`RolloutCollector.hand_off`)."""
-
-    def _on_step(self) -> bool:
-        return True
+        self._locals = {}
 
 
 class RolloutCollector:
     """
-    Collects rollouts for ``algorithm`` with a snapshot of its policy, on a thread of its own (:meth:`start`) or on
-    the caller's (:meth:`collect`). One rollout at a time; :meth:`hand_off` waits for it and re-raises, on the
-    caller's thread, any exception the collection raised (with its traceback).
+    Collects the rollouts of a ``learn`` call for ``algorithm``: the first on the caller's thread, with the callbacks
+    as SB3's loop calls them (:meth:`collect`); the others with a snapshot of the policy on a thread of their own
+    (:meth:`start`), which advances the environments, ``_last_obs`` and the buffer but neither ``num_timesteps`` nor the
+    episode statistics: :meth:`hand_off` waits for the rollout, re-raises on the caller's thread any exception it
+    raised (with its traceback), then replays its steps to the callbacks and the counters, as SB3's loop would have
+    advanced them. One rollout at a time.
 
     :param algorithm: the algorithm (a :class:`~sb3_ewma.common.decoupled.algorithm.DecoupledAlgorithm`) whose
         environment and state the rollouts advance
@@ -85,7 +88,6 @@ class RolloutCollector:
         self.algorithm = algorithm
         self.callback = callback
         self.stop_requested = threading.Event()
-        self.collector_callback = _CollectorCallback(callback, self.stop_requested)
         self.acting_device = th.device(algorithm.device if acting_device is None else acting_device)
         with th.random.fork_rng(devices=[]):  # its random initialization, overwritten, must not advance the RNG
             self.behavior_policy: BasePolicy = algorithm._build_policy().to(self.acting_device)
@@ -95,10 +97,11 @@ class RolloutCollector:
         self._behavior_tensors = parameter_tensors(self.behavior_policy)
         self._policy_tensors = parameter_tensors(algorithm.policy)
         self._thread: threading.Thread | None = None
-        self._result: bool = False
+        self._env: VecEnv | None = None
+        self._recorder = StepRecorder(self.stop_requested)
         self._error: BaseException | None = None
         self.collection_seconds = 0.0  # of the last rollout, on whichever thread collected it
-        self.wait_seconds = 0.0  # the main thread's wait for the last rollout at the hand-off
+        self.wait_seconds = 0.0  # the caller's wait for the last rollout at the hand-off
 
     @property
     def running(self) -> bool:
@@ -108,56 +111,71 @@ class RolloutCollector:
         """Copy the policy's current parameters into the behavior policy (across devices when they differ)."""
         copy_tensors(self._behavior_tensors, self._policy_tensors)
 
-    def _collect(self, env: VecEnv, rollout_buffer: RolloutBuffer, policy: BasePolicy | None = None) -> None:
-        """Collect one rollout acted by ``policy`` (default: the behavior policy), keeping its result or exception."""
+    def collect(self, env: VecEnv, rollout_buffer: RolloutBuffer) -> bool:
+        """
+        The first rollout of a ``learn`` call, on the caller's thread, acted by the policy itself: the parent's rollout
+        loop as SB3's ``learn`` runs it (callbacks included). Returns its result: False if a callback stopped it.
+        """
+        start = time.perf_counter()
+        algorithm = self.algorithm
+        result = algorithm._collect_rollout_with(algorithm.policy, env, self.callback, rollout_buffer, algorithm.n_steps)
+        self.collection_seconds, self.wait_seconds = time.perf_counter() - start, 0.0
+        return result
+
+    def _collect_recorded(self, env: VecEnv, rollout_buffer: RolloutBuffer) -> None:
+        """The collector thread: one rollout by the behavior policy, its steps recorded, its exception kept."""
         start = time.perf_counter()
         try:
-            self._result = self.algorithm._collect_rollout_with(
-                self.behavior_policy if policy is None else policy,
-                env,
-                self.collector_callback,
-                rollout_buffer,
-                self.algorithm.n_steps,
+            self.algorithm._collect_rollout_with(
+                self.behavior_policy, env, self._recorder, rollout_buffer, self.algorithm.n_steps, published=False
             )
-        except BaseException as error:  # re-raised on the main thread by hand_off
+        except BaseException as error:  # re-raised on the caller's thread by hand_off
             self._error = error
         self.collection_seconds = time.perf_counter() - start
-
-    def collect(self, env: VecEnv, rollout_buffer: RolloutBuffer) -> bool:
-        """Collect one rollout on the caller's thread with the current parameters; returns :meth:`hand_off`'s result."""
-        self.snapshot()
-        self._collect(env, rollout_buffer)
-        return self.hand_off()
 
     def start(self, env: VecEnv, rollout_buffer: RolloutBuffer) -> None:
         """Snapshot the current parameters and start collecting one rollout into ``rollout_buffer`` on a thread."""
         assert self._thread is None, "one rollout at a time"
         self.snapshot()
+        self._env = env
         self._thread = threading.Thread(
-            target=self._collect, args=(env, rollout_buffer), name="rollout-collector", daemon=True
+            target=self._collect_recorded, args=(env, rollout_buffer), name="rollout-collector", daemon=True
         )
         self._thread.start()
 
     def hand_off(self) -> bool:
         """
-        Wait for the rollout being collected (if any), re-raise its exception, then call the callbacks'
-        ``on_rollout_end`` on this thread. Returns False if a callback stopped the rollout early (SB3's meaning: stop
-        training), True otherwise.
+        Wait for the rollout being collected, re-raise its exception, then replay it to the callbacks and the counters
+        on this thread (:meth:`_replay`). Returns False if a callback returned False (SB3's meaning: stop training;
+        the rollout is then not trained on).
         """
         start = time.perf_counter()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        assert self._thread is not None, "hand_off follows start"
+        self._thread.join()
+        self._thread = None
         self.wait_seconds = time.perf_counter() - start
         if self._error is not None:
             error, self._error = self._error, None
             raise error
-        if self._result:
-            self.callback.on_rollout_end()
-        return self._result
+        return self._replay(self._recorder.steps)
+
+    def _replay(self, steps: list[tuple[list[dict[str, Any]], np.ndarray, np.ndarray]]) -> bool:
+        """What the rollout loop does with the callbacks and the counters, for a rollout collected elsewhere."""
+        algorithm, callback = self.algorithm, self.callback
+        callback.on_rollout_start()
+        for n_steps, (infos, dones, rewards) in enumerate(steps):
+            algorithm.num_timesteps += algorithm._timesteps_per_env_step
+            callback.update_locals(
+                {"self": algorithm, "infos": infos, "dones": dones, "rewards": rewards, "n_steps": n_steps, "env": self._env}
+            )
+            if not callback.on_step():
+                return False
+            algorithm._update_info_buffer(infos, dones)
+        callback.on_rollout_end()
+        return True
 
     def stop(self, timeout: float = COLLECTOR_STOP_TIMEOUT_S) -> None:
-        """After an exception on the main thread: end the rollout at its next step and wait for the thread."""
+        """After an exception on the caller's thread: end the rollout at its next step and wait for the thread."""
         self.stop_requested.set()
         if self._thread is not None:
             self._thread.join(timeout)

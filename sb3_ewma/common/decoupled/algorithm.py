@@ -35,7 +35,7 @@ from sb3_ewma.common.checks import (
     check_observation_space,
     check_save_folders,
 )
-from sb3_ewma.common.collection.overlap import TrainingLock, learn_with_overlapped_rollouts, rollout_settings
+from sb3_ewma.common.collection.overlap import OverlappedRollouts, rollout_settings
 from sb3_ewma.common.collection.rollout import RolloutView, new_rollout_buffer
 from sb3_ewma.common.decoupled.advantages import AdvantageNormalizer
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective, mean_of
@@ -111,7 +111,8 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
       (:class:`~sb3_ewma.common.gradient_noise.GradientNoiseScale`);
     - the rollout collector: the parent's own ``collect_rollouts``, acting with an explicit policy
       (:class:`~sb3_ewma.common.collection.rollout.RolloutView`), run by ``collect_rollouts`` or, with
-      ``async_rollouts``, by a collector thread or process (:mod:`~sb3_ewma.common.collection.overlap`).
+      ``async_rollouts``, by a collector thread or process that ``collect_rollouts`` hands off from
+      (``self.overlapped_rollouts``, :class:`~sb3_ewma.common.collection.overlap.OverlappedRollouts`, during ``learn``).
 
     An algorithm whose policy takes more than the observations overrides :meth:`_evaluate_policy`, names the
     proximal network's distribution in :attr:`_proximal_distribution_of` and says in :attr:`_compiled_evaluation` how
@@ -165,6 +166,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     gradient_noise: GradientNoiseScale | None
     compiled_step: CompiledStep
     training_precision: TrainingPrecision = FLOAT32
+    overlapped_rollouts: OverlappedRollouts | None = None  # during a learn call with async_rollouts
 
     def _set_decoupled_options(
         self,
@@ -196,8 +198,6 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         self.distributed = distributed
         self.compile_step = compile_step
         self.async_rollouts, self.rollout_collector = rollout_settings(async_rollouts, self.env)
-        # held during train() under async_rollouts; save and predict take it
-        self._training_lock = TrainingLock()
         # created here, not in _setup_model, so that `load` restores the saved moments
         self.advantage_normalizer = AdvantageNormalizer(
             self.normalize_advantage, advantage_normalization, advantage_ewma_decay
@@ -356,7 +356,8 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         progress_bar: bool = False,
     ) -> SelfDecoupledAlgorithm:
         """
-        SB3's ``learn``, overlapped with ``async_rollouts``.
+        SB3's ``learn``; with ``async_rollouts``, its ``collect_rollouts`` hands off rollouts collected during
+        ``train()`` (:class:`~sb3_ewma.common.collection.overlap.OverlappedRollouts`).
 
         :param tb_log_name: the name of the run for TensorBoard logging (default: the algorithm's name)
         """
@@ -370,19 +371,28 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         self._world_size_change = None
         callback, progress_bar = self.data_parallel.start_learn(self, total_timesteps, callback, progress_bar)
         self._start_compiled_step(total_timesteps)
-        if self.async_rollouts:
-            learn_with_overlapped_rollouts(
-                self, total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar
+        overlapped = self.overlapped_rollouts = OverlappedRollouts(self.rollout_collector) if self.async_rollouts else None
+        try:
+            super().learn(
+                total_timesteps=total_timesteps,
+                callback=callback,
+                log_interval=log_interval,
+                tb_log_name=tb_log_name,
+                reset_num_timesteps=reset_num_timesteps,
+                progress_bar=progress_bar,
             )
-            return self
-        return super().learn(
-            total_timesteps=total_timesteps,
-            callback=callback,
-            log_interval=log_interval,
-            tb_log_name=tb_log_name,
-            reset_num_timesteps=reset_num_timesteps,
-            progress_bar=progress_bar,
-        )
+        except BaseException:
+            if overlapped is not None:
+                # the collection in flight abandoned, and the environments closed (left mid-rollout)
+                overlapped.end(failed=True)
+                if self.env is not None:
+                    self.env.close()
+            raise
+        finally:
+            self.overlapped_rollouts = None
+        if overlapped is not None:
+            overlapped.end(failed=False)
+        return self
 
     def _planned_optimizer_steps(self, iterations: int) -> int:
         """The optimizer steps of ``iterations`` iterations of ``train()``: ``n_epochs`` epochs of minibatches."""
@@ -423,23 +433,38 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     def collect_rollouts(
         self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
     ) -> bool:
-        continue_training = self._collect_rollout_with(self.policy, env, callback, rollout_buffer, n_rollout_steps)
+        overlapped = self.overlapped_rollouts
+        if overlapped is None:
+            continue_training = self._collect_rollout_with(self.policy, env, callback, rollout_buffer, n_rollout_steps)
+        else:
+            # the rollout collected during the last train() (the first of a learn call: collected now)
+            continue_training = overlapped.collect(self, env, callback)
         # once per iteration, after the rollout: whether training goes on (on every rank, when data-parallel)
-        return self.data_parallel.synchronize_iteration(self, continue_training)
+        continue_training = self.data_parallel.synchronize_iteration(self, continue_training)
+        if overlapped is not None and continue_training and self.num_timesteps < self._total_timesteps:
+            overlapped.start_next(env)  # collected while SB3's loop trains on this one
+        return continue_training
 
     def _collect_rollout_with(
-        self, policy: Any, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
+        self,
+        policy: Any,
+        env: VecEnv,
+        callback: BaseCallback,
+        rollout_buffer: RolloutBuffer,
+        n_rollout_steps: int,
+        published: bool = True,
     ) -> bool:
         """
         The parent's rollout loop acting with ``policy`` (``self.policy`` or a copy); False if a callback stopped it.
         With ``self.policy`` acting on one process the loop runs on the model itself, as the parent's
         ``collect_rollouts`` does (a callback's ``locals["self"]`` is the model); otherwise on a
-        :class:`~sb3_ewma.common.collection.rollout.RolloutView` of it.
+        :class:`~sb3_ewma.common.collection.rollout.RolloutView` of it (``published=False``: one that counts the steps
+        and episodes for itself, for a rollout that a collector replays at the hand-off).
         """
         loop = type(self)._parent_collect_rollouts
         algorithm: Any = self
-        if policy is not self.policy or self._timesteps_per_env_step != self.n_envs:
-            algorithm = RolloutView(self, policy, self._timesteps_per_env_step)
+        if policy is not self.policy or self._timesteps_per_env_step != self.n_envs or not published:
+            algorithm = RolloutView(self, policy, self._timesteps_per_env_step, published)
         # the model's own policy acts through the compiled acting step when it is in effect (a copy acts eagerly)
         acting = self.compiled_step.acting(policy) if policy is self.policy else contextlib.nullcontext()
         try:
@@ -469,12 +494,11 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         deterministic: bool = False,
     ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
         """
-        SB3's ``predict``, with the parameters of an iteration boundary under ``async_rollouts``; an observation that
-        holds NaN or infinity is refused first (:func:`~sb3_ewma.common.finite.check_finite_prediction_input`).
+        SB3's ``predict``; an observation that holds NaN or infinity is refused first
+        (:func:`~sb3_ewma.common.finite.check_finite_prediction_input`).
         """
         check_finite_prediction_input(observation)
-        with self._training_lock:
-            return super().predict(observation, state, episode_start, deterministic)
+        return super().predict(observation, state, episode_start, deterministic)
 
     def save(
         self,
@@ -489,8 +513,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         """
         if self.rank != 0:
             return
-        with self._training_lock:
-            super(DecoupledAlgorithm, with_proximal_state_in_data(self)).save(path, exclude, include)
+        super(DecoupledAlgorithm, with_proximal_state_in_data(self)).save(path, exclude, include)
 
     @classmethod
     def load(
@@ -557,7 +580,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     def _excluded_save_params(self) -> list[str]:
         # the collaborators (rebuilt by _setup_model), this run's state (world size change, epoch in progress), the lock
         unsaved = ["proximal", "data_parallel", "gradient_noise", "compiled_step", "training_precision", "distributed"]
-        unsaved += ["_world_size_change", "_training_lock", *type(self)._unsaved_attributes]
+        unsaved += ["_world_size_change", "overlapped_rollouts", *type(self)._unsaved_attributes]
         return [*super()._excluded_save_params(), *unsaved]
 
     def _update_learning_rate(self, optimizers: list[th.optim.Optimizer] | th.optim.Optimizer) -> None:

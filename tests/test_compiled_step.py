@@ -30,7 +30,6 @@ from sb3_ewma.common.decoupled.step import (
     AUTO_MIN_OPTIMIZER_STEPS,
     CompiledStep,
     minibatch_loss,
-    recurrent_minibatch_loss,
 )
 from sb3_ewma.common.distributions import (
     masked_action_dims,
@@ -312,17 +311,16 @@ def filled_recurrent_model(env_id: str, layout: dict) -> RecurrentPPO_EWMA:
     return model
 
 
-def recurrent_function_terms(model: RecurrentPPO_EWMA, data, function=recurrent_minibatch_loss):
-    """:func:`recurrent_minibatch_loss` (or a compiled copy) on the LSTMs' outputs the model's compiled minibatch holds."""
+def recurrent_step_terms(model: RecurrentPPO_EWMA, data, compiled: bool, monkeypatch) -> th.Tensor:
+    """The compiled step's loss of a minibatch as train() gets it (the model's compiled minibatch, with its LSTMs'
+    outputs, through CompiledStep.minibatch_terms), its function compiled or run eagerly."""
+    if not compiled:
+        monkeypatch.setattr(CompiledStep, "_call", lambda self, function, args, kwargs, *_: (function(*args, **kwargs), True))
     clip_range, clip_range_vf = model._current_clip_ranges()
     objective = DecoupledPolicyObjective(clip_range, model.kl_coef, model.kl_estimator, model.imp_samp_max)
     minibatch = model._compiled_minibatch(data, objective, clip_range_vf)
-    assert minibatch.lstm_outputs is not None
-    low, high = log_clip_bounds(clip_range)
-    return function(model.policy, model.proximal.network, *minibatch.lstm_outputs, minibatch.actions,
-                    minibatch.advantages, data.old_log_prob, data.old_values, data.returns, th.tensor(low),
-                    th.tensor(high), th.tensor(clip_range_vf), ent_coef=model.ent_coef, vf_coef=model.vf_coef,
-                    kl_coef=model.kl_coef, imp_samp_max=model.imp_samp_max)  # fmt: skip
+    assert minibatch.lstm_outputs is not None and (model.proximal.network is None) == (minibatch.lstm_outputs[2] is None)
+    return model.compiled_step.minibatch_terms(minibatch).loss
 
 
 @pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=needs_compiler)])
@@ -335,11 +333,12 @@ def recurrent_function_terms(model: RecurrentPPO_EWMA, data, function=recurrent_
         ("Pendulum-v1", {}),
     ],
 )
-def test_the_recurrent_step_is_the_eager_recurrent_loss(env_id, layout, compiled):
+def test_the_recurrent_step_is_the_eager_recurrent_loss(env_id, layout, compiled, monkeypatch):
     """
     RecurrentPPO_EWMA: the LSTMs called once a minibatch, their initial states reset at the sequences' episode starts,
-    then recurrent_minibatch_loss, compute the eager train()'s loss and gradients (sb3-contrib's step-by-step
-    evaluation, which resets the states inside its loop), uncompiled within float rounding, compiled within 1e-5.
+    then recurrent_minibatch_loss (the policy's and the proximal network's outputs), compute the eager train()'s loss
+    and gradients (sb3-contrib's step-by-step evaluation, which resets the states inside its loop), uncompiled within
+    float rounding, compiled within 1e-5.
     """
     model = filled_recurrent_model(env_id, layout)
     data = next(iter(model.rollout_buffer.get(64)))
@@ -348,8 +347,7 @@ def test_the_recurrent_step_is_the_eager_recurrent_loss(env_id, layout, compiled
     assert first_steps.any() and not first_steps.all()  # some sequences start episodes, some continue them
     expected = eager_terms(model, data)[0]
     expected_gradients = gradients(model, expected)
-    function = th.compile(recurrent_minibatch_loss, dynamic=False, fullgraph=True) if compiled else recurrent_minibatch_loss
-    loss = recurrent_function_terms(model, data, function).loss
+    loss = recurrent_step_terms(model, data, compiled, monkeypatch)
     tolerance = dict(rtol=1e-5, atol=1e-6) if compiled else dict(rtol=1e-6, atol=1e-7)
     th.testing.assert_close(loss, expected, **tolerance)
     for gradient, reference in zip(gradients(model, loss), expected_gradients, strict=True):
@@ -573,7 +571,7 @@ def test_auto_compiles_only_long_runs():
 def test_auto_compiles_recurrent_runs_from_fewer_steps(capsys):
     """RecurrentPPO_EWMA's compiled step saves more a step: "auto" compiles from 2,000 planned optimizer steps."""
     model = RecurrentPPO_EWMA("MlpLstmPolicy", "CartPole-v1", n_steps=16, batch_size=16, n_epochs=1, verbose=1,
-                              policy_kwargs=dict(lstm_hidden_size=8, net_arch=[8]))  # fmt: skip
+                              policy_kwargs=dict(lstm_hidden_size=8, net_arch=[8]), device="cpu")  # fmt: skip
     model._start_compiled_step(16 * 1_999)
     assert "1999 optimizer steps planned, fewer than the 2000" in capsys.readouterr().out
     assert not model.compiled_step.active

@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     lines = [
         "# RecurrentPPO_EWMA: what the compiled step costs and saves",
         "",
-        f"`python -m benchmarks.timing.recurrent_compile_cost {' '.join(argv if argv is not None else sys.argv[1:])}`"
+        f"`{' '.join(['python -m benchmarks.timing.recurrent_compile_cost', *(argv if argv is not None else sys.argv[1:])])}`"
         f" on {info['cpu']} ({info['cores']} cores), {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, one torch thread.",
         "",
         "| entry | " + " | ".join(columns) + " |",

@@ -292,7 +292,8 @@ def test_a_callback_returning_false_stops_training(mode):
     model = PPG_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=0), async_rollouts=mode, **SETTINGS)
     recorder = TrainRecorder(model)
     model.learn(10 * ROLLOUT, callback=StopAfter(2 * N_STEPS + 3))
-    # rollouts 1 and 2 trained on; rollout 3 stopped by the callback during the second update, not trained on
+    # rollouts 1 and 2 trained on; rollout 3 stopped by the callback at its hand-off (replayed after the second
+    # update), not trained on
     assert len(recorder.buffers) == 2
     assert model.num_timesteps == 2 * ROLLOUT + 3 * N_ENVS
 
@@ -334,6 +335,26 @@ def test_an_env_error_in_the_collector_ends_learn_with_it_and_closes_the_env():
     assert any(entry.name == "step" and "test_async_rollouts" in str(entry.path) for entry in error.traceback)
     assert CrashingEnv.closed == N_ENVS
     assert not any(thread.name == "rollout-collector" for thread in threading.enumerate())
+
+
+class FailsAtTrainingStart(BaseCallback):
+    def _on_training_start(self) -> None:
+        raise RuntimeError("the callback failed")
+
+    def _on_step(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("mode", [True, "process"])
+def test_a_failure_before_any_collection_leaves_the_environments_open(mode):
+    CrashingEnv.closed = 0
+    env = DummyVecEnv([lambda: CrashingEnv(crash_at=10**6) for _ in range(N_ENVS)])
+    model = PPO_EWMA("MlpPolicy", env, async_rollouts=mode, **SETTINGS)
+    with pytest.raises(RuntimeError, match="the callback failed"):
+        model.learn(4 * ROLLOUT, callback=FailsAtTrainingStart())
+    assert CrashingEnv.closed == 0 and model.overlapped_rollouts is None
+    model.learn(2 * ROLLOUT)  # the environments still step
+    assert model.num_timesteps == 2 * ROLLOUT
 
 
 def test_an_env_error_in_the_collector_process_ends_learn_with_it():

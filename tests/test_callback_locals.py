@@ -22,10 +22,12 @@ class LocalsRecorder(BaseCallback):
     def __init__(self) -> None:
         super().__init__()
         self.steps: list[tuple[frozenset[str], object, object]] = []
+        self.new_obs: list[bool] = []  # whether locals["new_obs"] is None
 
     def _on_step(self) -> bool:
         owner = self.locals["self"]
         self.steps.append((frozenset(self.locals), owner, owner.policy))
+        self.new_obs.append(self.locals.get("new_obs") is None)
         return True
 
 
@@ -78,7 +80,9 @@ def test_overlapped_collectors_replay_their_rollouts_to_callbacks_that_see_the_m
     first_rollout = callback.steps[:16]
     assert [keys for keys, _, _ in first_rollout] == parent_keys[:16]
     assert all(owner is model and policy is model.policy for _, owner, policy in first_rollout)
-    # the others are replayed at the hand-off: `self` is the model, with the step's infos, dones, rewards, n_steps, env
+    # the others are replayed at the hand-off: `self` is the model, with the step's infos, dones, rewards, n_steps, env;
+    # the loop's other variables are None (not the first rollout's last values)
     for keys, owner, policy in callback.steps[16:]:
         assert {"self", "infos", "dones", "rewards", "n_steps", "env"} <= keys
         assert owner is model and policy is model.policy
+    assert callback.new_obs[:16] == [False] * 16 and callback.new_obs[16:] == [True] * 16

@@ -191,7 +191,7 @@ def test_load_puts_every_tensor_on_the_device(tmp_path, model_class, device):
     ],
 )
 def test_a_model_deep_copies_and_pickles_after_predict_and_save_as_sb3s(tmp_path, model_class, kwargs):
-    # SB3's PPO copies and pickles whatever it did before; so do these models (their training lock copies as a new one)
+    # SB3's PPO copies and pickles whatever it did before; so do these models
     settings = {**SETTINGS.get(model_class, dict(n_steps=64, batch_size=32, n_epochs=2)), **kwargs}
     env = InvalidActionEnvDiscrete(dim=10, n_invalid_actions=3) if "Maskable" in model_class.__name__ else "CartPole-v1"
     model = model_class("MlpPolicy", env, seed=0, device="cpu", **settings)

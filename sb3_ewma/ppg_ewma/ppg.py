@@ -363,7 +363,10 @@ class PPG(DecoupledAlgorithm):
     def collect_rollouts(
         self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
     ) -> bool:
-        # unchanged, only timed (rollouts are part of the policy phase)
+        # unchanged, only timed (rollouts are part of the policy phase; overlapped, they run beside training and the
+        # hand-off's wait is logged as time/collection_wait_s)
+        if self.overlapped_rollouts is not None:
+            return super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
         start = time.perf_counter()
         result = super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
         self._policy_phase_time += time.perf_counter() - start

@@ -160,14 +160,18 @@ class RolloutCollector:
         return self._replay(self._recorder.steps)
 
     def _replay(self, steps: list[tuple[list[dict[str, Any]], np.ndarray, np.ndarray]]) -> bool:
-        """What the rollout loop does with the callbacks and the counters, for a rollout collected elsewhere."""
+        """
+        What the rollout loop does with the callbacks and the counters, for a rollout collected elsewhere. The loop's
+        other variables, which are not recorded (``new_obs``, ``actions``, ...), are None in the callbacks' ``locals``
+        (``update_locals`` merges: they would otherwise keep an earlier rollout's values).
+        """
         algorithm, callback = self.algorithm, self.callback
+        not_recorded = {name: None for name in getattr(callback, "locals", {})}
         callback.on_rollout_start()
         for n_steps, (infos, dones, rewards) in enumerate(steps):
             algorithm.num_timesteps += algorithm._timesteps_per_env_step
-            callback.update_locals(
-                {"self": algorithm, "infos": infos, "dones": dones, "rewards": rewards, "n_steps": n_steps, "env": self._env}
-            )
+            step = dict(self=algorithm, infos=infos, dones=dones, rewards=rewards, n_steps=n_steps, env=self._env)
+            callback.update_locals({**not_recorded, **step})
             if not callback.on_step():
                 return False
             algorithm._update_info_buffer(infos, dones)

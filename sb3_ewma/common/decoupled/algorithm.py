@@ -382,11 +382,9 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
                 progress_bar=progress_bar,
             )
         except BaseException:
-            if overlapped is not None:
-                # the collection in flight abandoned, and the environments closed (left mid-rollout)
-                overlapped.end(failed=True)
-                if self.env is not None:
-                    self.env.close()
+            # a collection in flight is abandoned, and the environments it left mid-rollout closed
+            if overlapped is not None and overlapped.end(failed=True) and self.env is not None:
+                self.env.close()
             raise
         finally:
             self.overlapped_rollouts = None
@@ -578,7 +576,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         self.data_parallel.broadcast_state(self)
 
     def _excluded_save_params(self) -> list[str]:
-        # the collaborators (rebuilt by _setup_model), this run's state (world size change, epoch in progress), the lock
+        # the collaborators (rebuilt by _setup_model), this run's state (world size change, the overlapped rollouts)
         unsaved = ["proximal", "data_parallel", "gradient_noise", "compiled_step", "training_precision", "distributed"]
         unsaved += ["_world_size_change", "overlapped_rollouts", *type(self)._unsaved_attributes]
         return [*super()._excluded_save_params(), *unsaved]

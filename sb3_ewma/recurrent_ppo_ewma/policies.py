@@ -92,21 +92,16 @@ def sequence_latents(
     lstm_states: RNNStates,
     episode_starts: th.Tensor,
     valid: th.Tensor,
-    critic: bool = True,
-) -> tuple[th.Tensor, th.Tensor | None]:
+) -> tuple[th.Tensor, th.Tensor]:
     """
     The actor's and critic's LSTM outputs (before ``mlp_extractor``) at a minibatch's valid steps, each LSTM called
     once (:func:`_lstm_over_sequences`); what the compiled training step takes (the LSTMs run eagerly, on torch's own
-    kernels: a graph would be built for each padded length). ``critic=False``: the actor's only (None for the critic).
+    kernels: a graph would be built for each padded length).
     """
-    if critic:
-        features = policy.extract_features(obs)
-        pi_features, vf_features = features if isinstance(features, tuple) else (features, features)
-    else:
-        pi_features = super(ActorCriticPolicy, policy).extract_features(obs, policy.pi_features_extractor)
+    # a pair of tensors exactly when the features extractor is not shared
+    features = policy.extract_features(obs)
+    pi_features, vf_features = features if isinstance(features, tuple) else (features, features)
     latent_pi = _lstm_over_sequences(pi_features, lstm_states.pi, episode_starts, policy.lstm_actor)[valid]
-    if not critic:
-        return latent_pi, None
     if policy.lstm_critic is not None:
         latent_vf = _lstm_over_sequences(vf_features, lstm_states.vf, episode_starts, policy.lstm_critic)[valid]
     elif policy.shared_lstm:
@@ -115,6 +110,18 @@ def sequence_latents(
         assert policy.critic is not None
         latent_vf = policy.critic(vf_features[valid])
     return latent_pi, latent_vf
+
+
+def actor_sequence_latent(
+    policy: RecurrentActorCriticPolicy,
+    obs: PyTorchObs,
+    lstm_states: RNNStates,
+    episode_starts: th.Tensor,
+    valid: th.Tensor,
+) -> th.Tensor:
+    """The actor's LSTM output at a minibatch's valid steps, as :func:`sequence_latents` (the proximal network's)."""
+    features = super(ActorCriticPolicy, policy).extract_features(obs, policy.pi_features_extractor)
+    return _lstm_over_sequences(features, lstm_states.pi, episode_starts, policy.lstm_actor)[valid]
 
 
 def evaluate_valid_steps(

@@ -29,6 +29,7 @@ from sb3_ewma.recurrent_ppo_ewma.policies import (
     CnnLstmPolicy,
     MlpLstmPolicy,
     MultiInputLstmPolicy,
+    actor_sequence_latent,
     evaluate_valid_steps,
     is_recurrent_policy_parameter,
     sequence_latents,
@@ -335,10 +336,10 @@ class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
         with self.training_precision.forward(self.device):
             lstm_pi, lstm_vf = sequence_latents(self.policy, *sequences)
             proximal_lstm_pi = None
-            if self.proximal.network is not None:
+            proximal_network = cast(RecurrentActorCriticPolicy | None, self.proximal.network)  # a copy of the policy
+            if proximal_network is not None:
                 with th.no_grad():
-                    proximal_lstm_pi = sequence_latents(self.proximal.network, *sequences, critic=False)[0]
-        assert lstm_vf is not None
+                    proximal_lstm_pi = actor_sequence_latent(proximal_network, *sequences)
         minibatch = super()._compiled_minibatch(rollout_data, policy_objective, clip_range_vf)
         return minibatch._replace(lstm_outputs=(lstm_pi, lstm_vf, proximal_lstm_pi))
 

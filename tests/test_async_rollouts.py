@@ -394,7 +394,9 @@ def test_callback_errors_and_interrupts_surface_on_the_caller_thread(failure, mo
         TrainRecorder(model, fail_at=1, error=KeyboardInterrupt())
     with pytest.raises(expected):
         model.learn(10 * ROLLOUT, callback=callback)
-    assert CrashingEnv.closed == N_ENVS
+    # a collection abandoned during an update leaves the environments mid-rollout: closed; a callback fails at a
+    # replayed step, the collector joined: they stay open
+    assert CrashingEnv.closed == (N_ENVS if failure == "train" else 0)
     assert not any(thread.name == "rollout-collector" for thread in threading.enumerate())
     assert not child_processes()
 

@@ -23,12 +23,20 @@ class LocalsRecorder(BaseCallback):
         super().__init__()
         self.steps: list[tuple[frozenset[str], object, object]] = []
         self.new_obs: list[bool] = []  # whether locals["new_obs"] is None
+        self.learn_locals: list[object] = []  # learn()'s own total_timesteps, as on_training_start gave it
+        self.buffers: list[object] = []
+        self.steps_at_end: list[int] = []  # n_steps at on_rollout_end
 
     def _on_step(self) -> bool:
         owner = self.locals["self"]
         self.steps.append((frozenset(self.locals), owner, owner.policy))
         self.new_obs.append(self.locals.get("new_obs") is None)
+        self.learn_locals.append(self.locals.get("total_timesteps"))
+        self.buffers.append(self.locals.get("rollout_buffer"))
         return True
+
+    def _on_rollout_end(self) -> None:
+        self.steps_at_end.append(self.locals["n_steps"])
 
 
 def cartpole():
@@ -86,3 +94,7 @@ def test_overlapped_collectors_replay_their_rollouts_to_callbacks_that_see_the_m
         assert {"self", "infos", "dones", "rewards", "n_steps", "env"} <= keys
         assert owner is model and policy is model.policy
     assert callback.new_obs[:16] == [False] * 16 and callback.new_obs[16:] == [True] * 16
+    # learn()'s own locals stay; the replayed rollout's buffer is the one trained on next; n_steps at the end as SB3's
+    assert callback.learn_locals == [64] * 32
+    assert callback.buffers[16] is model.rollout_buffer and callback.buffers[0] is not model.rollout_buffer
+    assert callback.steps_at_end == [16, 16]

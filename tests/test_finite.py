@@ -72,6 +72,20 @@ def test_a_non_finite_step_is_named_before_any_update(algorithm: type, what: str
     assert unchanged(before, model)
 
 
+@pytest.mark.parametrize("async_rollouts", [True, "process"])
+def test_an_overlapped_rollouts_non_finite_step_names_the_count_as_synchronously(async_rollouts: object) -> None:
+    """A NaN in a rollout collected during an update: the same sentence as without overlap (the count the rollout
+    had reached, not the count of the rollouts handed off)."""
+    messages = []
+    for overlap in (False, async_rollouts):
+        env = DummyVecEnv([lambda: gym.make("CartPole-v1"), lambda: BadAtStep("observation", at=40)])
+        model = PPO_EWMA("MlpPolicy", env, async_rollouts=overlap, **SMALL)
+        with pytest.raises(NonFiniteError) as error:
+            model.learn(10 * 32)
+        messages.append(str(error.value))
+    assert "num_timesteps 80" in messages[0] and messages[1] == messages[0]
+
+
 @pytest.mark.parametrize("kwargs", [{}, {"use_sde": True, "sde_sample_freq": 4}])
 @pytest.mark.parametrize("algorithm", [PPO_EWMA, PPG_EWMA])
 def test_a_nan_observation_stops_a_gaussian_rollout_at_its_step(algorithm: type, kwargs: dict) -> None:

@@ -81,7 +81,6 @@ class OverlappedRollouts:
         self.kind = kind
         self.collector: RolloutCollector | None = None
         self._buffers: tuple[RolloutBuffer, RolloutBuffer] | None = None  # trained on, being collected into
-        self._in_flight = False  # a background collection started and not yet handed off
 
     def collect(self, algorithm: CollectingAlgorithm, env: VecEnv, callback: BaseCallback) -> bool:
         """
@@ -99,7 +98,6 @@ class OverlappedRollouts:
             self._buffers = (collected, trained)
             algorithm.rollout_buffer = collected
             continue_training = self.collector.hand_off()
-            self._in_flight = False
         algorithm.logger.record("time/collection_s", self.collector.collection_seconds)
         algorithm.logger.record("time/collection_wait_s", self.collector.wait_seconds)
         return continue_training
@@ -112,16 +110,16 @@ class OverlappedRollouts:
     def start_next(self, env: VecEnv) -> None:
         """Start collecting the next rollout (with a snapshot of the parameters now) while the caller trains."""
         assert self.collector is not None and self._buffers is not None, "collect() first"
-        self._in_flight = True
         self.collector.start(env, self._buffers[1])
 
     def end(self, failed: bool) -> bool:
         """
         At the end of ``learn``: the collector closed, or after an exception stopped. Returns whether a background
-        collection was abandoned (running, or failed at its hand-off: the environments may be left mid-rollout).
+        collection was abandoned (still running, or failed itself: the environments may be left mid-rollout).
         """
         collector, self.collector, self._buffers = self.collector, None, None
-        abandoned, self._in_flight = self._in_flight, False
-        if collector is not None:
-            collector.stop() if failed else collector.close()
+        if collector is None:
+            return False
+        abandoned = collector.running or collector.collection_failed
+        collector.stop() if failed else collector.close()
         return abandoned

@@ -182,6 +182,7 @@ def _collector_main(
             result = {
                 "buffer": buffer_arrays(buffer),
                 "steps": recorder.steps,
+                "names": recorder.names,
                 # _last_obs, _last_episode_starts (and a recurrent policy's _last_lstm_states)
                 "collection_state": {name: getattr(algorithm, name) for name in algorithm._collection_state_names},
                 "vec_normalize": vec_normalize_statistics(env),
@@ -314,11 +315,15 @@ class ProcessRolloutCollector(RolloutCollector):
         assert self._buffer is not None, "hand_off follows start"
         start = time.perf_counter()
         buffer, self._buffer = self._buffer, None
-        kind, payload = self._receive()
+        try:
+            kind, payload = self._receive()
+            if kind == "error":
+                error, text = payload
+                raise error from CollectorError(f"in the rollout collector process:\n{text}")
+        except BaseException:
+            self.collection_failed = True
+            raise
         self.wait_seconds = time.perf_counter() - start
-        if kind == "error":
-            error, text = payload
-            raise error from CollectorError(f"in the rollout collector process:\n{text}")
         algorithm = self.algorithm
         vars(buffer).update(payload["buffer"])
         buffer.generator_ready = False
@@ -327,7 +332,7 @@ class ProcessRolloutCollector(RolloutCollector):
         assert self._env is not None
         set_vec_normalize_statistics(self._env, payload["vec_normalize"])
         self.collection_seconds = payload["seconds"]
-        return self._replay(payload["steps"])
+        return self._replay(payload["steps"], payload["names"], buffer)
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
         """After an exception here: end the child now (killed at once if it is collecting)."""

@@ -44,19 +44,22 @@ class StepRecorder:
     """
     Stands in for the callbacks while a rollout is collected on a collector thread or in a collector process (the
     rollout loop calls it as a ``BaseCallback``): records each step's ``infos``, ``dones`` and ``rewards``, which
-    :meth:`RolloutCollector.hand_off` replays to the callbacks. ``stop``, once set, ends the rollout at its next step.
+    :meth:`RolloutCollector.hand_off` replays to the callbacks, and the names of the loop's variables (``names``).
+    ``stop``, once set, ends the rollout at its next step.
     """
 
     def __init__(self, stop: threading.Event | None = None) -> None:
         self.steps: list[tuple[list[dict[str, Any]], np.ndarray, np.ndarray]] = []
+        self.names: set[str] = set()
         self.stop = stop
         self._locals: dict[str, Any] = {}
 
     def on_rollout_start(self) -> None:
-        self.steps = []
+        self.steps, self.names = [], set()
 
     def update_locals(self, locals_: dict[str, Any]) -> None:
         self._locals = locals_
+        self.names.update(locals_)
 
     def on_step(self) -> bool:
         self.steps.append((self._locals["infos"], self._locals["dones"].copy(), self._locals["rewards"].copy()))
@@ -98,8 +101,10 @@ class RolloutCollector:
         self._policy_tensors = parameter_tensors(algorithm.policy)
         self._thread: threading.Thread | None = None
         self._env: VecEnv | None = None
+        self._rollout_buffer: RolloutBuffer | None = None  # being collected into
         self._recorder = StepRecorder(self.stop_requested)
         self._error: BaseException | None = None
+        self.collection_failed = False  # the last background collection raised (the environments left mid-rollout)
         self.collection_seconds = 0.0  # of the last rollout, on whichever thread collected it
         self.wait_seconds = 0.0  # the caller's wait for the last rollout at the hand-off
 
@@ -137,7 +142,7 @@ class RolloutCollector:
         """Snapshot the current parameters and start collecting one rollout into ``rollout_buffer`` on a thread."""
         assert self._thread is None, "one rollout at a time"
         self.snapshot()
-        self._env = env
+        self._env, self._rollout_buffer = env, rollout_buffer
         self._thread = threading.Thread(
             target=self._collect_recorded, args=(env, rollout_buffer), name="rollout-collector", daemon=True
         )
@@ -156,25 +161,30 @@ class RolloutCollector:
         self.wait_seconds = time.perf_counter() - start
         if self._error is not None:
             error, self._error = self._error, None
+            self.collection_failed = True
             raise error
-        return self._replay(self._recorder.steps)
+        return self._replay(self._recorder.steps, self._recorder.names, self._rollout_buffer)
 
-    def _replay(self, steps: list[tuple[list[dict[str, Any]], np.ndarray, np.ndarray]]) -> bool:
+    def _replay(
+        self, steps: list[tuple[list[dict[str, Any]], np.ndarray, np.ndarray]], names: set[str], rollout_buffer: Any
+    ) -> bool:
         """
-        What the rollout loop does with the callbacks and the counters, for a rollout collected elsewhere. The loop's
-        other variables, which are not recorded (``new_obs``, ``actions``, ...), are None in the callbacks' ``locals``
-        (``update_locals`` merges: they would otherwise keep an earlier rollout's values).
+        What the rollout loop does with the callbacks and the counters, for a rollout collected elsewhere into
+        ``rollout_buffer``. The loop's other variables (``names``: ``new_obs``, ``actions``, ...), not recorded, are
+        None in the callbacks' ``locals`` (``update_locals`` merges: they would keep an earlier rollout's values).
         """
         algorithm, callback = self.algorithm, self.callback
-        not_recorded = {name: None for name in getattr(callback, "locals", {})}
+        loop = {name: None for name in names}
+        loop.update(self=algorithm, env=self._env, callback=callback, rollout_buffer=rollout_buffer)
+        loop.update(n_rollout_steps=algorithm.n_steps)
         callback.on_rollout_start()
         for n_steps, (infos, dones, rewards) in enumerate(steps):
             algorithm.num_timesteps += algorithm._timesteps_per_env_step
-            step = dict(self=algorithm, infos=infos, dones=dones, rewards=rewards, n_steps=n_steps, env=self._env)
-            callback.update_locals({**not_recorded, **step})
+            callback.update_locals({**loop, "infos": infos, "dones": dones, "rewards": rewards, "n_steps": n_steps})
             if not callback.on_step():
                 return False
             algorithm._update_info_buffer(infos, dones)
+        callback.update_locals({"n_steps": len(steps)})  # as the loop's last update, before on_rollout_end
         callback.on_rollout_end()
         return True
 

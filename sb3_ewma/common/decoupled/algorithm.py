@@ -474,10 +474,10 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             # a NaN or an infinity in an observation makes the policy's action distribution refuse it (torch's
             # "Expected parameter logits ... found invalid values"; the lean step's multinomial: "probability tensor
             # contains either inf, nan or element < 0", or its Gaussian's NaN check): say which environment and step
-            check_finite_rollout(rollout_buffer, self._last_obs, self.num_timesteps)
+            check_finite_rollout(rollout_buffer, self._last_obs, algorithm.num_timesteps)
             raise
         # before any update uses them: the rewards and observations of the rollout
-        check_finite_rollout(rollout_buffer, self._last_obs, self.num_timesteps)
+        check_finite_rollout(rollout_buffer, self._last_obs, algorithm.num_timesteps)
         return continue_training
 
     def _rollout_loop_kwargs(self) -> dict[str, Any]:

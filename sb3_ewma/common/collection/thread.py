@@ -174,7 +174,7 @@ class RolloutCollector:
         None in the callbacks' ``locals`` (``update_locals`` merges: they would keep an earlier rollout's values).
         """
         algorithm, callback = self.algorithm, self.callback
-        loop = {name: None for name in names}
+        loop: dict[str, Any] = {name: None for name in names}
         loop.update(self=algorithm, env=self._env, callback=callback, rollout_buffer=rollout_buffer)
         loop.update(n_rollout_steps=algorithm.n_steps)
         callback.on_rollout_start()

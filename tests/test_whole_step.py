@@ -114,9 +114,11 @@ def eager_step(model, data) -> None:
 def whole_step(model, data):
     clip_range, clip_range_vf = model._current_clip_ranges()
     model.compiled_step.active = model.compiled_step.whole = True
-    assert model._steps_whole(clip_range, clip_range_vf)
+    assert model.compiled_step.steps_whole(model._step_in_pieces, clip_range, clip_range_vf) == (True, None)
     objective = DecoupledPolicyObjective(clip_range, model.kl_coef, model.kl_estimator, model.imp_samp_max)
-    return model._whole_minibatch_step(data, objective, clip_range_vf)
+    minibatch = model._compiled_minibatch(data, objective, clip_range_vf)
+    ewma = model.proximal.ewma if model.proximal.kind == "ewma" else None
+    return model.compiled_step.whole_step(minibatch, ewma, model.max_grad_norm, model._n_updates)
 
 
 def state_of(model) -> tuple[list[th.Tensor], dict, list[th.Tensor], tuple[float, int]]:
@@ -228,11 +230,11 @@ def test_what_the_whole_step_does_not_cover_steps_in_pieces(setting, reason, cap
     model = PPO_EWMA("MlpPolicy", env, n_steps=32, batch_size=64, n_epochs=1, compile_step=True, verbose=1, **setting)
     model.learn(128)
     assert f"training step compiled (compile_step=True), in pieces ({reason})" in capsys.readouterr().out
-    assert model.compiled_step.active and not model._steps_whole(*model._current_clip_ranges())
+    assert model.compiled_step.active and not model.compiled_step.steps_whole(model._step_in_pieces, 0.2, None)[0]
     plain = PPO_EWMA("MlpPolicy", env, n_steps=32, batch_size=64, n_epochs=1, compile_step=True, verbose=1)
     plain.learn(128)
     assert "training step compiled (compile_step=True), as one function" in capsys.readouterr().out
-    assert plain._steps_whole(*plain._current_clip_ranges())
+    assert plain.compiled_step.steps_whole(plain._step_in_pieces, 0.2, None) == (True, None)
 
 
 def test_a_frozen_parameter_or_an_overridden_step_keeps_the_step_in_pieces():

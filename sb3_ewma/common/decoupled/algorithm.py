@@ -614,7 +614,9 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         buffer.advantages = self.advantage_normalizer.start_iteration(buffer.advantages)
         policy_objective = DecoupledPolicyObjective(clip_range, self.kl_coef, self.kl_estimator, self.imp_samp_max)
         # [compiled] each minibatch's loss, backward pass, clipping, optimizer step and EWMA step as one function
-        one_function = self._steps_whole(clip_range, clip_range_vf)
+        one_function, sentence = self.compiled_step.steps_whole(self._step_in_pieces, clip_range, clip_range_vf)
+        if sentence is not None:
+            self._announce(sentence)
 
         entropy_losses, value_losses = [], []
         # logged after the loop: the last policy epoch's KL estimates and the last minibatch's loss
@@ -638,7 +640,9 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
                     stepped = one_function and self.compiled_step.whole
                     if stepped:
                         # [compiled] with the optimization step below (backward, clipping, Adam, the EWMA step)
-                        terms = self._whole_minibatch_step(rollout_data, policy_objective, clip_range_vf)
+                        minibatch = self._compiled_minibatch(rollout_data, policy_objective, clip_range_vf)
+                        ewma = self.proximal.ewma if self.proximal.kind == "ewma" else None
+                        terms = self.compiled_step.whole_step(minibatch, ewma, self.max_grad_norm, self._n_updates)
                     else:
                         terms = self._minibatch_loss(rollout_data, policy_objective, clip_range, clip_range_vf)
                     value_losses.append(terms.value_loss.detach())
@@ -717,7 +721,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
 
     def _step_in_pieces(self) -> str | None:
         """
-        Why a compiled training step cannot be one function (:meth:`_whole_minibatch_step`) for this model (None: it
+        Why a compiled training step cannot be one function (``CompiledStep.whole_step``) for this model (None: it
         can): ``target_kl`` is read between the loss and the optimizer's step, the gradient noise scale reads the
         gradients, data-parallel gradients are averaged during ``backward()``, and the function steps torch's Adam.
         """
@@ -731,38 +735,6 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             if getattr(type(self), name) is not getattr(DecoupledAlgorithm, name):
                 return f"{type(self).__name__} overrides {name}, which the whole step does not call"
         return CompiledStep.not_whole(self.policy, self.policy.optimizer)
-
-    def _steps_whole(self, clip_range: float | None, clip_range_vf: float | None) -> bool:
-        """
-        Whether this iteration's minibatches of the policy and value function together step as one compiled function
-        (:meth:`_whole_minibatch_step`), as decided when ``learn`` started (:meth:`_step_in_pieces`) and still so: a
-        callback may have replaced the optimizer or frozen a parameter since, and the rest of the call then steps in
-        pieces (said in one line).
-        """
-        if not self.compiled_step.whole:
-            return False
-        reason = self._step_in_pieces()
-        if reason is not None:
-            self.compiled_step.whole = False
-            self._announce(f"training step compiled in pieces from now on ({reason})")
-            return False
-        return self.compiled_step.covers(clip_range, clip_range_vf)
-
-    def _whole_minibatch_step(
-        self, rollout_data: Any, policy_objective: DecoupledPolicyObjective, clip_range_vf: float | None
-    ) -> MinibatchTerms:
-        """
-        One minibatch's loss, gradient, SB3's clipping, the optimizer's step and the EWMA's step, compiled as one
-        function (:meth:`~sb3_ewma.common.decoupled.step.CompiledStep.whole_step`); a non-finite gradient stops
-        training with nothing moved, as the eager step.
-        """
-        ewma = self.proximal.ewma if self.proximal.kind == "ewma" else None
-        minibatch = self._compiled_minibatch(rollout_data, policy_objective, clip_range_vf)
-        terms, total_norm = self.compiled_step.whole_step(minibatch, ewma, self.max_grad_norm)
-        check_finite_gradient_norm(total_norm, "train", self._n_updates)
-        if ewma is not None:
-            ewma.advance()
-        return terms
 
     def _compiled_minibatch(
         self, rollout_data: Any, policy_objective: DecoupledPolicyObjective, clip_range_vf: float | None

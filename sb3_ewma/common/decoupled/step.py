@@ -51,6 +51,7 @@ from sb3_ewma.common.distributions import (
     observation_plan,
 )
 from sb3_ewma.common.ewma import ParameterEWMA
+from sb3_ewma.common.finite import check_finite_gradient_norm
 from sb3_ewma.common.losses import capped_behavior_log_prob, clipped_surrogate_loss, log_clip_bounds, sampled_kl
 from sb3_ewma.common.policies import LeanActingMixin
 from sb3_ewma.common.precision import autocast
@@ -785,14 +786,31 @@ class CompiledStep:
             return f"the {name} optimizer keeps its step count on the CPU (fused=True steps it whole)"
         return None
 
+    def steps_whole(
+        self, in_pieces: Callable[[], str | None], clip_range: float | None, clip_range_vf: float | None
+    ) -> tuple[bool, str | None]:
+        """
+        Whether an iteration with these clip ranges steps as one function (:meth:`whole_step`), as decided when
+        ``learn`` started and still so: ``in_pieces()`` says why it cannot be now (a callback may have replaced the
+        optimizer or frozen a parameter since), and the rest of the call then steps in pieces. Returns the decision
+        and, when it changed, the sentence that says so.
+        """
+        if not self.whole:
+            return False, None
+        reason = in_pieces()
+        if reason is not None:
+            self.whole = False
+            return False, f"training step compiled in pieces from now on ({reason})"
+        return self.covers(clip_range, clip_range_vf), None
+
     def whole_step(
-        self, minibatch: CompiledMinibatch, ewma: ParameterEWMA | None, max_grad_norm: float
-    ) -> tuple[MinibatchTerms, th.Tensor]:
+        self, minibatch: CompiledMinibatch, ewma: ParameterEWMA | None, max_grad_norm: float, n_updates: int
+    ) -> MinibatchTerms:
         """
         One minibatch's loss, gradient, clipping, the optimizer's step (``policy.optimizer``, :meth:`not_whole`) and
-        ``ewma``'s step by the compiled :func:`minibatch_step`; returns the losses and the gradient's norm before
-        clipping (the caller checks it is finite: if not, nothing moved). ``ewma``'s bookkeeping
-        (:meth:`~sb3_ewma.common.ewma.ParameterEWMA.advance`) is the caller's too.
+        ``ewma``'s step by the compiled :func:`minibatch_step`; returns the losses. A gradient whose norm is not finite
+        moved nothing and stops training (:func:`~sb3_ewma.common.finite.check_finite_gradient_norm`, naming
+        ``n_updates``), as the eager step.
         """
         policy = minibatch.policy
         if minibatch.lstm_outputs is not None:
@@ -812,7 +830,10 @@ class CompiledStep:
             plan.fraction.fill_(ewma.next_fraction)
             averaged = (*ewma.averaged_pairs, plan.fraction)
         terms, total_norm = self.run(minibatch_step, plan.adam, settings, plan.max_norm, averaged, *args, **kwargs)
-        return self._recorded(terms, minibatch), total_norm
+        check_finite_gradient_norm(total_norm, "train", n_updates)
+        if ewma is not None:
+            ewma.advance()
+        return self._recorded(terms, minibatch)
 
     @staticmethod
     def _plan_whole_step(

@@ -250,6 +250,25 @@ def test_ranks_must_agree_on_the_budget_then_on_staleness_when_learn_starts():
     assert model.num_timesteps == 0  # nothing collected
 
 
+@pytest.mark.parametrize("reset_num_timesteps", [True, False])
+def test_ranks_compare_the_count_learn_continues_from(reset_num_timesteps):
+    """
+    A learn call that counts from 0 again is refused by no rank for the counts an earlier call stopped at (a callback
+    of rank 0 that stops training mid-rollout leaves the ranks at different counts); one that continues the count
+    compares it.
+    """
+    context = FakeContext(stop_after_checks=1)
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL)
+    model.num_timesteps = 140  # where this rank stopped
+    model.data_parallel = fake_data_parallel(context)
+    with pytest.raises(RuntimeError, match="stopped by the test"):
+        model.learn(64, reset_num_timesteps=reset_num_timesteps)
+    assert context.checked[0] == {
+        "total_timesteps (learn)": 64,
+        "num_timesteps (start of learn)": 0 if reset_num_timesteps else 140,
+    }
+
+
 def test_gradients_are_averaged_once_at_the_end_of_each_backward_pass():
     model = PPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL)
     context = FakeContext()

@@ -369,7 +369,9 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         if self._world_size_change is not None and self.rank == 0:
             warn_world_size_change(*self._world_size_change, self.n_envs)
         self._world_size_change = None
-        callback, progress_bar = self.data_parallel.start_learn(self, total_timesteps, callback, progress_bar)
+        callback, progress_bar = self.data_parallel.start_learn(
+            self, total_timesteps, callback, progress_bar, reset_num_timesteps
+        )
         self._start_compiled_step(total_timesteps)
         overlapped = self.overlapped_rollouts = OverlappedRollouts(self.rollout_collector) if self.async_rollouts else None
         try:

@@ -152,19 +152,24 @@ class DataParallelTraining:
         self.context.broadcast_state_dicts({name: recursive_getattr(algorithm, name) for name in names})
 
     def start_learn(
-        self, algorithm: OnPolicyAlgorithm, total_timesteps: int, callback: MaybeCallback, progress_bar: bool
+        self,
+        algorithm: OnPolicyAlgorithm,
+        total_timesteps: int,
+        callback: MaybeCallback,
+        progress_bar: bool,
+        reset_num_timesteps: bool = True,
     ) -> tuple[MaybeCallback, bool]:
         """
-        At the start of ``learn``: the ranks agree on the budget; ranks other than 0 log nothing and run a
-        :class:`DataParallelCallback` in place of the user's callbacks (no checkpoints, evaluations or progress bar),
-        rank 0 runs it before them. Returns this rank's callback and progress bar.
+        At the start of ``learn``: the ranks agree on the budget (and, when ``learn`` continues the count, on the count
+        it continues from); ranks other than 0 log nothing and run a :class:`DataParallelCallback` in place of the
+        user's callbacks (no checkpoints, evaluations or progress bar), rank 0 runs it before them. Returns this rank's
+        callback and progress bar.
         """
-        # before anything is collected: a rank that would stop early would leave the others waiting
+        # before anything is collected: a rank that would stop early would leave the others waiting (a count that
+        # starts again from 0 is the same on every rank, whatever an earlier call stopped at)
+        starts_from = 0 if reset_num_timesteps else algorithm.num_timesteps
         self.context.check_same_settings(
-            {
-                "total_timesteps (learn)": total_timesteps,
-                "num_timesteps (start of learn)": algorithm.num_timesteps,
-            },
+            {"total_timesteps (learn)": total_timesteps, "num_timesteps (start of learn)": starts_from},
             advice="call learn() with the same total_timesteps on every rank (and the same model state)",
         )
         if self.rank != 0:
@@ -265,7 +270,12 @@ class SingleProcessTraining:
         return contextlib.nullcontext()
 
     def start_learn(
-        self, algorithm: OnPolicyAlgorithm, total_timesteps: int, callback: MaybeCallback, progress_bar: bool
+        self,
+        algorithm: OnPolicyAlgorithm,
+        total_timesteps: int,
+        callback: MaybeCallback,
+        progress_bar: bool,
+        reset_num_timesteps: bool = True,
     ) -> tuple[MaybeCallback, bool]:
         """This process logs and runs the user's callbacks."""
         return callback, progress_bar

@@ -126,24 +126,28 @@ class RolloutView:
         object.__setattr__(self, "_timesteps_per_step", timesteps_per_step)
         object.__setattr__(self, "policy", policy)
         object.__setattr__(self, "device", policy.device)
-        if not published:
+        object.__setattr__(self, "_published", published)
+        if not published:  # the view's own count, from the algorithm's
             object.__setattr__(self, "num_timesteps", algorithm.num_timesteps)
-            object.__setattr__(self, "_update_info_buffer", lambda infos, dones=None: None)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._algorithm, name)
 
+    def _update_info_buffer(self, infos: list[dict[str, Any]], dones: np.ndarray | None = None) -> None:
+        """The algorithm's episode statistics, when published (otherwise the replay at the hand-off adds them)."""
+        if self._published:
+            self._algorithm._update_info_buffer(infos, dones)
+
     def __setattr__(self, name: str, value: Any) -> None:
         algorithm = self._algorithm
         if name == "num_timesteps":
-            counted = vars(self).get("num_timesteps")  # the view's own count (published=False)
-            current = algorithm.num_timesteps if counted is None else counted
+            current = self.num_timesteps  # the algorithm's, or the view's own (published=False)
             # the parent's loop adds env.num_envs (this process's environments) per vectorized step
             assert value - current == algorithm.n_envs, "one vectorized step at a time"
-            if counted is not None:
-                object.__setattr__(self, name, current + self._timesteps_per_step)
-                return
             value = current + self._timesteps_per_step
+            if not self._published:
+                object.__setattr__(self, name, value)
+                return
         setattr(algorithm, name, value)
 
 

@@ -57,16 +57,13 @@ BAD_SETTINGS = [
     ({"n_steps": 0}, r"n_steps must be an integer >= 1, got 0"),
     ({"n_steps": 16.5}, r"n_steps must be an integer >= 1, got 16.5"),
     ({"n_epochs": -1}, r"n_epochs must be an integer >= [01], got -1"),  # PPG: >= 0 (value epochs only)
-    ({"gamma": 1.5}, r"gamma must be a finite number in \[0, 1\], got 1.5"),
-    ({"gae_lambda": -1}, r"gae_lambda must be a finite number in \[0, 1\], got -1"),
-    ({"learning_rate": "1e-3"}, r"learning_rate must be a number > 0 or a schedule .*got '1e-3'"),
-    ({"learning_rate": -1e-3}, r"learning_rate must be a number > 0 or a schedule .*got -0.001"),
+    ({"learning_rate": "1e-3"}, r"learning_rate must be a number >= 0 or a schedule, got '1e-3'"),
+    ({"learning_rate": -1e-3}, r"learning_rate must be a number >= 0 or a schedule, got -0.001"),
+    ({"gamma": float("inf")}, r"gamma must be a finite number, got inf"),
+    ({"max_grad_norm": float("nan")}, r"max_grad_norm must be a number \(math.inf: no clipping\), got nan"),
+    ({"clip_range": float("nan")}, r"clip_range must be None \(no clipping\), a schedule or a number .*got nan"),
     ({"ent_coef": float("nan")}, r"ent_coef must be a finite number, got nan"),
-    ({"vf_coef": -1.0}, r"vf_coef must be a finite number >= 0, got -1.0"),
-    ({"max_grad_norm": 0}, r"max_grad_norm must be a number > 0 \(math.inf: no clipping\), got 0"),
-    ({"target_kl": -0.1}, r"target_kl must be a finite number >= 0, got -0.1"),
-    ({"clip_range": 0}, r"clip_range must be None \(no clipping\), a schedule or a number > 0, got 0"),
-    ({"clip_range_vf": -1}, r"clip_range_vf must be None, a number > 0 or a schedule .*got -1"),
+    ({"clip_range_vf": -1}, r"clip_range_vf must be None, a number > 0 \(math.inf: no clipping\) or a schedule .*got -1"),
     ({"stats_window_size": -1}, r"stats_window_size must be an integer >= 0, got -1"),
     ({"kl_coef": -1.0}, r"kl_coef must be a finite number >= 0, got -1.0"),
     ({"ewma_decay": 1.0}, r"ewma_decay must be a number in \[0, 1\), got 1.0"),
@@ -93,6 +90,27 @@ def test_bad_settings_raise_before_the_environment_is_used(name: str, kwargs: di
     with pytest.raises(ValueError, match=message):
         make(name, **kwargs)
     assert CountingEnv.calls == 0
+
+
+# values that SB3's PPO trains with but that cannot train as asked: taken, with a warning (tests/test_sb3_parity.py)
+WARNED_SETTINGS = [
+    ({"gamma": 1.5}, r"^gamma=1.5 is not in \[0, 1\]: it is no discount"),
+    ({"gae_lambda": -1}, r"^gae_lambda=-1 is not in \[0, 1\]: it is no GAE weight"),
+    ({"vf_coef": -1.0}, r"^vf_coef=-1.0 is not >= 0: the value loss is maximized"),
+    ({"max_grad_norm": 0}, r"^max_grad_norm=0 is not > 0: every gradient is scaled to zero or reversed"),
+    ({"target_kl": -0.1}, r"^target_kl=-0.1 is not None or a number >= 0: the early stop .* at the first minibatch"),
+    ({"clip_range": 0}, r"^clip_range=0 is not > 0: no update may move the policy"),
+    ({"learning_rate": 0}, r"^learning_rate=0 is not > 0: the policy never changes"),
+]
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+@pytest.mark.parametrize("kwargs, message", WARNED_SETTINGS)
+def test_values_that_cannot_train_as_asked_warn_at_the_users_line(name: str, kwargs: dict, message: str) -> None:
+    with pytest.warns(UserWarning, match=message) as record:
+        model = make(name, **kwargs)
+    assert next(warning for warning in record if re.match(message, str(warning.message))).filename == __file__
+    assert all(getattr(model, key) == value or callable(getattr(model, key)) for key, value in kwargs.items())
 
 
 @pytest.mark.parametrize("name", ["RecurrentPPO_EWMA", "MaskablePPO_EWMA"])
@@ -440,7 +458,7 @@ def test_load_checks_its_hyperparameters_as_the_constructor_does(tmp_path: Path)
         PPO_EWMA.load(tmp_path / "ppo.zip", ewma_decay=2)
     with pytest.raises(ValueError, match=r"^n_policy_iterations must be an integer >= 1, got 0$"):
         PPG_EWMA.load(tmp_path / "ppg.zip", n_policy_iterations=0)
-    with pytest.raises(ValueError, match=r"^learning_rate must be a number > 0 or a schedule"):
+    with pytest.raises(ValueError, match=r"^learning_rate must be a number >= 0 or a schedule"):
         PPO_EWMA.load(tmp_path / "ppo.zip", learning_rate=-1.0)
     # the saved settings are those a new one is checked against: batch_size 1 with normalize_advantage (saved True)
     with pytest.raises(ValueError, match=r"^batch_size must be an integer >= 2, got 1$"):

@@ -75,15 +75,15 @@ def api_message(algorithm: type, **kwargs: object) -> str:
 @pytest.mark.parametrize(
     "algo, algorithm, params, kwargs",
     [
-        # rl-zoo3 turns the numbers into constant schedules, which the constructors accepted: a frozen policy trained
-        ("ppo_ewma", PPO_EWMA, ["clip_range:0"], {"clip_range": 0}),
-        ("ppo_ewma", PPO_EWMA, ["learning_rate:0"], {"learning_rate": 0}),
+        # rl-zoo3 turns the numbers into constant schedules, which the constructors accepted
+        ("ppo_ewma", PPO_EWMA, ["n_epochs:0"], {"n_epochs": 0}),
+        ("ppo_ewma", PPO_EWMA, ["learning_rate:-0.001"], {"learning_rate": -0.001}),
         ("ppo_ewma", PPO_EWMA, ["clip_range_vf:0"], {"clip_range_vf": 0}),
         ("ppo_ewma", PPO_EWMA, ["ewma_decay:2"], {"ewma_decay": 2}),
-        ("ppg_ewma", PPG_EWMA, ["learning_rate:0"], {"learning_rate": 0}),
+        ("ppg_ewma", PPG_EWMA, ["learning_rate:-0.001"], {"learning_rate": -0.001}),
         ("ppg_ewma", PPG_EWMA, ["n_policy_iterations:0"], {"n_policy_iterations": 0}),
-        ("ppo_lstm_ewma", RecurrentPPO_EWMA, ["clip_range:0"], {"clip_range": 0}),
-        ("ppo_mask_ewma", MaskablePPO_EWMA, ["learning_rate:0"], {"learning_rate": 0}),
+        ("ppo_lstm_ewma", RecurrentPPO_EWMA, ["clip_range_vf:0"], {"clip_range_vf": 0}),
+        ("ppo_mask_ewma", MaskablePPO_EWMA, ["learning_rate:-0.001"], {"learning_rate": -0.001}),
     ],
 )
 def test_params_get_the_constructors_checks_and_messages(
@@ -109,9 +109,9 @@ def test_params_get_the_constructors_checks_and_messages(
 
 def test_a_yaml_entry_gets_the_constructors_checks(tmp_path: Path) -> None:
     conf = tmp_path / "conf.yml"
-    conf.write_text(yaml.safe_dump({"CartPole-v1": {"policy": "MlpPolicy", "n_timesteps": 64, "clip_range": 0.0}}))
+    conf.write_text(yaml.safe_dump({"CartPole-v1": {"policy": "MlpPolicy", "n_timesteps": 64, "clip_range_vf": 0.0}}))
     log_folder = tmp_path / "logs"
-    with pytest.raises(ValueError, match=r"^clip_range must be .*, got 0.0 \(-params or the hyperparameter entry of"):
+    with pytest.raises(ValueError, match=r"^clip_range_vf must be .*, got 0.0 \(-params or the hyperparameter entry of"):
         zoo.train(["--algo", "ppo_ewma", "--env", "CartPole-v1", "-f", str(log_folder), "-conf", str(conf)])
     assert not log_folder.exists()
 
@@ -122,7 +122,7 @@ def test_scaled_hyperparameters_get_the_constructors_checks(tmp_path: Path) -> N
         zoo.train(
             [
                 *("--algo", "ppo_ewma", "--env", "CartPole-v1", "-f", str(tmp_path)),
-                *("--scale-n-envs", "4", "-params", "learning_rate:0"),
+                *("--scale-n-envs", "4", "-params", "learning_rate:-0.001"),
             ]
         )
     assert list(tmp_path.iterdir()) == []
@@ -173,16 +173,16 @@ def test_check_entry_values_checks_the_numbers_rl_zoo3_makes_schedules_of() -> N
     from rl_zoo3.utils import SimpleLinearSchedule
     from stable_baselines3.common.utils import ConstantSchedule
 
-    kwargs = {"policy": "MlpPolicy", "learning_rate": ConstantSchedule(0.0), "clip_range": SimpleLinearSchedule(0.0)}
-    # the numbers, as the entry wrote them: refused as the constructor refuses learning_rate=0
-    with pytest.raises(ValueError, match=r"^learning_rate must be a number > 0 or a schedule .*got 0 \(-params"):
-        check_entry_values("ppo_ewma", PPO_EWMA, kwargs, {"learning_rate": 0, "clip_range": "lin_0.0"})
+    kwargs = {"policy": "MlpPolicy", "learning_rate": ConstantSchedule(-1.0), "clip_range_vf": SimpleLinearSchedule(0.0)}
+    # the numbers, as the entry wrote them: refused as the constructor refuses learning_rate=-1
+    with pytest.raises(ValueError, match=r"^learning_rate must be a number >= 0 or a schedule, got -1 \(-params"):
+        check_entry_values("ppo_ewma", PPO_EWMA, kwargs, {"learning_rate": -1, "clip_range_vf": "lin_0.0"})
     # a schedule ("lin_..." in the entry) is a schedule, as in a script; its start is checked as the number it is
-    # (rl-zoo3's lin_X goes from X to 0: lin_0.0 is 0 all along, a frozen policy as the number 0 is)
-    kwargs = {**kwargs, "learning_rate": SimpleLinearSchedule(1e-3), "clip_range": SimpleLinearSchedule(0.2)}
-    check_entry_values("ppo_ewma", PPO_EWMA, kwargs, {"learning_rate": "lin_1e-3", "clip_range": "lin_0.2"})
-    with pytest.raises(ValueError, match=r"^clip_range must be .*got 0.0 \(the start of clip_range 'lin_0.0', an rl-zoo3"):
-        check_entry_values("ppo_ewma", PPO_EWMA, kwargs, {"learning_rate": "lin_1e-3", "clip_range": "lin_0.0"})
+    # (rl-zoo3's lin_X goes from X to 0: lin_0.0 is 0 all along, refused as the number 0 is)
+    kwargs = {**kwargs, "learning_rate": SimpleLinearSchedule(1e-3), "clip_range_vf": SimpleLinearSchedule(0.2)}
+    check_entry_values("ppo_ewma", PPO_EWMA, kwargs, {"learning_rate": "lin_1e-3", "clip_range_vf": "lin_0.2"})
+    with pytest.raises(ValueError, match=r"^clip_range_vf must be .*got 0.0 \(the start of clip_range_vf 'lin_0.0', an"):
+        check_entry_values("ppo_ewma", PPO_EWMA, kwargs, {"learning_rate": "lin_1e-3", "clip_range_vf": "lin_0.0"})
     # what the constructors accept passes, also where SB3's own checks are assertions
     check_entry_values("ppo_ewma", PPO_EWMA, {"policy": "MlpPolicy", "n_steps": 8, "batch_size": 4}, {"learning_rate": 1e-3})
     with pytest.raises(ValueError, match=r"^batch_size must be an integer >= 2, got 1"):
@@ -444,17 +444,18 @@ ENTRY_ORIGIN = "-params or the hyperparameter entry of --algo ppo_ewma"
             f"learning_rate: cannot read 'lin_abc'; rl-zoo3 takes a number or a schedule string like 'lin_2.5e-4' "
             f"({ENTRY_ORIGIN}; nothing was written)",
         ),
-        # lin_0 is 0 all along: a frozen policy trained, as clip_range:0 did
+        # lin_0 is 0 all along: refused as clip_range_vf:0 is (SB3 asserted it after the run folder existed)
         (
-            ["clip_range:'lin_0'"],
-            "clip_range must be None (no clipping), a schedule or a number > 0, got 0.0 (the start of clip_range 'lin_0', "
-            f"an rl-zoo3 linear schedule) ({ENTRY_ORIGIN}; nothing was written)",
+            ["clip_range_vf:'lin_0'"],
+            "clip_range_vf must be None, a number > 0 (math.inf: no clipping) or a schedule (a function of the progress "
+            f"remaining), got 0.0 (the start of clip_range_vf 'lin_0', an rl-zoo3 linear schedule) ({ENTRY_ORIGIN}; "
+            "nothing was written)",
         ),
         # torch: "Invalid learning rate: -0.001"
         (
             ["learning_rate:'lin_-1e-3'"],
-            "learning_rate must be a number > 0 or a schedule (a function of the progress remaining), got -0.001 (the "
-            f"start of learning_rate 'lin_-1e-3', an rl-zoo3 linear schedule) ({ENTRY_ORIGIN}; nothing was written)",
+            "learning_rate must be a number >= 0 or a schedule, got -0.001 (the start of learning_rate 'lin_-1e-3', an "
+            f"rl-zoo3 linear schedule) ({ENTRY_ORIGIN}; nothing was written)",
         ),
         # eval's traceback (NameError)
         (

@@ -110,12 +110,22 @@ def test_ppg_export_keeps_policy_and_value_networks(algo, kwargs, tmp_path):
         th.testing.assert_close(loaded.policy.optimizer.state[parameter]["exp_avg"], source_state["exp_avg"])
 
 
-def test_a_ppg_file_goes_to_sb3_through_to_sb3_and_the_package_says_so(tmp_path):
+def test_a_ppg_file_opens_with_sb3s_ppo_and_goes_to_sb3_through_to_sb3(tmp_path):
     model = PPG_EWMA("MlpPolicy", "CartPole-v1", **PPG_SMALL).learn(64)
     model.save(tmp_path / "ppg.zip")
-    # SB3's own load stops at the auxiliary optimizer, with its message (the export guide quotes it and names to_sb3())
-    with pytest.raises(ValueError, match=r"^Key aux_optimizer is an invalid object name\.$"):
-        PPO.load(tmp_path / "ppg.zip", device="cpu")
+    # the auxiliary optimizer's state is a data entry, which SB3's load ignores: SB3's PPO opens the file with the
+    # package's policy class, predicts as the model does, and trains on
+    opened = PPO.load(tmp_path / "ppg.zip", env=model.get_env(), device="cpu")
+    assert type(opened.policy) is type(model.policy)
+    assert_same_predictions(model, opened, observations(model))
+    opened.learn(64)
+    # the package's own load restores that state
+    loaded = PPG_EWMA.load(tmp_path / "ppg.zip", device="cpu")
+    for expected, got in zip(
+        model.aux_optimizer.state_dict()["state"].values(), loaded.aux_optimizer.state_dict()["state"].values()
+    ):
+        th.testing.assert_close(got["exp_avg"], expected["exp_avg"])
+    assert not hasattr(loaded, "aux_optimizer_state")
     # this package's loaders of another algorithm, and `enjoy --algo ppo` (check_saved_file), name to_sb3()
     to_sb3 = r"load it with sb3_ewma.PPG_EWMA.load \(or sb3_ewma.PPG.load\), whose to_sb3\(\) gives SB3's PPO$"
     with pytest.raises(ValueError, match=r"ppg.zip was saved by PPG_EWMA or PPG, not by PPO_EWMA .*" + to_sb3):

@@ -114,7 +114,7 @@ def spy(obj, name, before=None, after=None):
         (dict(batch_size=1), "batch_size"),
         (dict(ewma_decay=1.0), "ewma_decay"),
         (dict(imp_samp_max=0.5), "imp_samp_max"),
-        (dict(clip_range=-0.5), "clip_range"),
+        (dict(clip_range_vf=-0.5), "clip_range_vf"),
         (dict(kl_estimator="exactly"), "kl_estimator"),
         (dict(advantage_normalization="ewma", normalize_advantage=False), "advantage_normalization"),
         (dict(policy_kwargs=dict(arch="shared")), "arch"),
@@ -654,8 +654,9 @@ def test_save_load_round_trip(tmp_path):
     model.save(path)
     # the auxiliary buffer is not saved
     data, params, _ = load_from_zip_file(path)
-    # the proximal policy's state is in the data, where SB3's own loader sets it aside
-    assert "aux_buffer" not in data and "aux_optimizer" in params and "proximal_policy_state" in data
+    # the proximal policy's and the auxiliary optimizer's states are in the data, where SB3's own loader sets them aside
+    assert "aux_buffer" not in data and "_policy_phase_time" not in data
+    assert "aux_optimizer" not in params and "aux_optimizer_state" in data and "proximal_policy_state" in data
 
     env = make_vec_env("CartPole-v1", n_envs=N_ENVS, seed=1)
     loaded = PPG_EWMA.load(path, env=env, device="cpu")

@@ -4,10 +4,14 @@ own tests and documentation (the deprecated forms SB3 still accepts included), e
 the package's class side by side. They must agree: both accept it (and train one iteration) with the same warnings, or
 both refuse it.
 
-The package refuses a few values that SB3 takes but that cannot train as asked (:data:`REFUSED_BEYOND_SB3`): each is
-checked here to be accepted by the parent and refused by the package, so that list is exactly what differs.
+The numbers at the edges of each hyperparameter's range (:data:`EDGE_VALUES`: negative, 0, above 1, infinite, NaN) are
+tried the same way, over two iterations. A value that SB3 trains with but that cannot train as asked is taken too, with
+one more warning naming it (:data:`WARNED_BEYOND_SB3`); the one value the package refuses beyond SB3
+(:data:`REFUSED_BEYOND_SB3`) is checked to be accepted by the parent and refused by the package, so that those lists are
+exactly what differs.
 """
 
+import math
 import re
 import warnings
 from collections.abc import Callable
@@ -136,12 +140,38 @@ MASKABLE_CORPUS: list[tuple[str, str, str | Callable[[], Any], dict[str, Any]]] 
 
 REFUSED_BEYOND_SB3 = {
     # value: why the package refuses what SB3 takes
-    "learning_rate_0": (dict(learning_rate=0), "the policy never changes"),
-    "clip_range_0": (dict(clip_range=0), "no update may move the policy"),
-    "max_grad_norm_0": (dict(max_grad_norm=0), "every gradient is scaled to zero: the policy never changes"),
-    "gamma_1_5": (dict(gamma=1.5), "returns grow without bound"),
-    "gae_lambda_2": (dict(gae_lambda=2.0), "advantages grow without bound"),
-    "vf_coef_negative": (dict(vf_coef=-1.0), "the value loss is maximized"),
+    "clip_range_nan": (dict(clip_range=math.nan), "every clipped term is NaN: SB3's loss is NaN at every step"),
+}
+
+EDGE_VALUES = (-1.0, 0, 1.5, math.inf, -math.inf, math.nan)
+EDGE_PARAMETERS = (
+    "learning_rate",
+    "gamma",
+    "gae_lambda",
+    "clip_range",
+    "clip_range_vf",
+    "ent_coef",
+    "vf_coef",
+    "max_grad_norm",
+    "target_kl",
+)
+# (parameter, value) that SB3 trains with and the package takes with a warning naming the parameter
+WARNED_BEYOND_SB3 = {
+    ("learning_rate", 0),
+    ("gamma", -1.0),
+    ("gamma", 1.5),
+    ("gae_lambda", -1.0),
+    ("gae_lambda", 1.5),
+    ("clip_range", -1.0),
+    ("clip_range", 0),
+    ("clip_range", -math.inf),
+    ("clip_range", math.inf),  # no clipping and kl_coef=0: nothing limits an update
+    ("vf_coef", -1.0),
+    ("max_grad_norm", -1.0),
+    ("max_grad_norm", 0),
+    ("target_kl", -1.0),
+    ("target_kl", -math.inf),
+    ("target_kl", math.nan),
 }
 
 
@@ -155,14 +185,16 @@ def _warning_texts(caught: list[warnings.WarningMessage], names: tuple[str, str]
     return sorted(texts)
 
 
-def outcome(algorithm: type, policy: str, env: str | Callable[[], Any], kwargs: dict[str, Any]) -> tuple[str, Any]:
-    """("accepted", its warnings) after building the model and training one iteration, or ("refused", None)."""
+def outcome(
+    algorithm: type, policy: str, env: str | Callable[[], Any], kwargs: dict[str, Any], iterations: int = 1
+) -> tuple[str, Any]:
+    """("accepted", its warnings) after building the model and training ``iterations``, or ("refused", None)."""
     kwargs = {"device": "cpu", "n_steps": 64, **kwargs}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             model = algorithm(policy, _make_env(env), **kwargs)
-            model.learn(model.n_steps * model.n_envs)
+            model.learn(iterations * model.n_steps * model.n_envs)
         except (ValueError, AssertionError, TypeError, IndexError):
             return "refused", None
     return "accepted", caught
@@ -218,6 +250,24 @@ def test_the_deprecated_net_arch_warns_once_as_in_sb3() -> None:
         assert sum("shared layers" in str(warning.message) for warning in caught) == 1
         layers = [module.out_features for module in model.policy.mlp_extractor.value_net if hasattr(module, "out_features")]
         assert layers == [8]
+
+
+@pytest.mark.parametrize("value", EDGE_VALUES, ids=str)
+@pytest.mark.parametrize("name", EDGE_PARAMETERS)
+def test_the_edges_of_each_range_agree_with_ppo(name: str, value: float) -> None:
+    kwargs = {"n_steps": 16, "batch_size": 16, "n_epochs": 2, "seed": 0, name: value}
+    expected, parent_warnings = outcome(PPO, "MlpPolicy", "CartPole-v1", kwargs, iterations=2)
+    got, package_warnings = outcome(PPO_EWMA, "MlpPolicy", "CartPole-v1", kwargs, iterations=2)
+    if {name: value} in [refused for refused, _ in REFUSED_BEYOND_SB3.values()]:  # math.nan: the same object
+        assert (expected, got) == ("accepted", "refused")
+        return
+    assert got == expected, f"PPO: {expected}, PPO_EWMA: {got}"
+    if expected == "refused":
+        return
+    names = ("PPO", "PPO_EWMA")
+    extra = set(_warning_texts(package_warnings, names)) - set(_warning_texts(parent_warnings, names))
+    assert bool(extra) == ((name, value) in WARNED_BEYOND_SB3), extra
+    assert all(text.startswith(f"{name}={value!r}") for text in extra), extra
 
 
 @pytest.mark.parametrize("name", list(REFUSED_BEYOND_SB3))

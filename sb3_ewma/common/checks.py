@@ -83,7 +83,9 @@ class Rule(NamedTuple):
     """
     What one parameter allows: ``test(value)`` is true for the values allowed, ``allowed`` completes the sentence
     "<name> must be ..., got <value>". A rule applies where its parameter is given and ``when(settings)`` holds; a
-    ``schedule`` rule also checks a schedule's first value (the optimizer is built with it).
+    ``schedule`` rule also checks a schedule's first value (the optimizer is built with it). A rule with a
+    ``warning`` refuses nothing: a value it does not allow is one that SB3 trains with but that cannot train as asked,
+    and gets a warning, "<name>=<value> is not <allowed>: <warning>".
     """
 
     name: str
@@ -91,6 +93,7 @@ class Rule(NamedTuple):
     test: Callable[[Any], bool]
     when: Callable[[Mapping[str, Any]], bool] | None = None
     schedule: bool = False
+    warning: str | None = None
 
 
 def integer(minimum: int) -> Callable[[Any], bool]:
@@ -145,14 +148,16 @@ def check_hyperparameters(
 ) -> None:
     """
     Raise a ``HyperparameterError`` naming the first setting that its rule refuses, with the value and what is
-    allowed; then the ``relations``, checks of settings together (each raises or warns itself). Parameters that
-    ``settings`` lacks are not checked.
+    allowed (or warn, for a rule with a ``warning``); then the ``relations``, checks of settings together (each raises
+    or warns itself). Parameters that ``settings`` lacks are not checked.
     """
     for rule in rules:
         if rule.name not in settings or (rule.when is not None and not rule.when(settings)):
             continue
         value = settings[rule.name]
-        if not rule.test(value):
+        if not rule.test(value) and rule.warning is not None:
+            warn_at_caller(f"{rule.name}={value!r} is not {rule.allowed}: {rule.warning}")
+        elif not rule.test(value):
             raise HyperparameterError(f"{rule.name} must be {rule.allowed}, got {value!r}")
         if rule.schedule and callable(value):
             scheduled_value(rule.name, value, 1.0)

@@ -24,7 +24,6 @@ from sb3_ewma.common.checks import (
     number,
     one_of,
     optional,
-    positive_or_schedule,
     truth_value,
     warn_at_caller,
     warn_cuda_unavailable,
@@ -44,27 +43,63 @@ def _normalizes(settings: Mapping[str, Any]) -> bool:
     return bool(settings.get("normalize_advantage", True))
 
 
+def _real(value: Any) -> bool:
+    """A number, infinite too, but not NaN (``bool`` is not)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def _at_least(low: float) -> Callable[[Any], bool]:
+    return lambda value: value >= low
+
+
+def _above(low: float) -> Callable[[Any], bool]:
+    return lambda value: callable(value) or value > low
+
+
+# A value that SB3's PPO trains with is taken, as SB3 takes it (never refuse what the parent accepts); a rule with a
+# warning says why the value cannot train as asked
 RULES: tuple[Rule, ...] = (
-    Rule("learning_rate", SCHEDULE, positive_or_schedule, schedule=True),
+    Rule("learning_rate", "a number >= 0 or a schedule", lambda value: callable(value) or number(0)(value), schedule=True),
+    Rule("learning_rate", "> 0", _above(0), warning="the policy never changes"),
     Rule("n_steps", "an integer >= 1", integer(1)),
     # as SB3: normalizing the advantages of a minibatch of 1 sample gives NaN (its standard deviation)
     Rule("batch_size", "an integer >= 2", integer(2), when=_normalizes),
     Rule("batch_size", "an integer >= 1", integer(1)),
     Rule("n_epochs", "an integer >= 1", integer(1)),
-    Rule("gamma", "a finite number in [0, 1]", number(0, 1)),
-    Rule("gae_lambda", "a finite number in [0, 1]", number(0, 1)),
+    Rule("gamma", "a finite number", number(-math.inf)),
+    Rule("gamma", "in [0, 1]", number(0, 1), warning="it is no discount (the returns grow without bound or alternate)"),
+    Rule("gae_lambda", "a finite number", number(-math.inf)),
+    Rule("gae_lambda", "in [0, 1]", number(0, 1), warning="it is no GAE weight (the advantages grow or alternate)"),
     Rule("normalize_advantage", "True or False", truth_value),
     Rule("seed", "an integer >= 0", optional(integer(0))),
-    Rule("clip_range", "None (no clipping), a schedule or a number > 0", optional(positive_or_schedule)),
-    Rule("clip_range_vf", f"None, {SCHEDULE}", optional(positive_or_schedule), schedule=True),
-    Rule("ent_coef", "a finite number", number(-math.inf)),
-    Rule("vf_coef", "a finite number >= 0", number(0)),
     Rule(
-        "max_grad_norm",
-        "a number > 0 (math.inf: no clipping)",
-        lambda value: isinstance(value, numbers.Real) and not isinstance(value, bool) and float(value) > 0,
+        "clip_range",
+        "None (no clipping), a schedule or a number (math.inf: no clipping)",
+        optional(lambda value: callable(value) or _real(value)),
     ),
-    Rule("target_kl", "a finite number >= 0", optional(number(0))),
+    Rule("clip_range", "> 0", optional(_above(0)), warning="no update may move the policy"),
+    Rule(
+        "clip_range_vf",
+        "None, a number > 0 (math.inf: no clipping) or a schedule (a function of the progress remaining)",
+        optional(lambda value: callable(value) or (_real(value) and value > 0)),
+        schedule=True,
+    ),
+    Rule("ent_coef", "a finite number", number(-math.inf)),
+    Rule("vf_coef", "a finite number", number(-math.inf)),
+    Rule("vf_coef", ">= 0", _at_least(0), warning="the value loss is maximized"),
+    Rule("max_grad_norm", "a number (math.inf: no clipping)", lambda value: _real(value) and value > -math.inf),
+    Rule("max_grad_norm", "> 0", _above(0), warning="every gradient is scaled to zero or reversed"),
+    Rule(
+        "target_kl",
+        "None or a number",
+        optional(lambda value: isinstance(value, numbers.Real) and not isinstance(value, bool)),
+    ),
+    Rule(
+        "target_kl",
+        "None or a number >= 0",
+        optional(_at_least(0)),
+        warning="the early stop (approx_kl > 1.5 * target_kl) then comes at the first minibatch, or never for NaN",
+    ),
     Rule("stats_window_size", "an integer >= 0", integer(0)),
     *ARGUMENT_RULES,
     # the decoupled options
@@ -117,10 +152,10 @@ def _checked_by_their_owners(settings: Mapping[str, Any]) -> None:
 
 
 def _warn_unlimited_update(settings: Mapping[str, Any]) -> None:
-    if "clip_range" in settings and settings["clip_range"] is None and number(0, 0)(settings.get("kl_coef")):
+    if "clip_range" in settings and settings["clip_range"] in (None, math.inf) and number(0, 0)(settings.get("kl_coef")):
         warn_at_caller(
-            "clip_range=None and kl_coef=0: nothing limits how far the policy moves from the proximal policy in an "
-            "update (the proximal policy is unused). Set clip_range (e.g. 0.2) or kl_coef > 0 (e.g. 1.0)."
+            f"clip_range={settings['clip_range']} and kl_coef=0: nothing limits how far the policy moves from the proximal "
+            "policy in an update (the proximal policy is unused). Set clip_range (e.g. 0.2) or kl_coef > 0 (e.g. 1.0)."
         )
 
 

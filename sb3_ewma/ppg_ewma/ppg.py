@@ -148,7 +148,8 @@ class PPG(DecoupledAlgorithm):
     aux_buffer: AuxiliaryBuffer | None
     _is_proximal_parameter = staticmethod(is_ppg_policy_parameter)
     # the auxiliary buffer is not saved: a loaded model restarts its current policy phase
-    _unsaved_attributes = ("aux_buffer", "aux_lr_schedule", "aux_gradient_noise")
+    _unsaved_attributes = ("aux_buffer", "aux_lr_schedule", "aux_gradient_noise", "_policy_phase_time")
+    _modules_saved_in_data = {"aux_optimizer": "aux_optimizer_state"}
 
     def __init__(
         self,
@@ -357,8 +358,10 @@ class PPG(DecoupledAlgorithm):
         return self.n_steps if getattr(self, "aux_minibatch_sampling", "steps") == "rollouts" else None
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
+        # the auxiliary optimizer, if any (none in the copy that ``save`` writes, where it is the data entry
+        # aux_optimizer_state: the file opens with stable_baselines3.PPO.load)
         state_dicts, torch_variables = super()._get_torch_save_params()
-        return [*state_dicts, "aux_optimizer"], torch_variables
+        return ([*state_dicts, "aux_optimizer"] if self.aux_optimizer is not None else state_dicts), torch_variables
 
     def collect_rollouts(
         self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int

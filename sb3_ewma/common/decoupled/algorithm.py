@@ -46,7 +46,7 @@ from sb3_ewma.common.decoupled.proximal import (
     is_policy_parameter,
     loading_from_file,
     parameters_with_proximal_state,
-    with_proximal_state_in_data,
+    with_states_in_data,
 )
 from sb3_ewma.common.decoupled.step import (
     AUTO_MIN_OPTIMIZER_STEPS,
@@ -134,6 +134,9 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     _auto_compile_min_steps: ClassVar[int] = AUTO_MIN_OPTIMIZER_STEPS
     # the algorithm's own attributes that `save` leaves out, and the modules of saved policies `load` also accepts
     _unsaved_attributes: ClassVar[tuple[str, ...]] = ()
+    # modules (attribute: data entry) whose states `save` writes into the file's data, as the proximal policy's, for a
+    # file that SB3's parent load opens (PPG's auxiliary optimizer)
+    _modules_saved_in_data: ClassVar[dict[str, str]] = {}
     # entries of older files that `load` drops: properties now (0.1.0), or the staleness setting of 0.1.0
     _entries_of_older_files: ClassVar[tuple[str, ...]] = ("proximal_ewma", "proximal_decay", "staleness", "staleness_mode")
     loadable_parent_policy_modules: ClassVar[tuple[str, ...]] = ()
@@ -509,11 +512,12 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         """
         SB3's ``save``, on rank 0 only (the ranks hold the same model), with the proximal policy's state in the file's
         ``data`` (``proximal_policy_state``), where SB3's parent ``load`` ignores it: SB3's ``save`` of a copy of the
-        model whose proximal policy is that entry (:func:`~sb3_ewma.common.decoupled.proximal.with_proximal_state_in_data`).
+        model whose proximal policy (and :attr:`_modules_saved_in_data`) are those entries
+        (:func:`~sb3_ewma.common.decoupled.proximal.with_states_in_data`).
         """
         if self.rank != 0:
             return
-        super(DecoupledAlgorithm, with_proximal_state_in_data(self)).save(path, exclude, include)
+        super(DecoupledAlgorithm, with_states_in_data(self, self._modules_saved_in_data)).save(path, exclude, include)
 
     @classmethod
     def load(
@@ -572,7 +576,9 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     def set_parameters(
         self, load_path_or_dict: str | dict[str, th.Tensor], exact_match: bool = True, device: th.device | str = "auto"
     ) -> None:
-        params = parameters_with_proximal_state(self, self.proximal_ewma, load_path_or_dict, exact_match, device)
+        params = parameters_with_proximal_state(
+            self, self.proximal_ewma, load_path_or_dict, exact_match, device, self._modules_saved_in_data
+        )
         super().set_parameters(params, exact_match=exact_match, device=device)
         # whatever each rank loaded, they continue from rank 0's (nothing to do on one process)
         self.data_parallel.broadcast_state(self)
@@ -580,7 +586,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     def _excluded_save_params(self) -> list[str]:
         # the collaborators (rebuilt by _setup_model), this run's state (world size change, the overlapped rollouts)
         unsaved = ["proximal", "data_parallel", "gradient_noise", "compiled_step", "training_precision", "distributed"]
-        unsaved += ["_world_size_change", "overlapped_rollouts", *type(self)._unsaved_attributes]
+        unsaved += ["_world_size_change", "overlapped_rollouts", *type(self)._unsaved_attributes, *self._modules_saved_in_data]
         return [*super()._excluded_save_params(), *unsaved]
 
     def _update_learning_rate(self, optimizers: list[th.optim.Optimizer] | th.optim.Optimizer) -> None:
@@ -875,9 +881,10 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         clip_range_vf = (
             None
             if self.clip_range_vf is None
-            else scheduled_value("clip_range_vf", self.clip_range_vf, progress)  # type: ignore[arg-type]
+            else scheduled_value("clip_range_vf", self.clip_range_vf, progress, infinity_allowed=True)  # type: ignore[arg-type]
         )
-        return (None if math.isinf(clip_range) else clip_range), clip_range_vf
+        # an infinite value range is kept: SB3's clamp to it gives the values it computed, bit for bit
+        return (None if clip_range == math.inf else clip_range), clip_range_vf
 
     def _minibatches(self, buffer: RolloutBuffer) -> Iterator[RolloutBufferSamples]:
         """One epoch over the rollout buffer (:meth:`_sampled_minibatches`), ready for the advantage normalization."""

@@ -2,7 +2,7 @@
 
 import copy
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, TypeVar, cast
@@ -217,21 +217,35 @@ def check_loadable(algorithm: type, path: Any) -> dict[str, Any] | None:
 SelfAlgorithm = TypeVar("SelfAlgorithm", bound=BaseAlgorithm)
 
 
-def with_proximal_state_in_data(algorithm: SelfAlgorithm) -> SelfAlgorithm:
+def _on_cpu(state: Any) -> Any:
+    """A state dict (a module's, an optimizer's: nested dicts and lists) with its tensors detached, on the CPU."""
+    if isinstance(state, th.Tensor):
+        return state.detach().cpu()
+    if isinstance(state, dict):
+        return {name: _on_cpu(value) for name, value in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(_on_cpu(value) for value in state)
+    return state
+
+
+def with_states_in_data(algorithm: SelfAlgorithm, modules_in_data: Mapping[str, str]) -> SelfAlgorithm:
     """
     What SB3's ``save`` writes for ``algorithm``: a shallow copy of it (the same policy, optimizers and attributes)
-    whose proximal network is no module but the attribute, hence ``data`` entry, ``proximal_policy_state``. SB3's
-    parent ``load`` (``stable_baselines3.PPO.load``) refuses an unknown module among a file's parameters, but sets
-    unknown ``data`` entries as attributes and ignores them. ``algorithm`` itself is left as it is: its
-    ``get_parameters()`` keeps ``proximal_ewma``. Without a proximal network: ``algorithm``.
+    whose proximal network is no module but the attribute, hence ``data`` entry, ``proximal_policy_state``, and
+    likewise each of ``modules_in_data`` (attribute: ``data`` entry). SB3's parent ``load``
+    (``stable_baselines3.PPO.load``) refuses an unknown module among a file's parameters, but sets unknown ``data``
+    entries as attributes and ignores them. ``algorithm`` itself is left as it is: its ``get_parameters()`` keeps its
+    modules.
     """
-    proximal: ProximalPolicy | None = getattr(algorithm, "proximal", None)
-    if proximal is None or proximal.ewma is None:
-        return algorithm
     saved = copy.copy(algorithm)  # a new __dict__ holding the same objects
-    state = {name: value.detach().cpu() for name, value in proximal.ewma.state_dict().items()}
-    # no proximal network: ``_get_torch_save_params``, hence SB3's ``get_parameters``, names the parent's modules only
-    vars(saved).update({"proximal": None, PROXIMAL_STATE_KEY: state})
+    proximal: ProximalPolicy | None = getattr(algorithm, "proximal", None)
+    if proximal is not None and proximal.ewma is not None:
+        # no proximal network: ``_get_torch_save_params``, hence SB3's ``get_parameters``, names the parent's modules
+        vars(saved).update({"proximal": None, PROXIMAL_STATE_KEY: _on_cpu(proximal.ewma.state_dict())})
+    for attribute, key in modules_in_data.items():
+        module = getattr(algorithm, attribute, None)
+        if module is not None:
+            vars(saved).update({attribute: None, key: _on_cpu(module.state_dict())})
     return saved
 
 
@@ -241,10 +255,12 @@ def parameters_with_proximal_state(
     load_path_or_dict: str | dict[str, Any],
     exact_match: bool,
     device: th.device | str,
+    modules_in_data: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """
-    The parameters for SB3's ``set_parameters``, with the proximal policy's state: from the file's ``data`` (set as
-    an attribute during ``load``, or read from the path given), or restarted from the given policy.
+    The parameters for SB3's ``set_parameters``, with the proximal policy's state (and those of ``modules_in_data``,
+    by ``data`` entry; see :func:`with_states_in_data`): from the file's ``data`` (set as an attribute during
+    ``load``, or read from the path given), or restarted from the given policy.
 
     Parameters without the proximal policy follow SB3's contract: ``exact_match=True`` raises a ``ValueError`` like
     for any other missing module, and ``exact_match=False`` restarts the EWMA from the given policy (with a warning).
@@ -253,17 +269,17 @@ def parameters_with_proximal_state(
     :param algorithm: the model whose parameters are set (``load`` left the file's proximal state on it)
     :param ewma: its proximal network, or None (no proximal network to fill)
     """
-    saved_state = getattr(algorithm, PROXIMAL_STATE_KEY, None)
-    if saved_state is not None:  # set from the file's data by `load`: used once, here
-        delattr(algorithm, PROXIMAL_STATE_KEY)
+    entries = {"proximal_ewma": PROXIMAL_STATE_KEY, **(modules_in_data or {})}
+    # set from the file's data by `load`: used once, here
+    saved_states = {module: vars(algorithm).pop(key, None) for module, key in entries.items()}
     if isinstance(load_path_or_dict, dict):
         params = load_path_or_dict
     else:
         _, params, _ = load_from_zip_file(load_path_or_dict, device=device, load_data=False)
-        saved_state = read_saved_value(load_path_or_dict, PROXIMAL_STATE_KEY)
-    if "proximal_ewma" not in params and saved_state is not None:
-        # the saved proximal policy goes with the modules' parameters, as in files of version 0.1.0
-        params = {**params, "proximal_ewma": saved_state}
+        saved_states = {module: read_saved_value(load_path_or_dict, key) for module, key in entries.items()}
+    # the states saved in the data go with the modules' parameters (where older files hold them: the proximal policy in
+    # those of version 0.1.0, PPG's auxiliary optimizer in those of 0.2.0 and before)
+    params = {**{module: state for module, state in saved_states.items() if state is not None}, **params}
     if ewma is not None and "proximal_ewma" not in params and "policy" in params:
         if exact_match and not is_loading_from_file():
             raise ValueError(

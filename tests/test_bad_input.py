@@ -665,7 +665,7 @@ def test_the_constructor_check_joins_no_process_group(monkeypatch: pytest.Monkey
     # under torchrun (WORLD_SIZE > 1) a new model would join the group: the check of load's keywords must not
     import torch.distributed as dist
 
-    from sb3_ewma.common.checks import check_constructor_settings
+    from sb3_ewma.common.rules import check_constructor_settings
 
     make("PPO_EWMA").save(tmp_path / "model.zip")
     for name, value in dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT="1").items():

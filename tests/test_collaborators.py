@@ -5,10 +5,9 @@ import torch as th
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ConvertCallback
 
 from sb3_ewma import PPG, PPO_EWMA, MaskablePPO_EWMA
-from sb3_ewma.common.checks import check_hyperparameters
 from sb3_ewma.common.decoupled.proximal import ProximalPolicy
 from sb3_ewma.common.distributed.training import DataParallelCallback, DataParallelTraining
-from sb3_ewma.common.rules import RELATIONS, RULES
+from sb3_ewma.common.rules import RELATIONS, RULES, check_hyperparameters
 
 SMALL = dict(n_steps=16, batch_size=8, n_epochs=2, device="cpu", seed=0)
 

@@ -26,13 +26,12 @@ from sb3_ewma.common.checks import (
     check_action_masks,
     check_callback,
     check_env_argument,
-    check_hyperparameters,
     check_observation_space,
     check_policy_kwargs,
     count_observations,
     warn_cuda_unavailable,
 )
-from sb3_ewma.common.rules import RULES
+from sb3_ewma.common.rules import RULES, check_hyperparameters
 
 
 def check_policy_argument(policy: object) -> None:

@@ -9,13 +9,13 @@ that says where it came from, before any update uses it:
 """
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch as th
 
-from sb3_ewma.common.checks import NonFiniteError
-from sb3_ewma.common.checks import scheduled_value as scheduled_value  # beside the rules, which use it
+from sb3_ewma.common.checks import HyperparameterError, NonFiniteError
 
 
 def first_non_finite(array: np.ndarray) -> tuple[int, ...] | None:
@@ -129,3 +129,26 @@ def check_finite_gradient_norm(total_norm: th.Tensor, log_prefix: str, n_updates
             f"training stopped before the optimizer step, the weights are left as they were. Lower the learning rate, "
             f"clip the gradients (max_grad_norm) or scale the rewards (VecNormalize)"
         )
+
+
+def scheduled_value(
+    name: str, schedule: Callable[[float], Any], progress_remaining: float, infinity_allowed: bool = False
+) -> float:
+    """
+    ``schedule(progress_remaining)``, or a ``NonFiniteError`` naming the setting if it is NaN (or infinite, unless
+    ``infinity_allowed``: an infinite clip range is no clipping).
+    """
+    try:
+        # SB3 wraps a schedule in FloatSchedule, which converts the value itself
+        value = float(schedule(progress_remaining))
+    except (TypeError, ValueError) as error:
+        raise HyperparameterError(
+            f"the {name} schedule gave no number at progress_remaining={progress_remaining:.6g} ({type(error).__name__}: "
+            f"{error}): a schedule must return a finite number at every progress from 1 (start) to 0 (end)"
+        ) from error
+    if math.isnan(value) or (math.isinf(value) and not infinity_allowed):
+        raise NonFiniteError(
+            f"the {name} schedule returned {value} at progress_remaining={progress_remaining:.6g}: a schedule must "
+            f"return a finite number at every progress from 1 (start) to 0 (end)"
+        )
+    return value

@@ -1,38 +1,190 @@
 """
-What the constructors of the package's algorithms allow, as a table: a :class:`~sb3_ewma.common.checks.Rule` per
-argument (SB3's ``PPO``'s, then the decoupled options), and the checks of arguments together. Each constructor checks
-its arguments with :func:`check_arguments` before anything is built; ``load``'s keyword arguments and the command
-line's hyperparameter entries are checked by the constructor too
-(:func:`~sb3_ewma.common.checks.check_constructor_settings`), so each allowed range is written once, here.
+What the algorithms take, as rules: a :class:`Rule` per parameter (its allowed values, and the sentence that says
+them), applied by :func:`check_hyperparameters`. The constructors' table is :data:`RULES` (SB3's ``PPO``'s arguments,
+then the decoupled options; PPG's own in :mod:`sb3_ewma.ppg_ewma.checks`), with :data:`RELATIONS`, the checks of
+arguments together; ``learn``'s is :data:`LEARN_RULES`. Each constructor checks its arguments with
+:func:`check_arguments` before anything is built; ``load``'s keyword arguments and the command line's hyperparameter
+entries are checked by the constructor too (:func:`check_constructor_settings`), so each allowed range is written
+once, here. A bad value raises a ``ValueError`` that names the parameter, the value and what is allowed; a value that
+SB3 trains with but that cannot train as asked gets a ``UserWarning`` at the caller's line instead.
 """
 
 import math
 import numbers
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NamedTuple, TypeGuard
+
+import numpy as np
 
 from sb3_ewma.common.checks import (
-    ARGUMENT_RULES,
     HyperparameterError,
-    Rule,
     check_env_argument,
-    check_hyperparameters,
     check_observation_space,
     check_policy_kwargs,
-    decay,
-    integer,
-    number,
-    one_of,
-    optional,
-    truth_value,
     warn_at_caller,
     warn_cuda_unavailable,
-    with_rules,
 )
 from sb3_ewma.common.collection.overlap import check_async_rollouts
 from sb3_ewma.common.distributed.process_group import check_distributed_argument
 from sb3_ewma.common.ewma_age import EWMA_DECAY_NAMES
+from sb3_ewma.common.finite import scheduled_value
 from sb3_ewma.common.minibatches import MINIBATCH_SAMPLINGS, check_minibatch_sampling
+
+
+def _is_integer(value: object) -> TypeGuard[numbers.Integral]:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> TypeGuard[numbers.Real]:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
+
+
+class Rule(NamedTuple):
+    """
+    What one parameter allows: ``test(value)`` is true for the values allowed, ``allowed`` completes the sentence
+    "<name> must be ..., got <value>". A rule applies where its parameter is given and ``when(settings)`` holds; a
+    ``schedule`` rule also checks a schedule's first value (the optimizer is built with it). A rule with a
+    ``warning`` refuses nothing: a value it does not allow is one that SB3 trains with but that cannot train as asked,
+    and gets a warning, "<name>=<value> is not <allowed>: <warning>".
+    """
+
+    name: str
+    allowed: str
+    test: Callable[[Any], bool]
+    when: Callable[[Mapping[str, Any]], bool] | None = None
+    schedule: bool = False
+    warning: str | None = None
+
+
+def integer(minimum: int) -> Callable[[Any], bool]:
+    """An integer ``>= minimum`` (``bool`` and strings are not)."""
+    return lambda value: _is_integer(value) and int(value) >= minimum
+
+
+def number(low: float, high: float = math.inf, low_open: bool = False) -> Callable[[Any], bool]:
+    """A finite number in ``[low, high]`` (``(low, high]`` if ``low_open``)."""
+    return lambda value: _is_number(value) and (low < float(value) if low_open else low <= float(value)) and value <= high
+
+
+def decay(value: Any) -> bool:
+    """A number in ``[0, 1)``."""
+    return isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool) and bool(0 <= value < 1)
+
+
+def one_of(choices: tuple[Any, ...]) -> Callable[[Any], bool]:
+    return lambda value: isinstance(value, str) and value in choices
+
+
+def optional(test: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """``None``, or a value that ``test`` allows."""
+    return lambda value: value is None or test(value)
+
+
+def positive_or_schedule(value: Any) -> bool:
+    return callable(value) or (_is_number(value) and float(value) > 0)
+
+
+def truth_value(value: Any) -> bool:
+    """``True`` or ``False``; 0 and 1 too, as SB3 reads the setting as a truth value."""
+    return isinstance(value, (bool, np.bool_)) or (_is_integer(value) and value in (0, 1))
+
+
+def with_rules(base: tuple[Rule, ...], *rules: Rule) -> tuple[Rule, ...]:
+    """``base`` with the rules of each parameter of ``rules`` replaced by these (in their place), the others appended."""
+    replaced = {rule.name for rule in rules}
+    merged: list[Rule] = []
+    for rule in base:
+        if rule.name not in replaced:
+            merged.append(rule)
+        elif rule.name not in {kept.name for kept in merged}:
+            merged.extend(new for new in rules if new.name == rule.name)
+    return (*merged, *(rule for rule in rules if rule.name not in {old.name for old in base}))
+
+
+def check_hyperparameters(
+    settings: Mapping[str, Any],
+    rules: Iterable[Rule],
+    relations: Iterable[Callable[[Mapping[str, Any]], None]] = (),
+) -> None:
+    """
+    Raise a ``HyperparameterError`` naming the first setting that its rule refuses, with the value and what is
+    allowed (or warn, for a rule with a ``warning``); then the ``relations``, checks of settings together (each raises
+    or warns itself). Parameters that ``settings`` lacks are not checked.
+    """
+    for rule in rules:
+        if rule.name not in settings or (rule.when is not None and not rule.when(settings)):
+            continue
+        value = settings[rule.name]
+        if not rule.test(value) and rule.warning is not None:
+            warn_at_caller(f"{rule.name}={value!r} is not {rule.allowed}: {rule.warning}")
+        elif not rule.test(value):
+            raise HyperparameterError(f"{rule.name} must be {rule.allowed}, got {value!r}")
+        if rule.schedule and callable(value):
+            scheduled_value(rule.name, value, 1.0)
+    for relation in relations:
+        relation(settings)
+
+
+LEARN_RULES = (
+    # SB3 trains while num_timesteps is below it: 1e5 and 100.5 train, 0 or less trains nothing, infinity never ends
+    Rule("total_timesteps", "a finite number of environment steps", lambda value: _is_integer(value) or _is_number(value)),
+    # SB3 logs when iteration % log_interval == 0: 0 divides by zero at the first log
+    Rule(
+        "log_interval",
+        "None (no logs) or an integer other than 0 (log every log_interval iterations; SB3 reads -n as n)",
+        optional(lambda value: _is_integer(value) and value != 0),
+    ),
+)
+
+
+def check_learn_arguments(total_timesteps: Any, log_interval: Any) -> None:
+    """``learn``'s ``total_timesteps`` and ``log_interval`` (:data:`LEARN_RULES`)."""
+    check_hyperparameters({"total_timesteps": total_timesteps, "log_interval": log_interval}, LEARN_RULES)
+
+
+def _is_policy(policy: object) -> bool:
+    from stable_baselines3.common.policies import BasePolicy
+
+    return isinstance(policy, str) or (isinstance(policy, type) and issubclass(policy, BasePolicy))
+
+
+# The constructors' arguments that SB3 passes on unchecked, and what the policies, learn and predict take.
+ARGUMENT_RULES = (
+    Rule(
+        "policy",
+        "a policy's name ('MlpPolicy', 'CnnPolicy', 'MultiInputPolicy', ...) or a policy class (a subclass of "
+        "stable_baselines3's BasePolicy)",
+        _is_policy,
+    ),
+    # True and False read as 1 and 0, as in SB3
+    Rule(
+        "verbose",
+        "0 (no output), 1 (info) or 2 (debug)",
+        lambda value: isinstance(value, (bool, np.bool_)) or integer(0)(value),
+    ),
+)
+
+
+def check_constructor_settings(algorithm: type, policy: object, settings: Mapping[str, Any]) -> None:
+    """
+    The checks that ``algorithm``'s constructor makes of ``settings``, and nothing else: the constructor is called
+    without an environment and without building anything (``env=None, _init_setup_model=False``, as SB3's ``load``
+    calls it). What a script's call refuses is refused with the same message; ``load``'s keyword arguments and the
+    command line's hyperparameter entries are checked this way, so there is one validation.
+
+    The check joins no process group and touches no GPU: it runs with ``distributed=False`` and ``device="cpu"`` (where
+    the constructor takes them) unless ``settings`` checks those.
+
+    :param algorithm: the algorithm's class
+    :param policy: the policy its constructor is given (a name or a class)
+    :param settings: keyword arguments of its constructor
+    """
+    import inspect
+
+    parameters = inspect.signature(algorithm).parameters
+    quiet = {name: value for name, value in (("distributed", False), ("device", "cpu")) if name in parameters}
+    algorithm(policy, None, _init_setup_model=False, **{**quiet, **settings})
+
 
 KL_ESTIMATORS = ("sample", "exact")
 ADVANTAGE_NORMALIZATIONS = ("minibatch", "ewma")

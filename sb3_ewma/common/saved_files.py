@@ -235,8 +235,9 @@ def check_load_keywords(algorithm: type, keywords: dict[str, Any], saved: dict[s
     """
     import inspect
 
-    from sb3_ewma.common.checks import check_constructor_settings, warn_at_caller
+    from sb3_ewma.common.checks import warn_at_caller
     from sb3_ewma.common.keywords import unknown_keyword_message
+    from sb3_ewma.common.rules import check_constructor_settings
 
     parameters = inspect.signature(algorithm).parameters
     for name, value in keywords.items():

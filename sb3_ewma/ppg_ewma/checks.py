@@ -3,8 +3,12 @@
 from collections.abc import Mapping
 from typing import Any
 
-from sb3_ewma.common.checks import (
-    HyperparameterError,
+from sb3_ewma.common.checks import HyperparameterError
+from sb3_ewma.common.minibatches import MINIBATCH_SAMPLINGS, check_minibatch_sampling
+from sb3_ewma.common.rules import (
+    RELATIONS,
+    RULES,
+    SCHEDULE,
     Rule,
     integer,
     number,
@@ -13,8 +17,6 @@ from sb3_ewma.common.checks import (
     positive_or_schedule,
     with_rules,
 )
-from sb3_ewma.common.minibatches import MINIBATCH_SAMPLINGS, check_minibatch_sampling
-from sb3_ewma.common.rules import RELATIONS, RULES, SCHEDULE
 from sb3_ewma.ppg_ewma.policies import ARCHITECTURES
 
 PPG_RULES = with_rules(

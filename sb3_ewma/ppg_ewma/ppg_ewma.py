@@ -7,8 +7,7 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
-from sb3_ewma.common.checks import check_hyperparameters
-from sb3_ewma.common.rules import RULES
+from sb3_ewma.common.rules import RULES, check_hyperparameters
 from sb3_ewma.ppg_ewma.ppg import PPG
 
 

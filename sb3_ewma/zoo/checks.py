@@ -18,8 +18,8 @@ from typing import Any
 import gymnasium as gym
 from gymnasium import spaces
 
-from sb3_ewma.common.checks import Rule, check_constructor_settings, check_hyperparameters, integer, number, optional
 from sb3_ewma.common.keywords import constructor_keywords, unknown_keyword_message
+from sb3_ewma.common.rules import Rule, check_constructor_settings, check_hyperparameters, integer, number, optional
 from sb3_ewma.scale.zoo_entry import ZOO_ENTRY_KEYS, read_hyperparameter_file, schedule_start
 
 SET_BY_COMMAND_LINE: dict[str, str] = {

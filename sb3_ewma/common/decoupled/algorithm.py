@@ -28,13 +28,7 @@ from stable_baselines3.common.utils import explained_variance, update_learning_r
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
 
-from sb3_ewma.common.checks import (
-    check_callback,
-    check_device_name,
-    check_learn_arguments,
-    check_observation_space,
-    check_save_folders,
-)
+from sb3_ewma.common.checks import check_callback, check_device_name, check_observation_space, check_save_folders
 from sb3_ewma.common.collection.overlap import OverlappedRollouts, rollout_settings
 from sb3_ewma.common.collection.rollout import RolloutView, new_rollout_buffer
 from sb3_ewma.common.decoupled.advantages import AdvantageNormalizer
@@ -80,6 +74,7 @@ from sb3_ewma.common.keywords import unknown_policy_message
 from sb3_ewma.common.losses import clipped_values
 from sb3_ewma.common.minibatches import rollout_minibatches
 from sb3_ewma.common.precision import FLOAT32, TrainingPrecision
+from sb3_ewma.common.rules import check_learn_arguments
 from sb3_ewma.common.saved_files import check_load_keywords, saved_model_name
 
 SelfDecoupledAlgorithm = TypeVar("SelfDecoupledAlgorithm", bound="DecoupledAlgorithm")

@@ -208,7 +208,7 @@ class CountingEnv(gym.Env):
         ({"kl_estimator": "mc"}, r"kl_estimator must be one of \('sample', 'exact'\)"),
         ({"imp_samp_max": 1}, r"imp_samp_max must be 0 \(no cap\) or a number > 1"),
         ({"advantage_normalization": "batch"}, r"advantage_normalization must be one of \('minibatch', 'ewma'\)"),
-        ({"clip_range": -0.5}, r"clip_range must be None \(no clipping\), a schedule or a number > 0"),
+        ({"clip_range": float("nan")}, r"clip_range must be None \(no clipping\), a schedule or a number .*got nan"),
     ],
 )
 def test_bad_input_raises_before_the_environment_is_used(algorithm, policy, kwargs, message):

@@ -268,7 +268,7 @@ class CountingEnv(gym.Env):
         ({"imp_samp_max": -3}, r"imp_samp_max must be 0 \(no cap\) or a number > 1"),
         ({"advantage_ewma_decay": 1.0}, r"advantage_ewma_decay must be a number in \[0, 1\)"),
         ({"advantage_normalization": "batch"}, r"advantage_normalization must be one of \('minibatch', 'ewma'\)"),
-        ({"clip_range": -0.5}, r"clip_range must be None \(no clipping\), a schedule or a number > 0"),
+        ({"clip_range": float("nan")}, r"clip_range must be None \(no clipping\), a schedule or a number .*got nan"),
     ],
 )
 def test_bad_input_raises_before_the_environment_is_used(kwargs, message):

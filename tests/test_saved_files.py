@@ -13,11 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch as th
 from sb3_contrib import MaskablePPO, RecurrentPPO
 from sb3_contrib.common.envs import InvalidActionEnvDiscrete
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
-from stable_baselines3.common.save_util import data_to_json
+from stable_baselines3.common.save_util import data_to_json, load_from_zip_file
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from sb3_ewma import PPG_EWMA, PPO_EWMA, MaskablePPO_EWMA, RecurrentPPO_EWMA
@@ -48,7 +49,13 @@ def saved_file(model) -> tuple[int, dict]:
 
 
 def averaged_state(model) -> dict[str, np.ndarray]:
+    """The proximal state a file holds: the averaged parameters, the buffers and the EWMA's weight and count."""
     return {k: v.numpy() for k, v in model.proximal_ewma.state_dict().items() if k.startswith("average.")}
+
+
+def proximal_network_state(model) -> dict[str, np.ndarray]:
+    """Every parameter of the proximal network (files of 0.1.0 hold them all, and a load keeps them)."""
+    return {f"average.{k}": v.numpy() for k, v in model.proximal_ewma.average.state_dict().items()}
 
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))
@@ -57,7 +64,7 @@ def test_files_saved_by_0_1_0_load_with_their_proximal_policy(name: str) -> None
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # no "no proximal policy" warning: it is in the file
         model = ALGORITHMS[name].load(OLD_FILES / f"{name}.zip", env=env_for(name), device="cpu")
-    state = averaged_state(model)
+    state = proximal_network_state(model)
     assert state.keys() == expected.keys()
     for key, value in expected.items():
         np.testing.assert_array_equal(state[key], np.array(value, dtype=np.float32))
@@ -121,6 +128,25 @@ def test_the_parent_algorithm_opens_a_saved_file(name: str, parent, tmp_path: Pa
     loaded = ALGORITHMS[name].load(tmp_path / "model.zip", device="cpu")
     for key, value in averaged_state(model).items():
         np.testing.assert_array_equal(averaged_state(loaded)[key], value)
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_a_file_holds_only_the_averaged_parameters_of_the_proximal_policy(name: str, tmp_path: Path) -> None:
+    kwargs: dict = {"policy_kwargs": {"lstm_hidden_size": 4, "net_arch": [8]}} if name == "ppo_lstm_ewma" else {}
+    policy = "MlpLstmPolicy" if name == "ppo_lstm_ewma" else "MlpPolicy"
+    model = ALGORITHMS[name](policy, env_for(name), n_steps=16, batch_size=16, seed=0, device="cpu", **kwargs).learn(32)
+    model.save(tmp_path / "model.zip")
+    saved = load_from_zip_file(tmp_path / "model.zip", device="cpu")[0]["proximal_policy_state"]
+    ewma = model.proximal_ewma
+    buffers = {f"average.{name}" for name, _ in ewma.average.named_buffers()}
+    assert set(saved) == {"_extra_state", *(f"average.{name}" for name in ewma.averaged_names), *buffers}
+    assert ewma.unaveraged_names and not any(name.startswith(("value_net", "lstm_critic")) for name in ewma.averaged_names)
+    # the others keep their values on load (strict, as SB3's set_parameters loads a module)
+    loaded = ALGORITHMS[name].load(tmp_path / "model.zip", device="cpu")
+    kept = {name: value.clone() for name, value in loaded.proximal_ewma.average.named_parameters()}
+    loaded.proximal_ewma.load_state_dict(model.proximal_ewma.state_dict(), strict=True)
+    for name in loaded.proximal_ewma.unaveraged_names:
+        assert th.equal(dict(loaded.proximal_ewma.average.named_parameters())[name], kept[name])
 
 
 def test_set_parameters_from_a_path_restores_the_proximal_policy(tmp_path: Path) -> None:

@@ -62,8 +62,9 @@ class ParameterEWMA(nn.Module):
     computed incrementally with a weight ``w`` that starts at 1:
     ``w' = 1 + beta w``; ``average = theta / w' + (beta w / w') average``; ``w = w'``.
 
-    The averaged copy is an ordinary module (``self.average``) that receives no gradients; it is saved in this
-    module's ``state_dict`` together with the weight ``w``, and follows ``.to(device)``.
+    The averaged copy is an ordinary module (``self.average``) that receives no gradients; its averaged parameters and
+    its buffers are saved in this module's ``state_dict`` together with the weight ``w`` (the parameters it does not
+    average are left out, and keep their values when a state is loaded), and it follows ``.to(device)``.
     Buffers (batch-norm statistics...) are copied from the source, not averaged.
 
     Why not ``torch.optim.swa_utils.AveragedModel`` with ``get_ema_multi_avg_fn``: its EMA has no bias correction, it
@@ -103,6 +104,9 @@ class ParameterEWMA(nn.Module):
         self._source_buffers = [buffer for _, buffer in source.named_buffers()]
         self._average_buffers = [buffer for _, buffer in self.average.named_buffers()]
         self.averaged_names = names
+        self.unaveraged_names = [name for name, _ in self.average.named_parameters() if name not in set(names)]
+        self.register_state_dict_post_hook(_without_unaveraged_parameters)
+        self.register_load_state_dict_pre_hook(_with_unaveraged_parameters)
         self.weight = 1.0
         self.n_updates = 0
         self.reset()
@@ -197,6 +201,19 @@ class ParameterEWMA(nn.Module):
         self._average_params = [average_params[name] for name in self.averaged_names]
         self._average_buffers = [buffer for _, buffer in self.average.named_buffers()]
         return result
+
+
+def _without_unaveraged_parameters(module: ParameterEWMA, state_dict: dict[str, Any], prefix: str, _: Any) -> None:
+    # the parameters the average does not follow are never read: not saved
+    for name in module.unaveraged_names:
+        state_dict.pop(f"{prefix}average.{name}", None)
+
+
+def _with_unaveraged_parameters(module: ParameterEWMA, state_dict: dict[str, Any], prefix: str, *_: Any) -> None:
+    # a state without them (or with them: older files) loads with strict=True, as SB3's set_parameters loads it
+    parameters = dict(module.average.named_parameters())
+    for name in module.unaveraged_names:
+        state_dict.setdefault(f"{prefix}average.{name}", parameters[name].detach())
 
 
 class EWMAMoments:

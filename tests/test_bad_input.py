@@ -101,6 +101,7 @@ WARNED_SETTINGS = [
     ({"target_kl": -0.1}, r"^target_kl=-0.1 is not None or a number >= 0: the early stop .* at the first minibatch"),
     ({"clip_range": 0}, r"^clip_range=0 is not > 0: no update may move the policy"),
     ({"learning_rate": 0}, r"^learning_rate=0 is not > 0: the policy never changes"),
+    ({"target_kl": float("nan")}, r"^target_kl=nan is not None or a number >= 0: the early stop .* never comes"),
 ]
 
 
@@ -110,7 +111,20 @@ def test_values_that_cannot_train_as_asked_warn_at_the_users_line(name: str, kwa
     with pytest.warns(UserWarning, match=message) as record:
         model = make(name, **kwargs)
     assert next(warning for warning in record if re.match(message, str(warning.message))).filename == __file__
-    assert all(getattr(model, key) == value or callable(getattr(model, key)) for key, value in kwargs.items())
+    assert all(callable(getattr(model, key)) or repr(getattr(model, key)) == repr(value) for key, value in kwargs.items())
+
+
+def test_ppgs_auxiliary_learning_rate_0_warns_as_learning_rate_0_does() -> None:
+    with pytest.warns(UserWarning, match=r"^aux_learning_rate=0.0 is not > 0: the auxiliary phase never changes"):
+        make("PPG_EWMA", aux_learning_rate=0.0)
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_a_value_clipping_schedule_may_be_infinite_as_in_sb3(name: str) -> None:
+    # SB3's spelling of no clipping, and what rl-zoo3 makes of clip_range_vf: .inf (a constant schedule)
+    model = make(name, clip_range_vf=lambda _: float("inf"))
+    model.learn(2 * model.n_steps * model.n_envs)
+    assert model.logger.name_to_value["train/clip_range_vf"] == float("inf")
 
 
 @pytest.mark.parametrize("name", ["RecurrentPPO_EWMA", "MaskablePPO_EWMA"])

@@ -734,3 +734,22 @@ def test_env_package_problem_leaves_other_ids_to_rl_zoo3(monkeypatch: pytest.Mon
     assert env_package_problem("Fake-v0") == (
         "Fake-v0 cannot be made: its module needs sb3_ewma_no_such_module, which is not installed"
     )
+
+
+def test_a_number_rl_zoo3_makes_a_schedule_of_warns_as_in_a_script() -> None:
+    import re
+    import warnings
+
+    from rl_zoo3.utils import SimpleLinearSchedule
+    from stable_baselines3.common.utils import ConstantSchedule
+
+    # rl-zoo3 turns clip_range: 0 (and lin_0) into a schedule, which the real call cannot read: the number warns here
+    for raw, schedule in ((0, ConstantSchedule(0.0)), ("lin_0", SimpleLinearSchedule(0.0))):
+        kwargs = {"policy": "MlpPolicy", "clip_range": schedule}
+        with pytest.warns(UserWarning, match=rf"^clip_range=0(\.0)? is not > 0: no update .* \({re.escape(ENTRY_ORIGIN)}\)$"):
+            check_entry_values("ppo_ewma", PPO_EWMA, kwargs, {"clip_range": raw})
+    # a negative number stays a number, whose warning the real call gives: not twice
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_entry_values("ppo_ewma", PPO_EWMA, {"policy": "MlpPolicy", "clip_range": -1.0}, {"clip_range": -1.0})
+    assert not caught

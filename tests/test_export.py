@@ -1,7 +1,10 @@
 """Export to SB3's PPO: the saved zip opens with stable_baselines3.PPO alone and predicts the same actions."""
 
+import io
+import math
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -78,12 +81,22 @@ def test_exported_zip_opens_with_sb3_alone(tmp_path, policy_kwargs):
     assert out.stdout.strip().splitlines()[-1] == str(expected.tolist())
 
 
-def test_export_without_clipping_warns_and_uses_ppo_default():
+def test_export_of_the_kl_penalty_alone_warns_and_uses_ppo_default():
     model = PPO_EWMA("MlpPolicy", "CartPole-v1", clip_range=None, kl_coef=0.3, **SMALL)
-    with pytest.warns(UserWarning, match="clip_range=None"):
+    with pytest.warns(UserWarning, match=r"KL penalty alone \(clip_range=None, kl_coef > 0\).*clip_range=0.2"):
         exported = model.to_sb3()
     assert exported.clip_range(1.0) == 0.2
     assert_same_predictions(model, exported, observations(model))
+
+
+@pytest.mark.filterwarnings("ignore:clip_range=")  # nothing limits the update: the constructor says so
+@pytest.mark.parametrize("clip_range", [None, math.inf])
+def test_export_without_clipping_or_penalty_is_sb3s_no_clipping(clip_range):
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", clip_range=clip_range, kl_coef=0.0, **SMALL)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        exported = model.to_sb3()
+    assert exported.clip_range(1.0) == math.inf
 
 
 @pytest.mark.parametrize(
@@ -236,3 +249,44 @@ def test_sb3s_set_parameters_takes_get_parameters_without_the_proximal_entry() -
         assert th.equal(expected, got)
     observation = np.zeros((1, 4), dtype=np.float32)
     assert np.array_equal(ppo.predict(observation, deterministic=True)[0], model.predict(observation, deterministic=True)[0])
+
+
+def test_a_ppg_file_trained_on_by_sb3s_ppo_restarts_the_states_sb3_kept_unread(tmp_path):
+    model = PPG_EWMA("MlpPolicy", "CartPole-v1", **PPG_SMALL).learn(64)
+    model.save(tmp_path / "ppg.zip")
+    opened = PPO.load(tmp_path / "ppg.zip", env=model.get_env(), device="cpu").learn(64)
+    opened.save(tmp_path / "trained_by_ppo.zip")  # SB3 writes the package's entries back, unread and now stale
+    with pytest.warns(UserWarning) as record:
+        loaded = PPG_EWMA.load(tmp_path / "trained_by_ppo.zip", device="cpu")
+    messages = " ".join(str(warning.message) for warning in record)
+    assert "no proximal policy" in messages and "no aux_optimizer state" in messages
+    # the EWMA restarts from the policy SB3 trained, not from the one saved before
+    for name, parameter in loaded.policy.named_parameters():
+        if name in loaded.proximal_ewma.averaged_names:
+            assert th.equal(dict(loaded.proximal_ewma.average.named_parameters())[name], parameter)
+    assert loaded.aux_optimizer.state_dict()["state"] == {}
+
+
+def test_set_parameters_of_a_stream_restores_the_states_in_the_data(tmp_path):
+    model = PPG_EWMA("MlpPolicy", "CartPole-v1", **PPG_SMALL).learn(64)
+    model.save(tmp_path / "ppg.zip")
+    other = PPG_EWMA("MlpPolicy", "CartPole-v1", **{**PPG_SMALL, "seed": 1})
+    with open(tmp_path / "ppg.zip", "rb") as file:
+        other.set_parameters(io.BytesIO(file.read()), exact_match=True, device="cpu")
+    for expected, got in zip(model.proximal_ewma.state_dict().values(), other.proximal_ewma.state_dict().values()):
+        assert th.equal(expected, got)
+    saved_moments = [state["exp_avg"] for state in model.aux_optimizer.state_dict()["state"].values()]
+    assert saved_moments and all(
+        th.equal(expected, state["exp_avg"])
+        for expected, state in zip(saved_moments, other.aux_optimizer.state_dict()["state"].values())
+    )
+
+
+def test_an_auxiliary_optimizer_saved_before_its_first_step_loads_as_it_was(tmp_path):
+    # no tensors yet: SB3 writes the state as JSON, which reads Adam's betas back as a list
+    model = PPG_EWMA("MlpPolicy", "CartPole-v1", **PPG_SMALL).learn(32)
+    assert model.aux_optimizer.state_dict()["state"] == {}
+    model.save(tmp_path / "ppg.zip")
+    loaded = PPG_EWMA.load(tmp_path / "ppg.zip", device="cpu")
+    assert loaded.aux_optimizer.state_dict()["param_groups"] == model.aux_optimizer.state_dict()["param_groups"]
+    assert isinstance(loaded.aux_optimizer.param_groups[0]["betas"], tuple)

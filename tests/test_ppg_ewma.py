@@ -110,7 +110,7 @@ def spy(obj, name, before=None, after=None):
         (dict(aux_batch_size=0), "aux_batch_size"),
         (dict(aux_batch_size=8, aux_micro_batch_size=9), "aux_micro_batch_size"),
         (dict(aux_micro_batch_size=0), "aux_micro_batch_size"),
-        (dict(aux_learning_rate=0.0), "aux_learning_rate"),
+        (dict(aux_learning_rate=-1.0), "aux_learning_rate"),
         (dict(batch_size=1), "batch_size"),
         (dict(ewma_decay=1.0), "ewma_decay"),
         (dict(imp_samp_max=0.5), "imp_samp_max"),

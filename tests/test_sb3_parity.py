@@ -195,7 +195,7 @@ def outcome(
         try:
             model = algorithm(policy, _make_env(env), **kwargs)
             model.learn(iterations * model.n_steps * model.n_envs)
-        except (ValueError, AssertionError, TypeError, IndexError):
+        except (ValueError, AssertionError, TypeError, IndexError, RuntimeError):  # RuntimeError: SB3 fails training
             return "refused", None
     return "accepted", caught
 

@@ -161,13 +161,16 @@ def to_parent_algorithm(
     }
     # a number, or the schedule _setup_model makes of it
     clip_range: float | Schedule | None = getattr(model, "clip_range", None)
-    # no clipping: None, or the infinite clip range it is stored as
-    if clip_range is None or (callable(clip_range) and math.isinf(clip_range(1.0))):
-        warn_at_caller(
-            f"{type(model).__name__} has clip_range=None (KL penalty only), which {target} cannot take: the exported "
-            f"{target} gets the default clip_range=0.2 (used only if it is trained further)"
-        )
-        clip_range = 0.2
+    # no clipping: None, or the infinite clip range it is stored as (SB3's spelling, math.inf)
+    if clip_range is None or (callable(clip_range) and clip_range(1.0) == math.inf):
+        clip_range = math.inf
+        if getattr(model, "kl_coef", 0) > 0:
+            warn_at_caller(
+                f"{type(model).__name__} limits its updates by the KL penalty alone (clip_range=None, kl_coef > 0), which "
+                f"{target} cannot take: the exported {target} gets the default clip_range=0.2 (used only if it is "
+                "trained further)"
+            )
+            clip_range = 0.2
     constructor = cast(_PPOConstructor[ParentAlgorithm], algorithm_class)
     with th.random.fork_rng(devices=[]):
         exported = constructor(

@@ -43,7 +43,8 @@ class Rule(NamedTuple):
     """
     What one parameter allows: ``test(value)`` is true for the values allowed, ``allowed`` completes the sentence
     "<name> must be ..., got <value>". A rule applies where its parameter is given and ``when(settings)`` holds; a
-    ``schedule`` rule also checks a schedule's first value (the optimizer is built with it). A rule with a
+    ``schedule`` rule also checks a schedule's first value (the optimizer is built with it; ``"infinity"``: it may be
+    ``math.inf``, no clipping). A rule with a
     ``warning`` refuses nothing: a value it does not allow is one that SB3 trains with but that cannot train as asked,
     and gets a warning, "<name>=<value> is not <allowed>: <warning>".
     """
@@ -52,7 +53,7 @@ class Rule(NamedTuple):
     allowed: str
     test: Callable[[Any], bool]
     when: Callable[[Mapping[str, Any]], bool] | None = None
-    schedule: bool = False
+    schedule: bool | str = False
     warning: str | None = None
 
 
@@ -120,7 +121,7 @@ def check_hyperparameters(
         elif not rule.test(value):
             raise HyperparameterError(f"{rule.name} must be {rule.allowed}, got {value!r}")
         if rule.schedule and callable(value):
-            scheduled_value(rule.name, value, 1.0)
+            scheduled_value(rule.name, value, 1.0, infinity_allowed=rule.schedule == "infinity")
     for relation in relations:
         relation(settings)
 
@@ -229,12 +230,18 @@ RULES: tuple[Rule, ...] = (
         "None (no clipping), a schedule or a number (math.inf: no clipping)",
         optional(lambda value: callable(value) or _real(value)),
     ),
-    Rule("clip_range", "> 0", optional(_above(0)), warning="no update may move the policy"),
+    Rule(
+        "clip_range",
+        "> 0",
+        optional(_above(0)),
+        warning="no update may move the policy (the clipped objective has no gradient there; SB3's PPO clamps the "
+        "ratio into an empty interval instead)",
+    ),
     Rule(
         "clip_range_vf",
         "None, a number > 0 (math.inf: no clipping) or a schedule (a function of the progress remaining)",
         optional(lambda value: callable(value) or (_real(value) and value > 0)),
-        schedule=True,
+        schedule="infinity",
     ),
     Rule("ent_coef", "a finite number", number(-math.inf)),
     Rule("vf_coef", "a finite number", number(-math.inf)),
@@ -249,8 +256,14 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "target_kl",
         "None or a number >= 0",
-        optional(_at_least(0)),
-        warning="the early stop (approx_kl > 1.5 * target_kl) then comes at the first minibatch, or never for NaN",
+        optional(lambda value: math.isnan(value) or value >= 0),
+        warning="the early stop (approx_kl > 1.5 * target_kl) then comes at the first minibatch",
+    ),
+    Rule(
+        "target_kl",
+        "None or a number >= 0",
+        optional(lambda value: not math.isnan(value)),
+        warning="the early stop (approx_kl > 1.5 * target_kl) never comes, as with None",
     ),
     Rule("stats_window_size", "an integer >= 0", integer(0)),
     *ARGUMENT_RULES,

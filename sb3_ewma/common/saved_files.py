@@ -1,7 +1,8 @@
 """
 Which algorithm saved a zip file, read before ``load`` builds anything, so that a file of another algorithm gets an
-error naming both algorithms and the class that loads it, instead of SB3's "Key aux_optimizer is an invalid object
-name" or a policy's ``TypeError`` (``DQNPolicy.__init__() got an unexpected keyword argument 'use_sde'``); and whether
+error naming both algorithms and the class that loads it, instead of a policy's ``TypeError``
+(``DQNPolicy.__init__() got an unexpected keyword argument 'use_sde'``) or a model built with another algorithm's
+policy; and whether
 the file is whole (:func:`check_saved_zip`): a truncated or garbled file gets an error naming the file and what is
 wrong with it, instead of a ``JSONDecodeError``, "Names of parameters do not match" or torch's advice on
 ``weights_only``.

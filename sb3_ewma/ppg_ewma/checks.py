@@ -8,13 +8,11 @@ from sb3_ewma.common.minibatches import MINIBATCH_SAMPLINGS, check_minibatch_sam
 from sb3_ewma.common.rules import (
     RELATIONS,
     RULES,
-    SCHEDULE,
     Rule,
     integer,
     number,
     one_of,
     optional,
-    positive_or_schedule,
     with_rules,
 )
 from sb3_ewma.ppg_ewma.policies import ARCHITECTURES
@@ -27,7 +25,19 @@ PPG_RULES = with_rules(
     Rule("n_aux_epochs", "an integer >= 0", integer(0)),
     Rule("beta_clone", "a finite number >= 0", number(0)),
     Rule("arch", f"one of {ARCHITECTURES}", one_of(ARCHITECTURES)),
-    Rule("aux_learning_rate", f"None, {SCHEDULE}", optional(positive_or_schedule), schedule=True),
+    Rule(
+        "aux_learning_rate",
+        "None, a number >= 0 or a schedule",
+        optional(lambda value: callable(value) or number(0)(value)),
+        schedule=True,
+    ),
+    # as learning_rate=0
+    Rule(
+        "aux_learning_rate",
+        "> 0",
+        optional(lambda value: callable(value) or value > 0),
+        warning="the auxiliary phase never changes the policy",
+    ),
     Rule("aux_batch_size", "an integer >= 1", optional(integer(1))),
     Rule("aux_micro_batch_size", "an integer >= 1", optional(integer(1))),
     Rule("aux_optimizer_kwargs", "None or a dict", optional(lambda value: isinstance(value, dict))),

@@ -445,11 +445,12 @@ def check_entry_values(
     (``env=None, _init_setup_model=False``, as ``load`` calls it), so that the command line refuses exactly what a
     script's call refuses, with the same message (and the place the values came from). rl-zoo3 turns numbers of
     :data:`SCHEDULE_KEYS` into constant schedules, which the constructors accept whatever their value
-    (``-params clip_range:0`` would train a frozen policy): those keys are checked as the numbers they were
-    (``raw_schedules``), and an rl-zoo3 schedule string ``"lin_<value>"`` as its initial value (``lin_0`` is 0 all
-    along). The constructors' warnings are left to the real call. A ``ValueError`` (or SB3's ``AssertionError``)
-    becomes a ``ValueError``, a ``TypeError`` stays one, each with its message and where the values came from. An
-    entry without a ``policy`` is a ``ValueError`` that says how to give one.
+    (``-params clip_range_vf:0`` would fail after the run folder exists): those keys are checked as the numbers they
+    were (``raw_schedules``), and an rl-zoo3 schedule string ``"lin_<value>"`` as its initial value (``lin_0`` is 0
+    all along). The constructors' warnings are left to the real call, but for those keys, whose numbers the real call
+    does not see (``-params clip_range:0`` warns here, as ``clip_range=0`` does in a script). A ``ValueError`` (or
+    SB3's ``AssertionError``) becomes a ``ValueError``, a ``TypeError`` stays one, each with its message and where the
+    values came from. An entry without a ``policy`` is a ``ValueError`` that says how to give one.
 
     :param algo: the rl-zoo3 name (``--algo``)
     :param algorithm: its class
@@ -478,8 +479,8 @@ def check_entry_values(
             kwargs[key] = value
     policy = kwargs.pop("policy")
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             check_constructor_settings(algorithm, policy, kwargs)
     except (ValueError, AssertionError, TypeError) as error:
         message = str(error).strip() or type(error).__name__
@@ -489,6 +490,11 @@ def check_entry_values(
         # a TypeError stays one (a policy keyword of another algorithm's policy, say): its message says what it is
         error_type = TypeError if isinstance(error, TypeError) else ValueError
         raise error_type(f"{message} ({entry_origin(algo, scale_n_envs)}; nothing was written)") from error
+    # rl-zoo3 leaves a negative number as it is: the real call sees it and warns itself
+    made_schedules = [key for key in raw_schedules if isinstance(raw_schedules[key], str) or number(0)(raw_schedules[key])]
+    for warning in caught:
+        if str(warning.message).startswith(tuple(f"{key}=" for key in made_schedules)):
+            warnings.warn(f"{warning.message} ({entry_origin(algo, scale_n_envs)})", UserWarning, stacklevel=2)
 
 
 DEVICE_TYPES_CHECKED = {"mps": "torch.backends.mps.is_available()", "xpu": "torch.xpu.is_available()"}

@@ -16,10 +16,12 @@ from stable_baselines3.common.type_aliases import PyTorchObs
 
 from sb3_ewma.common.distributions import has_lean_log_prob, lean_action_log_prob
 from sb3_ewma.common.ewma import ParameterEWMA
-from sb3_ewma.common.saved_files import check_saved_algorithm, read_saved_value
+from sb3_ewma.common.saved_files import check_saved_algorithm
 
-# the attribute (hence ``data`` entry) that holds the proximal policy's state in a saved file
+# the attribute (hence ``data`` entry) that holds the proximal policy's state in a saved file, and the update count
+# those states were saved at (a file saved again by SB3's parent, which keeps them unread, has another count)
 PROXIMAL_STATE_KEY = "proximal_policy_state"
+STATES_AT_UPDATE_KEY = "saved_states_n_updates"
 # set while ``load`` rebuilds a model from a file (see :func:`loading_from_file`)
 _LOADING_FROM_FILE: ContextVar[bool] = ContextVar("sb3_ewma_loading_from_file", default=False)
 
@@ -238,15 +240,32 @@ def with_states_in_data(algorithm: SelfAlgorithm, modules_in_data: Mapping[str, 
     modules.
     """
     saved = copy.copy(algorithm)  # a new __dict__ holding the same objects
+    moved = False
     proximal: ProximalPolicy | None = getattr(algorithm, "proximal", None)
     if proximal is not None and proximal.ewma is not None:
         # no proximal network: ``_get_torch_save_params``, hence SB3's ``get_parameters``, names the parent's modules
         vars(saved).update({"proximal": None, PROXIMAL_STATE_KEY: _on_cpu(proximal.ewma.state_dict())})
+        moved = True
     for attribute, key in modules_in_data.items():
         module = getattr(algorithm, attribute, None)
         if module is not None:
             vars(saved).update({attribute: None, key: _on_cpu(module.state_dict())})
+            moved = True
+    if moved:
+        vars(saved)[STATES_AT_UPDATE_KEY] = algorithm._n_updates
     return saved
+
+
+def _with_tuples(state: Any) -> Any:
+    """An optimizer's state dict as saved: SB3 writes one without tensors as JSON, which reads its tuples (Adam's
+    ``betas``) back as lists."""
+    if not isinstance(state, dict) or "param_groups" not in state:
+        return state
+    groups = [
+        {name: tuple(value) if isinstance(value, list) and name != "params" else value for name, value in group.items()}
+        for group in state["param_groups"]
+    ]
+    return {**state, "param_groups": groups}
 
 
 def parameters_with_proximal_state(
@@ -271,15 +290,31 @@ def parameters_with_proximal_state(
     """
     entries = {"proximal_ewma": PROXIMAL_STATE_KEY, **(modules_in_data or {})}
     # set from the file's data by `load`: used once, here
-    saved_states = {module: vars(algorithm).pop(key, None) for module, key in entries.items()}
+    data = {key: vars(algorithm).pop(key, None) for key in (*entries.values(), STATES_AT_UPDATE_KEY)}
     if isinstance(load_path_or_dict, dict):
         params = load_path_or_dict
-    else:
-        _, params, _ = load_from_zip_file(load_path_or_dict, device=device, load_data=False)
-        saved_states = {module: read_saved_value(load_path_or_dict, key) for module, key in entries.items()}
-    # the states saved in the data go with the modules' parameters (where older files hold them: the proximal policy in
-    # those of version 0.1.0, PPG's auxiliary optimizer in those of 0.2.0 and before)
-    params = {**{module: state for module, state in saved_states.items() if state is not None}, **params}
+        data["_n_updates"] = getattr(algorithm, "_n_updates", None)
+    else:  # a path or a stream
+        file_data, params, _ = load_from_zip_file(load_path_or_dict, device=device)
+        data = file_data or {}
+    saved_at = data.get(STATES_AT_UPDATE_KEY)
+    if saved_at is None or saved_at == data.get("_n_updates"):
+        # the states saved in the data go with the modules' parameters (where older files hold them: the proximal
+        # policy in those of version 0.1.0, PPG's auxiliary optimizer in those of 0.2.0 and before)
+        states = {module: _with_tuples(data.get(key)) for module, key in entries.items()}
+        params = {**{module: state for module, state in states.items() if state is not None}, **params}
+    # otherwise they are stale: the file was trained on and saved again by an algorithm that kept them unread
+    for module in modules_in_data or {}:
+        current = getattr(algorithm, module, None)
+        if current is not None and module not in params and "policy" in params:
+            if exact_match and not is_loading_from_file():
+                raise ValueError(f"Names of parameters do not match agents' parameters: the parameters have no '{module}'")
+            warnings.warn(
+                f"The loaded parameters have no {module} state: {type(algorithm).__name__} starts it afresh",
+                UserWarning,
+                stacklevel=3,
+            )
+            params = {**params, module: current.state_dict()}
     if ewma is not None and "proximal_ewma" not in params and "policy" in params:
         if exact_match and not is_loading_from_file():
             raise ValueError(

@@ -7,6 +7,7 @@ written now open with the parent algorithm's own ``load`` (SB3's ``PPO.load``, s
 import base64
 import io
 import json
+import sys
 import warnings
 import zipfile
 from pathlib import Path
@@ -179,3 +180,23 @@ def test_save_writes_a_copy_and_leaves_the_model_as_it_is(tmp_path: Path, monkey
     assert "proximal_policy_state" in written["data"] and "proximal" not in written["data"]
     assert written["model_names"] == {"policy", "policy.optimizer", "proximal_ewma"}
     assert vars(model) == attributes
+
+
+def test_set_parameters_reads_only_the_entries_it_needs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a learning-rate schedule of a module that is gone when the file is read (rl-zoo3's, on a machine without it)
+    (tmp_path / "gone_schedule.py").write_text("class Schedule:\n    def __call__(self, progress):\n        return 3e-4\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import gone_schedule  # type: ignore[import-not-found]
+
+    settings = dict(n_steps=16, batch_size=16, seed=0, device="cpu")
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", learning_rate=gone_schedule.Schedule(), **settings).learn(32)
+    model.save(tmp_path / "model.zip")
+    monkeypatch.delitem(sys.modules, "gone_schedule")
+    monkeypatch.setattr(sys, "path", [entry for entry in sys.path if entry != str(tmp_path)])
+    for source in (str(tmp_path / "model.zip"), io.BytesIO((tmp_path / "model.zip").read_bytes())):
+        other = PPO_EWMA("MlpPolicy", "CartPole-v1", **settings)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            other.set_parameters(source, exact_match=True, device="cpu")
+        for key, value in averaged_state(model).items():
+            np.testing.assert_array_equal(averaged_state(other)[key], value)

@@ -15,6 +15,7 @@ import io
 import json
 import os
 import zipfile
+from collections.abc import Iterable
 from typing import Any
 
 from stable_baselines3.common.save_util import json_to_data
@@ -79,12 +80,25 @@ def read_saved_data(path: Any) -> dict[str, Any] | None:
         return None
 
 
-def read_saved_value(path: Any, key: str) -> Any:
-    """One entry of a saved model's ``data``, deserialized as SB3 does (None when absent or unreadable)."""
-    data = read_saved_data(path)
-    if data is None or key not in data:
-        return None
-    return json_to_data(json.dumps({key: data[key]}))[key]
+def read_saved_values(path: Any, keys: Iterable[str]) -> dict[str, Any]:
+    """
+    Entries of a saved model's ``data``, of a path or a stream (read, then rewound), deserialized as SB3 does; the
+    others stay unread (an entry whose module is missing here costs nothing), absent or unreadable ones are left out.
+    """
+    data: dict[str, Any] | None = None
+    if isinstance(path, io.BufferedIOBase):
+        position = path.tell()
+        try:
+            with zipfile.ZipFile(path) as archive:
+                data = json.loads(archive.read("data").decode()) if "data" in archive.namelist() else None
+        except (OSError, zipfile.BadZipFile, ValueError):
+            data = None
+        finally:
+            path.seek(position)
+    else:
+        data = read_saved_data(path)
+    wanted = {key: data[key] for key in keys if key in data} if data else {}
+    return json_to_data(json.dumps(wanted)) if wanted else {}
 
 
 def saved_policy_module(data: dict[str, Any]) -> str | None:

@@ -16,7 +16,7 @@ from stable_baselines3.common.type_aliases import PyTorchObs
 
 from sb3_ewma.common.distributions import has_lean_log_prob, lean_action_log_prob
 from sb3_ewma.common.ewma import ParameterEWMA
-from sb3_ewma.common.saved_files import check_saved_algorithm
+from sb3_ewma.common.saved_files import check_saved_algorithm, read_saved_values
 
 # the attribute (hence ``data`` entry) that holds the proximal policy's state in a saved file, and the update count
 # those states were saved at (a file saved again by SB3's parent, which keeps them unread, has another count)
@@ -294,34 +294,45 @@ def parameters_with_proximal_state(
     if isinstance(load_path_or_dict, dict):
         params = load_path_or_dict
         data["_n_updates"] = getattr(algorithm, "_n_updates", None)
-    else:  # a path or a stream
-        file_data, params, _ = load_from_zip_file(load_path_or_dict, device=device)
-        data = file_data or {}
-    saved_at = data.get(STATES_AT_UPDATE_KEY)
-    if saved_at is None or saved_at == data.get("_n_updates"):
+    else:  # a path or a stream: the entries these states need, the others left serialized
+        data = read_saved_values(load_path_or_dict, (*entries.values(), STATES_AT_UPDATE_KEY, "_n_updates"))
+        _, params, _ = load_from_zip_file(load_path_or_dict, device=device, load_data=False)
+    saved_at, n_updates = data.get(STATES_AT_UPDATE_KEY), data.get("_n_updates")
+    stale = saved_at is not None and saved_at != n_updates
+    if stale:
+        # the file was trained on and saved again by an algorithm that kept these states unread (SB3's PPO)
+        warnings.warn(
+            f"The saved states of {', '.join(entries)} are stale (saved at update {saved_at}, the file's model is at "
+            f"update {n_updates}: trained on and saved again by another algorithm, e.g. SB3's PPO): "
+            f"{type(algorithm).__name__} starts them afresh from the loaded policy",
+            UserWarning,
+            stacklevel=3,
+        )
+    else:
         # the states saved in the data go with the modules' parameters (where older files hold them: the proximal
         # policy in those of version 0.1.0, PPG's auxiliary optimizer in those of 0.2.0 and before)
         states = {module: _with_tuples(data.get(key)) for module, key in entries.items()}
         params = {**{module: state for module, state in states.items() if state is not None}, **params}
-    # otherwise they are stale: the file was trained on and saved again by an algorithm that kept them unread
     for module in modules_in_data or {}:
         current = getattr(algorithm, module, None)
         if current is not None and module not in params and "policy" in params:
-            if exact_match and not is_loading_from_file():
+            if exact_match and not stale and not is_loading_from_file():
                 raise ValueError(f"Names of parameters do not match agents' parameters: the parameters have no '{module}'")
-            warnings.warn(
-                f"The loaded parameters have no {module} state: {type(algorithm).__name__} starts it afresh",
-                UserWarning,
-                stacklevel=3,
-            )
+            if not stale:
+                warnings.warn(
+                    f"The loaded parameters have no {module} state: {type(algorithm).__name__} starts it afresh",
+                    UserWarning,
+                    stacklevel=3,
+                )
             params = {**params, module: current.state_dict()}
     if ewma is not None and "proximal_ewma" not in params and "policy" in params:
-        if exact_match and not is_loading_from_file():
+        if exact_match and not stale and not is_loading_from_file():
             raise ValueError(
                 "Names of parameters do not match agents' parameters: the parameters have no 'proximal_ewma' "
                 "(use exact_match=False to restart the EWMA from the given policy)"
             )
-        warn_missing_proximal(type(algorithm).__name__)
+        if not stale:
+            warn_missing_proximal(type(algorithm).__name__)
         # a module's state dict (SB3's load_from_zip_file types the modules' entries as tensors)
         policy_state = cast(dict[str, th.Tensor], params["policy"])
         params = {**params, "proximal_ewma": ewma.state_dict_from_source(policy_state)}

@@ -152,7 +152,7 @@ def test_ppg_has_no_ewma() -> None:
         ("100", 1, r"total_timesteps must be a finite number of environment steps, got '100'"),
         (float("inf"), 1, r"total_timesteps must be a finite number of environment steps, got inf"),
         (float("nan"), 1, r"total_timesteps must be a finite number of environment steps, got nan"),
-        (64, 0, r"log_interval must be None \(no logs\) or an integer other than 0 .*got 0"),
+        (64, 0, r"log_interval must be None \(no logs\) or a number other than 0 .*got 0"),
     ],
 )
 def test_bad_learn_arguments_raise_before_the_environment_is_used(name, total_timesteps, log_interval, message) -> None:
@@ -559,11 +559,15 @@ def test_log_interval_is_read_as_sb3_reads_it(name: str) -> None:
     model.learn(32, log_interval=-1)
     assert model.num_timesteps == 32
     PPO("MlpPolicy", DummyVecEnv([CountingEnv]), **SMALL).learn(32, log_interval=-1)
-    for bad in (0, "1", 1.5):
+    # any number: SB3 takes 1.5 (a log at iterations 3, 6, ...), True (1) and NaN (no logs)
+    for number in (1.5, True, float("nan")):
+        PPO("MlpPolicy", DummyVecEnv([CountingEnv]), **SMALL).learn(32, log_interval=number)
+        make(name).learn(32, log_interval=number)
+    for bad in (0, "1", False):
         CountingEnv.calls = 0
         with pytest.raises(
             ValueError,
-            match=rf"^log_interval must be None \(no logs\) or an integer other than 0 .*got {re.escape(repr(bad))}$",
+            match=rf"^log_interval must be None \(no logs\) or a number other than 0 .*got {re.escape(repr(bad))}$",
         ):
             model.learn(32, log_interval=bad)
         assert CountingEnv.calls == 0

@@ -132,8 +132,8 @@ LEARN_RULES = (
     # SB3 logs when iteration % log_interval == 0: 0 divides by zero at the first log
     Rule(
         "log_interval",
-        "None (no logs) or an integer other than 0 (log every log_interval iterations; SB3 reads -n as n)",
-        optional(lambda value: _is_integer(value) and value != 0),
+        "None (no logs) or a number other than 0 (log when the iteration count is a multiple of it; SB3 reads -n as n)",
+        optional(lambda value: isinstance(value, numbers.Real) and value != 0),
     ),
 )
 

@@ -64,15 +64,16 @@ def test_env_none() -> None:
     check_env_argument(make_vec_env("CartPole-v1"))
 
 
-@pytest.mark.parametrize("verbose", ["yes", -1, 1.5, None])
+@pytest.mark.parametrize("verbose", ["yes", None, "1"])
 def test_verbose_not_a_level(verbose: object) -> None:
     # SB3: '>=' not supported between instances of 'str' and 'int'
-    with pytest.raises(ValueError, match=rf"verbose must be 0 \(no output\), 1 \(info\) or 2 \(debug\), got {verbose!r}"):
+    with pytest.raises(ValueError, match=rf"verbose must be a number: 0 or less \(no output\), .*got {verbose!r}"):
         check_verbose(verbose)
 
 
 def test_verbose_levels_pass() -> None:
-    for verbose in (0, 1, 2, True, False, np.int64(1)):
+    # SB3 compares verbose with 1 and 2: any number is a level (-1 and 0.5 are quiet)
+    for verbose in (0, 1, 2, True, False, np.int64(1), -1, 1.5, 3):
         check_verbose(verbose)
 
 

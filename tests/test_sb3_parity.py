@@ -270,6 +270,31 @@ def test_the_edges_of_each_range_agree_with_ppo(name: str, value: float) -> None
     assert all(text.startswith(f"{name}={value!r}") for text in extra), extra
 
 
+# other types than the defaults' (numpy scalars, floats, booleans, levels beyond 0-2)
+TYPE_CASES = [
+    dict(n_steps=16.0),
+    dict(batch_size=np.int64(16)),
+    dict(n_epochs=np.int16(2)),
+    dict(n_epochs=True),
+    dict(batch_size=True, normalize_advantage=False),
+    dict(seed=1.0),
+    dict(seed=np.int64(3)),
+    dict(gamma=np.float32(0.9)),
+    dict(clip_range=np.float32(0.1)),
+    dict(normalize_advantage=np.bool_(True)),
+    dict(verbose=-1),
+    dict(verbose=1.5),
+    dict(stats_window_size=10.0),
+]
+
+
+@pytest.mark.parametrize("kwargs", TYPE_CASES, ids=[repr(case) for case in TYPE_CASES])
+def test_the_types_sb3_takes_agree_with_ppo(kwargs: dict) -> None:
+    kwargs = {"n_steps": 16, "batch_size": 16, "n_epochs": 2, **kwargs}
+    expected, _ = outcome(PPO, "MlpPolicy", "CartPole-v1", kwargs, iterations=2)
+    assert outcome(PPO_EWMA, "MlpPolicy", "CartPole-v1", kwargs, iterations=2)[0] == expected
+
+
 @pytest.mark.parametrize("name", list(REFUSED_BEYOND_SB3))
 def test_the_values_refused_beyond_sb3_are_exactly_these(name: str) -> None:
     kwargs, _ = REFUSED_BEYOND_SB3[name]

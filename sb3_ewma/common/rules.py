@@ -58,8 +58,8 @@ class Rule(NamedTuple):
 
 
 def integer(minimum: int) -> Callable[[Any], bool]:
-    """An integer ``>= minimum`` (``bool`` and strings are not)."""
-    return lambda value: _is_integer(value) and int(value) >= minimum
+    """An integer ``>= minimum`` (``True`` too, which SB3 reads as 1; a string or ``1.0`` is not)."""
+    return lambda value: isinstance(value, numbers.Integral) and int(value) >= minimum
 
 
 def number(low: float, high: float = math.inf, low_open: bool = False) -> Callable[[Any], bool]:
@@ -160,8 +160,8 @@ ARGUMENT_RULES = (
     # True and False read as 1 and 0, as in SB3
     Rule(
         "verbose",
-        "0 (no output), 1 (info) or 2 (debug)",
-        lambda value: isinstance(value, (bool, np.bool_)) or integer(0)(value),
+        "a number: 0 or less (no output), 1 (info) or 2 (debug)",
+        lambda value: isinstance(value, (numbers.Real, np.bool_)),
     ),
 )
 

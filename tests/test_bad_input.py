@@ -163,6 +163,12 @@ def test_bad_learn_arguments_raise_before_the_environment_is_used(name, total_ti
     assert CountingEnv.calls == 0
 
 
+def test_learn_takes_true_as_sb3s_learn_does() -> None:
+    # True is 1: one rollout, as in SB3
+    assert PPO("MlpPolicy", DummyVecEnv([CountingEnv]), **SMALL).learn(True).num_timesteps == SMALL["n_steps"]
+    assert make("PPO_EWMA").learn(True).num_timesteps == SMALL["n_steps"]
+
+
 def test_learn_takes_a_float_that_is_a_whole_number() -> None:
     model = make("PPO_EWMA")
     model.learn(32.0)  # 3.2e1, as users write 1e5

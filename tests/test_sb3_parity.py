@@ -285,6 +285,9 @@ TYPE_CASES = [
     dict(verbose=-1),
     dict(verbose=1.5),
     dict(stats_window_size=10.0),
+    dict(n_steps=np.uint8(16)),
+    dict(n_steps=True),  # refused by both (SB3: n_steps * n_envs must be greater than 1; its buffer takes no bool)
+    dict(gamma=True),
 ]
 
 

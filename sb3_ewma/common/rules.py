@@ -36,7 +36,8 @@ def _is_integer(value: object) -> TypeGuard[numbers.Integral]:
 
 
 def _is_number(value: object) -> TypeGuard[numbers.Real]:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
+    """A finite number (``True`` too, which SB3 reads as 1)."""
+    return isinstance(value, numbers.Real) and math.isfinite(float(value))
 
 
 class Rule(NamedTuple):
@@ -214,7 +215,8 @@ def _above(low: float) -> Callable[[Any], bool]:
 RULES: tuple[Rule, ...] = (
     Rule("learning_rate", "a number >= 0 or a schedule", lambda value: callable(value) or number(0)(value), schedule=True),
     Rule("learning_rate", "> 0", _above(0), warning="the policy never changes"),
-    Rule("n_steps", "an integer >= 1", integer(1)),
+    # not True: SB3's buffer takes no bool as a size
+    Rule("n_steps", "an integer >= 1", lambda value: _is_integer(value) and int(value) >= 1),
     # as SB3: normalizing the advantages of a minibatch of 1 sample gives NaN (its standard deviation)
     Rule("batch_size", "an integer >= 2", integer(2), when=_normalizes),
     Rule("batch_size", "an integer >= 1", integer(1)),

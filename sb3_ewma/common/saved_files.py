@@ -86,7 +86,9 @@ def read_saved_values(path: Any, keys: Iterable[str]) -> dict[str, Any]:
     others stay unread (an entry whose module is missing here costs nothing), absent or unreadable ones are left out.
     """
     data: dict[str, Any] | None = None
-    if isinstance(path, io.BufferedIOBase):
+    if isinstance(path, io.BufferedIOBase) and (path.closed or not path.seekable()):
+        data = None  # SB3's load_from_zip_file says what is wrong with it
+    elif isinstance(path, io.BufferedIOBase):
         position = path.tell()
         try:
             with zipfile.ZipFile(path) as archive:

@@ -316,7 +316,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     @property
     def minibatches_per_epoch(self) -> int:
         """Optimizer steps per epoch, ``ceil(n_steps * n_envs / batch_size)``."""
-        return -(-self.n_steps * self.n_envs // self._minibatch_size)
+        return -(-int(self.n_steps) * self.n_envs // self._minibatch_size)  # int: a numpy unsigned n_steps wraps
 
     @property
     def _needs_distributions(self) -> bool:
@@ -398,7 +398,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
 
     def _start_compiled_step(self, total_timesteps: int) -> None:
         """Whether this ``learn`` call's training and acting steps run compiled (``compile_step``), said in one line."""
-        iterations = -(-total_timesteps // (self.n_steps * self._timesteps_per_env_step))
+        iterations = -(-int(total_timesteps) // (int(self.n_steps) * self._timesteps_per_env_step))
         planned = self._planned_optimizer_steps(iterations)
         unsupported = (
             None

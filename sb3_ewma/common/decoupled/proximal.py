@@ -301,8 +301,9 @@ def parameters_with_proximal_state(
     stale = saved_at is not None and saved_at != n_updates
     if stale:
         # the file was trained on and saved again by an algorithm that kept these states unread (SB3's PPO)
+        names = ", ".join(module for module, key in entries.items() if data.get(key) is not None)
         warnings.warn(
-            f"The saved states of {', '.join(entries)} are stale (saved at update {saved_at}, the file's model is at "
+            f"The saved states of {names} are stale (saved at update {saved_at}, the file's model is at "
             f"update {n_updates}: trained on and saved again by another algorithm, e.g. SB3's PPO): "
             f"{type(algorithm).__name__} starts them afresh from the loaded policy",
             UserWarning,

@@ -82,10 +82,6 @@ def optional(test: Callable[[Any], bool]) -> Callable[[Any], bool]:
     return lambda value: value is None or test(value)
 
 
-def positive_or_schedule(value: Any) -> bool:
-    return callable(value) or (_is_number(value) and float(value) > 0)
-
-
 def truth_value(value: Any) -> bool:
     """``True`` or ``False``; 0 and 1 too, as SB3 reads the setting as a truth value."""
     return isinstance(value, (bool, np.bool_)) or (_is_integer(value) and value in (0, 1))

@@ -62,10 +62,6 @@ class AuxiliaryBuffer:
         return {key: storage.dtype for key, storage in self._observations.items()}
 
     @property
-    def n_iterations_stored(self) -> int:
-        return self.size // self.iteration_size
-
-    @property
     def full(self) -> bool:
         return self.size == self.capacity
 

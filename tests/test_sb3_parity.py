@@ -317,3 +317,73 @@ def test_an_accepted_input_trains_the_same() -> None:
         model = PPO_EWMA("MlpPolicy", gym.make("CartPole-v1"), ewma_decay=None, imp_samp_max=0, **kwargs).learn(128)
     for expected, got in zip(reference.policy.parameters(), model.policy.parameters()):
         assert th.equal(expected, got)
+
+
+# learn's and predict's arguments beyond the defaults, on a model of each class
+CALL_CASES: dict[str, Callable[[Any], Any]] = {
+    "learn_0": lambda model: model.learn(0),
+    "learn_negative": lambda model: model.learn(-5),
+    "learn_float": lambda model: model.learn(1.5),
+    "learn_numpy": lambda model: model.learn(np.int64(32)),
+    "log_interval_negative": lambda model: model.learn(32, log_interval=-1),
+    "log_interval_float": lambda model: model.learn(32, log_interval=2.0),
+    "log_interval_string": lambda model: model.learn(32, log_interval="1"),
+    "callback_list": lambda model: model.learn(32, callback=[]),
+    "callback_function": lambda model: model.learn(32, callback=lambda _locals, _globals: True),
+    "predict_list": lambda model: model.predict([0.0, 0.0, 0.0, 0.0]),
+    "predict_batch": lambda model: model.predict(np.zeros((3, 4))),
+    "predict_wrong_shape": lambda model: model.predict(np.zeros(5)),
+    "predict_integers": lambda model: model.predict(np.zeros(4, dtype=np.int64)),
+    "predict_nan": lambda model: model.predict(np.full(4, np.nan)),
+    "set_random_seed_negative": lambda model: model.set_random_seed(-1),
+}
+
+
+def _call_outcome(algorithm: type, call: Callable[[Any], Any]) -> str:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = algorithm("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, device="cpu", seed=0)
+        try:
+            call(model)
+        except (ValueError, AssertionError, TypeError, IndexError, RuntimeError):
+            return "refused"
+    return "accepted"
+
+
+@pytest.mark.parametrize("name", list(CALL_CASES))
+def test_learn_and_predict_arguments_agree_with_ppo(name: str) -> None:
+    assert _call_outcome(PPO_EWMA, CALL_CASES[name]) == _call_outcome(PPO, CALL_CASES[name])
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        # rl-zoo3's way to load a model of another version (enjoy.py)
+        dict(custom_objects={"learning_rate": 0.0, "lr_schedule": lambda _: 0.0, "clip_range": lambda _: 0.0}),
+        dict(env="n_envs=4"),
+        dict(env="n_envs=1", n_steps=64),
+        dict(env="n_envs=1", batch_size=64),
+        dict(env="n_envs=1", learning_rate=0.0),
+        dict(unknown_keyword=1),
+        dict(policy_kwargs=dict(net_arch=[8])),  # refused by both: not the saved policy's
+    ],
+    ids=["custom_objects", "more_envs", "n_steps", "batch_size", "learning_rate_0", "unknown_keyword", "policy_kwargs"],
+)
+def test_load_arguments_agree_with_ppo(kwargs: dict, tmp_path) -> None:
+    def loaded(algorithm: type) -> str:
+        path = tmp_path / f"{algorithm.__name__}.zip"
+        settings = {**kwargs}
+        if "env" in settings:
+            settings["env"] = make_vec_env("CartPole-v1", n_envs=int(settings["env"].split("=")[1]))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            algorithm("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=16, device="cpu", seed=0).learn(32).save(path)
+            try:
+                model = algorithm.load(path, device="cpu", **settings)
+                if model.env is not None:
+                    model.learn(64, reset_num_timesteps=False)
+            except (ValueError, AssertionError, TypeError, KeyError, RuntimeError):
+                return "refused"
+        return "accepted"
+
+    assert loaded(PPO_EWMA) == loaded(PPO)

@@ -288,6 +288,9 @@ TYPE_CASES = [
     dict(n_steps=np.uint8(16)),
     dict(n_steps=True),  # refused by both (SB3: n_steps * n_envs must be greater than 1; its buffer takes no bool)
     dict(gamma=True),
+    dict(clip_range=True),
+    dict(max_grad_norm=True),
+    dict(target_kl=True),
 ]
 
 

@@ -194,8 +194,8 @@ def _normalizes(settings: Mapping[str, Any]) -> bool:
 
 
 def _real(value: Any) -> bool:
-    """A number, infinite too, but not NaN (``bool`` is not)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
+    """A number, infinite too, but not NaN (``True`` too, which SB3 reads as 1)."""
+    return isinstance(value, numbers.Real) and not math.isnan(value)
 
 
 def _at_least(low: float) -> Callable[[Any], bool]:
@@ -249,7 +249,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "target_kl",
         "None or a number",
-        optional(lambda value: isinstance(value, numbers.Real) and not isinstance(value, bool)),
+        optional(lambda value: isinstance(value, numbers.Real)),
     ),
     Rule(
         "target_kl",

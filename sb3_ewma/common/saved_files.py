@@ -18,6 +18,7 @@ import zipfile
 from collections.abc import Iterable
 from typing import Any
 
+import torch as th
 from stable_baselines3.common.save_util import json_to_data
 
 # the module of a saved policy class -> the algorithms that save such files (how an error message names them)
@@ -54,6 +55,18 @@ POLICY_MODULE_LOADERS = {
 
 POLICY_PARAMETERS = "policy.pth"
 """The member of a saved zip with the policy's parameters (SB3's ``save``): ``load`` cannot do without it."""
+
+
+def state_on_cpu(state: Any) -> Any:
+    """A state dict (a module's, an optimizer's: nested dicts and lists) with its tensors detached, on the CPU: as it
+    is saved, or sent to other ranks (no process unpickles it onto another's GPU)."""
+    if isinstance(state, th.Tensor):
+        return state.detach().cpu()
+    if isinstance(state, dict):
+        return {name: state_on_cpu(value) for name, value in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(state_on_cpu(value) for value in state)
+    return state
 
 
 def saved_model_name(path: Any) -> str:

@@ -16,7 +16,7 @@ from stable_baselines3.common.type_aliases import PyTorchObs
 
 from sb3_ewma.common.distributions import has_lean_log_prob, lean_action_log_prob
 from sb3_ewma.common.ewma import ParameterEWMA
-from sb3_ewma.common.saved_files import check_saved_algorithm, read_saved_values
+from sb3_ewma.common.saved_files import check_saved_algorithm, read_saved_values, state_on_cpu
 
 # the attribute (hence ``data`` entry) that holds the proximal policy's state in a saved file, and the update count
 # those states were saved at (a file saved again by SB3's parent, which keeps them unread, has another count)
@@ -219,17 +219,6 @@ def check_loadable(algorithm: type, path: Any) -> dict[str, Any] | None:
 SelfAlgorithm = TypeVar("SelfAlgorithm", bound=BaseAlgorithm)
 
 
-def _on_cpu(state: Any) -> Any:
-    """A state dict (a module's, an optimizer's: nested dicts and lists) with its tensors detached, on the CPU."""
-    if isinstance(state, th.Tensor):
-        return state.detach().cpu()
-    if isinstance(state, dict):
-        return {name: _on_cpu(value) for name, value in state.items()}
-    if isinstance(state, (list, tuple)):
-        return type(state)(_on_cpu(value) for value in state)
-    return state
-
-
 def with_states_in_data(algorithm: SelfAlgorithm, modules_in_data: Mapping[str, str]) -> SelfAlgorithm:
     """
     What SB3's ``save`` writes for ``algorithm``: a shallow copy of it (the same policy, optimizers and attributes)
@@ -244,12 +233,12 @@ def with_states_in_data(algorithm: SelfAlgorithm, modules_in_data: Mapping[str, 
     proximal: ProximalPolicy | None = getattr(algorithm, "proximal", None)
     if proximal is not None and proximal.ewma is not None:
         # no proximal network: ``_get_torch_save_params``, hence SB3's ``get_parameters``, names the parent's modules
-        vars(saved).update({"proximal": None, PROXIMAL_STATE_KEY: _on_cpu(proximal.ewma.state_dict())})
+        vars(saved).update({"proximal": None, PROXIMAL_STATE_KEY: state_on_cpu(proximal.ewma.state_dict())})
         moved = True
     for attribute, key in modules_in_data.items():
         module = getattr(algorithm, attribute, None)
         if module is not None:
-            vars(saved).update({attribute: None, key: _on_cpu(module.state_dict())})
+            vars(saved).update({attribute: None, key: state_on_cpu(module.state_dict())})
             moved = True
     if moved:
         vars(saved)[STATES_AT_UPDATE_KEY] = algorithm._n_updates

@@ -15,17 +15,7 @@ from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import VecNormalize
 
 from sb3_ewma.common.distributed.process_group import init_process_group
-
-
-def _to_cpu(value: Any) -> Any:
-    """A copy of a (nested) state dict with its tensors on the CPU (so that no rank unpickles onto another's GPU)."""
-    if isinstance(value, th.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, dict):
-        return {key: _to_cpu(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to_cpu(item) for item in value)
-    return value
+from sb3_ewma.common.saved_files import state_on_cpu
 
 
 class DataParallelContext:
@@ -101,7 +91,7 @@ class DataParallelContext:
 
     def broadcast_state_dicts(self, holders: dict[str, Any]) -> None:
         """Load rank 0's state dict of each object (modules, optimizers) into the same object on every rank."""
-        states = self.broadcast_object({name: _to_cpu(holder.state_dict()) for name, holder in holders.items()})
+        states = self.broadcast_object({name: state_on_cpu(holder.state_dict()) for name, holder in holders.items()})
         if self.rank != 0:
             for name, holder in holders.items():
                 holder.load_state_dict(states[name])

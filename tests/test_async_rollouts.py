@@ -19,6 +19,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 from sb3_ewma import PPO_EWMA
 from sb3_ewma.ablations import StalePPO_EWMA
 from sb3_ewma.common.collection.process import CollectorError, check_process_collector
+from sb3_ewma.common.policies import policy_copy
 from sb3_ewma.ppg_ewma import PPG, PPG_EWMA
 
 N_ENVS, N_STEPS = 2, 16
@@ -84,7 +85,7 @@ class TrainRecorder:
 
 def stored_log_probs_match(model, params: list[th.Tensor], buffer: dict[str, np.ndarray]) -> bool:
     """Whether a policy with ``params`` gives the buffer's stored log-probabilities on its data (step by step)."""
-    policy = model._build_policy()
+    policy = policy_copy(model.policy)
     policy.load_state_dict(dict(zip(model.policy.state_dict(), params, strict=True)))
     policy.set_training_mode(False)
     with th.no_grad():

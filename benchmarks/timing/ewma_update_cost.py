@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     decay = 8 / 9  # the paper's center of mass 8
 
     policy = build_policy(device)
-    ewma = make_proximal_ewma(policy, lambda: build_policy(device), decay)
+    ewma = make_proximal_ewma(policy, decay)
     averaged = AveragedModel(policy, multi_avg_fn=get_ema_multi_avg_fn(decay), use_buffers=True)
     variants = {"ParameterEWMA": ewma.update, "AveragedModel": lambda: averaged.update_parameters(policy)}
     for update in variants.values():  # warm-up

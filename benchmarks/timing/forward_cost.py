@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     apply_malloc(args.malloc)
     device = th.device(args.device)
     policy, obs, actions = _policy_and_batch(args.network, args.batch_size, device)
-    proximal = make_proximal_ewma(policy, lambda: _policy_and_batch(args.network, 1, device)[0], decay=0.9)
+    proximal = make_proximal_ewma(policy, decay=0.9)
 
     def forward_backward() -> None:
         values, log_prob, entropy = policy.evaluate_actions(obs, actions)

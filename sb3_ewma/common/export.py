@@ -172,20 +172,19 @@ def to_parent_algorithm(
             )
             clip_range = 0.2
     constructor = cast(_PPOConstructor[ParentAlgorithm], algorithm_class)
-    with th.random.fork_rng(devices=[]):
-        exported = constructor(
-            policy_class or sb3_policy_class(policy),
-            model.env,
-            clip_range=clip_range,
-            policy_kwargs=policy_kwargs,
-            _init_setup_model=False,
-            **hyperparams,
-        )
-        if model.env is None:
-            exported.observation_space = model.observation_space
-            exported.action_space = model.action_space
-            exported.n_envs = model.n_envs
-        exported._setup_model()
+    exported = constructor(
+        policy_class or sb3_policy_class(policy),
+        model.env,
+        clip_range=clip_range,
+        policy_kwargs=policy_kwargs,
+        _init_setup_model=False,
+        **hyperparams,
+    )
+    if model.env is None:
+        exported.observation_space = model.observation_space
+        exported.action_space = model.action_space
+        exported.n_envs = model.n_envs
+    exported._setup_model()
     exported.policy.load_state_dict(policy.state_dict() if policy_state is None else policy_state)
     exported.policy.optimizer.load_state_dict(_optimizer_state_by_name(policy, exported.policy))
     exported.policy.set_training_mode(False)

@@ -1,11 +1,13 @@
-"""Policy options shared by PPO_EWMA's and PPG_EWMA's actor-critic policies."""
+"""Policy options shared by PPO_EWMA's and PPG_EWMA's actor-critic policies, and a copy of a policy (:func:`policy_copy`)."""
 
+import copy
 import math
 from collections.abc import Callable
 from typing import Any, Protocol, cast
 
 import torch as th
-from stable_baselines3.common.distributions import CategoricalDistribution
+from stable_baselines3.common.distributions import CategoricalDistribution, Distribution
+from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import PyTorchObs
 from torch import nn
 
@@ -94,3 +96,36 @@ class LeanActingMixin:
         state = cast(Any, super()).__getstate__()
         state.pop("acting_step", None)
         return state
+
+
+def policy_copy(policy: BasePolicy) -> BasePolicy:
+    """
+    A copy of ``policy`` with its parameters, for acting or averaging beside it: in evaluation mode, without the
+    optimizer (never optimized: no reference to its state is kept), and made without drawing random numbers (a new
+    build would initialize its weights). The distributions the policy holds from its last use (gSDE's noise, the last
+    evaluation's) are tensors of an autograd graph, which ``copy.deepcopy`` refuses: the copy gets them detached.
+    """
+    memo: dict[int, Any] = {id(policy.optimizer): None} if hasattr(policy, "optimizer") else {}
+    for module in policy.modules():
+        _detach_graph_tensors(vars(module), memo, set())
+    copied = copy.deepcopy(policy, memo)
+    copied.set_training_mode(False)
+    return copied
+
+
+def _detach_graph_tensors(value: object, memo: dict[int, Any], seen: set[int]) -> None:
+    """Map each tensor with a ``grad_fn`` in ``value`` (its containers and distributions) to a detached copy in ``memo``."""
+    if id(value) in seen:
+        return
+    seen.add(id(value))
+    if isinstance(value, th.Tensor):
+        if value.grad_fn is not None:
+            memo[id(value)] = value.detach().clone()
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _detach_graph_tensors(item, memo, seen)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _detach_graph_tensors(item, memo, seen)
+    elif isinstance(value, (Distribution, th.distributions.Distribution)):
+        _detach_graph_tensors(vars(value), memo, seen)

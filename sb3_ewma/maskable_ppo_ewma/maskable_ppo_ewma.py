@@ -248,10 +248,6 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
         # MaskablePPO.collect_rollouts with the masks when learn asks for them
         return {"use_masking": self._use_masking}
 
-    def _build_policy(self) -> BasePolicy:
-        # maskable policies take no use_sde
-        return self.policy_class(self.observation_space, self.action_space, self.lr_schedule, **self._built_policy_kwargs())
-
     # MaskablePPO.train() is PPO's with the action masks passed to the policy evaluation: the training iteration is
     # PPO_EWMA's (DecoupledAlgorithm.train) with these two evaluations.
     def _evaluate_policy(

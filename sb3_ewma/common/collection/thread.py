@@ -16,6 +16,7 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_ewma.common.collection.rollout import CollectingAlgorithm
+from sb3_ewma.common.policies import policy_copy
 
 COLLECTOR_STOP_TIMEOUT_S = 60.0
 """How long the main thread waits, after an exception, for the collector to stop at its next environment step."""
@@ -92,11 +93,7 @@ class RolloutCollector:
         self.callback = callback
         self.stop_requested = threading.Event()
         self.acting_device = th.device(algorithm.device if acting_device is None else acting_device)
-        with th.random.fork_rng(devices=[]):  # its random initialization, overwritten, must not advance the RNG
-            self.behavior_policy: BasePolicy = algorithm._build_policy().to(self.acting_device)
-        if hasattr(self.behavior_policy, "optimizer"):
-            self.behavior_policy.optimizer = None  # type: ignore[assignment]  # never optimized: no reference kept
-        self.behavior_policy.set_training_mode(False)
+        self.behavior_policy: BasePolicy = policy_copy(algorithm.policy).to(self.acting_device)
         self._behavior_tensors = parameter_tensors(self.behavior_policy)
         self._policy_tensors = parameter_tensors(algorithm.policy)
         self._thread: threading.Thread | None = None

@@ -237,7 +237,6 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         decay = resolve_ewma_decay(self.ewma_decay, self.minibatches_per_epoch, self.n_epochs)
         return ProximalPolicy.build(
             self.policy,
-            self._build_policy,
             decay,
             decay is not None or self._proximal_needs_network(),
             include=type(self)._is_proximal_parameter,
@@ -258,21 +257,6 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         if not self.log_gradient_noise_scale:
             return None
         return GradientNoiseScale(batch_size * self.world_size, minibatches_per_epoch)
-
-    def _build_policy(self) -> BasePolicy:
-        """A new policy of the same structure as ``self.policy`` (for the proximal policy and the collectors)."""
-        return self.policy_class(
-            self.observation_space, self.action_space, self.lr_schedule, use_sde=self.use_sde, **self._built_policy_kwargs()
-        )
-
-    def _built_policy_kwargs(self) -> dict[str, Any]:
-        """
-        ``policy_kwargs`` with the ``net_arch`` that ``self.policy`` was built with: SB3's deprecated
-        ``[dict(pi=..., vf=...)]`` is read (and warned about) once, by the policy itself, not again by each copy.
-        """
-        if "net_arch" not in self.policy_kwargs or not hasattr(self.policy, "net_arch"):
-            return self.policy_kwargs
-        return {**self.policy_kwargs, "net_arch": self.policy.net_arch}
 
     def _make_rollout_buffer(self) -> RolloutBuffer:
         """A new rollout buffer like ``self.rollout_buffer`` (SB3's construction in ``_setup_model``)."""

@@ -16,6 +16,7 @@ from stable_baselines3.common.type_aliases import PyTorchObs
 
 from sb3_ewma.common.distributions import has_lean_log_prob, lean_action_log_prob
 from sb3_ewma.common.ewma import ParameterEWMA
+from sb3_ewma.common.policies import policy_copy
 from sb3_ewma.common.saved_files import check_saved_algorithm, read_saved_values, state_on_cpu
 
 # the attribute (hence ``data`` entry) that holds the proximal policy's state in a saved file, and the update count
@@ -52,7 +53,6 @@ def is_policy_parameter(name: str) -> bool:
 
 def make_proximal_ewma(
     policy: BasePolicy,
-    build_policy: Callable[[], BasePolicy],
     decay: float,
     include: Callable[[str], bool] | None = is_policy_parameter,
 ) -> ParameterEWMA:
@@ -61,20 +61,10 @@ def make_proximal_ewma(
     mode (like the behavior policy during rollouts) and has no optimizer.
 
     :param policy: the policy being trained
-    :param build_policy: builds a new policy of the same structure (its random initialization is overwritten, and
-        it does not advance the global random number generators)
     :param decay: the EWMA decay ``beta_prox``
     :param include: which parameters to average (default: those that the action distribution depends on)
     """
-    # a fresh build rather than a deepcopy: gSDE policies hold non-leaf tensors that cannot be deep-copied
-    with th.random.fork_rng(devices=[]):
-        average = build_policy()
-    average = average.to(next(policy.parameters()).device)
-    if hasattr(average, "optimizer"):
-        # the copy is never optimized; keep no reference to an optimizer (nor, later, its state)
-        average.optimizer = None  # type: ignore[assignment]
-    average.set_training_mode(False)
-    return ParameterEWMA(policy, average, decay, include=include)
+    return ParameterEWMA(policy, policy_copy(policy), decay, include=include)
 
 
 @th.no_grad()
@@ -133,7 +123,6 @@ class ProximalPolicy:
     def build(
         cls,
         policy: BasePolicy,
-        build_policy: Callable[[], BasePolicy],
         decay: float | None,
         needs_network: bool,
         include: Callable[[str], bool] | None = is_policy_parameter,
@@ -143,11 +132,10 @@ class ProximalPolicy:
         The proximal policy of ``policy``: its EWMA (``decay``), or without an EWMA a snapshot of the policy when
         ``needs_network`` (``DecoupledAlgorithm._proximal_needs_network``), else the behavior policy.
 
-        :param build_policy: builds a new policy of the same structure (see :func:`make_proximal_ewma`)
         :param include: which parameters the network averages (default: those the action distribution depends on)
         :param distribution: ``distribution(network, minibatch)`` for policies that take more than the observations
         """
-        ewma = make_proximal_ewma(policy, build_policy, decay or 0.0, include) if needs_network else None
+        ewma = make_proximal_ewma(policy, decay or 0.0, include) if needs_network else None
         return cls(ewma, decay, distribution)
 
     @property

@@ -520,7 +520,7 @@ def test_a_folder_that_cannot_be_written_is_refused_before_training(tmp_path: Pa
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# the second bad-input trial (issue 46: benchmarks/results/bad_input_trial/results.md)
+# the second bad-input trial (benchmarks/results/bad_input_trial/results.md)
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """
-One validation for scripts and the command line (issue 46): the hyperparameters of an rl-zoo3 entry, ``-params`` and
+One validation for scripts and the command line: the hyperparameters of an rl-zoo3 entry, ``-params`` and
 ``--scale-n-envs`` go through the constructors' own checks before any run folder exists, with the messages a script
 gets; the command line's other mistakes (a YAML file indented with tabs, a device this machine lacks, ``n_envs:0``)
 are one sentence each; training that meets NaN is one line and leaves no run folder; ``--version`` prints the version
@@ -425,7 +425,7 @@ def test_record_video_prints_no_error_line_on_a_headless_machine(tmp_path: Path)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# the second bad-input trial (issue 46: benchmarks/results/bad_input_trial/results.md): one line each, nothing written
+# the second bad-input trial (benchmarks/results/bad_input_trial/results.md): one line each, nothing written
 
 
 ENTRY_ORIGIN = "-params or the hyperparameter entry of --algo ppo_ewma"
@@ -594,7 +594,7 @@ def test_a_log_folder_that_cannot_be_written_is_an_argument_error(
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# the rough edges of issue 54: an entry without n_timesteps, JSON hyperparameter files, environments of packages that
+# rough edges a new user met: an entry without n_timesteps, JSON hyperparameter files, environments of packages that
 # are not installed
 
 

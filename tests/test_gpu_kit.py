@@ -152,7 +152,7 @@ def test_contrib_conftest_swaps_the_classes_in(monkeypatch):
 # the check stage: `bash .ci/gpu_session setup check`, one command for a GPU window of 15 minutes (at most 10 a command)
 
 CHECK_PARTS = ["suite", "sb3", "contrib", "ranks", "collector", "throughput"]
-"""The parts of the check, in the order of priority of issue 47's requirement 1."""
+"""The parts of the check, most important first (each later part runs only if time is left)."""
 WINDOW_LIMIT_S = 480
 """The check's command (setup and every part) ends within 8 minutes on the GPU machine."""
 FILES_BACK = 8

@@ -96,15 +96,24 @@ def test_a_file_saved_by_0_1_0_is_saved_again_without_its_stale_attributes(name:
     assert again.advantage_normalizer.moments.weight == model.advantage_normalizer.moments.weight
 
 
-def test_a_checkpoint_is_sb3_ppo_s_plus_the_proximal_policy() -> None:
+@pytest.mark.parametrize("name, parent", [("ppo_ewma", PPO), ("ppo_lstm_ewma", RecurrentPPO), ("ppo_mask_ewma", MaskablePPO)])
+def test_a_checkpoint_is_the_parent_s_plus_the_proximal_policy(name: str, parent) -> None:
     """
-    A PPO_EWMA checkpoint after an iteration of 640 minibatches is SB3 PPO's with the same settings, plus the proximal
-    policy's state dict (as the file holds it: in ``data``, serialized as SB3 serializes a value JSON cannot hold),
-    within a few kilobytes: the per-minibatch statistics of the advantage normalization are not saved.
+    A checkpoint after an iteration of 640 minibatches (PPO_EWMA's; 80 for the others) is the parent algorithm's with
+    the same settings, plus the proximal policy's state dict (as the file holds it: in ``data``, serialized as SB3
+    serializes a value JSON cannot hold), within a few kilobytes: the per-minibatch statistics of the advantage
+    normalization are not saved.
     """
-    settings = {"batch_size": 32, "seed": 0, "device": "cpu"}
-    sb3_size, _ = saved_file(PPO("MlpPolicy", "CartPole-v1", **settings).learn(2048))
-    model = PPO_EWMA("MlpPolicy", "CartPole-v1", **settings).learn(2048)
+    settings: dict = {"batch_size": 32, "seed": 0, "device": "cpu"}
+    policy, steps = "MlpPolicy", 2048
+    if name == "ppo_lstm_ewma":
+        policy, steps = "MlpLstmPolicy", 256
+        settings.update(n_steps=256, policy_kwargs={"lstm_hidden_size": 8, "net_arch": [16]})
+    elif name == "ppo_mask_ewma":
+        settings.update(n_steps=256)
+        steps = 256
+    sb3_size, _ = saved_file(parent(policy, env_for(name), **settings).learn(steps))
+    model = ALGORITHMS[name](policy, env_for(name), **settings).learn(steps)
     size, data = saved_file(model)
     proximal_state = {name: value.detach().cpu() for name, value in model.proximal_ewma.state_dict().items()}
     proximal_size = len(data_to_json({"proximal_policy_state": proximal_state}))

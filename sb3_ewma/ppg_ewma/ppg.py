@@ -21,7 +21,6 @@ from stable_baselines3.common.vec_env import VecEnv
 from sb3_ewma.common.checks import HyperparameterError
 from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
 from sb3_ewma.common.decoupled.objective import mean_of
-from sb3_ewma.common.decoupled.proximal import is_loading_from_file
 from sb3_ewma.common.distributed import rank_local_settings
 from sb3_ewma.common.finite import scheduled_value
 from sb3_ewma.common.format import human_bytes
@@ -298,7 +297,7 @@ class PPG(DecoupledAlgorithm):
                 stacklevel=2,
             )
             return
-        if not is_loading_from_file():
+        if not self._loading:
             raise ValueError(problem)
         # a saved model loaded with fewer environments (to predict, evaluate, record videos): it cannot learn as it is
         warnings.warn(f"{problem}; learn() will raise until then", UserWarning, stacklevel=2)

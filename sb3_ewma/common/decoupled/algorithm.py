@@ -38,7 +38,6 @@ from sb3_ewma.common.decoupled.proximal import (
     ProximalPolicy,
     check_loadable,
     is_policy_parameter,
-    loading_from_file,
     parameters_with_proximal_state,
     with_states_in_data,
 )
@@ -135,6 +134,8 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     # entries of older files that `load` drops: properties now (0.1.0), or the staleness setting of 0.1.0
     _entries_of_older_files: ClassVar[tuple[str, ...]] = ("proximal_ewma", "proximal_decay", "staleness", "staleness_mode")
     loadable_parent_policy_modules: ClassVar[tuple[str, ...]] = ()
+    # True while `load` rebuilds the model from a file (not a user's call of set_parameters)
+    _loading: bool = False
 
     # PPO's hyperparameters, set by the parent's constructor (PPG's own); the clip ranges are schedules after
     # _setup_model (an infinite clip_range: no clipping); sb3-contrib's batch_size may be None (the whole rollout)
@@ -518,8 +519,9 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         check_load_keywords(cls, kwargs, data)
         if isinstance(env, str):
             env = maybe_make_env(env, kwargs.get("verbose", (data or {}).get("verbose", 0)))
-        with loading_from_file():
-            model = super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
+        # SB3's load sets its keywords as the model's attributes before _setup_model and set_parameters
+        model = super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs, _loading=True)
+        del model._loading
         if data is None:  # a stream, read by SB3's load alone: the same checks on what it set
             cls._check_saved_data(vars(model), path)
         # entries of the files of version 0.1.0 that properties give now, or that these classes do not read (SB3's
@@ -556,7 +558,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         self, load_path_or_dict: str | dict[str, th.Tensor], exact_match: bool = True, device: th.device | str = "auto"
     ) -> None:
         params = parameters_with_proximal_state(
-            self, self.proximal_ewma, load_path_or_dict, exact_match, device, self._modules_saved_in_data
+            self, self.proximal_ewma, load_path_or_dict, exact_match, device, self._modules_saved_in_data, self._loading
         )
         super().set_parameters(params, exact_match=exact_match, device=device)
         # whatever each rank loaded, they continue from rank 0's (nothing to do on one process)

@@ -2,9 +2,7 @@
 
 import copy
 import warnings
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
 import torch as th
@@ -23,23 +21,6 @@ from sb3_ewma.common.saved_files import check_saved_algorithm, read_saved_values
 # those states were saved at (a file saved again by SB3's parent, which keeps them unread, has another count)
 PROXIMAL_STATE_KEY = "proximal_policy_state"
 STATES_AT_UPDATE_KEY = "saved_states_n_updates"
-# set while ``load`` rebuilds a model from a file (see :func:`loading_from_file`)
-_LOADING_FROM_FILE: ContextVar[bool] = ContextVar("sb3_ewma_loading_from_file", default=False)
-
-
-@contextmanager
-def loading_from_file() -> Iterator[None]:
-    """Marks the code run inside it as part of ``Algorithm.load`` (not a user's direct call)."""
-    token = _LOADING_FROM_FILE.set(True)
-    try:
-        yield
-    finally:
-        _LOADING_FROM_FILE.reset(token)
-
-
-def is_loading_from_file() -> bool:
-    """Whether the caller runs inside ``Algorithm.load`` (see :func:`loading_from_file`)."""
-    return _LOADING_FROM_FILE.get()
 
 
 # parameters of an SB3 ActorCriticPolicy that only the value function uses
@@ -252,6 +233,7 @@ def parameters_with_proximal_state(
     exact_match: bool,
     device: th.device | str,
     modules_in_data: Mapping[str, str] | None = None,
+    loading: bool = False,
 ) -> dict[str, Any]:
     """
     The parameters for SB3's ``set_parameters``, with the proximal policy's state (and those of ``modules_in_data``,
@@ -264,6 +246,7 @@ def parameters_with_proximal_state(
 
     :param algorithm: the model whose parameters are set (``load`` left the file's proximal state on it)
     :param ewma: its proximal network, or None (no proximal network to fill)
+    :param loading: whether ``load`` sets them (a file of another algorithm then restarts the states), not a user's call
     """
     entries = {"proximal_ewma": PROXIMAL_STATE_KEY, **(modules_in_data or {})}
     # set from the file's data by `load`: used once, here
@@ -294,7 +277,7 @@ def parameters_with_proximal_state(
     for module in modules_in_data or {}:
         current = getattr(algorithm, module, None)
         if current is not None and module not in params and "policy" in params:
-            if exact_match and not stale and not is_loading_from_file():
+            if exact_match and not stale and not loading:
                 raise ValueError(f"Names of parameters do not match agents' parameters: the parameters have no '{module}'")
             if not stale:
                 warnings.warn(
@@ -304,7 +287,7 @@ def parameters_with_proximal_state(
                 )
             params = {**params, module: current.state_dict()}
     if ewma is not None and "proximal_ewma" not in params and "policy" in params:
-        if exact_match and not stale and not is_loading_from_file():
+        if exact_match and not stale and not loading:
             raise ValueError(
                 "Names of parameters do not match agents' parameters: the parameters have no 'proximal_ewma' "
                 "(use exact_match=False to restart the EWMA from the given policy)"

@@ -1,6 +1,6 @@
 """
-The ``main`` of the command-line entry points ``python -m sb3_ewma.<command>`` (rl-zoo3's scripts), and how a program
-runs them (:func:`run_command`: one line for what the user got wrong, ``SB3_EWMA_TRACEBACK=1`` for the traceback).
+The ``main`` of the command-line entry points ``python -m sb3_ewma.<command>``, and :func:`run_command`, which runs them
+as programs.
 """
 
 import os
@@ -16,7 +16,7 @@ class EntryPoint(Protocol):
 def zoo_command(name: str) -> EntryPoint:
     """
     The ``main(argv=None)`` of ``python -m sb3_ewma.<name>``: runs ``sb3_ewma.zoo.<name>`` on ``argv`` (default:
-    ``sys.argv[1:]``). rl-zoo3 is imported when ``main`` is called, not when the entry point's module is.
+    ``sys.argv[1:]``), importing rl-zoo3 only then.
     """
     prog = f"python -m sb3_ewma.{name}"
 
@@ -40,9 +40,8 @@ TRACEBACK_VARIABLE = "SB3_EWMA_TRACEBACK"
 
 USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, AssertionError, OSError, ImportError, TypeError)
 """
-What a command reports in one line: the errors of what was given to it (a flag, a hyperparameter, a file, an
-environment id, a missing extra, no network). rl-zoo3 asserts some of its inputs (``AssertionError``); a network
-error is an ``OSError`` (or is reported as one, :func:`network_error`). Other exceptions keep their traceback.
+What a command reports in one line: the errors of what was given to it (a flag, a hyperparameter, a file, an environment
+id, a missing extra, no network). Other exceptions keep their traceback.
 """
 
 _NETWORK_ERROR_NAMES = ("ConnectError", "ConnectionError", "ConnectTimeout", "ConnectTimeoutError", "NameResolutionError")
@@ -76,11 +75,9 @@ def run_command(
     main: Callable[[Sequence[str] | None], object], argv: Sequence[str] | None = None, prog: str | None = None
 ) -> None:
     """
-    Run a command line entry point as a program: an error of what the user gave it (:data:`USER_ERRORS`, a network
-    error) is printed as ``<prog>: error: <message>`` on stderr, without a traceback, and the program exits with
-    status 1 (argparse's own errors keep their status 2). With the environment variable :data:`TRACEBACK_VARIABLE`
-    (``SB3_EWMA_TRACEBACK=1``) the error is raised as it is, with its traceback. ``KeyboardInterrupt`` and the other
-    exceptions keep their traceback.
+    Run a command line entry point as a program: an error of :data:`USER_ERRORS` (or a network error) is printed as
+    ``<prog>: error: <message>`` on stderr and the program exits with status 1; with :data:`TRACEBACK_VARIABLE` set, the
+    error is raised with its traceback. Other exceptions keep their traceback.
 
     :param main: the entry point (``main(argv)``)
     :param argv: its arguments (default: ``sys.argv[1:]``)

@@ -1,7 +1,4 @@
-"""
-Whether the machine can show a window, for the command-line scripts (``sb3_ewma.zoo``, ``sb3_ewma.plots``). Imports
-nothing of the package, so that the entry points (:mod:`sb3_ewma._command`) and what they run can both use it.
-"""
+"""Whether the machine can show a window, for the command-line scripts. Imports nothing of the package."""
 
 import contextlib
 import os
@@ -19,11 +16,8 @@ def has_display() -> bool:
 @contextlib.contextmanager
 def headless_sdl() -> Iterator[None]:
     """
-    On a machine without a display (:func:`has_display`), set ``SDL_VIDEODRIVER=dummy`` for the duration of the
-    block, unless the user set it: pygame (the classic-control environments' ``rgb_array`` rendering) then draws
-    off-screen instead of probing for a Wayland display, whose library prints "error: XDG_RUNTIME_DIR is invalid or
-    not set in the environment." on a run that works. What the user set is never changed; the variable is removed
-    again after the block.
+    Without a display (:func:`has_display`), set ``SDL_VIDEODRIVER=dummy`` for the duration of the block unless the user
+    set it, so that pygame draws off-screen without the "XDG_RUNTIME_DIR is invalid or not set" line.
     """
     if has_display() or "SDL_VIDEODRIVER" in os.environ:
         yield

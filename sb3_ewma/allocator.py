@@ -1,18 +1,8 @@
 """
-CPU memory reuse for training loops (glibc only).
-
-PyTorch allocates CPU tensors with ``malloc``. glibc serves large blocks (above a threshold that grows to at most
-32 MiB) with ``mmap`` and gives them back with ``munmap`` when they are freed, and trims the heap when more than a
-second threshold is free at its top. A training loop allocates the same large activations every minibatch, so on CPU
-each of them comes back as fresh pages that the kernel must fault in and zero. PPO_EWMA's proximal pass suffers most:
-a forward pass without gradients frees each activation as soon as the next layer has used it.
-``python -m benchmarks.timing.proximal_pass`` counts the page faults per ``train()`` with glibc's defaults
-(``--malloc default``) and with :func:`keep_freed_memory` (``--malloc keep-freed``); the figures are on the
-documentation's benchmarks page.
-
-:func:`keep_freed_memory` fixes both thresholds so that freed blocks stay in the process for the next minibatch. It
-changes the whole process's ``malloc``, which is why the library does not call it by itself: ``python -m
-sb3_ewma.train`` does (``--no-keep-freed-memory`` to opt out), and scripts may call it once before training.
+CPU memory reuse for training loops (glibc only): :func:`keep_freed_memory` makes freed blocks stay in the process for
+the next minibatch instead of coming back as fresh pages that the kernel faults in and zeroes. It changes the whole
+process's ``malloc``, so the library does not call it by itself: ``python -m sb3_ewma.train`` does, and scripts may call
+it once before training. See :ref:`performance`.
 """
 
 import ctypes
@@ -32,7 +22,7 @@ MAX_TRIM_THRESHOLD = 2**31 - 1
 
 @cache
 def _glibc() -> ctypes.CDLL | None:
-    """The C library when it is glibc (Linux), else None (macOS, Windows, musl)."""
+    """The C library when it is glibc (Linux), else None."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return None
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
@@ -46,13 +36,13 @@ def keep_freed_memory(
     trim_threshold: int = DEFAULT_TRIM_THRESHOLD,
 ) -> bool:
     """
-    Make glibc's ``malloc`` keep freed memory for reuse instead of returning it to the operating system: blocks up to
-    ``mmap_threshold`` bytes come from the heap, and the heap is trimmed only when more than ``trim_threshold`` bytes
-    are free at its top. The process then holds on to its peak memory (up to ``trim_threshold`` more than it uses).
+    Make glibc's ``malloc`` keep freed memory for reuse instead of returning it to the operating system. The process
+    then holds on to its peak memory (up to ``trim_threshold`` more than it uses).
 
     :param mmap_threshold: largest block served from the heap, in bytes, in ``[1, 32 MiB]``
     :param trim_threshold: free bytes at the top of the heap kept before trimming, in ``[0, 2**31 - 1]``
     :return: whether the thresholds were set (False where the C library is not glibc: nothing changes there)
+    :raises ValueError: for a threshold out of its range
     :raises OSError: if glibc refuses a threshold (the trim threshold is set first and stays set)
     """
     if (

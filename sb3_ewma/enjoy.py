@@ -1,8 +1,6 @@
 """
-Play a trained agent with rl-zoo3: ``python -m sb3_ewma.enjoy --algo ppo_ewma --env CartPole-v1 -f logs/`` takes
-every flag of ``python -m rl_zoo3.enjoy`` and knows every algorithm of this package (``ppo_ewma``, ``ppg_ewma``,
-``ppg``, ``ppo_lstm_ewma``, ``ppo_mask_ewma``) and the Procgen ids ``procgen-<game>-<easy|hard>`` (built as procgen's
-native vectorized environment).
+Play a trained agent with rl-zoo3: ``python -m sb3_ewma.enjoy --algo ppo_ewma --env CartPole-v1 -f logs/`` takes every
+flag of ``python -m rl_zoo3.enjoy`` and knows this package's algorithms and the Procgen ids.
 """
 
 from sb3_ewma._command import run_command, zoo_command

@@ -1,30 +1,12 @@
 """
-Optuna samplers of the hyperparameters of every algorithm of the package (``ppo_ewma``, ``ppg_ewma``, ``ppg``,
-``ppo_lstm_ewma``, ``ppo_mask_ewma``) for rl-zoo3's hyperparameter search
-(``python -m sb3_ewma.train --algo ppo_ewma --env CartPole-v1 -optimize``).
+Optuna samplers of the hyperparameters of every algorithm of the package for rl-zoo3's hyperparameter search
+(``python -m sb3_ewma.train ... -optimize``), registered by :func:`sb3_ewma.zoo.register_zoo`. See :ref:`rl_zoo`.
 
-The samplers follow rl-zoo3's conventions (``sample_<algo>_params(trial, n_actions, n_envs, additional_args)``
-returns constructor keyword arguments; ``convert_<algo>_params(trial.params)`` turns the raw values an Optuna
-trial stored back into keyword arguments, used by rl-zoo3 to reload a trial). :func:`sb3_ewma.zoo.register_zoo`
-registers them in ``rl_zoo3.hyperparams_opt.HYPERPARAMS_SAMPLER`` / ``HYPERPARAMS_CONVERTER``.
-
-Each samples its parent's space plus the decoupled options:
-
-- the parent's space: for PPO-EWMA, PPG-EWMA, PPG and MaskablePPO-EWMA (whose parent, sb3-contrib's MaskablePPO, has
-  PPO's hyperparameters), the PPO hyperparameters that rl-zoo3's PPO sampler samples, in ranges of their own
-  (minibatch size, steps per environment, discount, GAE lambda, learning rate, entropy coefficient, clip range,
-  epochs, gradient clipping); for RecurrentPPO-EWMA, rl-zoo3's own ``ppo_lstm`` sampler, called as it is (so, as
-  for ``--algo ppo_lstm``, the network's size and activation too);
-- the decoupled options (every algorithm but PPG): the center of mass of the proximal-policy EWMA (in optimizer
-  steps, or ``"auto"``: the number of minibatches per epoch), the decoupled KL penalty coefficient ``kl_coef``, the
-  importance-sampling cap ``imp_samp_max`` and the advantage normalization (per minibatch, or the paper's EWMA moments
-  with a span in iterations; PPG samples this one too);
-- PPG-EWMA and PPG: ``n_policy_iterations``, ``n_value_epochs``, ``n_aux_epochs`` and ``beta_clone``.
-
-Except for RecurrentPPO-EWMA (rl-zoo3's sampler sets ``policy_kwargs``), they do not touch ``policy_kwargs``: the
-network of the hyperparameter entry (e.g. the IMPALA CNN) is kept. The minibatch size is bounded by the iteration's
-batch (``n_steps * n_envs``). Optuna is only needed to call them (it comes with the ``zoo`` extra), and rl-zoo3 to call
-the RecurrentPPO-EWMA ones; this module imports without either.
+Each follows rl-zoo3's conventions (``sample_<algo>_params(trial, n_actions, n_envs, additional_args)`` returns
+constructor keyword arguments, ``convert_<algo>_params(trial.params)`` turns a trial's raw values back into them) and
+samples its parent's space (PPO's, or rl-zoo3's ``ppo_lstm`` sampler for RecurrentPPO-EWMA) plus the EWMA center of
+mass, ``kl_coef``, ``imp_samp_max`` and the advantage normalization; PPG adds its phase settings. Only the ``ppo_lstm``
+sampler changes ``policy_kwargs``. This module imports without Optuna and rl-zoo3.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -95,9 +77,8 @@ def _sample_ppg(trial: "optuna.Trial") -> dict[str, Any]:
 def convert_ewma_params(sampled_params: dict[str, Any]) -> dict[str, Any]:
     """
     Turn the raw values of a trial of the ``ppo_ewma``, ``ppg_ewma``, ``ppg`` or ``ppo_mask_ewma`` sampler into
-    constructor keyword arguments:
-    ``*_pow`` -> ``2 ** value``, ``one_minus_*`` -> ``1 - value``, ``ewma_center_of_mass`` -> ``ewma_decay``
-    (``"auto"`` stays ``"auto"``), ``advantage_ewma_span`` -> ``advantage_ewma_decay``; the rest unchanged.
+    constructor keyword arguments (``*_pow`` -> ``2 ** value``, ``one_minus_*`` -> ``1 - value``,
+    ``ewma_center_of_mass`` -> ``ewma_decay``, ``advantage_ewma_span`` -> ``advantage_ewma_decay``).
 
     :param sampled_params: the raw values (``trial.params``)
     :return: the keyword arguments
@@ -131,8 +112,7 @@ def _finalize(trial: "optuna.Trial", hyperparams: dict[str, Any], n_envs: int) -
 
 def sample_ppo_ewma_params(trial: "optuna.Trial", n_actions: int, n_envs: int, additional_args: dict) -> dict[str, Any]:
     """
-    Sampler for PPO-EWMA hyperparameters (rl-zoo3 signature); also the sampler of MaskablePPO-EWMA, which has the same
-    hyperparameters.
+    Sampler for PPO-EWMA (and MaskablePPO-EWMA) hyperparameters, with rl-zoo3's signature.
 
     :param trial: the Optuna trial
     :param n_actions: number of continuous actions (unused)
@@ -146,15 +126,7 @@ def sample_ppo_ewma_params(trial: "optuna.Trial", n_actions: int, n_envs: int, a
 
 
 def sample_ppg_ewma_params(trial: "optuna.Trial", n_actions: int, n_envs: int, additional_args: dict) -> dict[str, Any]:
-    """
-    Sampler for PPG-EWMA hyperparameters (rl-zoo3 signature); ``n_epochs`` is the number of policy epochs ``E_pi``.
-
-    :param trial: the Optuna trial
-    :param n_actions: number of continuous actions (unused)
-    :param n_envs: number of environments, to bound ``batch_size`` by ``n_steps * n_envs``
-    :param additional_args: rl-zoo3's extra arguments (unused)
-    :return: the keyword arguments of ``PPG_EWMA``
-    """
+    """Sampler for PPG-EWMA hyperparameters (as :func:`sample_ppo_ewma_params`); ``n_epochs`` is ``E_pi``."""
     sampled = _sample_ppo(trial, n_epochs_choices=(1, 2, 3))
     sampled.update(_sample_decoupled(trial))
     sampled.update(_sample_ppg(trial))
@@ -163,14 +135,8 @@ def sample_ppg_ewma_params(trial: "optuna.Trial", n_actions: int, n_envs: int, a
 
 def sample_ppg_params(trial: "optuna.Trial", n_actions: int, n_envs: int, additional_args: dict) -> dict[str, Any]:
     """
-    Sampler for plain PPG hyperparameters (rl-zoo3 signature): those of PPG-EWMA without the EWMA and the decoupled
-    objective (the proximal policy is the behavior policy).
-
-    :param trial: the Optuna trial
-    :param n_actions: number of continuous actions (unused)
-    :param n_envs: number of environments, to bound ``batch_size`` by ``n_steps * n_envs``
-    :param additional_args: rl-zoo3's extra arguments (unused)
-    :return: the keyword arguments of ``PPG``
+    Sampler for plain PPG hyperparameters (as :func:`sample_ppo_ewma_params`): PPG-EWMA's without the EWMA and the
+    decoupled objective.
     """
     sampled = _sample_ppo(trial, n_epochs_choices=(1, 2, 3))
     sampled.update(_sample_advantage_normalization(trial))
@@ -180,14 +146,8 @@ def sample_ppg_params(trial: "optuna.Trial", n_actions: int, n_envs: int, additi
 
 def sample_ppo_lstm_ewma_params(trial: "optuna.Trial", n_actions: int, n_envs: int, additional_args: dict) -> dict[str, Any]:
     """
-    Sampler for RecurrentPPO-EWMA hyperparameters (rl-zoo3 signature): rl-zoo3's ``ppo_lstm`` sampler plus the EWMA
-    proximal policy and the decoupled objective. Needs rl-zoo3.
-
-    :param trial: the Optuna trial
-    :param n_actions: number of continuous actions (passed to rl-zoo3's sampler)
-    :param n_envs: number of environments, to bound ``batch_size`` by ``n_steps * n_envs``
-    :param additional_args: rl-zoo3's extra arguments (passed to rl-zoo3's sampler)
-    :return: the keyword arguments of ``RecurrentPPO_EWMA``
+    Sampler for RecurrentPPO-EWMA hyperparameters (as :func:`sample_ppo_ewma_params`, ``n_actions`` and
+    ``additional_args`` passed on): rl-zoo3's ``ppo_lstm`` sampler plus the decoupled options. Needs rl-zoo3.
     """
     from rl_zoo3.hyperparams_opt import HYPERPARAMS_SAMPLER as ZOO_SAMPLERS
 
@@ -199,10 +159,7 @@ def sample_ppo_lstm_ewma_params(trial: "optuna.Trial", n_actions: int, n_envs: i
 def convert_ppo_lstm_ewma_params(sampled_params: dict[str, Any]) -> dict[str, Any]:
     """
     Turn the raw values of a trial of :func:`sample_ppo_lstm_ewma_params` into constructor keyword arguments: rl-zoo3's
-    ``ppo_lstm`` converter, then :func:`convert_ewma_params` for the decoupled options. Needs rl-zoo3.
-
-    :param sampled_params: the raw values (``trial.params``)
-    :return: the keyword arguments
+    ``ppo_lstm`` converter, then :func:`convert_ewma_params`. Needs rl-zoo3.
     """
     from rl_zoo3.hyperparams_opt import HYPERPARAMS_CONVERTER as ZOO_CONVERTERS
 

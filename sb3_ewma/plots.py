@@ -1,14 +1,8 @@
 """
-Plot the training curves of ``python -m sb3_ewma.train`` runs: ``python -m sb3_ewma.plots -a ppo_ewma -e CartPole-v1
--f logs/ -o curves.png`` takes the flags of rl-zoo3's ``python -m rl_zoo3.plots.plot_train`` (``-a``, ``-e``, ``-f``,
-``-x``, ``-y``, ``-w``, ``-max``, ``--figsize``, ``--fontsize``) and reads the same ``Monitor`` files.
-
-rl-zoo3's ``plot_train`` draws a run only when it has at least ``--episode-window`` (100) episodes, and otherwise
-nothing and no word: on short runs (a few thousand steps of CartPole, or Procgen, whose episodes last hundreds of
-steps) the figure is empty but for an empty legend. Here a run with fewer episodes is drawn as the mean of its
-episodes so far (its label says so), a run without an episode is named and left out, and a figure without any run is
-an error. ``-o FILE`` writes the figure (PNG, PDF, SVG, as its suffix says; an existing file is not overwritten);
-without it the figure is shown, which needs a display.
+Plot the training curves of ``python -m sb3_ewma.train`` runs:
+``python -m sb3_ewma.plots -a ppo_ewma -e CartPole-v1 -f logs/ -o curves.png`` takes the flags of rl-zoo3's
+``python -m rl_zoo3.plots.plot_train`` and reads the same ``Monitor`` files. Unlike rl-zoo3's, it also draws runs
+shorter than the episode window (the mean of their episodes so far). See :ref:`rl_zoo`.
 """
 
 import argparse
@@ -81,8 +75,8 @@ def training_curves(
     folders: Sequence[str], x_axis: str = "steps", y_axis: str = "reward", window: int = 100, max_timesteps: int | None = None
 ) -> tuple[list[Curve], list[str]]:
     """
-    The curves of the run folders: the rolling mean over ``window`` episodes (rl-zoo3's ``plot_train``), or for a run
-    of fewer episodes the mean of its episodes so far (rl-zoo3 draws nothing for it).
+    The curves of the run folders: the rolling mean over ``window`` episodes, or for a run of fewer episodes the mean of
+    its episodes so far.
 
     :return: the curves, and one line for each folder left out (no ``Monitor`` file, no episode, no such column)
     """

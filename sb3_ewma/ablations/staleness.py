@@ -1,17 +1,9 @@
 """
-Artificial staleness (Hilton, Cobbe & Schulman 2021, section 5.1 and figure 1): the data of an iteration is trained on
-``staleness`` iterations after it was collected, to measure how each choice of the old policy copes with stale data::
-
-    from sb3_ewma.ablations import StalePPO_EWMA
+Artificial staleness (Hilton, Cobbe & Schulman 2021, section 5.1): the data of an iteration is trained on
+``staleness`` iterations after it was collected::
 
     model = StalePPO_EWMA("MlpPolicy", "CartPole-v1", ewma_decay=None).set_staleness(4, mode="behavior")
     model.learn(100_000)
-
-:class:`StalePPO_EWMA`, :class:`StaleRecurrentPPO_EWMA` and :class:`StaleMaskablePPO_EWMA` are the algorithms with
-their constructors, and :class:`ArtificialStaleness` between them and the algorithm: it queues each collected rollout
-and trains on the one collected ``staleness`` iterations ago, prepared as the authors do (``ppo_ewma/ppo.py``,
-``learn``): its advantages computed anew (bootstrapped from the current value function) and, in the ``"proximal"``
-mode, its behavior log-probabilities replaced by the recent policy's.
 """
 
 import copy
@@ -41,10 +33,7 @@ SelfArtificialStaleness = TypeVar("SelfArtificialStaleness", bound="ArtificialSt
 
 @dataclass
 class StaleRollout:
-    """
-    A collected rollout waiting to be trained on, with what its advantages need: the observation that follows its last
-    step and whether that observation starts an episode.
-    """
+    """A collected rollout waiting to be trained on, with the observation after its last step and its episode starts."""
 
     buffer: RolloutBuffer
     last_obs: np.ndarray | dict[str, np.ndarray]
@@ -62,9 +51,7 @@ class StaleRollout:
 def recompute_advantages(policy: ActorCriticPolicy, rollout: StaleRollout) -> None:
     """
     GAE(lambda) of a stale rollout, bootstrapped from the **current** value function at its final observation, as the
-    authors compute advantages when the data is used. The values along the rollout stay the ones predicted at
-    collection (the authors' ``vpred``), and so do the rewards (SB3 adds the value of a truncated episode's last state
-    to its reward at collection).
+    authors do; the values and rewards along the rollout stay those of the collection.
     """
     last_values = policy.predict_values(obs_as_tensor(rollout.last_obs, policy.device))
     rollout.buffer.compute_returns_and_advantage(last_values=last_values, dones=rollout.last_episode_starts)
@@ -73,9 +60,8 @@ def recompute_advantages(policy: ActorCriticPolicy, rollout: StaleRollout) -> No
 @th.no_grad()
 def replace_behavior_log_probs(policy: ActorCriticPolicy, buffer: RolloutBuffer, batch_size: int) -> None:
     """
-    Overwrite the stored behavior log-probabilities of a (not yet sampled) rollout buffer with those of ``policy``,
-    computed in evaluation mode in batches of ``batch_size``: the ``"proximal"`` staleness mode, where the recent
-    policy replaces the behavior policy for importance sampling too.
+    Overwrite the behavior log-probabilities of a not yet sampled rollout buffer with ``policy``'s, computed in
+    evaluation mode in batches of ``batch_size`` (the ``"proximal"`` mode).
     """
     assert not buffer.generator_ready, "the buffer must not have been sampled yet (arrays of shape (n_steps, n_envs))"
     n_samples = buffer.buffer_size * buffer.n_envs
@@ -104,17 +90,15 @@ def replace_behavior_log_probs(policy: ActorCriticPolicy, buffer: RolloutBuffer,
 
 class ArtificialStaleness(DecoupledAlgorithm):
     """
-    What artificial staleness adds to an algorithm of this package, placed before it
-    (``StalePPO_EWMA(ArtificialStaleness, PPO_EWMA)``, as ``DecoupledAlgorithm`` is placed before SB3's ``PPO``; not
-    an algorithm on its own): the setting (:meth:`set_staleness`, saved with the model), the queue of collected
-    rollouts (``stale_rollouts``), and ``train()`` on the rollout collected ``staleness`` iterations ago (no training
-    during the first ``staleness`` iterations of a model).
+    Artificial staleness for an algorithm of this package, placed before it (``StalePPO_EWMA(ArtificialStaleness,
+    PPO_EWMA)``): the setting (:meth:`set_staleness`, saved with the model), the queue of collected rollouts
+    (``stale_rollouts``) and ``train()`` on the rollout collected ``staleness`` iterations ago.
     """
 
     # the modes this algorithm runs, and whether the advantages of stale data are computed when it is used
     staleness_modes: ClassVar[tuple[str, ...]] = STALENESS_MODES
     recompute_stale_advantages: ClassVar[bool] = True
-    # the setting is this class's own: load keeps it (DecoupledAlgorithm drops it from the files of 0.1.0)
+    # load keeps this class's own setting, which DecoupledAlgorithm drops from older files
     _entries_of_older_files = tuple(
         entry for entry in DecoupledAlgorithm._entries_of_older_files if entry not in ("staleness", "staleness_mode")
     )
@@ -125,21 +109,17 @@ class ArtificialStaleness(DecoupledAlgorithm):
 
     def set_staleness(self: SelfArtificialStaleness, staleness: int, mode: str = "decoupled") -> SelfArtificialStaleness:
         """
-        Train on the data of each iteration ``staleness`` iterations after it was collected; returns the model.
-        ``save`` and ``load`` keep the setting; ``staleness=0`` removes it (the rollouts waiting are dropped).
-
-        The advantages of stale data are computed when it is used, as the authors do: :class:`StalePPO_EWMA`
-        bootstraps them from the current value function (the values along the rollout stay those predicted at
-        collection); :class:`StaleRecurrentPPO_EWMA` and :class:`StaleMaskablePPO_EWMA` keep those of the collection
-        (anew, they would need the LSTM states at the rollout's end).
+        Train on the data of each iteration ``staleness`` iterations after it was collected. ``save`` and ``load`` keep
+        the setting; ``staleness=0`` removes it and drops the rollouts waiting. :class:`StalePPO_EWMA` computes the
+        advantages of stale data when it is used, bootstrapped from the current value function; the other two keep
+        those of the collection.
 
         :param staleness: iterations between the collection of the data and the training on it
-        :param mode: which policies the loss uses with stale data (at staleness 0 the three are the same loss), as the
-            authors define them: ``"decoupled"`` (importance sampling with the behavior policy, clipping anchored at
-            the recent policy, the policy at the start of the iteration), ``"behavior"`` (both with the behavior
-            policy: PPO on stale data) or ``"proximal"`` (both with the recent policy; :class:`StalePPO_EWMA` only).
-            With an EWMA (``ewma_decay`` not None) the EWMA replaces only the clipping anchor, in every mode.
-            With ``async_rollouts`` (staleness 0, data one iteration stale) the mode chooses the anchor likewise.
+        :param mode: the old policies of the loss with stale data, as the authors define them: ``"decoupled"``
+            (importance sampling with the behavior policy, clipping anchored at the recent policy, the policy at the
+            start of the iteration), ``"behavior"`` (both with the behavior policy: PPO on stale data) or
+            ``"proximal"`` (both with the recent policy; :class:`StalePPO_EWMA` only). With an EWMA (``ewma_decay``
+            not None) the EWMA replaces only the clipping anchor, in every mode.
         :return: the model
         """
         self._check_staleness(staleness, mode)
@@ -183,9 +163,8 @@ class ArtificialStaleness(DecoupledAlgorithm):
         self.stale_rollouts = deque()
 
     def _proximal_needs_network(self) -> bool:
-        # without an EWMA, stale data (artificial, or one iteration with async_rollouts) is anchored at the recent
-        # policy, a snapshot at the start of each iteration, in the "decoupled" mode only; "behavior" and "proximal"
-        # read the buffer's log-probabilities (the behavior policy's, or the recent policy's written over them)
+        # without an EWMA, stale data (artificial, or with async_rollouts) is anchored at the recent policy, a snapshot,
+        # in the "decoupled" mode only; "behavior" and "proximal" read the buffer's log-probabilities
         stale = self.staleness > 0 or self.async_rollouts
         return self._needs_distributions or (stale and self.staleness_mode == "decoupled")
 
@@ -205,10 +184,7 @@ class ArtificialStaleness(DecoupledAlgorithm):
         return super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
 
     def train(self) -> None:
-        """
-        The algorithm's ``train()`` on the rollout collected ``staleness`` iterations ago; nothing while fewer have
-        been collected. Buffers are recycled: the one trained on is filled by the next rollout.
-        """
+        """The algorithm's ``train()`` on the rollout collected ``staleness`` iterations ago; nothing while fewer have been."""
         if self.staleness == 0:
             super().train()
             return
@@ -227,27 +203,22 @@ class ArtificialStaleness(DecoupledAlgorithm):
         super().train()
 
     def _excluded_save_params(self) -> list[str]:
-        # the rollouts waiting belong to this run (the benchmarks' harness saves them beside a checkpoint)
+        # the rollouts waiting belong to this run
         return [*super()._excluded_save_params(), "stale_rollouts"]
 
     @classmethod
     def _check_saved_data(cls, data: dict[str, Any], path: Any) -> None:
-        """Every file of the algorithm opens, with or without a staleness setting."""
-        # in place of DecoupledAlgorithm's, which refuses a staleness setting (the algorithms have no other check)
+        """Accept every file of the algorithm, with or without a staleness setting (DecoupledAlgorithm's refuses one)."""
 
 
 class StalePPO_EWMA(ArtificialStaleness, PPO_EWMA):  # type: ignore[misc]  # batch_size, as PPO_EWMA
-    """
-    :class:`~sb3_ewma.PPO_EWMA` (same constructor) with artificial staleness (:meth:`set_staleness`; modes
-    ``"decoupled"``, ``"behavior"`` and ``"proximal"``; the advantages of stale data bootstrapped from the current
-    value function).
-    """
+    """:class:`~sb3_ewma.PPO_EWMA` (same constructor) with artificial staleness (:meth:`set_staleness`, all three modes)."""
 
 
 class StaleRecurrentPPO_EWMA(ArtificialStaleness, RecurrentPPO_EWMA):
     """
-    :class:`~sb3_ewma.RecurrentPPO_EWMA` (same constructor) with artificial staleness (:meth:`set_staleness`; modes
-    ``"decoupled"`` and ``"behavior"``; the advantages of stale data are those computed at collection).
+    :class:`~sb3_ewma.RecurrentPPO_EWMA` (same constructor) with artificial staleness (:meth:`set_staleness`, modes
+    ``"decoupled"`` and ``"behavior"``).
     """
 
     staleness_modes = ("decoupled", "behavior")
@@ -256,8 +227,8 @@ class StaleRecurrentPPO_EWMA(ArtificialStaleness, RecurrentPPO_EWMA):
 
 class StaleMaskablePPO_EWMA(ArtificialStaleness, MaskablePPO_EWMA):
     """
-    :class:`~sb3_ewma.MaskablePPO_EWMA` (same constructor) with artificial staleness (:meth:`set_staleness`; modes
-    ``"decoupled"`` and ``"behavior"``; the advantages of stale data are those computed at collection).
+    :class:`~sb3_ewma.MaskablePPO_EWMA` (same constructor) with artificial staleness (:meth:`set_staleness`, modes
+    ``"decoupled"`` and ``"behavior"``).
     """
 
     staleness_modes = ("decoupled", "behavior")

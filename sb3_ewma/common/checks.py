@@ -1,9 +1,7 @@
 """
 The checks of arguments that a rule (:mod:`sb3_ewma.common.rules`) cannot say, made before anything is built or
-stepped: ``env`` and its spaces, ``policy_kwargs``, callbacks, folders, action masks, devices; the errors they raise
-and the warnings at the caller's line. Each bad value raises a ``ValueError`` that names the argument, the value and
-what is allowed; a setting that is legal but almost surely a mistake gives a ``UserWarning`` at the caller's line.
-Where SB3 refuses an input with a clear message itself, it is left to SB3.
+stepped (``env`` and its spaces, ``policy_kwargs``, callbacks, folders, action masks, devices), and their errors.
+A bad value raises a ``ValueError`` naming the argument, the value and what is allowed.
 """
 
 import numbers
@@ -30,10 +28,7 @@ def _library_dirs() -> tuple[str, ...]:
 
 
 def caller_stacklevel() -> int:
-    """
-    The ``stacklevel`` that makes ``warnings.warn``, called by the function that calls this one, point at the first
-    frame outside sb3_ewma, Stable-Baselines3 and sb3-contrib: the user's line.
-    """
+    """The ``stacklevel`` that makes the caller's ``warnings.warn`` point at the user's line (outside sb3_ewma and SB3)."""
     library_dirs = _library_dirs()
     frame: FrameType | None = sys._getframe(1)  # the function that calls warnings.warn: stacklevel 1
     level = 1
@@ -49,24 +44,15 @@ def warn_at_caller(message: str, category: type[Warning] = UserWarning) -> None:
 
 
 class HyperparameterError(ValueError, AssertionError):
-    """
-    A setting outside its allowed range. A ``ValueError``, and an ``AssertionError`` too: SB3 asserts some of these
-    settings itself (``batch_size``, ``n_steps``, ``clip_range_vf``), so code written for SB3's errors keeps working.
-    """
+    """A setting outside its allowed range; also an ``AssertionError``, as SB3 asserts some of these settings."""
 
 
 class UnsupportedSpaceError(HyperparameterError, NotImplementedError):
-    """
-    An observation space that no policy takes. A ``NotImplementedError`` too, as SB3 raises for these spaces (nested
-    ``Dict``, ``Text``, ...), so code written for SB3's errors keeps working.
-    """
+    """An observation space that no policy takes; also a ``NotImplementedError``, as SB3 raises for these spaces."""
 
 
 class NonFiniteError(ValueError):
-    """
-    A NaN or an infinity where training needs a finite number: an environment's observation or reward, a schedule's
-    value, a minibatch's gradient (:mod:`sb3_ewma.common.finite`). Raised before any update uses it.
-    """
+    """A NaN or an infinity where training needs a finite number (:mod:`sb3_ewma.common.finite`)."""
 
 
 NET_ARCH_FORMS = (
@@ -78,14 +64,11 @@ POLICY_CLASS_KEYWORDS = {
     "optimizer_class": "torch.optim.Adam",
     "features_extractor_class": "stable_baselines3.common.torch_layers.NatureCNN",
 }
-"""Keywords of SB3's policies that take a class (called when the policy is built: a name fails there, unnamed)."""
+"""Keywords of SB3's policies that take a class."""
 
 
 def check_env_argument(env: object, init_setup_model: bool = True) -> None:
-    """
-    ``env``: a gymnasium environment, a ``VecEnv`` or a registered environment id. ``None`` only without
-    ``_init_setup_model`` (as ``load`` builds a model, and gives the environment later).
-    """
+    """``env``: a gymnasium environment, a ``VecEnv`` or a registered id; ``None`` only without ``_init_setup_model``."""
     import gymnasium
     from stable_baselines3.common.vec_env import VecEnv
 
@@ -123,10 +106,8 @@ def _is_sb3_net_arch(net_arch: object) -> bool:
 
 def check_policy_kwargs(policy_kwargs: object) -> None:
     """
-    ``policy_kwargs``: ``None`` or a dict of keyword arguments of the policy, whose ``net_arch`` (when given) is one of
-    the forms SB3's policies build (:data:`NET_ARCH_FORMS`); the others fail when the policy is built, in
-    ``torch.empty`` (``net_arch="big"``) or in a loop (``dict(pi=64)``). The other keys are the policy's to check.
-    Every form that SB3 builds passes, its deprecated ``[dict(pi=..., vf=...)]`` included (SB3's policy warns).
+    ``policy_kwargs``: ``None`` or a dict of the policy's keyword arguments, whose ``net_arch`` (when given) is one of
+    the forms SB3's policies build (:data:`NET_ARCH_FORMS`) and whose class keywords are classes.
     """
     if policy_kwargs is None:
         return
@@ -142,7 +123,7 @@ def check_policy_kwargs(policy_kwargs: object) -> None:
             raise HyperparameterError(f"policy_kwargs {key} must be a class, such as {example}, got {policy_kwargs[key]!r}")
     optimizer_kwargs = policy_kwargs.get("optimizer_kwargs")
     if isinstance(optimizer_kwargs, Mapping) and "lr" in optimizer_kwargs:
-        # the policy passes lr itself: the optimizer would get it twice ("got multiple values for keyword argument 'lr'")
+        # the policy passes lr itself: the optimizer would get it twice
         raise HyperparameterError(
             f"policy_kwargs optimizer_kwargs must not hold lr (got lr={optimizer_kwargs['lr']!r}): the optimizer's step "
             "size is the algorithm's learning_rate argument (a number or a schedule)"
@@ -151,10 +132,8 @@ def check_policy_kwargs(policy_kwargs: object) -> None:
 
 def check_observation_space(observation_space: object) -> None:
     """
-    An observation space that SB3 can store: ``Text``, ``Graph`` and ``Sequence`` spaces (alone, or inside a ``Dict``
-    or ``Tuple``) otherwise fail when SB3 wraps the environment ("'NoneType' object is not iterable"). The other spaces
-    no policy takes (``Tuple``, a nested ``Dict``) SB3 refuses itself, naming the space. ``None`` (a model being loaded,
-    before its environment) passes.
+    An observation space that SB3 can store: not ``Text``, ``Graph`` or ``Sequence`` (alone, or inside a ``Dict`` or
+    ``Tuple``). ``None`` passes.
     """
     from gymnasium import spaces
 
@@ -179,10 +158,7 @@ def check_observation_space(observation_space: object) -> None:
 
 
 def check_callback(callback: object) -> None:
-    """
-    ``learn``'s ``callback``: ``None``, a ``BaseCallback``, a function ``callback(locals, globals) -> bool`` or a list
-    of these (SB3's ``MaybeCallback``); a string (``callback="eval"``) otherwise fails at the first step.
-    """
+    """``learn``'s ``callback``: ``None``, a ``BaseCallback``, a function ``(locals, globals) -> bool`` or a list of these."""
     from stable_baselines3.common.callbacks import BaseCallback
 
     items = callback if isinstance(callback, list) else [callback]
@@ -212,11 +188,8 @@ def writable_folder_problem(folder: str) -> str | None:
 
 def check_save_folders(callback: object, tensorboard_log: object) -> None:
     """
-    The folders that ``learn`` writes in, checked before training: ``tensorboard_log`` and the callbacks' save and log
-    paths (SB3's ``CheckpointCallback.save_path``, ``EvalCallback.best_model_save_path`` and ``log_path``, also inside
-    a ``CallbackList`` and in the callbacks an event callback runs: ``EvalCallback(callback_on_new_best=...,
-    callback_after_eval=...)``, ``EveryNTimesteps(callback=...)``). SB3 finds a read-only one only when it first saves,
-    after training.
+    The folders that ``learn`` writes in, checked before training: ``tensorboard_log`` and the save and log paths of
+    the callbacks (also those inside a ``CallbackList`` or run by an event callback).
     """
     from stable_baselines3.common.callbacks import CallbackList
 
@@ -259,9 +232,8 @@ def action_mask_length(action_space: object) -> int | None:
 
 def check_action_masks(action_masks: object, action_space: object, n_observations: int | None = None) -> None:
     """
-    ``predict``'s ``action_masks`` for ``MaskablePPO_EWMA``: one mask entry per action of the action space for each
-    observation (Discrete(n): n; MultiDiscrete(nvec): sum(nvec); MultiBinary(n): 2n), as an array of shape
-    ``(length,)`` or ``(n_observations, length)``. ``None`` (no masking) passes.
+    ``predict``'s ``action_masks`` for ``MaskablePPO_EWMA``: shape ``(length,)`` or ``(n_observations, length)``, with
+    :func:`action_mask_length` entries per observation. ``None`` (no masking) passes.
 
     :param action_masks: the masks given to ``predict``
     :param action_space: the model's action space
@@ -288,9 +260,8 @@ def check_action_masks(action_masks: object, action_space: object, n_observation
 
 def check_episode_starts(episode_start: object, n_observations: int | None) -> None:
     """
-    ``predict``'s ``episode_start`` for ``RecurrentPPO_EWMA``: one flag per observation (sb3-contrib's policy reshapes
-    it to the number of observations, and fails with "shape '[2, -1]' is invalid for input of size 3"). ``None`` (no
-    episode starts) passes, as does a count of observations that cannot be read (``predict`` reports that).
+    ``predict``'s ``episode_start`` for ``RecurrentPPO_EWMA``: one flag per observation. ``None`` passes, as does an
+    unknown ``n_observations``.
 
     :param episode_start: the flags given to ``predict``
     :param n_observations: the number of observations given to ``predict`` (:func:`count_observations`)
@@ -306,10 +277,7 @@ def check_episode_starts(episode_start: object, n_observations: int | None) -> N
 
 
 def count_observations(observation: object, observation_space: object) -> int | None:
-    """
-    The number of observations given to ``predict`` (1 for a single one, the batch size for a batch, as SB3's
-    ``is_vectorized_observation`` reads them), or None when they do not fit the space (``predict`` reports that).
-    """
+    """The number of observations given to ``predict`` (1 for a single one), or None when they do not fit the space."""
     from gymnasium import spaces
     from stable_baselines3.common.preprocessing import is_image_space
     from stable_baselines3.common.utils import is_vectorized_observation
@@ -332,9 +300,8 @@ def count_observations(observation: object, observation_space: object) -> int | 
 
 def check_device_name(device: object) -> Any:
     """
-    ``device``: ``"auto"``, a torch device name (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``) or a
-    ``torch.device``; a name that is not a torch device (``"gpu"``) raises a ``ValueError`` naming the argument (SB3:
-    torch's ``RuntimeError``, a list of twenty device types). Other types are SB3's to take or refuse.
+    ``device``: ``"auto"``, a torch device name (``"cpu"``, ``"cuda:1"``) or a ``torch.device``; a name that is not
+    a torch device raises a ``ValueError``. Other types are SB3's to take or refuse.
 
     :return: the parsed ``torch.device``, or None for ``"auto"`` and other types
     """
@@ -353,9 +320,8 @@ _CUDA_FALLBACK_WARNED = False
 
 def warn_cuda_unavailable(device: object) -> None:
     """
-    Warn once per process, at the user's line, when ``device`` names CUDA (``"cuda"``, ``"cuda:1"``, a CUDA
-    ``torch.device``) and no CUDA GPU is available: SB3 then trains on the CPU without a word. ``"auto"`` stays quiet.
-    A name that is not a torch device (``"gpu"``) raises a ``ValueError`` (:func:`check_device_name`).
+    Warn once per process, at the user's line, when ``device`` names CUDA and no CUDA GPU is available (SB3 then
+    trains on the CPU silently). A name that is not a torch device raises (:func:`check_device_name`).
     """
     global _CUDA_FALLBACK_WARNED
     import torch as th

@@ -1,9 +1,7 @@
 """
-Helpers on SB3 action distributions: exact KL divergences, the parameters that define a distribution (to store a
-policy's outputs, e.g. PPG's ``pi_old``), evaluation that also returns the distribution, and the lean evaluation of
-categorical and diagonal Gaussian policies and of sb3-contrib's masked (multi-)categorical ones (the arithmetic of
-``torch.distributions`` without its objects), with SB3's observation preprocessing planned ahead for ``torch.compile``
-(:func:`observation_plan`).
+Helpers on SB3 action distributions: exact KL divergences, the parameters that define a distribution (PPG's
+``pi_old``), evaluation that also returns the distribution, and the lean evaluation (``torch.distributions``' arithmetic
+without its objects) of SB3's categorical and Gaussian policies and of sb3-contrib's masked ones.
 """
 
 import copy
@@ -40,9 +38,8 @@ def _torch_distributions(distribution: Distribution) -> list[th.distributions.Di
 
 def distribution_kl(p: Distribution, q: Distribution) -> th.Tensor:
     """
-    Exact ``KL[p, q]`` per sample between two SB3 distributions of the same kind (Categorical, MultiCategorical,
-    Bernoulli (MultiBinary), diagonal Gaussian and gSDE): SB3's ``kl_divergence``, summed over the action dimensions
-    (which it leaves separate for the Gaussian and Bernoulli distributions).
+    Exact ``KL[p, q]`` per sample between two SB3 distributions of the same kind (categorical, multi-categorical,
+    Bernoulli, diagonal Gaussian, gSDE), summed over the action dimensions.
 
     :return: a tensor of shape ``(batch_size,)``
     """
@@ -56,10 +53,8 @@ def distribution_kl(p: Distribution, q: Distribution) -> th.Tensor:
 
 def distribution_parameters(distribution: Distribution) -> list[th.Tensor]:
     """
-    The per-sample tensors that define an SB3 action distribution, one or two per torch distribution inside it:
-    the logits of a Categorical (one per component of a MultiCategorical) or Bernoulli, the mean and standard
-    deviation of a Gaussian (diagonal or gSDE). Each has shape ``(batch_size, n)``; store them (detached) to rebuild
-    the distribution later with :func:`kl_from_parameters`.
+    The per-sample tensors that define an SB3 action distribution, each ``(batch_size, n)``: the logits of each
+    categorical or Bernoulli part, the mean and standard deviation of a Gaussian; :func:`kl_from_parameters` reads them.
     """
     parameters = []
     for part in _torch_distributions(distribution):
@@ -74,8 +69,7 @@ def distribution_parameters(distribution: Distribution) -> list[th.Tensor]:
 
 def kl_from_parameters(parameters: Sequence[th.Tensor], distribution: Distribution) -> th.Tensor:
     """
-    Exact ``KL[p, distribution]`` per sample, where ``p`` is a distribution of the same kind given by the
-    :func:`distribution_parameters` of an earlier output (e.g. PPG's ``pi_old`` in the auxiliary phase).
+    Exact ``KL[p, distribution]`` per sample, ``p`` given by the :func:`distribution_parameters` of an earlier output.
 
     :return: a tensor of shape ``(batch_size,)``, differentiable with respect to ``distribution``
     """
@@ -97,25 +91,20 @@ def kl_from_parameters(parameters: Sequence[th.Tensor], distribution: Distributi
 
 
 ObservationPlan = tuple[Any, ...]
-"""How SB3's ``preprocess_obs`` turns a policy's observations into its features extractor's input, decided from the
-observation space outside a compiled graph (:func:`observation_plan`), so that ``torch.compile`` traces the operations
-only: ``("box", divide_by_255)``, ``("discrete", n)``, ``("multi_discrete", sizes)``, ``("binary",)`` or
-``("dict", ((key, plan), ...))``."""
+"""SB3's ``preprocess_obs`` for an observation space, decided outside a compiled graph so that ``torch.compile`` traces
+the operations only: ``("box", divide_by_255)``, ``("discrete", n)``, ``("multi_discrete", sizes)``, ``("binary",)``
+or ``("dict", ((key, plan), ...))``."""
 
 
 def observation_plan(policy: BasePolicy) -> ObservationPlan | None:
-    """
-    ``policy``'s :data:`ObservationPlan`, or None when the policy extracts its features its own way (an overridden
-    ``extract_features``: the lean functions then call it).
-    """
+    """``policy``'s :data:`ObservationPlan`, or None when it overrides ``extract_features`` (the lean functions call it)."""
     if type(policy).extract_features not in (ActorCriticPolicy.extract_features, MaskableActorCriticPolicy.extract_features):
         return None
     return observation_space_plan(policy.observation_space, policy.normalize_images)
 
 
 def observation_space_plan(space: spaces.Space, normalize_images: bool) -> ObservationPlan:
-    """The :data:`ObservationPlan` of SB3's ``preprocess_obs`` for ``space``: its decisions, case by case, taken here
-    (``is_image_space`` reads the bounds' numpy arrays)."""
+    """The :data:`ObservationPlan` of SB3's ``preprocess_obs`` for ``space``."""
     if isinstance(space, spaces.Dict):
         return (
             "dict",
@@ -156,9 +145,8 @@ def policy_latents(
     policy: ActorCriticPolicy | MaskableActorCriticPolicy, obs: PyTorchObs, plan: ObservationPlan | None = None
 ) -> tuple[th.Tensor, th.Tensor]:
     """
-    The policy and value latents of an ``ActorCriticPolicy`` or sb3-contrib's ``MaskableActorCriticPolicy`` (as in
-    their ``evaluate_actions``), in one pass; with the policy's :data:`ObservationPlan`, the observations are
-    preprocessed by it (what ``torch.compile`` traces) instead of by SB3's ``extract_features``.
+    The policy and value latents, as ``evaluate_actions`` computes them; with ``plan``, the observations preprocessed by
+    it instead of by ``extract_features``.
     """
     if plan is None:
         features = policy.extract_features(obs)
@@ -186,8 +174,7 @@ def evaluate_actions_with_distribution(
     policy: ActorCriticPolicy, obs: PyTorchObs, actions: th.Tensor
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None, Distribution]:
     """
-    Like ``ActorCriticPolicy.evaluate_actions`` (same computation, in the same order) but also returns the
-    action distribution, for losses that need more than the log-probabilities of the taken actions.
+    ``ActorCriticPolicy.evaluate_actions`` (the same computation, in the same order) that also returns the distribution.
 
     :return: values, log-probabilities of ``actions``, entropy (or None) and the distribution
     """
@@ -199,19 +186,12 @@ def evaluate_actions_with_distribution(
     return values, log_prob, entropy, distribution
 
 
-# The lean evaluation. torch's Categorical and Normal normalize their parameters, validate them and the actions (a
-# dozen small operations and a host synchronization each) and build Python objects: a large share of a small network's
-# forward and backward pass (benchmarks page, `benchmarks.timing.forward_cost`). The functions below compute the same
-# tensors with the same operations in the same order (the same values and gradients, bit for bit;
-# tests/test_lean_evaluation.py).
+# The lean evaluation: the tensors of torch's Categorical and Normal with the same operations in the same order (the same
+# values and gradients, bit for bit), without their validation and Python objects.
 
 
 def categorical_log_prob(logits: th.Tensor, actions: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
-    """
-    ``Categorical(logits=logits)``'s normalized logits and ``log_prob(actions)``, as torch computes them.
-
-    :return: the normalized logits (log-probabilities of every action) and the log-probabilities of ``actions``
-    """
+    """``Categorical(logits=logits)``'s normalized logits (every action's log-probability) and ``log_prob(actions)``."""
     log_pmf = logits - logits.logsumexp(dim=-1, keepdim=True)
     return log_pmf, log_pmf.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
 
@@ -228,10 +208,8 @@ def _sum_action_dimensions(tensor: th.Tensor) -> th.Tensor:
 
 
 def diag_gaussian_log_prob(mean: th.Tensor, log_std: th.Tensor, actions: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
-    """
-    SB3's ``DiagGaussianDistribution.proba_distribution(mean, log_std)``: the standard deviations and
-    ``log_prob(actions)`` (``torch.distributions.Normal``'s, summed over the action dimensions).
-    """
+    """SB3's ``DiagGaussianDistribution.proba_distribution(mean, log_std)``: the standard deviations and
+    ``log_prob(actions)``."""
     std = th.ones_like(mean) * log_std.exp()
     log_prob = -((actions - mean) ** 2) / (2 * std**2) - std.log() - math.log(math.sqrt(2 * math.pi))
     return std, _sum_action_dimensions(log_prob)
@@ -252,10 +230,8 @@ def gsde_std(distribution: StateDependentNoiseDistribution, latent_pi: th.Tensor
 
 
 def gsde_noise(distribution: StateDependentNoiseDistribution, latent_pi: th.Tensor) -> th.Tensor:
-    """
-    SB3's ``StateDependentNoiseDistribution.get_noise``: the exploration noise at the actor's latent, through the one
-    exploration matrix, or through each environment's when there is one per row.
-    """
+    """SB3's ``StateDependentNoiseDistribution.get_noise``: the noise at the actor's latent, through the exploration matrix
+    (or one per row)."""
     latent_sde = latent_pi if distribution.learn_features else latent_pi.detach()
     matrices = distribution.exploration_matrices
     if len(latent_sde) == 1 or len(latent_sde) != len(matrices):
@@ -270,10 +246,8 @@ def gsde_log_prob(
     log_std: th.Tensor,
     actions: th.Tensor,
 ) -> tuple[th.Tensor, th.Tensor]:
-    """
-    SB3's ``StateDependentNoiseDistribution.proba_distribution(mean, log_std, latent_pi)`` without squashing: the
-    standard deviations (``sqrt(latent_sde**2 @ std**2 + epsilon)``) and ``log_prob(actions)``, without the objects.
-    """
+    """SB3's unsquashed ``StateDependentNoiseDistribution.proba_distribution(mean, log_std, latent_pi)``: the standard
+    deviations (:func:`gsde_std`) and ``log_prob(actions)``."""
     std = gsde_std(distribution, latent_pi, log_std)
     log_prob = -((actions - mean) ** 2) / (2 * std**2) - std.log() - math.log(math.sqrt(2 * math.pi))
     return std, _sum_action_dimensions(log_prob)
@@ -286,9 +260,8 @@ def is_lean_gsde(distribution: object) -> bool:
 
 def has_lean_evaluation(policy: object) -> bool:
     """
-    Whether :func:`lean_evaluate_actions` computes ``policy.evaluate_actions``: an ``ActorCriticPolicy`` whose
-    evaluation is SB3's own (not overridden by a subclass) and whose action distribution is exactly SB3's categorical,
-    diagonal Gaussian or gSDE one (not squashed).
+    Whether :func:`lean_evaluate_actions` computes ``policy.evaluate_actions``: an ``ActorCriticPolicy`` with SB3's own
+    evaluation and exactly SB3's categorical, diagonal Gaussian or unsquashed gSDE distribution.
     """
     return (
         isinstance(policy, ActorCriticPolicy)
@@ -302,10 +275,8 @@ def has_lean_evaluation(policy: object) -> bool:
 
 def has_lean_recurrent_evaluation(policy: object) -> bool:
     """
-    Whether an sb3-contrib ``RecurrentActorCriticPolicy`` evaluates its actions as sb3-contrib's own does (its
-    ``evaluate_actions``, ``get_distribution`` and ``_process_sequence``), with SB3's categorical, diagonal Gaussian
-    or (unsquashed) gSDE distribution: what the compiled step computes from its LSTM outputs
-    (:func:`lean_evaluate_latents`).
+    Whether :func:`lean_evaluate_latents` computes an sb3-contrib ``RecurrentActorCriticPolicy``'s evaluation from its
+    LSTM outputs: sb3-contrib's own evaluation, with SB3's categorical, diagonal Gaussian or unsquashed gSDE distribution.
     """
     return (
         isinstance(policy, RecurrentActorCriticPolicy)
@@ -322,9 +293,8 @@ def has_lean_recurrent_evaluation(policy: object) -> bool:
 
 def has_lean_log_prob(policy: object) -> bool:
     """
-    Whether :func:`lean_action_log_prob` computes ``policy.get_distribution(obs).log_prob(actions)`` (the proximal
-    policy's log-probabilities): :func:`has_lean_evaluation`, with SB3's own ``get_distribution`` and
-    ``extract_features``.
+    Whether :func:`lean_action_log_prob` computes ``policy.get_distribution(obs).log_prob(actions)``:
+    :func:`has_lean_evaluation`, with SB3's own ``get_distribution`` and ``extract_features``.
     """
     return (
         isinstance(policy, ActorCriticPolicy)
@@ -337,8 +307,7 @@ def has_lean_log_prob(policy: object) -> bool:
 def _lean_log_prob(
     policy: ActorCriticPolicy, latent_pi: th.Tensor, actions: th.Tensor
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
-    """From the actor's latent: the action head's output, the log-probabilities of ``actions`` and what the entropy
-    is computed from (the normalized logits of a categorical, the standard deviations of a Gaussian)."""
+    """The action head's output, ``log_prob(actions)`` and what the entropy is computed from (normalized logits or std)."""
     action_head = policy.action_net(latent_pi)
     if isinstance(policy.action_dist, CategoricalDistribution):
         log_pmf, log_prob = categorical_log_prob(action_head, actions)
@@ -354,9 +323,8 @@ def lean_evaluate_actions(
     policy: ActorCriticPolicy, obs: PyTorchObs, actions: th.Tensor, plan: ObservationPlan | None = None
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
     """
-    ``policy.evaluate_actions(obs, actions)`` (the values, the log-probabilities of ``actions`` and the entropy) for a
-    policy where :func:`has_lean_evaluation`, without building the action distribution (``plan``: the observations
-    preprocessed by the policy's :data:`ObservationPlan`, as compiled).
+    ``policy.evaluate_actions(obs, actions)`` for a policy where :func:`has_lean_evaluation`, without building the
+    distribution (``plan``: the policy's :data:`ObservationPlan`).
     """
     latent_pi, latent_vf = policy_latents(policy, obs, plan)
     return lean_evaluate_latents(policy, latent_pi, latent_vf, actions)
@@ -374,18 +342,14 @@ def lean_evaluate_latents(
 
 
 def lean_latent_log_prob(policy: ActorCriticPolicy, latent_pi: th.Tensor, actions: th.Tensor) -> th.Tensor:
-    """The log-probabilities of ``actions`` from the actor's latent (``mlp_extractor``'s output), as
-    :func:`lean_action_log_prob`."""
+    """:func:`lean_action_log_prob` from the actor's latent (``mlp_extractor``'s output)."""
     return _lean_log_prob(policy, latent_pi, actions)[1]
 
 
 def lean_action_log_prob(
     policy: ActorCriticPolicy, obs: PyTorchObs, actions: th.Tensor, plan: ObservationPlan | None = None
 ) -> th.Tensor:
-    """
-    ``policy.get_distribution(obs).log_prob(actions)`` for a policy where :func:`has_lean_log_prob` (the actor's path
-    only: no value head), without building the distribution.
-    """
+    """``policy.get_distribution(obs).log_prob(actions)`` for a policy where :func:`has_lean_log_prob` (actor only)."""
     latent_pi = policy.mlp_extractor.forward_actor(actor_features(policy, obs, plan))
     return _lean_log_prob(policy, latent_pi, actions)[1]
 
@@ -394,11 +358,9 @@ def lean_forward(
     policy: ActorCriticPolicy, obs: PyTorchObs, plan: ObservationPlan | None = None
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
     """
-    ``ActorCriticPolicy.forward(obs)`` with sampled actions (what SB3's rollout loop calls at every step) for a policy
-    where :func:`has_lean_evaluation` (gSDE included), without building the distribution: the same operations and the
-    same draws of torch's random number generator (``multinomial`` of the categorical's probabilities, ``normal_`` for
-    the Gaussian; gSDE draws nothing here, its noise is the exploration matrices that SB3's rollout loop resamples), so
-    the same actions, values and log-probabilities, bit for bit.
+    ``ActorCriticPolicy.forward(obs)`` with sampled actions for a policy where :func:`has_lean_evaluation`, without
+    building the distribution: the same operations and random draws (gSDE draws nothing here: its noise is the
+    exploration matrices), so the same results, bit for bit.
 
     :return: actions, values and the log-probabilities of the actions
     """
@@ -428,9 +390,7 @@ def lean_forward(
     return actions.reshape((-1, *policy.action_space.shape)), values, log_prob  # type: ignore[misc]
 
 
-# The lean evaluation of sb3-contrib's maskable policies: MaskableCategorical's arithmetic (the logits normalized, the
-# invalid actions' set to -1e8, normalized again; the masked actions left out of the entropy), with the masks of the
-# rollout buffer.
+# The lean evaluation of sb3-contrib's maskable policies, with the rollout buffer's masks.
 
 MASKED_LOGIT = -1e8
 """The logit sb3-contrib's ``MaskableCategorical`` gives an invalid action."""
@@ -438,9 +398,8 @@ MASKED_LOGIT = -1e8
 
 def has_lean_masked_evaluation(policy: object) -> bool:
     """
-    Whether :func:`lean_masked_evaluate_actions` computes ``policy.evaluate_actions(obs, actions, action_masks)``: an
-    sb3-contrib ``MaskableActorCriticPolicy`` whose evaluation is sb3-contrib's own and whose action distribution is
-    its masked categorical or multi-categorical one (not the masked Bernoulli).
+    Whether :func:`lean_masked_evaluate_actions` computes ``policy.evaluate_actions(obs, actions, action_masks)``: a
+    ``MaskableActorCriticPolicy`` with sb3-contrib's own evaluation and masked (multi-)categorical distribution.
     """
     return (
         isinstance(policy, MaskableActorCriticPolicy)
@@ -501,11 +460,11 @@ def lean_masked_evaluate_actions(
     plan: ObservationPlan | None = None,
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
     """
-    ``policy.evaluate_actions(obs, actions, action_masks)`` (the values, the log-probabilities of ``actions`` and the
-    entropy) for a policy where :func:`has_lean_masked_evaluation`, without building the action distribution.
+    ``policy.evaluate_actions(obs, actions, action_masks)`` for a policy where :func:`has_lean_masked_evaluation`,
+    without building the distribution.
 
     :param action_dims: :func:`masked_action_dims` of ``policy``
-    :param plan: the observations preprocessed by the policy's :data:`ObservationPlan` (as compiled)
+    :param plan: the policy's :data:`ObservationPlan`
     """
     latent_pi, latent_vf = policy_latents(policy, obs, plan)
     log_prob, components = _masked_categoricals(action_dims, policy.action_net(latent_pi), actions, action_masks)
@@ -521,9 +480,6 @@ def lean_masked_action_log_prob(
     action_dims: Sequence[int],
     plan: ObservationPlan | None = None,
 ) -> th.Tensor:
-    """
-    ``policy.get_distribution(obs, action_masks).log_prob(actions)`` for a policy where
-    :func:`has_lean_masked_evaluation` (the actor's path only), without building the distribution.
-    """
+    """``policy.get_distribution(obs, action_masks).log_prob(actions)`` where :func:`has_lean_masked_evaluation`."""
     action_logits = policy.action_net(policy.mlp_extractor.forward_actor(actor_features(policy, obs, plan)))
     return _masked_categoricals(action_dims, action_logits, actions, action_masks)[0]

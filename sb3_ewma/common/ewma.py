@@ -10,8 +10,7 @@ from torch import nn
 
 def ewma_decay_from_center_of_mass(center_of_mass: float) -> float:
     """
-    Decay ``beta`` of an EWMA whose center of mass (mean age of its terms, in updates) is ``center_of_mass``:
-    ``COM = beta / (1 - beta)``, so ``beta = COM / (COM + 1)``.
+    Decay ``beta = COM / (COM + 1)`` of an EWMA whose center of mass (mean age of its terms, in updates) is ``COM``.
 
     :param center_of_mass: mean age of the averaged terms, ``>= 0`` (0 means no averaging)
     :return: the decay, in ``[0, 1)``
@@ -53,31 +52,21 @@ def check_decay(name: str, decay: float) -> None:
 
 class ParameterEWMA(nn.Module):
     """
-    Bias-corrected exponentially weighted moving average of a network's parameters
-    (Hilton et al. 2021, appendix A). After ``k`` updates with parameters ``theta_1 .. theta_k`` of the source
-    (``theta_0`` being the source at construction or at the last ``reset``)::
+    Bias-corrected exponentially weighted moving average of a network's parameters (Hilton et al. 2021, appendix A).
+    After ``k`` updates with the source's parameters ``theta_1 .. theta_k`` (``theta_0``: at construction or ``reset``)::
 
         average = sum_i beta^(k - i) theta_i / sum_i beta^(k - i)
 
-    computed incrementally with a weight ``w`` that starts at 1:
-    ``w' = 1 + beta w``; ``average = theta / w' + (beta w / w') average``; ``w = w'``.
+    computed with a weight ``w`` that starts at 1: ``w' = 1 + beta w``; ``average = theta / w' + (beta w / w') average``.
 
-    The averaged copy is an ordinary module (``self.average``) that receives no gradients; its averaged parameters and
-    its buffers are saved in this module's ``state_dict`` together with the weight ``w`` (the parameters it does not
-    average are left out, and keep their values when a state is loaded), and it follows ``.to(device)``.
-    Buffers (batch-norm statistics...) are copied from the source, not averaged.
-
-    Why not ``torch.optim.swa_utils.AveragedModel`` with ``get_ema_multi_avg_fn``: its EMA has no bias correction, it
-    averages every parameter (PPG needs only the policy's), it deep-copies the module (SB3's gSDE policies hold
-    non-leaf tensors that cannot be deep-copied, and the copy would carry the policy's optimizer) and it has no reset
-    (PPG-EWMA restarts the average every phase). It is also slower per update (``python -m benchmarks.timing.ewma_update_cost``
-    compares the two; the figures are on the documentation's benchmarks page).
+    ``self.average`` receives no gradients; its averaged parameters, its buffers (copied from the source, not averaged)
+    and ``w`` are in this module's ``state_dict``. Unlike ``torch.optim.swa_utils.AveragedModel``, it is bias-corrected,
+    averages a subset of the parameters, does not deep-copy the module and can be reset.
 
     :param source: the network being trained
     :param average: a network of the same structure that will hold the average (it is overwritten with ``source``)
     :param decay: the decay ``beta`` in ``[0, 1)``; 0 makes the average a copy of the latest parameters
-    :param include: which parameters (by name) are averaged; the others are left as they are (they are not
-        needed by the caller, e.g. the value head of an actor-critic when only the policy is used). Default: all.
+    :param include: which parameters (by name) are averaged, the others left as they are (default: all)
     """
 
     def __init__(
@@ -139,10 +128,7 @@ class ParameterEWMA(nn.Module):
         return self._average_params, self._source_params
 
     def advance(self) -> None:
-        """
-        The rest of an update once the averaged parameters moved by :attr:`next_fraction` (here, or inside a compiled
-        training step): the buffers copied, the weight and the count advanced.
-        """
+        """The rest of an update once the averaged parameters moved by :attr:`next_fraction`: buffers, weight and count."""
         self._copy_buffers()
         self.weight = 1.0 + self.decay * self.weight
         self.n_updates += 1
@@ -172,10 +158,7 @@ class ParameterEWMA(nn.Module):
 
     @property
     def state_device(self) -> th.device:
-        """
-        Where the extra state tensor lives: with the averaged parameters (so that, as SB3 expects, every tensor of
-        the state dict is on the model's device), or on the CPU for a device without float64 (MPS).
-        """
+        """The extra state tensor's device: the averaged parameters', or the CPU for a device without float64 (MPS)."""
         device = next((tensor.device for tensor in self._average_params), th.device("cpu"))
         return th.device("cpu") if device.type == "mps" else device
 
@@ -218,12 +201,8 @@ def _with_unaveraged_parameters(module: ParameterEWMA, state_dict: dict[str, Any
 
 class EWMAMoments:
     """
-    Mean and variance of a stream of batches, from exponentially weighted sums with decay ``d`` per batch
-    (the authors' advantage normalization, Hilton et al. 2021 section 4). With ``d = 0`` they are the moments of
-    the latest batch alone. Span in batches: ``2 / (1 - d) - 1``.
-
-    Each ``update`` with a batch of mean ``m``, variance ``v`` and size ``n`` multiplies the sums by ``d``
-    (``d^2`` for the sum of squared per-sample weights) and adds ``n``, ``n``, ``m n`` and ``n v + n m^2``.
+    Mean and variance of a stream of batches, from exponentially weighted sums with decay ``d`` per batch (the authors'
+    advantage normalization, Hilton et al. 2021 section 4). With ``d = 0``: the latest batch's moments.
 
     :param decay: ``d`` in ``[0, 1)``
     """

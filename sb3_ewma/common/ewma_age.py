@@ -1,30 +1,12 @@
 """
-The age of the proximal EWMA when ``ewma_decay`` names a rule instead of a number.
+The age of the proximal EWMA when ``ewma_decay`` names a rule: its center of mass ``COM`` in policy optimizer steps,
+from ``M`` minibatches per epoch and ``E`` policy epochs, is ``M`` (``"paper"``), ``E * M`` (``"max_age"``: PPO's
+maximum age), ``E * M / 2`` (``"mean_age"``: PPO's mean age) or ``max(M, E * M / 2)`` (``"auto"``); the decay is
+``COM / (COM + 1)``.
 
-The EWMA's center of mass (``COM = beta / (1 - beta)``, its mean age in policy optimizer steps) follows from the
-iteration's shape: ``M`` minibatches per epoch (``ceil(n_steps * n_envs / batch_size)``) and ``E`` policy epochs
-(``n_epochs``). The rules, by name:
-
-- ``"paper"``: ``COM = M``. The value Hilton, Cobbe & Schulman used for PPO-EWMA and PPG-EWMA (8, with 8 minibatches
-  per epoch, for PPO with 3 epochs as for PPG with 1), not re-tuned; 2 and 32 were no better on Procgen.
-- ``"max_age"``: ``COM = E * M``. The paper's stated reason for its value, "the number of minibatches per policy phase
-  iteration ... so that the maximum age of the proximal policy is the same" as PPO's (whose proximal policy, the
-  behavior policy, is ``E * M`` steps old at the last minibatch). Equal to ``"paper"`` with one epoch.
-- ``"mean_age"``: ``COM = E * M / 2``. The same mean age as PPO's proximal policy over an iteration (which ages from 0
-  to ``E * M`` steps).
-- ``"auto"``: the default: ``"mean_age"`` with several epochs, ``"paper"`` with one (that is,
-  ``COM = max(M, E * M / 2)``).
-
-The decay is then ``beta = COM / (COM + 1)``.
-
-``"auto"`` is ``"mean_age"`` with several epochs because, among the three rules, it met SB3 PPO's returns on the most
-of rl-zoo3's tasks measured (the comparison, with its commands, is on the documentation's benchmarks page: "The EWMA's
-age with many epochs"); no rule met them on all. This package's ``ppo_ewma`` entries for Swimmer-v4 and Ant-v4 set
-``ewma_decay: max_age``, where ``"mean_age"`` fell short.
-
-With one epoch the rules ``"paper"`` and ``"max_age"`` agree on ``M``, the value the paper measured for PPG-EWMA;
-``"mean_age"`` would halve it, untested, so ``"auto"`` keeps ``M`` there. The Procgen entries of this package name
-``"paper"`` explicitly (the paper's PPO-EWMA setting, 8 with 3 epochs of 8 minibatches).
+``"auto"`` is ``"mean_age"`` with several epochs because, of the three rules, it met SB3 PPO's returns on the most
+rl-zoo3 tasks (the benchmarks page, "The EWMA's age with many epochs"), and ``"paper"`` with one, the value the paper
+measured for PPG-EWMA.
 """
 
 from sb3_ewma.common.ewma import ewma_decay_from_center_of_mass
@@ -33,10 +15,10 @@ EWMA_DECAY_AUTO = "auto"
 """The name that selects :data:`EWMA_DECAY_AUTO_RULE`."""
 
 EWMA_AGE_RULES: tuple[str, ...] = ("paper", "max_age", "mean_age")
-"""The named rules for the proximal EWMA's center of mass (see the module's docstring)."""
+"""The named rules for the proximal EWMA's center of mass."""
 
 EWMA_DECAY_AUTO_SEVERAL_EPOCHS = "mean_age"
-"""The rule ``"auto"`` selects with several epochs (with one: ``"paper"``); see the module's docstring."""
+"""The rule ``"auto"`` selects with several epochs (with one: ``"paper"``)."""
 
 EWMA_DECAY_NAMES: tuple[str, ...] = (EWMA_DECAY_AUTO, *EWMA_AGE_RULES)
 """Every name ``ewma_decay`` accepts besides a number and ``None``."""
@@ -46,8 +28,7 @@ def ewma_age_rule(name: str, n_epochs: int) -> str:
     """
     :param name: one of :data:`EWMA_DECAY_NAMES`
     :param n_epochs: ``E``, the policy epochs per iteration (``"auto"`` depends on it)
-    :return: the rule it selects: ``"auto"`` is :data:`EWMA_DECAY_AUTO_SEVERAL_EPOCHS` with ``E >= 2`` and
-        ``"paper"`` with one epoch (or none)
+    :return: the rule it selects (``"auto"``: :data:`EWMA_DECAY_AUTO_SEVERAL_EPOCHS` with ``E >= 2``, else ``"paper"``)
     """
     if name == EWMA_DECAY_AUTO:
         return EWMA_DECAY_AUTO_SEVERAL_EPOCHS if n_epochs >= 2 else "paper"
@@ -62,7 +43,7 @@ def ewma_center_of_mass_by_rule(name: str, minibatches_per_epoch: int, n_epochs:
 
     :param name: one of :data:`EWMA_DECAY_NAMES`
     :param minibatches_per_epoch: ``M``, the policy optimizer steps per epoch (``>= 1``)
-    :param n_epochs: ``E``, the policy epochs per iteration (``>= 1``; 0 is read as 1: no epoch, no age to match)
+    :param n_epochs: ``E``, the policy epochs per iteration (0 is read as 1)
     :return: ``M`` (``"paper"``), ``E * M`` (``"max_age"``), ``E * M / 2`` (``"mean_age"``) or
         ``max(M, E * M / 2)`` (``"auto"``)
     """

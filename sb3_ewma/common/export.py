@@ -1,20 +1,7 @@
 """
-Export to Stable-Baselines3's ``PPO`` (or, for the EWMA versions of sb3-contrib's variants, to ``RecurrentPPO`` and
-``MaskablePPO``): a model whose ``save`` gives a zip that ``stable_baselines3.PPO.load`` (``sb3_contrib``'s ``load``)
-opens, for users who deploy or share with SB3 alone (rl-zoo3 and Hugging Face model cards load with SB3 classes).
-
-What carries over: the policy network's weights (the action distribution and the value function), the policy
-optimizer's state, every hyperparameter that SB3's ``PPO`` has (same name, same meaning), the environment and the
-step counters. What does not: the parts PPO has no place for, i.e. the proximal (EWMA) policy, the decoupled options
-(``ewma_decay``, ``kl_coef``, ``imp_samp_max``, the advantage EWMA, staleness) and, for PPG, the auxiliary value head,
-the auxiliary optimizer and the phase structure. ``predict`` is the same; training the exported model further is
-SB3's PPO (sb3-contrib's variant).
-
-PPG's export (:mod:`sb3_ewma.ppg_ewma.export`) goes through :func:`to_sb3_ppo` with its own policy class, keyword
-arguments and weights.
-
-A policy built with this package's classes (e.g. ``ImpalaCNN`` as features extractor) stores their names in the zip:
-loading it needs ``sb3_ewma`` importable, as for any custom class in SB3.
+Export to Stable-Baselines3's ``PPO`` (or to sb3-contrib's ``RecurrentPPO`` and ``MaskablePPO``): a model whose
+``save`` gives a zip that SB3 (sb3-contrib) alone opens. The proximal (EWMA) policy, the decoupled options and PPG's
+auxiliary parts are left out. See :ref:`export`.
 """
 
 import inspect
@@ -41,11 +28,8 @@ _Exported = TypeVar("_Exported", bound=OnPolicyAlgorithm, covariant=True)
 
 class _PPOConstructor(Protocol[_Exported]):
     """
-    The constructor of a parent algorithm (SB3's ``PPO``, sb3-contrib's ``RecurrentPPO`` and ``MaskablePPO``) as
-    :func:`to_parent_algorithm` calls it. ``OnPolicyAlgorithm``, the bound of its ``algorithm_class``, has no
-    ``clip_range`` and annotates ``policy`` and ``env`` more narrowly than ``BaseAlgorithm`` does (``MaskablePPO``'s
-    policies are ``BasePolicy`` classes; ``env`` is ``None`` for a model without environment, as in ``load``); the
-    other hyperparameters, by name, are those of each constructor.
+    The constructor of a parent algorithm as :func:`to_parent_algorithm` calls it (``OnPolicyAlgorithm``'s signature
+    has no ``clip_range`` and narrower ``policy`` and ``env`` types).
     """
 
     def __call__(
@@ -68,8 +52,7 @@ def sb3_policy_class(policy: ActorCriticPolicy) -> type[ActorCriticPolicy]:
     """SB3's actor-critic policy class with the same default features extractor as ``policy``'s class."""
     if not isinstance(policy, HeadInitMixin):
         return type(policy)  # a user's own policy class
-    # this package's policies (PPO_EWMA's are SB3's with the head_init_scale keyword): SB3's class, so that the zip
-    # opens without sb3_ewma
+    # this package's policies: SB3's class, so that the zip opens without sb3_ewma
     if isinstance(policy, MultiInputActorCriticPolicy):
         return MultiInputActorCriticPolicy
     if isinstance(policy, ActorCriticCnnPolicy):
@@ -78,16 +61,12 @@ def sb3_policy_class(policy: ActorCriticPolicy) -> type[ActorCriticPolicy]:
 
 
 def sb3_policy_kwargs(policy_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``policy_kwargs`` without the initialization keyword of this package's policies (it only matters before the
-    weights are copied)."""
+    """``policy_kwargs`` without this package's ``head_init_scale`` (it only matters before the weights are copied)."""
     return {name: value for name, value in policy_kwargs.items() if name != "head_init_scale"}
 
 
 def _optimizer_state_by_name(source: ActorCriticPolicy, target: ActorCriticPolicy) -> dict[str, Any]:
-    """
-    ``source.optimizer``'s state dict for ``target.optimizer``, matched by parameter name (PPG's optimizer also holds
-    the auxiliary value head, which the target has not). Both optimizers were built on ``policy.parameters()``.
-    """
+    """``source.optimizer``'s state dict for ``target.optimizer``, matched by parameter name (target's may be fewer)."""
     source_names = [name for name, _ in source.named_parameters()]
     target_names = [name for name, _ in target.named_parameters()]
     state = source.optimizer.state_dict()
@@ -110,8 +89,7 @@ def to_sb3_ppo(
 ) -> PPO:
     """
     A plain SB3 ``PPO`` model with ``model``'s policy network, policy optimizer state, environment, step counters and
-    every hyperparameter that ``PPO`` has (see the module docstring for what is left out): :func:`to_parent_algorithm`
-    with ``PPO``.
+    every hyperparameter that ``PPO`` has: :func:`to_parent_algorithm` with ``PPO``.
 
     :param model: a ``PPO_EWMA`` model (any on-policy algorithm with an ``ActorCriticPolicy``)
     :param policy_class: the SB3 policy class of the export (default: :func:`sb3_policy_class`)
@@ -133,11 +111,9 @@ def to_parent_algorithm(
     """
     A model of ``algorithm_class`` (SB3's ``PPO``, sb3-contrib's ``RecurrentPPO`` or ``MaskablePPO``) with ``model``'s
     policy network, policy optimizer state, environment, step counters and every hyperparameter that
-    ``algorithm_class`` has. ``model`` is not changed; the two models share the environment. The global random number
-    generators are not advanced.
+    ``algorithm_class`` has. ``model`` is not changed; the two models share the environment.
 
-    :param model: a model of this package whose policy is of a kind that ``algorithm_class`` takes (an instance of a
-        class of its ``policy_aliases``)
+    :param model: a model of this package whose policy is of a kind that ``algorithm_class`` takes
     :param algorithm_class: the class of the export, a PPO whose constructor takes ``model``'s hyperparameters by name
     :param policy_class: the policy class of the export (default: :func:`sb3_policy_class`)
     :param policy_kwargs: its keyword arguments (default: :func:`sb3_policy_kwargs` of the model's)

@@ -1,11 +1,7 @@
 """
-Non-finite numbers caught where they enter training, each with a :class:`~sb3_ewma.common.checks.NonFiniteError`
-that says where it came from, before any update uses it:
-
-- an environment's observation or reward, by the environment and the step of the rollout that returned it
-  (:func:`check_finite_rollout`), after the rollout and before the update;
-- a schedule's value (learning rate, clip range), at the progress it was asked for (:func:`scheduled_value`);
-- a minibatch's gradient, before the optimizer step (:func:`check_finite_gradient_norm`): the weights stay as they were.
+Non-finite numbers caught where they enter training (an environment's observation or reward, a schedule's value, a
+minibatch's gradient), each with a :class:`~sb3_ewma.common.checks.NonFiniteError` that says where it came from,
+before any update uses it.
 """
 
 import math
@@ -20,9 +16,8 @@ from sb3_ewma.common.checks import HyperparameterError, NonFiniteError
 
 def first_non_finite(array: np.ndarray) -> tuple[int, ...] | None:
     """
-    The index of the first NaN or infinite entry of a floating-point array, or None (integer and boolean arrays have
-    none). The common case costs one sum: a sum of finite numbers is finite unless it overflows, and only then are the
-    entries tested one by one.
+    The index of the first NaN or infinite entry of a floating-point array, or None. The common case costs one sum
+    (finite unless an entry is not, or it overflows).
     """
     if array.dtype.kind not in "fc" or np.isfinite(array.sum()):
         return None
@@ -45,11 +40,7 @@ _ADVICE = (
 
 
 def check_finite_prediction_input(observation: Any) -> None:
-    """
-    Raise a ``NonFiniteError`` if an observation given to ``predict`` (an array, or a dict or tuple of arrays) holds a
-    NaN or an infinity, which the policy would turn into NaN action parameters (torch's "Expected parameter logits ...
-    found invalid values", which names the policy's output, not its input). One sum per array.
-    """
+    """Raise a ``NonFiniteError`` if an observation given to ``predict`` (arrays, or a dict or tuple of them) is not finite."""
     try:
         arrays = _arrays_of(observation)
     except (TypeError, ValueError):
@@ -74,13 +65,10 @@ def _first_non_finite_of(observation: Any) -> tuple[str, np.ndarray, tuple[int, 
 
 def check_finite_rollout(buffer: Any, last_observation: Any, num_timesteps: int) -> None:
     """
-    Raise a ``NonFiniteError`` naming the environment and the step of the rollout that returned a NaN or an infinity:
-    in the rollout buffer's rewards (where SB3 also adds the value of a truncated episode's final observation) or
-    observations (the steps stored so far, ``buffer.pos`` of them, or all when full), or in the observation the next
-    step would act on (``last_observation``). One sum per array when all is finite.
+    Raise a ``NonFiniteError`` naming the environment and the step of the rollout that returned a NaN or an infinity,
+    in the rollout buffer's rewards or stored observations, or in ``last_observation``.
 
-    :param buffer: the rollout buffer the parent's rollout loop fills (``observations`` and ``rewards`` of shape
-        ``(n_steps, n_envs, ...)``; a dict of arrays for ``Dict`` observations)
+    :param buffer: the rollout buffer the parent's rollout loop fills
     :param last_observation: the model's ``_last_obs``: the observation returned by the last step taken
     :param num_timesteps: the model's ``num_timesteps``, for the message
     """
@@ -117,8 +105,7 @@ def check_finite_rollout(buffer: Any, last_observation: Any, num_timesteps: int)
 
 def check_finite_gradient_norm(total_norm: th.Tensor, log_prefix: str, n_updates: int) -> None:
     """
-    Raise a ``NonFiniteError`` before the optimizer step when a minibatch's gradient norm is NaN or infinite (a
-    non-finite loss, or a loss whose gradient overflows): the weights and the optimizer's state stay as they were.
+    Raise a ``NonFiniteError`` before the optimizer step when a minibatch's gradient norm is NaN or infinite.
 
     :param log_prefix: the phase whose loss it is, as its logs name it (``"train"``, PPG's ``"aux"``)
     :param n_updates: the model's ``_n_updates`` (``train/n_updates``), to say when
@@ -134,10 +121,7 @@ def check_finite_gradient_norm(total_norm: th.Tensor, log_prefix: str, n_updates
 def scheduled_value(
     name: str, schedule: Callable[[float], Any], progress_remaining: float, infinity_allowed: bool = False
 ) -> float:
-    """
-    ``schedule(progress_remaining)``, or a ``NonFiniteError`` naming the setting if it is NaN (or infinite, unless
-    ``infinity_allowed``: an infinite clip range is no clipping).
-    """
+    """``schedule(progress_remaining)``, or a ``NonFiniteError`` if it is NaN (or infinite, unless ``infinity_allowed``)."""
     try:
         # SB3 wraps a schedule in FloatSchedule, which converts the value itself
         value = float(schedule(progress_remaining))

@@ -14,10 +14,7 @@ def human_bytes(n_bytes: float) -> str:
 
 
 def without_rounding_noise(value: float, digits: int = 12) -> float:
-    """
-    ``value`` rounded to ``digits`` significant digits, so that float noise such as ``7.9999999999999964`` (the center
-    of mass of the decay 8/9) shows as ``8.0`` in logs; non-finite values are returned as they are.
-    """
+    """``value`` rounded to ``digits`` significant digits (``7.9999999999999964`` shows as ``8.0``); non-finite as is."""
     if not math.isfinite(value) or value == 0:
         return value
     return float(f"{value:.{digits}g}")

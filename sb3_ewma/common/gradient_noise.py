@@ -1,18 +1,7 @@
 """
-The gradient noise scale ``B_simple = tr(Sigma) / |G|^2`` of McCandlish et al. 2018 ("An Empirical Model of
-Large-Batch Training", https://arxiv.org/abs/1812.06162, appendix A.1), estimated from the minibatch gradients that
-training computes anyway: the gradients ``g_1 .. g_k`` of the ``k`` minibatches (``B_small`` samples each) of an epoch,
-and their mean, the gradient of the whole epoch (``B_big = k * B_small`` samples). With ``|G_small|^2`` the mean of
-``|g_i|^2`` and ``|G_big|^2 = |mean_i g_i|^2``, the unbiased estimates are::
-
-    |G|^2     ~  (B_big |G_big|^2 - B_small |G_small|^2) / (B_big - B_small)
-    tr(Sigma) ~  (|G_small|^2 - |G_big|^2) / (1 / B_small - 1 / B_big)
-
-(``Sigma`` is the per-sample covariance of the gradient). As McCandlish et al., each estimate is smoothed with its own
-exponential moving average (bias-corrected, one update per epoch) and ``B_simple`` is the ratio of the two averages.
-The gradients of an epoch are taken at parameters that move from one minibatch to the next: the estimate assumes that
-the gradient changes little over an epoch. It is the batch size above which larger batches stop paying off (the
-critical batch size is about ``B_simple``); the batch size-invariance rules hold below it.
+The gradient noise scale ``B_simple = tr(Sigma) / |G|^2`` of McCandlish et al. 2018 (https://arxiv.org/abs/1812.06162,
+appendix A.1), estimated from an epoch's ``k`` minibatch gradients (``B_small`` samples each) and their mean
+(``B_big = k * B_small``), each estimate smoothed by a bias-corrected EMA (:ref:`gradient-noise-scale`).
 """
 
 from collections.abc import Sequence
@@ -60,8 +49,8 @@ class _BiasCorrectedEMA:
 @dataclass
 class GradientNoiseScale:
     """
-    Accumulates the minibatch gradients of an epoch (:meth:`observe`, right after ``backward()``, before clipping or
-    any averaging across processes) and, after every ``steps_per_epoch``-th one, updates the smoothed estimates.
+    Accumulates the minibatch gradients of an epoch (:meth:`observe`) and, after every ``steps_per_epoch``-th one,
+    updates the smoothed estimates.
 
     :param batch_size: samples per minibatch (``B_small``)
     :param steps_per_epoch: minibatches per epoch (``k >= 2``; ``B_big = k * batch_size``)
@@ -92,16 +81,14 @@ class GradientNoiseScale:
     @th.no_grad()
     def observe(self, gradients: Sequence[th.Tensor], tag: object = None) -> NoiseScaleEstimate | None:
         """
-        Add one minibatch gradient (the ``.grad`` of the parameters, in a fixed order). ``tag`` identifies the training
-        iteration: a change of tag drops an unfinished epoch (e.g. one cut short by ``target_kl``). Returns the
-        smoothed estimate when this gradient completes an epoch, else None. The device is read once per epoch.
+        Add one minibatch gradient (the parameters' ``.grad``, in a fixed order); a new ``tag`` (iteration) drops an
+        unfinished epoch. Returns the smoothed estimate when this gradient completes an epoch, else None.
         """
         if not self.enabled or not gradients:
             return None
         if tag != self._epoch_tag:
             self._sum, self._sq_norms, self._epoch_tag = [], [], tag
-        # torch's foreach ops (documented, beta) have no public name; the public add_ / vector_norm are one call per
-        # tensor (torch.nn.utils.get_total_norm, torch >= 2.6, returns the total norm only)
+        # torch's foreach ops have no public name; the public add_ / vector_norm are one call per tensor
         if not self._sum:
             self._sum = [gradient.detach().clone() for gradient in gradients]
         else:
@@ -125,9 +112,8 @@ class GradientNoiseScale:
 
     def observe_optimizer(self, optimizer: th.optim.Optimizer, tag: object = None) -> NoiseScaleEstimate | None:
         """
-        :meth:`observe` the gradient of ``optimizer``'s parameters (a parameter without a gradient counts as zeros):
-        right after ``backward()``, before clipping; under data-parallel training, once averaged over the ranks (the
-        gradient of a global minibatch, ``batch_size`` counting every rank's samples).
+        :meth:`observe` the gradient of ``optimizer``'s parameters (None counts as zeros), after ``backward()`` and
+        before clipping; under data-parallel training, once averaged over the ranks (``batch_size``: the global one).
         """
         gradients = [
             param.grad if param.grad is not None else th.zeros_like(param)

@@ -1,13 +1,7 @@
 """
-Clear errors for what an algorithm of this package does not take, raised before anything is built: a hyperparameter
-of an rl-zoo3 entry or of ``-params`` that the constructor does not take (one that another algorithm, or the policy,
-takes; or a misspelt one), a policy keyword that the chosen policy lacks, and a policy name of another algorithm.
-Python's and SB3's own errors name the keyword or the policy only; these also say which class or option takes it, and
-suggest the nearest name.
-
-The other algorithms are those the package's registry, :data:`sb3_ewma.algorithms.ALGORITHMS`, above ``common/``,
-registers here (:func:`register_algorithms`; the package's ``__init__`` imports it); each is imported only to explain
-an error.
+Clear errors for a keyword argument, policy keyword or policy name that an algorithm does not take: they say which
+class or option takes it, and suggest the nearest name. The other algorithms are those that
+:mod:`sb3_ewma.algorithms` registers here (:func:`register_algorithms`).
 """
 
 import difflib
@@ -23,16 +17,12 @@ _STALENESS = (
 )
 _MOVED: dict[str, str] = {"staleness": _STALENESS, "staleness_mode": _STALENESS}
 
-# the package's algorithm classes by name (a mapping that may import a class when it is looked up), for the hints that
-# name another algorithm; set by the registry (register_algorithms)
+# the package's algorithm classes by name (a mapping that may import a class when looked up); set by register_algorithms
 _algorithms: Mapping[str, type] = {}
 
 
 def register_algorithms(algorithms: Mapping[str, type]) -> None:
-    """
-    The package's algorithms, which the hints of this module name (``it is an argument of PPG_EWMA``): called by the
-    registry, :mod:`sb3_ewma.algorithms`, so that ``common/`` imports nothing above it.
-    """
+    """Set the package's algorithms that the hints name (called by :mod:`sb3_ewma.algorithms`)."""
     global _algorithms
     _algorithms = algorithms
 
@@ -87,14 +77,13 @@ def _policy_keyword_takers(algorithms: list[type], name: str) -> list[str]:
 
 def unknown_keyword_message(algorithm: type, name: str, value: Any, other_names: Iterable[str] = ()) -> str:
     """
-    Why ``name`` is not an argument of ``algorithm``, and what to do: pass it in ``policy_kwargs`` (a keyword of its
-    policies), use the algorithms that take it, or the nearest argument's name.
+    Why ``name`` is not an argument of ``algorithm``, and what to do (``policy_kwargs``, another algorithm, the nearest
+    name).
 
     :param algorithm: the algorithm class
     :param name: the keyword argument it does not take
     :param value: the value given
-    :param other_names: names valid where ``name`` was given besides the constructor's (rl-zoo3's entry keys), for the
-        nearest name
+    :param other_names: other valid names (rl-zoo3's entry keys), for the nearest name
     """
     class_name = algorithm.__name__
     message = f"{class_name} has no argument {name}={value!r}"
@@ -119,10 +108,8 @@ def unknown_keyword_message(algorithm: type, name: str, value: Any, other_names:
 
 def check_policy_keywords(algorithm: type, policy: Any, policy_kwargs: Any) -> None:
     """
-    Raise a ``TypeError`` for a keyword of ``policy_kwargs`` that the algorithm's own policy (``policy``, one of its
-    ``policy_aliases`` by name or by class) does not take but a policy of another algorithm of this package does, such
-    as ``head_init_scale`` for sb3-contrib's policies. Other keywords, and policy classes of the user's, are left to
-    the policy's constructor.
+    Raise a ``TypeError`` for a keyword of ``policy_kwargs`` that the algorithm's own policy does not take but a policy
+    of another algorithm of this package does. Other keywords, and the user's policy classes, are left to the policy.
     """
     aliases = getattr(algorithm, "policy_aliases", {})
     policy_class = aliases.get(policy) if isinstance(policy, str) else policy
@@ -141,10 +128,7 @@ def check_policy_keywords(algorithm: type, policy: Any, policy_kwargs: Any) -> N
 
 
 def unknown_policy_message(algorithm: type, policy_name: str) -> str:
-    """
-    SB3's "Policy X unknown", with the algorithm's policy names, the nearest one and the algorithms whose policy
-    ``policy_name`` is.
-    """
+    """SB3's "Policy X unknown", with the algorithm's policy names, the nearest one and the algorithms that have it."""
     aliases = list(getattr(algorithm, "policy_aliases", {}))
     message = f"Policy {policy_name} unknown for {algorithm.__name__}, whose policies are {_join(aliases)}"
     close = difflib.get_close_matches(str(policy_name), aliases, n=1, cutoff=0.5)

@@ -1,8 +1,6 @@
 """
-How an epoch is split into minibatches. SB3 draws random steps; the authors' code (``minibatch_gen`` over segments of
-shape ``(n_envs, n_steps)``) draws whole rollouts of environments: a random permutation of the environments, cut into
-groups, each minibatch the complete ``n_steps``-step rollouts of ``batch_size / n_steps`` environments (with fewer
-environments than minibatches, contiguous pieces of one environment's rollout).
+How an epoch is split into minibatches: random steps (SB3's), or whole rollouts of environments in random order (the
+authors' ``minibatch_gen``; contiguous pieces of one rollout when ``batch_size < n_steps``).
 """
 
 from collections.abc import Callable, Iterator
@@ -37,9 +35,7 @@ def rollout_row_indices(segments: np.ndarray, segment_length: int) -> np.ndarray
 def shuffled_rollout_indices(n_segments: int, segment_length: int, batch_size: int) -> Iterator[np.ndarray]:
     """
     One epoch over ``n_segments`` contiguous segments (rollouts) in random order: ``batch_size // segment_length``
-    whole segments per minibatch or, when ``batch_size`` is smaller than a segment, each segment cut into contiguous
-    pieces of ``batch_size`` rows, in time order (as the authors' ``minibatch_gen`` does with fewer environments than
-    minibatches).
+    whole segments per minibatch or, when ``batch_size`` is smaller, each segment cut into pieces in time order.
     """
     order = np.random.permutation(n_segments)
     if batch_size >= segment_length:
@@ -55,8 +51,8 @@ def shuffled_rollout_indices(n_segments: int, segment_length: int, batch_size: i
 
 def _flatten(buffer: RolloutBuffer) -> None:
     """
-    Flatten the buffer to ``(n_envs * n_steps, ...)``, environment-major, through SB3's own ``get`` (which draws a
-    permutation of the rows from numpy's global generator first, as at each epoch of SB3's sampling).
+    Flatten the buffer to ``(n_envs * n_steps, ...)``, environment-major, through SB3's own ``get`` (which draws one
+    permutation from numpy's global generator, as at each epoch of SB3's sampling).
     """
     if buffer.generator_ready:
         return
@@ -69,11 +65,9 @@ def rollout_minibatches(
     buffer: RolloutBuffer, batch_size: int, sample: Callable[[np.ndarray], Any] | None = None
 ) -> Iterator[RolloutBufferSamples]:
     """
-    One epoch over a full rollout buffer in minibatches of whole rollouts of environments (the authors' split):
-    after SB3's flattening, environment ``e``'s rollout is the rows ``e * n_steps ... (e + 1) * n_steps - 1``.
+    One epoch over a full rollout buffer in minibatches of whole rollouts of environments (the authors' split).
 
-    :param sample: the minibatch of the given rows (default: the buffer's ``_get_samples``; sb3-contrib's recurrent
-        buffer needs more, see :meth:`sb3_ewma.recurrent_ppo_ewma.buffers.ValidStepsRecurrentRolloutBuffer.rollout_samples`)
+    :param sample: the minibatch of the given rows (default: the buffer's ``_get_samples``)
     """
     _flatten(buffer)
     get_samples = buffer._get_samples if sample is None else sample

@@ -39,12 +39,9 @@ class _ConstructorParameters(Protocol):
 
 class HeadInitMixin:
     """
-    Adds the policy keyword ``head_init_scale`` (usable in ``policy_kwargs``, also from rl-zoo3 YAML): after the policy
-    is built (and after SB3's orthogonal initialization, if any), the authors' "normed" initialization with that scale
-    (:func:`sb3_ewma.common.torch_layers.normed_init_`: every output unit's weight vector rescaled to that norm, biases
-    zero) is applied to the heads: the action head, the value head and, in PPG, the auxiliary value head. The authors
-    use 0.1. ``None`` (default): the heads keep SB3's initialization. It only rescales the drawn weights, so the
-    random number generators advance as without it.
+    Adds the policy keyword ``head_init_scale``: after the policy is built, the authors' "normed" initialization with
+    that scale (:func:`sb3_ewma.common.torch_layers.normed_init_`; the authors use 0.1) is applied to the action, value
+    and (PPG) auxiliary value heads. ``None`` (default): the heads keep SB3's initialization.
     """
 
     def __init__(self, *args: Any, head_init_scale: float | None = None, **kwargs: Any) -> None:
@@ -72,10 +69,9 @@ class _Forward(Protocol):
 
 class LeanActingMixin:
     """
-    The rollout's step (``forward`` with sampled actions) without SB3's distribution objects, for the categorical,
-    diagonal Gaussian and gSDE policies (:func:`sb3_ewma.common.distributions.lean_forward`: the same actions, values and
-    log-probabilities, the same random draws); every other case is SB3's ``forward``. During a rollout whose acting
-    step is compiled, ``acting_step`` is that compiled function (set and cleared by the algorithm; never saved).
+    The rollout's step (``forward`` with sampled actions) without SB3's distribution objects, where
+    :func:`sb3_ewma.common.distributions.lean_forward` applies; SB3's ``forward`` otherwise. ``acting_step``: the
+    compiled step during a rollout that compiles it (never saved).
     """
 
     acting_step: Callable[[Any, PyTorchObs], tuple[th.Tensor, th.Tensor, th.Tensor]] | None = None
@@ -84,15 +80,13 @@ class LeanActingMixin:
         if not deterministic and has_lean_evaluation(self):
             actions, values, log_prob = (self.acting_step or lean_forward)(cast(Any, self), obs)
             if not isinstance(getattr(self, "action_dist", None), CategoricalDistribution) and bool(th.isnan(actions).any()):
-                # what torch's Normal refuses in SB3's step (the categorical's multinomial refuses it by itself): the
-                # rollout stops at this step, which names the observation
+                # what torch's Normal refuses in SB3's step (the categorical's multinomial refuses it by itself)
                 raise ValueError("the policy's Gaussian has a NaN mean or standard deviation (from the observations?)")
             return actions, values, log_prob
         return cast(_Forward, super()).forward(obs, deterministic)
 
     def __getstate__(self) -> dict[str, Any]:
-        # torch's Module.__getstate__ (a copy of __dict__), without a rollout's compiled acting step: a copy or a
-        # pickle made during a rollout acts eagerly
+        # without a rollout's compiled acting step: a copy or a pickle made during a rollout acts eagerly
         state = cast(Any, super()).__getstate__()
         state.pop("acting_step", None)
         return state
@@ -101,9 +95,8 @@ class LeanActingMixin:
 def policy_copy(policy: BasePolicy) -> BasePolicy:
     """
     A copy of ``policy`` with its parameters, for acting or averaging beside it: in evaluation mode, without the
-    optimizer (never optimized: no reference to its state is kept), and made without drawing random numbers (a new
-    build would initialize its weights). The distributions the policy holds from its last use (gSDE's noise, the last
-    evaluation's) are tensors of an autograd graph, which ``copy.deepcopy`` refuses: the copy gets them detached.
+    optimizer, made without drawing random numbers. Tensors of an autograd graph that it holds (which
+    ``copy.deepcopy`` refuses) are copied detached.
     """
     memo: dict[int, Any] = {id(policy.optimizer): None} if hasattr(policy, "optimizer") else {}
     for module in policy.modules():

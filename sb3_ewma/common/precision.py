@@ -1,8 +1,6 @@
 """
-The numeric format of the training step: the forward passes of ``train()`` under ``torch.autocast`` (bfloat16), and
-the convolutions' weights in ``channels_last`` memory format. Both are off by default (float32, contiguous); their
-speed and their effect on learning are measured by ``python -m benchmarks.timing.train_step`` before either becomes a
-default anywhere.
+The numeric format of the training step: ``train()``'s forward passes under ``torch.autocast`` and the convolutions'
+weights in ``channels_last`` memory format, both off by default (float32, contiguous).
 """
 
 import contextlib
@@ -14,8 +12,8 @@ from torch import nn
 
 def autocast(device_type: str, dtype: th.dtype | None) -> Any:
     """
-    ``torch.autocast`` to ``dtype`` on the device type, or no context at all for None (float32): a disabled autocast
-    still leaves its enter and exit in a compiled graph, which keeps the graph out of torch's compilation cache.
+    ``torch.autocast`` to ``dtype``, or no context for None: a disabled autocast would stay in a compiled graph and keep
+    it out of torch's compilation cache.
     """
     return contextlib.nullcontext() if dtype is None else th.autocast(device_type=device_type, dtype=dtype)
 

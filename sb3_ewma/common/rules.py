@@ -1,12 +1,8 @@
 """
-What the algorithms take, as rules: a :class:`Rule` per parameter (its allowed values, and the sentence that says
-them), applied by :func:`check_hyperparameters`. The constructors' table is :data:`RULES` (SB3's ``PPO``'s arguments,
-then the decoupled options; PPG's own in :mod:`sb3_ewma.ppg_ewma.checks`), with :data:`RELATIONS`, the checks of
-arguments together; ``learn``'s is :data:`LEARN_RULES`. Each constructor checks its arguments with
-:func:`check_arguments` before anything is built; ``load``'s keyword arguments and the command line's hyperparameter
-entries are checked by the constructor too (:func:`check_constructor_settings`), so each allowed range is written
-once, here. A bad value raises a ``ValueError`` that names the parameter, the value and what is allowed; a value that
-SB3 trains with but that cannot train as asked gets a ``UserWarning`` at the caller's line instead.
+What the algorithms take, as rules: a :class:`Rule` per parameter, applied by :func:`check_hyperparameters`. The
+constructors' table is :data:`RULES` (with :data:`RELATIONS`, the checks of arguments together), ``learn``'s is
+:data:`LEARN_RULES`. A bad value raises a ``ValueError`` naming the parameter, the value and what is allowed; a value
+that SB3 trains with but that cannot train as asked gets a ``UserWarning`` at the caller's line instead.
 """
 
 import math
@@ -44,10 +40,8 @@ class Rule(NamedTuple):
     """
     What one parameter allows: ``test(value)`` is true for the values allowed, ``allowed`` completes the sentence
     "<name> must be ..., got <value>". A rule applies where its parameter is given and ``when(settings)`` holds; a
-    ``schedule`` rule also checks a schedule's first value (the optimizer is built with it; ``"infinity"``: it may be
-    ``math.inf``, no clipping). A rule with a
-    ``warning`` refuses nothing: a value it does not allow is one that SB3 trains with but that cannot train as asked,
-    and gets a warning, "<name>=<value> is not <allowed>: <warning>".
+    ``schedule`` rule also checks a schedule's first value (``"infinity"``: it may be ``math.inf``). A rule with a
+    ``warning`` only warns: "<name>=<value> is not <allowed>: <warning>".
     """
 
     name: str
@@ -105,9 +99,8 @@ def check_hyperparameters(
     relations: Iterable[Callable[[Mapping[str, Any]], None]] = (),
 ) -> None:
     """
-    Raise a ``HyperparameterError`` naming the first setting that its rule refuses, with the value and what is
-    allowed (or warn, for a rule with a ``warning``); then the ``relations``, checks of settings together (each raises
-    or warns itself). Parameters that ``settings`` lacks are not checked.
+    Raise a ``HyperparameterError`` naming the first setting that its rule refuses (or warn, for a rule with a
+    ``warning``), then apply the ``relations``. Parameters that ``settings`` lacks are not checked.
     """
     for rule in rules:
         if rule.name not in settings or (rule.when is not None and not rule.when(settings)):
@@ -165,13 +158,9 @@ ARGUMENT_RULES = (
 
 def check_constructor_settings(algorithm: type, policy: object, settings: Mapping[str, Any]) -> None:
     """
-    The checks that ``algorithm``'s constructor makes of ``settings``, and nothing else: the constructor is called
-    without an environment and without building anything (``env=None, _init_setup_model=False``, as SB3's ``load``
-    calls it). What a script's call refuses is refused with the same message; ``load``'s keyword arguments and the
-    command line's hyperparameter entries are checked this way, so there is one validation.
-
-    The check joins no process group and touches no GPU: it runs with ``distributed=False`` and ``device="cpu"`` (where
-    the constructor takes them) unless ``settings`` checks those.
+    The checks that ``algorithm``'s constructor makes of ``settings``, and nothing else: the constructor is called with
+    ``env=None, _init_setup_model=False``, and with ``distributed=False`` and ``device="cpu"`` unless ``settings``
+    gives them (no process group, no GPU).
 
     :param algorithm: the algorithm's class
     :param policy: the policy its constructor is given (a name or a class)
@@ -348,8 +337,7 @@ def check_arguments(
 ) -> None:
     """
     A constructor's checks, before anything is built: its arguments (``locals()`` at its first line) against
-    ``rules`` and ``relations``, then ``env`` and its observation space, ``policy_kwargs``, and a warning for
-    ``device="cuda"`` without a GPU.
+    ``rules`` and ``relations``, then ``env``, its observation space, ``policy_kwargs`` and ``device``.
     """
     check_hyperparameters(arguments, rules, relations)
     env = arguments["env"]

@@ -1,14 +1,6 @@
 """
-Which algorithm saved a zip file, read before ``load`` builds anything, so that a file of another algorithm gets an
-error naming both algorithms and the class that loads it, instead of a policy's ``TypeError``
-(``DQNPolicy.__init__() got an unexpected keyword argument 'use_sde'``) or a model built with another algorithm's
-policy; and whether
-the file is whole (:func:`check_saved_zip`): a truncated or garbled file gets an error naming the file and what is
-wrong with it, instead of a ``JSONDecodeError``, "Names of parameters do not match" or torch's advice on
-``weights_only``.
-
-SB3's zip stores no algorithm name; the policy class's module (written as plain JSON in the file's ``data``) tells
-the family of algorithms that saved it.
+Checks of a saved zip file before ``load`` builds anything: which algorithm saved it (from its policy class's module),
+so that a file of another algorithm gets an error naming both, and whether the file is whole (:func:`check_saved_zip`).
 """
 
 import io
@@ -58,8 +50,7 @@ POLICY_PARAMETERS = "policy.pth"
 
 
 def state_on_cpu(state: Any) -> Any:
-    """A state dict (a module's, an optimizer's: nested dicts and lists) with its tensors detached, on the CPU: as it
-    is saved, or sent to other ranks (no process unpickles it onto another's GPU)."""
+    """A state dict (nested dicts and lists) with its tensors detached, on the CPU (to save, or to send to other ranks)."""
     if isinstance(state, th.Tensor):
         return state.detach().cpu()
     if isinstance(state, dict):
@@ -75,10 +66,7 @@ def saved_model_name(path: Any) -> str:
 
 
 def read_saved_data(path: Any) -> dict[str, Any] | None:
-    """
-    The JSON of a saved model's ``data`` (values stay serialized), or None when ``path`` is not a readable zip
-    (``load`` then reports it as SB3 does). A path without a suffix gets ``.zip``, as in SB3.
-    """
+    """The JSON of a saved model's ``data`` (values serialized), or None when ``path`` is not a readable zip."""
     if isinstance(path, io.BufferedIOBase) or not isinstance(path, (str, os.PathLike)):
         return None
     path = os.fspath(path)
@@ -95,8 +83,8 @@ def read_saved_data(path: Any) -> dict[str, Any] | None:
 
 def read_saved_values(path: Any, keys: Iterable[str]) -> dict[str, Any]:
     """
-    Entries of a saved model's ``data``, of a path or a stream (read, then rewound), deserialized as SB3 does; the
-    others stay unread (an entry whose module is missing here costs nothing), absent or unreadable ones are left out.
+    The entries ``keys`` of a saved model's ``data``, of a path or a stream (rewound after), deserialized as SB3 does;
+    absent or unreadable ones are left out.
     """
     data: dict[str, Any] | None = None
     if isinstance(path, io.BufferedIOBase) and (path.closed or not path.seekable()):
@@ -134,9 +122,8 @@ def check_saved_file_exists(path: Any) -> None:
 
 def check_saved_algorithm(algorithm_name: str, loadable_policy_modules: tuple[str, ...], path: Any) -> dict[str, Any] | None:
     """
-    Raise a ``ValueError`` naming both algorithms when ``path`` was saved by an algorithm whose files
-    ``algorithm_name.load`` cannot open: the saved policy class comes from a module of this package, SB3 or
-    sb3-contrib that is not in ``loadable_policy_modules``. A user's own policy class (another module) passes.
+    Raise a ``ValueError`` naming both algorithms when the saved policy class comes from a module of this package, SB3
+    or sb3-contrib that is not in ``loadable_policy_modules`` (a user's own policy class passes).
 
     :return: the file's ``data`` JSON (values serialized), or None when it could not be read
     """
@@ -166,10 +153,8 @@ def _zip_path(path: Any) -> str | None:
 
 def saved_zip_problem(path: Any) -> str | None:
     """
-    What is wrong with a saved model's zip, as one phrase, or None when it is whole (or ``path`` is a buffer or no
-    file: ``load`` reports those as SB3 does): not a zip (truncated, or another kind of file), a member whose bytes do
-    not match its checksum, no ``data`` member or one that is not JSON, no ``policy.pth``, or a ``policy.pth`` that is
-    not a file of ``torch.save`` (a zip of its own with a ``data.pkl``).
+    What is wrong with a saved model's zip (not a zip, a damaged member, no or garbled ``data`` or ``policy.pth``), as
+    one phrase, or None when it is whole or ``path`` is a buffer or no file.
     """
     file = _zip_path(path)
     if file is None:
@@ -205,10 +190,7 @@ def saved_zip_problem(path: Any) -> str | None:
 
 
 def check_saved_zip(path: Any) -> None:
-    """
-    Raise a ``ValueError`` naming the file and what is wrong with it when a saved model's zip is truncated or garbled
-    (:func:`saved_zip_problem`), before ``load`` reads it.
-    """
+    """Raise a ``ValueError`` naming the file and what is wrong with it (:func:`saved_zip_problem`)."""
     problem = saved_zip_problem(path)
     if problem is not None:
         raise ValueError(f"cannot load {_zip_path(path)}: {problem}")
@@ -216,12 +198,9 @@ def check_saved_zip(path: Any) -> None:
 
 def check_saved_file(algorithm: type, path: Any) -> dict[str, Any] | None:
     """
-    Before ``algorithm.load(path)`` builds anything: raise a ``FileNotFoundError`` when there is no file, a
-    ``ValueError`` naming the file and what is wrong when it is truncated or garbled (:func:`check_saved_zip`), and a
-    ``ValueError`` naming the algorithm that saved it and the ``load`` that opens it when ``algorithm`` cannot (another
-    library's model: SB3's DQN, SAC, TD3; sb3-contrib's QRDQN, TQC; another algorithm of this package). The modules
-    whose policies ``algorithm`` loads are those of its ``policy_aliases`` and its
-    ``loadable_parent_policy_modules``; a class of SB3 or sb3-contrib loads its own policies' modules.
+    Before ``algorithm.load(path)`` builds anything: raise a ``FileNotFoundError`` when there is no file, and a
+    ``ValueError`` when it is truncated or garbled or was saved by an algorithm that ``algorithm`` cannot load (whose
+    policy modules are those of its ``policy_aliases`` and ``loadable_parent_policy_modules``).
 
     :param algorithm: the class whose ``load`` is about to open the file
     :param path: the file (a path; a buffer is not checked)
@@ -232,8 +211,7 @@ def check_saved_file(algorithm: type, path: Any) -> dict[str, Any] | None:
     return check_saved_algorithm(algorithm.__name__, (*own_modules, *parent_modules), path)
 
 
-# the saved settings that other hyperparameters' checks depend on, saved as the constructor takes them (not resolved
-# ones, such as PPG's aux_micro_batch_size, whose None becomes aux_batch_size)
+# the saved settings that other hyperparameters' checks depend on (saved as the constructor takes them)
 _SETTINGS_CHECKED_TOGETHER = (
     "n_steps",
     "batch_size",
@@ -250,14 +228,9 @@ _LOAD_OWN_ARGUMENTS = ("policy", "env", "device", "verbose", "_init_setup_model"
 
 def check_load_keywords(algorithm: type, keywords: dict[str, Any], saved: dict[str, Any] | None) -> None:
     """
-    The keyword arguments of ``load`` that change a hyperparameter (``PPO_EWMA.load(path, ewma_decay=0.9)``), checked
-    by the algorithm's constructor as a new model's are, before anything is loaded: SB3's ``load`` sets them on the
-    model unchecked, and a bad one fails deep inside it. The settings they are checked against (``n_steps`` for a new
-    ``batch_size``, ...) are the saved ones (the defaults where the file's data cannot be read first: a stream).
-
-    A keyword that is neither a constructor argument nor an entry of the saved data (a misspelt setting:
-    ``learnig_rate=1e-4``), which SB3's ``load`` sets as an attribute that nothing reads, gets a warning at the
-    caller's line (SB3 takes it without a word; it is not refused).
+    Check the keyword arguments of ``load`` that change a hyperparameter as the constructor checks a new model's,
+    against the saved settings, before anything is loaded (SB3 sets them unchecked). A keyword that is neither a
+    constructor argument nor saved (a misspelt setting) gets a warning at the caller's line.
 
     :param algorithm: the class whose ``load`` it is
     :param keywords: ``load``'s ``**kwargs``

@@ -15,17 +15,9 @@ from torch.nn import functional as F
 @th.no_grad()
 def normed_init_(module: nn.Module, scale: float = 1.0) -> nn.Module:
     """
-    "Normed" initialization of the authors' code (Cobbe et al., Hilton et al.), applied in place to every
-    ``nn.Linear`` and ``nn.Conv2d`` inside ``module`` (``module`` itself included): each output unit's weight vector
-    (a row of a linear layer, the ``in_channels x kh x kw`` kernel of one output channel of a convolution)
-    is rescaled to L2 norm ``scale``, keeping its direction (PyTorch's default draw), and biases are set to zero.
-
-    The authors use ``scale=0.1`` for the policy and value heads. With SB3 and ``ortho_init=False``, the heads
-    keep PyTorch's default initialization unless you apply this helper, right after creating the model and before
-    training (before any copy of the policy is taken, e.g. a proximal / EWMA policy)::
-
-        normed_init_(model.policy.action_net, scale=0.1)
-        normed_init_(model.policy.value_net, scale=0.1)
+    The authors' "normed" initialization, in place, of every ``nn.Linear`` and ``nn.Conv2d`` in ``module`` (itself
+    included): each output unit's weight vector rescaled to L2 norm ``scale`` (its direction kept), biases zero. The
+    authors use ``scale=0.1`` for the heads (the policy keyword ``head_init_scale``).
 
     :param module: the module to re-initialize (its submodules are visited too)
     :param scale: the norm of each output unit's weight vector, ``> 0``
@@ -46,8 +38,7 @@ def normed_init_(module: nn.Module, scale: float = 1.0) -> nn.Module:
 
 class ImpalaResidualBlock(nn.Module):
     """
-    Residual block of the IMPALA CNN: ``x + conv1(relu(conv0(relu(x))))``, 3x3 convolutions with padding 1
-    that keep the number of channels and the spatial size.
+    Residual block of the IMPALA CNN: ``x + conv1(relu(conv0(relu(x))))``, 3x3 convolutions with padding 1.
 
     :param channels: number of input (and output) channels
     """
@@ -66,8 +57,8 @@ class ImpalaResidualBlock(nn.Module):
 
 class ImpalaStack(nn.Module):
     """
-    Down-sampling stack of the IMPALA CNN: 3x3 convolution (padding 1) to ``out_channels``, max-pooling
-    3x3 with stride 2 and padding 1 (halves the height and width, rounding up), then ``n_blocks`` residual blocks.
+    Down-sampling stack of the IMPALA CNN: 3x3 convolution to ``out_channels``, 3x3 max-pooling with stride 2 (halves
+    the height and width, rounding up), then ``n_blocks`` residual blocks.
 
     :param in_channels: number of input channels
     :param out_channels: number of output channels
@@ -86,48 +77,20 @@ class ImpalaStack(nn.Module):
 
 class ImpalaCNN(BaseFeaturesExtractor):
     """
-    IMPALA CNN (Espeholt et al. 2018) as used on Procgen by Cobbe et al. (PPG) and Hilton et al.
-    (PPO-EWMA / PPG-EWMA): for each of ``channels`` (default 16, 32, 32) a stack
-    conv3x3 (padding 1) -> max-pool 3x3 stride 2 (padding 1) -> 2 residual blocks (relu-conv-relu-conv + skip);
-    then flatten -> relu -> linear ``features_dim`` (256) -> relu. On 64x64x3 Procgen frames the stacks output
-    32 x 8 x 8 = 2048 features and the network has 622,144 parameters.
+    IMPALA CNN (Espeholt et al. 2018) as used on Procgen by Cobbe et al. and Hilton et al.: for each of ``channels`` a
+    stack (:class:`ImpalaStack`), then flatten -> relu -> linear ``features_dim`` -> relu. Use it with
+    ``net_arch=[]`` and ``ortho_init=False`` (:ref:`procgen`).
 
-    Inputs are channel-first images (``C x H x W``). The extractor never rescales its input itself: SB3's policies
-    divide uint8 images by 255 in ``preprocess_obs`` before calling the features extractor (policy argument
-    ``normalize_images=True``, the default). Procgen's channel-last frames are transposed by SB3's
-    ``VecTransposeImage``, which SB3 adds automatically for CNN policies.
-
-    ``normed_init=True`` reproduces the initialization of the authors' code (``phasic_policy_gradient/impala_cnn.py``):
-    every weight vector of an output unit is rescaled to a fixed L2 norm and every bias is zero, with norms
-
-    - 1.0 for the first convolution of each stack,
-    - ``sqrt(1 / sqrt(n_stacks) / sqrt(n_blocks))`` (``6 ** -0.25 ~= 0.639`` for 3 stacks of 2 blocks) for the
-      convolutions of the residual blocks (keeps the variance of the residual stream bounded),
-    - 1.4 for the final linear layer.
-
-    The authors initialize the policy and value heads the same way with norm 0.1: use :func:`normed_init_` on
-    ``policy.action_net`` and ``policy.value_net`` for that.
-
-    Use with SB3's ``PPO`` or this package's ``PPO_EWMA``::
-
-        policy_kwargs = dict(features_extractor_class=ImpalaCNN, net_arch=[], ortho_init=False)
-        model = PPO_EWMA("CnnPolicy", env, policy_kwargs=policy_kwargs)
-        normed_init_(model.policy.action_net, 0.1)  # optional: the authors' head initialization
-        normed_init_(model.policy.value_net, 0.1)
-
-    ``ortho_init=False`` matters: with ``ortho_init=True`` SB3's ``ActorCriticPolicy._build`` applies orthogonal
-    initialization (biases zero) to every ``nn.Linear`` and ``nn.Conv2d`` of the features extractor
-    (gain sqrt(2)), of the MLP extractor (gain sqrt(2)), of ``action_net`` (gain 0.01) and of ``value_net``
-    (gain 1), which overwrites the normed initialization. ``net_arch=[]`` matters too: otherwise SB3 puts two
-    64-unit hidden layers between the 256 features and the heads, while the paper's heads are linear on the features.
+    ``normed_init=True`` reproduces the authors' initialization (:func:`normed_init_`) with norms 1.0 for each stack's
+    first convolution, ``sqrt(1 / sqrt(n_stacks) / sqrt(n_blocks))`` for the residual blocks' and 1.4 for the linear
+    layer.
 
     :param observation_space: the observation space, a channel-first image ``Box`` (``C x H x W``)
     :param features_dim: number of output features (units of the final linear layer)
     :param channels: output channels of each down-sampling stack
-    :param normed_init: use the authors' normed initialization (see above) instead of PyTorch's default one
-    :param normalize_images: whether the policy rescales the (uint8, [0, 255]) image observations to [0, 1] before
-        the extractor, i.e. the policy's ``normalize_images``. When True, the space must be a uint8 image space with
-        bounds [0, 255]; when False (observations already normalized floats), only its shape is checked.
+    :param normed_init: use the authors' normed initialization instead of PyTorch's default one
+    :param normalize_images: the policy's ``normalize_images``: True needs a uint8 image space with bounds [0, 255];
+        False (observations already normalized) checks only the shape
     """
 
     def __init__(
@@ -176,7 +139,7 @@ class ImpalaCNN(BaseFeaturesExtractor):
             self.normed_init()
 
     def normed_init(self) -> None:
-        """(Re-)apply the authors' normed initialization (see the class docstring) to all layers."""
+        """(Re-)apply the authors' normed initialization to all layers."""
         block_scale = math.sqrt(1.0 / math.sqrt(self.n_stacks) / math.sqrt(self.n_blocks))
         for module in self.cnn:
             if isinstance(module, ImpalaStack):

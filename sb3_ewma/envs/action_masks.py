@@ -1,7 +1,4 @@
-"""
-The action masks that ``MaskablePPO_EWMA`` (``--algo ppo_mask_ewma``) needs, for environments that have none: the
-last ``env_wrapper`` of the entries :mod:`sb3_ewma.zoo.derivation` derives from rl-zoo3's PPO entries.
-"""
+"""All-valid action masks for ``MaskablePPO_EWMA`` on environments that have none (an ``env_wrapper`` of the zoo)."""
 
 import gymnasium as gym
 import numpy as np
@@ -10,11 +7,9 @@ from gymnasium import spaces
 
 def all_valid_action_mask(action_space: spaces.Space) -> np.ndarray:
     """
-    The mask of a space where every action is valid, in sb3-contrib's layout: one entry per action of a ``Discrete``
-    space, the concatenated entries of each dimension of a ``MultiDiscrete`` one, two per dimension of a
-    ``MultiBinary`` one.
+    The mask where every action of ``action_space`` is valid, in sb3-contrib's layout.
 
-    :param action_space: a ``Discrete``, ``MultiDiscrete`` or ``MultiBinary`` space
+    :param action_space: a ``Discrete``, ``MultiDiscrete`` or ``MultiBinary`` space (else a ``ValueError``)
     :return: a boolean array of ones
     """
     if isinstance(action_space, spaces.Discrete):
@@ -33,8 +28,7 @@ def all_valid_action_mask(action_space: spaces.Space) -> np.ndarray:
 
 class ActionMaskOrAllValid(gym.Wrapper):
     """
-    Gives the environment an ``action_masks()`` method: the wrapped environment's own, when it has one, else every
-    action valid (``MaskablePPO_EWMA`` is then ``PPO_EWMA`` with a maskable policy).
+    Gives the environment an ``action_masks()`` method: the wrapped environment's own, else every action valid.
 
     :param env: an environment with discrete actions
     """

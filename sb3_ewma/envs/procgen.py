@@ -1,11 +1,6 @@
 """
-Procgen (Cobbe et al. 2020) for Stable-Baselines3: a ``VecEnv`` adapter over procgen's vectorized environment, and
-the loading, seeding and argument checks it shares with the single-environment gymnasium wrapper registered for
-rl-zoo3 (:mod:`sb3_ewma.envs.procgen_gymnasium`). The games, modes and normalization constants are in
-:mod:`sb3_ewma.envs.procgen_games`, the episode statistics in :mod:`sb3_ewma.envs.procgen_monitor`.
-
-The ``procgen`` module (distribution ``procgen-mirror``, extra ``procgen``) is imported lazily, so this module can be
-imported without it.
+Procgen (Cobbe et al. 2020) for Stable-Baselines3: :class:`ProcgenVecEnv`, and the loading, seeding and argument checks
+it shares with :mod:`sb3_ewma.envs.procgen_gymnasium`. The ``procgen`` module is imported lazily.
 """
 
 import re
@@ -50,8 +45,7 @@ _INSTALL_MESSAGE = (
 )
 
 
-# the system packages (Debian/Ubuntu, Fedora/RHEL) of the shared libraries that procgen's libenv.so links and that a
-# headless server image may lack; libGL.so.1's packages bring libGLX and libGLdispatch with them
+# the Debian/Ubuntu and Fedora/RHEL packages of the system libraries that procgen's libenv.so links
 _SYSTEM_LIBRARY_PACKAGES = {
     "libGL.so": ("libgl1", "mesa-libGL"),
     "libGLX.so": ("libglx0", "libglvnd-glx"),
@@ -61,12 +55,7 @@ _SYSTEM_LIBRARY_PACKAGES = {
 
 
 def _missing_library_error(error: OSError) -> OSError | None:
-    """
-    The error to raise when procgen's ``libenv.so`` could not be loaded because a system library it links is missing,
-    saying which system package to install; None for any other ``OSError``.
-
-    :param error: the error raised while procgen loaded its environment library
-    """
+    """The ``OSError`` naming the system package to install when ``libenv.so`` lacks a system library, else None."""
     message = str(error)
     missing = re.search(r"(lib[\w.+-]*\.so[\w.]*): cannot open shared object file", message)
     if missing is None or missing.group(1).startswith("libenv."):
@@ -88,7 +77,7 @@ def _missing_library_error(error: OSError) -> OSError | None:
 
 
 def _procgen_env_class() -> type:
-    """Import procgen lazily and return its gym3 environment class, or raise an ``ImportError`` saying how to install it."""
+    """Procgen's gym3 environment class, imported lazily; an ``ImportError`` saying how to install it."""
     try:
         from procgen import ProcgenGym3Env
     except ImportError as error:
@@ -101,13 +90,7 @@ def _is_int(value: Any) -> bool:
 
 
 def to_procgen_seed(seed: int) -> int:
-    """
-    Map any integer seed to procgen's range: procgen's ``rand_seed`` is an int32, so seeds are taken
-    modulo ``2**31`` (SB3 and rl-zoo3 may draw seeds up to ``2**32 - 1``).
-
-    :param seed: an integer
-    :return: ``seed % 2**31``, a Python int
-    """
+    """Map an integer seed to procgen's int32 ``rand_seed``: ``seed % 2**31``, a Python int."""
     if not _is_int(seed):
         raise ValueError(f"seed must be an integer or None, got {seed!r}")
     return int(seed) % _SEED_MODULUS
@@ -127,16 +110,8 @@ def check_procgen_args(
     procgen_kwargs: dict[str, Any] | None = None,
 ) -> None:
     """
-    Validate the arguments of a procgen environment, raising a ``ValueError`` that names the parameter and the
-    allowed values (procgen itself aborts the process on some invalid combinations).
-
-    :param env_name: the game
-    :param n_envs: number of parallel environments
-    :param num_levels: number of distinct levels (0: unlimited)
-    :param start_level: seed of the first level
-    :param distribution_mode: one of :data:`PROCGEN_DISTRIBUTION_MODES`, supported by the game
-    :param render_mode: None or "rgb_array"
-    :param procgen_kwargs: extra keyword arguments, names from :data:`PROCGEN_KWARGS`
+    Check the arguments of :func:`make_procgen_env`, raising a ``ValueError`` that names the parameter and its allowed
+    values (procgen aborts the process on some).
     """
     if env_name not in PROCGEN_GAMES:
         raise ValueError(f"env_name must be one of {PROCGEN_GAMES}, got {env_name!r}")
@@ -205,51 +180,31 @@ def _make_procgen(num: int, rand_seed: int, settings: ProcgenSettings) -> Any:
 
 class ProcgenVecEnv(VecEnv):
     """
-    SB3 ``VecEnv`` over procgen's vectorized environment (``procgen.ProcgenEnv`` is a thin baselines-style wrapper
-    around the same gym3 ``ProcgenGym3Env`` used here). Observations are the uint8 ``64 x 64 x 3`` (channel-last)
-    RGB frames, actions ``Discrete(15)``, with gymnasium spaces; SB3 adds ``VecTransposeImage`` itself for CNN policies.
+    SB3 ``VecEnv`` over procgen's vectorized gym3 environment: uint8 ``64 x 64 x 3`` RGB observations (channel-last),
+    ``Discrete(15)`` actions.
 
-    Episodes: procgen resets each environment automatically when its episode ends; the step that ends it returns
-    the reward of the last action, ``done=True`` and already the first observation of the next episode. At that step
-    ``infos[i]`` holds
+    Procgen resets each environment itself: the step that ends an episode returns ``done=True`` with the next episode's
+    first observation, and its ``infos[i]`` holds ``"level_complete"`` and ``"is_success"`` (the level was solved),
+    ``"prev_level_seed"``, ``"terminal_observation"`` (the last observation **before** the final action: procgen never
+    shows the final frame) and ``"TimeLimit.truncated"`` (always False: every episode end is terminal, as in the
+    paper). Every step's info holds ``"level_seed"``, the seed of the level being played.
 
-    - ``"level_complete"`` and ``"is_success"``: procgen's ``prev_level_complete`` (the level was solved rather than
-      failed or timed out; SB3 logs the mean of ``is_success`` as ``rollout/success_rate``);
-    - ``"prev_level_seed"``: the finished level's seed;
-    - ``"terminal_observation"``: procgen never exposes the true final frame, so this is the last observation
-      **before** the final action (the best available; SB3's PPO only reads it for truncated episodes);
-    - ``"TimeLimit.truncated"``: always False. Procgen does not report whether an episode hit its time limit, and
-      the paper (like the Procgen baselines) treats every episode end as terminal, so nothing is bootstrapped.
-
-    Every step's info also holds ``"level_seed"``, the seed of the level now being played. The episode statistics
-    (``info["episode"]``) come from the :class:`~sb3_ewma.envs.procgen_monitor.ProcgenMonitor` (SB3's ``VecMonitor``)
-    that :func:`make_procgen_env` puts around this env.
-
-    Seeding: procgen takes its seed (``rand_seed``) at construction only and derives the levels of all environments
-    from it. ``seed(s)`` therefore stores ``s`` and the next ``reset()`` rebuilds the procgen environment with
-    ``rand_seed=s``: ``ProcgenVecEnv(..., seed=s)`` and ``env.seed(s); env.reset()`` play the same levels, and the
-    same actions give the same trajectories. Procgen cannot reset an episode either, so a ``reset()`` after steps
-    have been taken also rebuilds the environment, with a seed drawn from a generator seeded by the last seed
-    (reproducible, but new levels each time). A ``reset()`` of a fresh environment does not rebuild it.
-    Seeds are taken modulo ``2**31`` (procgen's seeds are int32).
-
-    Attributes (``get_attr`` / ``set_attr`` / ``env_method``) are those of this adapter, shared by all its
-    environments, falling back to procgen's gym3 environment for ``get_attr`` and ``env_method``.
+    Procgen takes its seed at construction only: the ``reset()`` after ``seed(s)`` rebuilds the environment with
+    ``rand_seed=s % 2**31``, and a ``reset()`` after steps rebuilds it with a seed drawn from a generator seeded by the
+    last seed. ``get_attr``, ``set_attr`` and ``env_method`` reach this adapter, shared by all environments
+    (``get_attr`` and ``env_method`` fall back to procgen's environment).
 
     :param env_name: the game, one of :data:`PROCGEN_GAMES`
     :param num_envs: number of parallel environments
-    :param num_levels: number of distinct levels (0: unlimited, the paper's setting)
-    :param start_level: seed of the first level (levels are ``start_level .. start_level + num_levels - 1``)
-    :param distribution_mode: "easy", "hard" (the paper's), or "extreme" / "memory" / "exploration" for the games that
-        have them (:data:`PROCGEN_MODE_GAMES`)
+    :param num_levels: number of distinct levels (0: unlimited)
+    :param start_level: seed of the first level
+    :param distribution_mode: "easy", "hard", or a restricted mode for the games that have it (:data:`PROCGEN_MODE_GAMES`)
     :param seed: procgen's ``rand_seed`` (random when None)
-    :param render_mode: None, or "rgb_array" to make procgen render 512 x 512 frames for ``render()`` /
-        ``get_images()`` (slower; without it ``get_images()`` returns the 64 x 64 observations)
-    :param procgen_kwargs: options passed to procgen (:data:`PROCGEN_KWARGS`), e.g. ``num_threads``,
-        ``use_backgrounds``, ``paint_vel_info``
+    :param render_mode: None, or "rgb_array" for procgen's 512 x 512 frames in ``render()`` and ``get_images()``
+    :param procgen_kwargs: options passed to procgen (:data:`PROCGEN_KWARGS`), e.g. ``num_threads``
     """
 
-    # gymnasium's metadata (``render_modes`` and ``render_fps``): SB3's VecEnv only sets the list of render modes
+    # gymnasium's ``render_modes`` and ``render_fps`` (SB3's VecEnv sets only the render modes)
     metadata: dict[str, Any]
 
     def __init__(
@@ -308,9 +263,7 @@ class ProcgenVecEnv(VecEnv):
 
     def reset(self) -> VecEnvObs:
         """
-        Start new episodes in all environments: rebuilds the procgen environment with the seed given to ``seed()``
-        if any, else with a new reproducible seed when steps were taken since the last (re)build
-        (procgen cannot reset episodes); a fresh environment is used as it is.
+        Start new episodes: rebuild procgen with the seed given to ``seed()``, or with a new one after steps.
 
         :return: the first observations, uint8 ``(num_envs, 64, 64, 3)``
         """
@@ -357,11 +310,10 @@ class ProcgenVecEnv(VecEnv):
 
     def seed(self, seed: int | None = None) -> list[int | None]:
         """
-        Set procgen's seed for the next ``reset()``, which rebuilds the environment with ``rand_seed=seed % 2**31``
-        (procgen only takes seeds at construction). Later rebuilds draw their seeds from a generator seeded by it.
+        Set procgen's seed for the next ``reset()``, which rebuilds the environment; later rebuilds draw seeds from it.
 
         :param seed: the seed (random when None)
-        :return: the procgen seed, once per environment (procgen derives the environments' levels from it)
+        :return: the procgen seed, once per environment
         """
         rand_seed = to_procgen_seed(seed) if seed is not None else _random_seed()
         self._pending_seed = rand_seed
@@ -369,10 +321,7 @@ class ProcgenVecEnv(VecEnv):
         return [rand_seed for _ in range(self._num)]
 
     def get_images(self) -> list[np.ndarray]:
-        """
-        :return: one RGB frame per environment: procgen's 512 x 512 render with ``render_mode="rgb_array"``,
-            else the 64 x 64 observation
-        """
+        """:return: one RGB frame per environment: 512 x 512 with ``render_mode="rgb_array"``, else the observation"""
         self._check_open()
         if self.render_mode == "rgb_array":
             return [info["rgb"] for info in self._env.get_info()]
@@ -390,10 +339,7 @@ class ProcgenVecEnv(VecEnv):
         return [value for _ in self._get_indices(indices)]
 
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
-        """
-        Set an attribute of this adapter. Procgen's environments share one adapter, so ``indices`` must
-        cover all of them (or be None).
-        """
+        """Set an attribute of this adapter, shared by all environments: ``indices`` must cover them all (or be None)."""
         if sorted(self._get_indices(indices)) != list(range(self._num)):
             raise ValueError("procgen's environments share their attributes: set_attr needs indices=None (all envs)")
         setattr(self, attr_name, value)
@@ -404,7 +350,7 @@ class ProcgenVecEnv(VecEnv):
         return [result for _ in self._get_indices(indices)]
 
     def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
-        """False: procgen's environments are not gymnasium environments that wrappers could wrap."""
+        """False: procgen's environments are not gymnasium environments."""
         return [False for _ in self._get_indices(indices)]
 
 
@@ -425,28 +371,19 @@ def make_procgen_env(
 ) -> VecEnv:
     """
     Create a vectorized Procgen environment for SB3: a :class:`ProcgenVecEnv` in a
-    :class:`~sb3_ewma.envs.procgen_monitor.ProcgenMonitor` (SB3's ``VecMonitor``: raw episode returns, lengths and
-    Procgen's statistics in ``info["episode"]``), optionally in a reward-normalizing ``VecNormalize``.
-
-    With ``normalize_reward=True`` the rewards are normalized as in the paper (and in the Procgen baselines): each
-    environment keeps a discounted return ``ret = gamma * ret + r`` (reset at episode ends), rewards are divided
-    by the running standard deviation of these returns and clipped to ``[-clip_reward, clip_reward]``.
-    SB3's ``VecNormalize(norm_obs=False, norm_reward=True, gamma=gamma, clip_reward=clip_reward)`` implements
-    exactly this and is returned around the procgen env: save its statistics with the model, and set
-    ``training=False, norm_reward=False`` on evaluation copies. The ``info["episode"]`` statistics keep the raw
-    returns, as they are computed beneath it.
+    :class:`~sb3_ewma.envs.procgen_monitor.ProcgenMonitor` (raw episode statistics in ``info["episode"]``), optionally
+    in the paper's reward normalization, SB3's ``VecNormalize(norm_obs=False, norm_reward=True)`` (see :ref:`procgen`).
 
     :param env_name: the game, one of :data:`PROCGEN_GAMES`
     :param n_envs: number of parallel environments (the paper: 64 per worker)
-    :param num_levels: number of distinct levels (0: unlimited, the paper's setting)
+    :param num_levels: number of distinct levels (0: unlimited)
     :param start_level: seed of the first level
-    :param distribution_mode: "easy", "hard" (the paper's) or a restricted mode (:data:`PROCGEN_MODE_GAMES`)
+    :param distribution_mode: "easy", "hard" or a restricted mode (:data:`PROCGEN_MODE_GAMES`)
     :param seed: procgen's seed (random when None)
     :param normalize_reward: wrap the env in the reward-normalizing ``VecNormalize``
-    :param gamma: discount of the return whose standard deviation scales the rewards (0.99 in the paper,
-        independent of the algorithm's discount 0.999)
-    :param clip_reward: bound of the normalized rewards (10 in the paper)
-    :param render_mode: None or "rgb_array" (procgen renders 512 x 512 frames; use it for video recording)
+    :param gamma: discount of the returns whose standard deviation scales the rewards (the paper: 0.99)
+    :param clip_reward: bound of the normalized rewards
+    :param render_mode: None or "rgb_array" (512 x 512 frames, for video recording)
     :param monitor_filename: a Monitor CSV file for the episode statistics (None: none)
     :param info_keywords: keys of the step's info to add to the episode statistics (``Monitor``'s argument)
     :param procgen_kwargs: options passed to procgen (:data:`PROCGEN_KWARGS`), e.g. ``num_threads``

@@ -1,7 +1,6 @@
 """
-The Procgen benchmark's tables (Cobbe et al. 2020): the 16 games, the distribution modes and the games that have
-them, the return normalization constants of the easy and hard modes, and the gymnasium ids
-``procgen-<game>-<easy|hard>`` that this package registers. Pure data and functions: no ``procgen`` needed.
+The Procgen benchmark's tables (Cobbe et al. 2020): games, distribution modes, return normalization constants, and the
+gymnasium ids ``procgen-<game>-<easy|hard>``. Needs no ``procgen``.
 """
 
 import re
@@ -87,7 +86,7 @@ _ENV_ID_PATTERN = re.compile(r"^procgen-(?P<game>[a-z]+)-(?P<mode>[a-z]+)$")
 
 def parse_procgen_env_id(env_id: str) -> tuple[str, str] | None:
     """
-    Parse an id ``procgen-<game>-<easy|hard>`` (those registered by :func:`sb3_ewma.envs.register_procgen_envs`).
+    Parse an id ``procgen-<game>-<easy|hard>`` (registered by :func:`sb3_ewma.envs.register_procgen_envs`).
 
     :param env_id: e.g. "procgen-starpilot-easy"
     :return: ``(game, distribution_mode)``, e.g. ``("starpilot", "easy")``, or None if ``env_id`` is not such an id
@@ -102,15 +101,12 @@ def normalized_return(
     game_or_env_id: str, return_: float | np.ndarray, distribution_mode: str | None = None
 ) -> float | np.ndarray:
     """
-    Normalized return ``(R - R_min) / (R_max - R_min)`` of the Procgen paper (constants in
-    :data:`PROCGEN_NORMALIZATION_CONSTANTS`). The constants differ between the easy and hard modes, so the mode is
-    never assumed: give an environment id that names it (``"procgen-starpilot-easy"``), or a game and
-    ``distribution_mode``.
+    Normalized return ``(R - R_min) / (R_max - R_min)`` of the Procgen paper (:data:`PROCGEN_NORMALIZATION_CONSTANTS`).
+    The constants depend on the mode, which is never assumed.
 
     :param game_or_env_id: an id ``procgen-<game>-<easy|hard>``, or a game of :data:`PROCGEN_GAMES`
-    :param return_: episode return(s) ``R`` (a number or an array)
-    :param distribution_mode: "easy" or "hard" (the paper defines constants for these two modes only); required with
-        a game, optional with an id (it must then agree with the id's mode)
+    :param return_: episode return(s) ``R``
+    :param distribution_mode: "easy" or "hard"; required with a game, optional with an id (it must then agree)
     :return: the normalized return(s), a float for a scalar input, else an array of the input's shape
     """
     parsed = parse_procgen_env_id(game_or_env_id)

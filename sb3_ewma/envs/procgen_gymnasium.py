@@ -1,10 +1,4 @@
-"""
-A single Procgen environment as a ``gymnasium.Env`` (:class:`ProcgenGymnasiumEnv`), registered for rl-zoo3 as
-``procgen-<game>-<mode>`` (:func:`register_procgen_envs`). Training is much faster with the vectorized
-:func:`sb3_ewma.envs.procgen.make_procgen_env`.
-
-The ``procgen`` module is imported lazily, so this module can be imported without it.
-"""
+"""A single Procgen environment as a ``gymnasium.Env``, registered as ``procgen-<game>-<mode>`` (procgen imported lazily)."""
 
 from typing import Any
 
@@ -18,19 +12,14 @@ from sb3_ewma.envs.procgen_games import PROCGEN_GAMES, PROCGEN_REGISTERED_MODES
 
 class ProcgenGymnasiumEnv(gym.Env):
     """
-    A single Procgen environment (procgen with ``num=1``) as a ``gymnasium.Env``: the entry point of the ids
-    ``procgen-<game>-<mode>`` registered by :func:`register_procgen_envs`. For training, prefer the much faster
-    :func:`~sb3_ewma.envs.procgen.make_procgen_env`.
+    A single Procgen environment as a ``gymnasium.Env``, the entry point of the ids registered by
+    :func:`register_procgen_envs`; for training, the vectorized :func:`~sb3_ewma.envs.procgen.make_procgen_env` is
+    much faster.
 
-    Procgen resets episodes itself and never shows the final frame: the step that ends an episode returns
-    ``terminated=True`` with the last observation before the final action, and the following ``reset()`` returns
-    the first observation of the episode procgen has already started (no rebuild). ``truncated`` is always False
-    (procgen does not report time-limit ends). At episode ends ``info`` holds ``"level_complete"`` and
-    ``"is_success"`` (procgen's ``prev_level_complete``).
-
-    ``reset(seed=s)`` rebuilds procgen with ``rand_seed=s % 2**31``; a ``reset()`` in the middle of an episode
-    rebuilds it with a seed drawn from ``self.np_random`` (procgen cannot reset an episode), so runs are
-    reproducible from the first seed.
+    The step that ends an episode returns ``terminated=True`` with the last observation before the final action
+    (procgen never shows the final frame) and ``info["level_complete"]`` and ``info["is_success"]``; ``truncated`` is
+    always False. ``reset(seed=s)`` rebuilds procgen with ``rand_seed=s % 2**31``; a ``reset()`` mid-episode rebuilds
+    it with a seed drawn from ``self.np_random``.
 
     :param env_name: the game, one of :data:`PROCGEN_GAMES`
     :param distribution_mode: "easy", "hard" or a restricted mode
@@ -116,10 +105,8 @@ class ProcgenGymnasiumEnv(gym.Env):
 
 def register_procgen_envs() -> list[str]:
     """
-    Register the gymnasium ids ``procgen-<game>-<mode>`` (every game of :data:`PROCGEN_GAMES`, modes "easy" and
-    "hard"), e.g. ``gymnasium.make("procgen-starpilot-easy")``, with :class:`ProcgenGymnasiumEnv` as entry point.
-    Already registered ids are left alone. Importing ``sb3_ewma.envs`` calls it; procgen is only needed to make
-    the environments.
+    Register the gymnasium ids ``procgen-<game>-<easy|hard>`` of every game (entry point :class:`ProcgenGymnasiumEnv`),
+    leaving registered ids alone. Importing ``sb3_ewma.envs`` calls it.
 
     :return: the ids
     """

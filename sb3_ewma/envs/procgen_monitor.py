@@ -1,7 +1,4 @@
-"""
-Episode statistics of Procgen environments: SB3's ``VecMonitor`` (episode return, length and time, optionally a
-Monitor CSV file) with Procgen's own statistics added to ``info["episode"]``.
-"""
+"""Episode statistics of Procgen environments: SB3's ``VecMonitor`` with Procgen's own statistics."""
 
 from collections.abc import Sequence
 
@@ -14,15 +11,12 @@ from sb3_ewma.envs.procgen_games import PROCGEN_NORMALIZATION_CONSTANTS, normali
 
 class ProcgenMonitor(VecMonitor):
     """
-    SB3's ``VecMonitor`` over a :class:`~sb3_ewma.envs.ProcgenVecEnv`: at the step that ends an episode,
-    ``info["episode"]`` holds ``"r"`` (the **raw** return: put reward normalization above this wrapper), ``"l"``,
-    ``"t"`` as SB3's ``Monitor`` writes them, plus ``"level_complete"`` (the level was solved), ``"level_seed"`` (the
-    finished level's seed) and, in the easy and hard modes, ``"normalized_return"``
-    (:func:`~sb3_ewma.envs.normalized_return`). With a ``filename`` these go to a Monitor CSV file too (read by
-    ``stable_baselines3.common.monitor.load_results`` and ``rl_zoo3.plots``).
+    SB3's ``VecMonitor`` over a :class:`~sb3_ewma.envs.ProcgenVecEnv`: ``info["episode"]`` holds the **raw** return
+    ``"r"``, ``"l"`` and ``"t"``, plus ``"level_complete"``, ``"level_seed"`` (the finished level's) and, in the easy
+    and hard modes, ``"normalized_return"``; also written to the Monitor CSV file when given.
 
-    :param venv: the Procgen ``VecEnv`` (its infos hold ``level_complete`` and ``prev_level_seed`` at episode ends)
-    :param filename: the CSV file (``.monitor.csv`` is appended unless it ends with ``monitor.csv``), or None
+    :param venv: the Procgen ``VecEnv``
+    :param filename: the Monitor CSV file, or None
     :param info_keywords: keys of the step's info to add to the episode statistics (``Monitor``'s argument)
     """
 

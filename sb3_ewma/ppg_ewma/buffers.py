@@ -14,14 +14,9 @@ from sb3_ewma.common.minibatches import shuffled_rollout_indices
 
 class AuxiliaryBuffer:
     """
-    The data of one PPG policy phase for its auxiliary phase: the observations and value targets (the returns
-    ``V_targ`` of the rollout buffer, not recomputed) of ``n_iterations`` rollouts of ``n_steps * n_envs`` steps, and
-    the outputs of the policy ``pi_old`` on them, computed once before the auxiliary phase.
-
-    Everything lives in preallocated numpy arrays in host (CPU) memory; observations keep the observation space's
-    dtype (uint8 images stay uint8), one array per key for ``Dict`` observations. Only the requested rows are
-    moved to the device (:meth:`observations`, :meth:`value_targets`, :meth:`old_policy`), so the device never holds
-    more than one (micro-)batch. Memory: ``capacity * bytes_per_step`` bytes, see :attr:`bytes_per_step`.
+    The data of one PPG policy phase for its auxiliary phase: the observations and value targets (the rollout buffer's
+    returns) of ``n_iterations`` rollouts, and the outputs of ``pi_old`` on them, computed once before the phase.
+    Preallocated numpy arrays in host memory, observations in the space's dtype; only requested rows go to the device.
 
     :param n_iterations: rollouts per policy phase (``N_pi``)
     :param n_steps: steps per environment per rollout
@@ -52,7 +47,7 @@ class AuxiliaryBuffer:
             assert isinstance(shape, tuple), "a subspace of a Dict space is not a Dict (SB3's buffers take none)"
             self._observations[key] = np.zeros((self.capacity, *shape), dtype=space.dtype)
         self._value_targets = np.zeros(self.capacity, dtype=np.float32)
-        # the parameters of pi_old's distribution, one (capacity, n) float32 array each, allocated at the first use
+        # pi_old's distribution parameters, one (capacity, n) float32 array each, allocated at the first use
         self._old_policy: list[np.ndarray] = []
         self.size = 0
 
@@ -73,7 +68,7 @@ class AuxiliaryBuffer:
 
     @property
     def nbytes(self) -> int:
-        """Host memory of the preallocated arrays, in bytes (``capacity * bytes_per_step``)."""
+        """Host memory of the preallocated arrays, in bytes."""
         return self.capacity * self.bytes_per_step
 
     def reset(self) -> None:
@@ -88,8 +83,8 @@ class AuxiliaryBuffer:
         if self.size + n > self.capacity:
             raise RuntimeError(f"auxiliary buffer full ({self.capacity} steps)")
         rows = slice(self.size, self.size + n)
-        # stored environment-major, each environment's rollout in n_steps consecutive rows (as SB3 flattens a sampled
-        # buffer): the rollout buffer's arrays are (n_steps, n_envs, ...) or, once sampled, already flattened that way
+        # stored environment-major, as SB3 flattens a sampled buffer: the rollout buffer's arrays are
+        # (n_steps, n_envs, ...) or, once sampled, already flattened that way
         flattened = rollout_buffer.generator_ready
 
         def env_major(array: np.ndarray, row_shape: tuple[int, ...]) -> np.ndarray:
@@ -105,8 +100,8 @@ class AuxiliaryBuffer:
 
     def minibatch_indices(self, batch_size: int, rollout_length: int | None = None) -> Iterator[np.ndarray]:
         """
-        One epoch in minibatches of ``batch_size`` rows (the last may be smaller): random rows, or with
-        ``rollout_length`` (``n_steps``) whole rollouts of one environment in random order (the authors' split).
+        One epoch in minibatches of ``batch_size`` rows: random rows, or with ``rollout_length`` (``n_steps``) whole
+        rollouts of one environment in random order.
         """
         if rollout_length is not None:
             yield from shuffled_rollout_indices(self.size // rollout_length, rollout_length, batch_size)
@@ -134,7 +129,7 @@ class AuxiliaryBuffer:
         return th.as_tensor(self._value_targets[indices], device=self.device)
 
     def store_old_policy(self, indices: np.ndarray, parameters: Sequence[th.Tensor]) -> None:
-        """Store ``pi_old``'s distribution parameters (see ``distribution_parameters``) for the given rows."""
+        """Store ``pi_old``'s distribution parameters for the given rows."""
         if not self._old_policy:
             self._old_policy = [np.zeros((self.capacity, *p.shape[1:]), dtype=np.float32) for p in parameters]
         for storage, parameter in zip(self._old_policy, parameters):

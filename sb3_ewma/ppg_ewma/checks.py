@@ -77,10 +77,8 @@ def aux_batch_size_problem(
     algorithm_name: str, n_policy_iterations: int, n_steps: int, n_envs: int, batch_size: int, aux_batch_size: int
 ) -> str | None:
     """
-    Why ``aux_batch_size`` does not fit the auxiliary buffer of ``n_policy_iterations * n_steps * n_envs`` steps (it
-    must divide it), with the setting to change and a value that fits; None when it fits.
-
-    :param algorithm_name: the class, named in the advice for a saved model
+    Why ``aux_batch_size`` does not divide the auxiliary buffer, with the setting to change and a value that fits; None
+    when it fits. ``algorithm_name`` is named in the advice for a saved model.
     """
     aux_size = n_policy_iterations * n_steps * n_envs
     if aux_batch_size <= aux_size and aux_size % aux_batch_size == 0:
@@ -94,8 +92,7 @@ def aux_batch_size_problem(
     ]
     rollout_size = n_steps * n_envs
     if aux_batch_size == batch_size and batch_size > rollout_size:
-        # the auxiliary minibatch is batch_size's default, and batch_size itself exceeds the rollout: that is the
-        # setting to change (the policy phase trains on the whole rollout as one truncated minibatch)
+        # aux_batch_size defaults to batch_size, which exceeds the rollout: batch_size is the setting to change
         return (
             f"batch_size={batch_size} is larger than the rollout of n_steps * n_envs = {n_steps} *"
             f" {n_envs} = {rollout_size} steps, and the auxiliary phase's minibatch aux_batch_size defaults to"

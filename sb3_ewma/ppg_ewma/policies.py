@@ -1,14 +1,6 @@
 """
-Policies for PPG / PPG-EWMA: SB3 actor-critic policies with an auxiliary value head on the policy trunk and one of
-the three network architectures of Phasic Policy Gradient (Cobbe et al. 2020):
-
-- ``"dual"``: separate policy and value networks (own features extractors, own MLP branches); no parameter is shared.
-- ``"shared"``: one network; the value loss trains the shared trunk (features extractor and shared MLP layers).
-- ``"detach"``: one network whose value head reads the trunk's output detached ("single-network PPG"): the value
-  loss of the policy phase trains only the value branch; the trunk learns the value through the auxiliary head.
-
-Rollouts use the usual ``forward`` / ``predict_values`` / ``evaluate_actions`` / ``get_distribution``; the
-auxiliary phase uses :meth:`PPGPolicy.forward_auxiliary`.
+Policies for PPG / PPG-EWMA: SB3 actor-critic policies with an auxiliary value head on the policy trunk and one of the
+architectures of Phasic Policy Gradient (Cobbe et al. 2020), ``"dual"``, ``"shared"`` or ``"detach"``.
 """
 
 from functools import partial
@@ -45,25 +37,18 @@ def check_arch(arch: str) -> None:
 
 
 def is_ppg_policy_parameter(name: str) -> bool:
-    """
-    Whether a parameter of a :class:`PPGPolicy` can change the action distribution (trunk and policy head): the
-    parameters averaged by the proximal EWMA. The value branch, value head and auxiliary value head are excluded.
-    """
+    """Whether a parameter of a :class:`PPGPolicy` can change the action distribution (those the proximal EWMA averages)."""
     return is_policy_parameter(name) and not name.startswith(AUX_VALUE_PREFIX)
 
 
 class PPGMlpExtractor(MlpExtractor):
     """
-    The MLP part of a PPG network: SB3's ``MlpExtractor`` (a policy branch ``policy_net`` and a value branch
-    ``value_net``, each possibly empty) behind an optional shared trunk ``shared_net``, with the same interface
-    (``forward``, ``forward_actor``, ``forward_critic``, ``latent_dim_pi``, ``latent_dim_vf``).
-
-    ``net_arch``: with ``arch="dual"`` as in SB3 (a list gives both branches these layers; a dict gives ``pi`` and
-    ``vf`` layers), no shared layers. With ``"shared"`` or ``"detach"`` a list gives the shared trunk's layers (the
-    heads sit on the trunk), a dict ``pi`` / ``vf`` branches on the shared features.
+    The MLP part of a PPG network: SB3's ``MlpExtractor`` (branches ``policy_net`` and ``value_net``) behind an
+    optional shared trunk ``shared_net``, with the same interface.
 
     :param feature_dim: dimension of the features
-    :param net_arch: layer sizes, see above
+    :param net_arch: layer sizes: with ``arch="dual"`` as in SB3; with ``"shared"`` or ``"detach"`` a list gives the
+        shared trunk's layers, a dict ``pi`` / ``vf`` branches on the shared features
     :param activation_fn: activation after each layer
     :param arch: ``"dual"``, ``"shared"`` or ``"detach"`` (the value branch reads the trunk's output detached)
     :param device: PyTorch device
@@ -96,7 +81,7 @@ class PPGMlpExtractor(MlpExtractor):
         return shared.detach() if self.detach_value else shared
 
     def forward(self, features: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
-        """:return: the policy latent and the value latent (the shared trunk is evaluated once)"""
+        """:return: the policy latent and the value latent"""
         shared = self.shared_net(features)
         return self.policy_net(shared), self.value_net(self._value_input(shared))
 
@@ -116,29 +101,23 @@ class PPGPolicy(HeadInitMixin, LeanActingMixin, ActorCriticPolicy):
     :param action_space: Action space
     :param lr_schedule: Learning rate schedule (could be constant)
     :param net_arch: The specification of the networks (see :class:`PPGMlpExtractor`). Default: ``[]`` with
-        ``NatureCNN``; otherwise ``dict(pi=[64, 64], vf=[64, 64])`` for ``"dual"`` (SB3's) and a shared trunk
-        ``[64, 64]`` for ``"shared"`` and ``"detach"``.
+        ``NatureCNN``, else ``dict(pi=[64, 64], vf=[64, 64])`` for ``"dual"`` and ``[64, 64]`` otherwise
     :param activation_fn: Activation function
-    :param ortho_init: Whether to use or not orthogonal initialization (the auxiliary value head gets gain 1, like the
-        value head)
+    :param ortho_init: Whether to use or not orthogonal initialization
     :param use_sde: Whether to use State Dependent Exploration or not
     :param log_std_init: Initial value for the log standard deviation
     :param full_std: Whether to use (n_features x n_actions) parameters
         for the std instead of only (n_features,) when using gSDE
     :param use_expln: Use ``expln()`` function instead of ``exp()`` to ensure
-        a positive standard deviation (cf paper). It allows to keep variance
-        above zero and prevent it from growing too fast. In practice, ``exp()`` is usually enough.
+        a positive standard deviation (cf paper)
     :param squash_output: Whether to squash the output using a tanh function,
         this allows to ensure boundaries when using gSDE.
-    :param features_extractor_class: Features extractor to use; ``None`` (default): the policy's own
-        (:attr:`default_features_extractor_class`: ``FlattenExtractor``, ``NatureCNN`` for ``CnnPolicy``,
-        ``CombinedExtractor`` for ``MultiInputPolicy``, as SB3's)
+    :param features_extractor_class: Features extractor to use; ``None``: the policy's
+        :attr:`default_features_extractor_class`
     :param features_extractor_kwargs: Keyword arguments
         to pass to the features extractor.
-    :param share_features_extractor: ``None`` (default): set by the architecture (``False`` for ``"dual"``, ``True``
-        otherwise). ``True`` with ``"dual"``: one features extractor that both losses train, under separate policy and
-        value MLP branches, as SB3's ``PPO`` builds it; ``False`` with ``"shared"`` or ``"detach"`` raises a
-        ``ValueError``.
+    :param share_features_extractor: ``None`` (default): ``False`` for ``"dual"``, ``True`` otherwise; ``True`` with
+        ``"dual"`` is SB3's ``PPO`` layout; ``False`` with ``"shared"`` or ``"detach"`` raises a ``ValueError``
     :param normalize_images: Whether to normalize images or not,
          dividing by 255.0 (True by default)
     :param optimizer_class: The optimizer to use,
@@ -147,9 +126,8 @@ class PPGPolicy(HeadInitMixin, LeanActingMixin, ActorCriticPolicy):
         excluding the learning rate, to pass to the optimizer
     :param arch: ``"dual"`` (separate policy and value networks), ``"shared"`` (one network) or ``"detach"`` (one
         network, the value head on the detached trunk)
-    :param head_init_scale: The authors' normed initialization of the action, value and auxiliary value heads with
-        this scale (they use 0.1), applied after SB3's initialization; None (default): SB3's initialization only
-        (see :class:`sb3_ewma.common.policies.HeadInitMixin`)
+    :param head_init_scale: The authors' normed initialization of the heads with this scale (they use 0.1); None:
+        SB3's initialization only (see :class:`sb3_ewma.common.policies.HeadInitMixin`)
     """
 
     mlp_extractor: PPGMlpExtractor
@@ -233,10 +211,8 @@ class PPGPolicy(HeadInitMixin, LeanActingMixin, ActorCriticPolicy):
 
     def forward_auxiliary(self, obs: PyTorchObs) -> tuple[Distribution, th.Tensor, th.Tensor]:
         """
-        One pass for the auxiliary phase.
-
         :param obs: Observation
-        :return: the action distribution, the auxiliary value (head on the policy latent) and the value
+        :return: the action distribution, the auxiliary value and the value, for the auxiliary phase
         """
         latent_pi, latent_vf = policy_latents(self, obs)
         return self._get_action_dist_from_latent(latent_pi), self.aux_value_net(latent_pi), self.value_net(latent_vf)
@@ -248,18 +224,13 @@ class PPGPolicy(HeadInitMixin, LeanActingMixin, ActorCriticPolicy):
 
 
 class PPGCnnPolicy(PPGPolicy):
-    """
-    :class:`PPGPolicy` with SB3's ``NatureCNN`` features extractor by default (same parameters).
-    """
+    """:class:`PPGPolicy` with SB3's ``NatureCNN`` features extractor by default (same parameters)."""
 
     default_features_extractor_class = NatureCNN
 
 
 class PPGMultiInputPolicy(PPGPolicy):
-    """
-    :class:`PPGPolicy` for ``Dict`` observation spaces, with SB3's ``CombinedExtractor`` by default (same
-    parameters).
-    """
+    """:class:`PPGPolicy` for ``Dict`` observation spaces, with SB3's ``CombinedExtractor`` by default (same parameters)."""
 
     default_features_extractor_class = CombinedExtractor
 
@@ -279,8 +250,7 @@ SB3_POLICY_KINDS: dict[type[BasePolicy], type[PPGPolicy]] = {
 def ppg_policy_class(policy: str | type[BasePolicy]) -> str | type[PPGPolicy]:
     """
     The policy PPG builds for ``policy``: a name or a :class:`PPGPolicy` subclass as given, SB3's PPO policy classes
-    as the PPG policy of the same kind (:data:`SB3_POLICY_KINDS`), so that a script written for ``PPO`` runs with
-    ``PPG_EWMA`` unchanged. Any other policy class raises a ``ValueError`` that says where PPG's policies are.
+    as the PPG policy of the same kind (:data:`SB3_POLICY_KINDS`); any other class raises a ``HyperparameterError``.
     """
     if isinstance(policy, str) or (isinstance(policy, type) and issubclass(policy, PPGPolicy)):
         return policy

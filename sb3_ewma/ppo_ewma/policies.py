@@ -1,8 +1,6 @@
 """
-PPO_EWMA's policies: SB3's actor-critic policies with one more keyword, ``head_init_scale`` (the authors' normed
-initialization of the action and value heads, see :class:`sb3_ewma.common.policies.HeadInitMixin`). Without it they are
-SB3's policies, whose rollout step skips SB3's distribution objects (:class:`sb3_ewma.common.policies.LeanActingMixin`,
-the same numbers). The proximal policy is an EWMA copy of them.
+PPO_EWMA's policies: SB3's actor-critic policies with one more keyword, ``head_init_scale``
+(:class:`sb3_ewma.common.policies.HeadInitMixin`).
 """
 
 from stable_baselines3.common.policies import ActorCriticCnnPolicy, ActorCriticPolicy, MultiInputActorCriticPolicy

@@ -1,10 +1,7 @@
 """
-sb3-contrib's recurrent rollout buffers, with minibatches whose per-step tensors hold only the valid steps.
-
-Minibatches are sampled as sb3-contrib samples them (whole sequences, padded to the same length), except that the
-per-step tensors (actions, values, log-probabilities, advantages, returns) keep only the valid steps (``mask``): the
-observations, LSTM states, episode starts and ``mask`` stay padded, for the LSTM. Losses that are plain means over
-these per-step tensors are then RecurrentPPO's masked means.
+sb3-contrib's recurrent rollout buffers, with minibatches whose per-step tensors hold only the valid steps (``mask``);
+the observations, LSTM states, episode starts and ``mask`` stay padded, for the LSTM. Plain means over the per-step
+tensors are then RecurrentPPO's masked means.
 """
 
 from typing import TypeVar
@@ -37,8 +34,7 @@ def rollout_env_change(buffer: RolloutBuffer) -> np.ndarray:
 class ValidStepsRecurrentRolloutBuffer(RecurrentRolloutBuffer):
     """sb3-contrib's ``RecurrentRolloutBuffer`` with valid-step minibatches (see the module's description)."""
 
-    # sb3-contrib's recurrent buffers add an ``env_change`` argument to SB3's ``_get_samples(batch_inds, env)`` (and
-    # return other samples), so any override of it is incompatible with SB3's base classes: mypy cannot accept one.
+    # sb3-contrib's recurrent buffers add an ``env_change`` argument to SB3's ``_get_samples``: mypy refuses any override
     def _get_samples(  # type: ignore[override]
         self, batch_inds: np.ndarray, env_change: np.ndarray, env: VecNormalize | None = None
     ) -> RecurrentRolloutBufferSamples:
@@ -46,10 +42,8 @@ class ValidStepsRecurrentRolloutBuffer(RecurrentRolloutBuffer):
 
     def rollout_samples(self, batch_inds: np.ndarray) -> RecurrentRolloutBufferSamples:
         """
-        The minibatch of the given rows of the flattened buffer (``minibatch_sampling="rollouts"``: whole rollouts of
-        environments, or contiguous pieces of one): a sequence starts at each environment's first step, at each
-        episode start and at the first row, each from the LSTM states stored at its first step, as in
-        :meth:`get`'s minibatches.
+        The minibatch of the given rows of the flattened buffer (``minibatch_sampling="rollouts"``), its sequences cut
+        as in :meth:`get`'s minibatches.
         """
         return self._get_samples(batch_inds, rollout_env_change(self))
 

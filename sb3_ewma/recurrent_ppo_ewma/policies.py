@@ -1,7 +1,6 @@
 """
-RecurrentPPO_EWMA uses sb3-contrib's recurrent actor-critic policies unchanged; the proximal policy is an EWMA copy of
-them. The helpers below run a policy on the padded sequences of a minibatch as ``evaluate_actions`` does, then keep
-the valid steps only.
+RecurrentPPO_EWMA uses sb3-contrib's recurrent actor-critic policies unchanged. The helpers below run a policy on the
+padded sequences of a minibatch as ``evaluate_actions`` does, then keep the valid steps.
 """
 
 import torch as th
@@ -31,7 +30,7 @@ def is_recurrent_policy_parameter(name: str) -> bool:
 
 
 def _hidden_and_cell(states: tuple[th.Tensor, ...]) -> tuple[th.Tensor, th.Tensor]:
-    """The (hidden, cell) pair of one LSTM, which ``RNNStates`` types as a tuple of any length."""
+    """The (hidden, cell) pair of one LSTM (``RNNStates`` types it as a tuple of any length)."""
     hidden, cell = states
     return hidden, cell
 
@@ -73,10 +72,8 @@ def _lstm_over_sequences(
     features: th.Tensor, lstm_states: tuple[th.Tensor, ...], episode_starts: th.Tensor, lstm: th.nn.LSTM
 ) -> th.Tensor:
     """
-    ``_process_sequence``'s output on a minibatch's padded sequences by one call of the LSTM: the sequences start at
-    episode starts (sb3-contrib's buffers cut them there), so an episode start can only be a sequence's first step,
-    where sb3-contrib's loop resets the state before the step. Resetting the initial state instead is the same
-    computation, up to float rounding (the LSTM's kernel multiplies all steps' inputs at once).
+    ``_process_sequence``'s output on a minibatch's padded sequences by one call of the LSTM: sb3-contrib's buffers cut
+    sequences at episode starts, so resetting the initial state is the same computation, up to float rounding.
     """
     hidden, cell = _hidden_and_cell(lstm_states)
     n_seq = hidden.shape[1]
@@ -95,8 +92,7 @@ def sequence_latents(
 ) -> tuple[th.Tensor, th.Tensor]:
     """
     The actor's and critic's LSTM outputs (before ``mlp_extractor``) at a minibatch's valid steps, each LSTM called
-    once (:func:`_lstm_over_sequences`); what the compiled training step takes (the LSTMs run eagerly, on torch's own
-    kernels: a graph would be built for each padded length).
+    once; run eagerly, before the compiled training step (a graph would be built for each padded length).
     """
     # a pair of tensors exactly when the features extractor is not shared
     features = policy.extract_features(obs)
@@ -132,10 +128,7 @@ def evaluate_valid_steps(
     episode_starts: th.Tensor,
     valid: th.Tensor,
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None, Distribution]:
-    """
-    ``evaluate_actions`` restricted to the valid steps: values, log-probabilities of ``actions`` (given for the valid
-    steps only), entropy and the action distribution, each over the valid steps.
-    """
+    """``evaluate_actions`` at the valid steps (``actions`` given for those only), with the action distribution."""
     latent_pi, latent_vf = recurrent_latents(policy, obs, lstm_states, episode_starts)
     distribution = policy._get_action_dist_from_latent(latent_pi[valid])
     log_prob = distribution.log_prob(actions)

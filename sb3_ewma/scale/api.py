@@ -1,7 +1,6 @@
 """
-:func:`scale_hyperparams` and :func:`scale_hyperparams_with_report`: the checks of the settings, the algorithm and its
-defaults (read from the registry :data:`sb3_ewma.algorithms.ALGORITHMS`, which imports a class when it is first looked
-up), and the order in which the rules of :mod:`sb3_ewma.scale.rules` apply.
+:func:`scale_hyperparams` and :func:`scale_hyperparams_with_report`: the checks of the settings, the algorithm's
+defaults and the order in which the rules of :mod:`sb3_ewma.scale.rules` apply.
 """
 
 import copy
@@ -39,8 +38,8 @@ def _signature_defaults(cls: type) -> dict[str, Any]:
 
 def algorithm_defaults(algo: str) -> dict[str, Any]:
     """
-    The constructor defaults used for hyperparameters missing from the settings: those of the algorithm class
-    registered under ``algo`` in :data:`sb3_ewma.algorithms.ALGORITHMS` (``PPO_EWMA``, ``PPG_EWMA``, ``PPG``).
+    The constructor defaults of the algorithm registered under ``algo`` in :data:`sb3_ewma.algorithms.ALGORITHMS`, used
+    for hyperparameters missing from the settings.
 
     :param algo: one of :data:`ALGOS`
     :return: a new dict of defaults
@@ -51,12 +50,11 @@ def algorithm_defaults(algo: str) -> dict[str, Any]:
 
 
 def _is_ppg(algo: str) -> bool:
-    """Whether the algorithm has PPG's phases (``n_policy_iterations``)."""
     return "n_policy_iterations" in inspect.signature(ALGORITHMS[algo]).parameters
 
 
 def _check_keys(hyperparams: dict[str, Any], algo: str) -> None:
-    """A ``ValueError`` for a key that is neither an argument of the algorithm nor an rl-zoo3 entry key."""
+    """Raise a ``ValueError`` for a key that is neither an argument of the algorithm nor an rl-zoo3 entry key."""
     known = {*inspect.signature(ALGORITHMS[algo]).parameters, *ZOO_ENTRY_KEYS} - {"self", "env", "_init_setup_model"}
     for key in hyperparams:
         if key not in known:
@@ -96,10 +94,7 @@ def scale_with_log(
     scale_adam_betas: bool,
     scale_aux_learning_rate: bool,
 ) -> tuple[dict[str, Any], ScaleLog]:
-    """
-    :func:`scale_hyperparams` with positional arguments, returning the log instead of warning (the command line prints
-    it): ``(rescaled settings, what changed and the caveats)``.
-    """
+    """:func:`scale_hyperparams` with positional arguments, returning ``(rescaled settings, log)`` instead of warning."""
     if not isinstance(hyperparams, Mapping):
         raise ValueError(
             "hyperparams must be a dict of an rl-zoo3 entry's settings ({'n_envs': 8, 'batch_size': 256, ...}), got "
@@ -182,8 +177,8 @@ def scale_hyperparams_with_report(
     scale_aux_learning_rate: bool = False,
 ) -> tuple[dict[str, Any], list[str]]:
     """
-    Same as :func:`scale_hyperparams` (same parameters and warnings), also returning the report: one line per
-    rescaled hyperparameter, ``"name: old -> new (rule)"``.
+    Same as :func:`scale_hyperparams`, also returning the report: one line per rescaled hyperparameter,
+    ``"name: old -> new (rule)"``.
 
     :return: ``(rescaled settings, report lines)``
     """
@@ -207,56 +202,39 @@ def scale_hyperparams(
 ) -> dict[str, Any]:
     """
     Rescale PPO-EWMA / PPG-EWMA hyperparameters tuned with ``reference_n_envs`` environments for ``n_envs``
-    environments, following the batch size-invariance rules of Hilton, Cobbe & Schulman (2021). With
-    ``c = reference_n_envs / n_envs`` (``c > 1``: fewer environments, ``c < 1``: more):
+    environments, following the batch size-invariance rules of Hilton, Cobbe & Schulman (2021)
+    (:ref:`batch_size_invariance`). With ``c = reference_n_envs / n_envs``:
 
     - ``learning_rate`` (a number, an rl-zoo3 ``"lin_<value>"`` string or a schedule) ``/ sqrt(c)`` for Adam-type
-      optimizers (the default), ``/ c`` for ``SGD``; detected from ``policy_kwargs["optimizer_class"]`` (a dict or an
-      rl-zoo3 string); any other optimizer needs ``lr_rule``;
-    - ``batch_size / c`` (must stay a whole number); ``n_steps`` unchanged, so the iteration batch size
-      ``n_steps * n_envs`` is divided by ``c`` and the number of minibatches per epoch is unchanged;
-    - ``ewma_decay``: center of mass ``beta / (1 - beta)`` ``* c``; a rule's name (``"auto"``, ``"paper"``, ``"max_age"``,
-      ``"mean_age"``; absent means the algorithm's default ``"auto"``) is resolved to its reference center of mass
-      (:mod:`sb3_ewma.common.ewma_age`, with ``M = ceil(n_steps * reference_n_envs / batch_size)`` and ``E = n_epochs``)
-      and written as an explicit decay; ``None`` stays ``None`` (with a warning: no EWMA, no invariance);
-    - ``advantage_ewma_decay`` when ``advantage_normalization == "ewma"``: span ``2 / (1 - d) - 1`` iterations ``* c``
-      (a span below 1 is clamped to 1, with a warning);
-    - PPG: ``n_policy_iterations * c`` (must stay a whole number). The auxiliary phase is left unchanged, as in the
-      paper: ``n_aux_epochs``, ``aux_batch_size`` and ``aux_learning_rate`` keep their values (an ``aux_learning_rate``
-      of ``None``, meaning "same as learning_rate", is pinned to the reference ``learning_rate``; that is not possible
-      for an rl-zoo3 ``"lin_<value>"`` string, which rl-zoo3 parses for ``learning_rate`` only: it then stays ``None``,
-      with a warning), unless ``scale_aux_learning_rate=True``;
-    - optionally (``scale_adam_betas=True``) Adam's ``betas ** (1 / c)``, written into
-      ``policy_kwargs["optimizer_kwargs"]`` (a dict stays a dict, a string stays a string rl-zoo3 can eval);
-    - ``n_envs`` is set to the target (added if absent: pop it before passing constructor kwargs to the algorithm,
-      it sizes the ``VecEnv``); ``n_timesteps`` and every other setting (``n_steps``, ``clip_range``,
-      ``max_grad_norm``, ``normalize``, ``policy``, ...) pass through unchanged.
+      optimizers, ``/ c`` for ``SGD`` (detected from ``policy_kwargs["optimizer_class"]``);
+    - ``batch_size / c`` (must stay a whole number); ``n_steps`` unchanged;
+    - ``ewma_decay``: center of mass ``* c``; a rule's name (``"auto"``, ...) is resolved with
+      :mod:`sb3_ewma.common.ewma_age` and written as an explicit decay;
+    - ``advantage_ewma_decay`` when ``advantage_normalization == "ewma"``: span in iterations ``* c`` (at least 1);
+    - PPG: ``n_policy_iterations * c`` (must stay a whole number); the auxiliary phase is unchanged (an
+      ``aux_learning_rate`` of ``None`` is pinned to the reference ``learning_rate`` when it is not a ``"lin_<value>"``
+      string);
+    - optionally Adam's ``betas ** (1 / c)``;
+    - ``n_envs`` is set to the target (pop it before passing the settings to a constructor); every other setting passes
+      through unchanged.
 
-    Hyperparameters needed by a rule but absent from ``hyperparams`` take the algorithm's defaults
-    (see :func:`algorithm_defaults`) and are written explicitly. With ``c = 1`` the settings are returned unchanged.
-    A ``UserWarning`` is issued when the rescaled settings cannot be batch size-invariant: ``n_epochs > 1`` (the
-    invariance needs one policy epoch; SB3 PPO's default is 10), per-minibatch advantage normalization, or no EWMA;
-    and when a named ``ewma_decay`` (``"auto"``) is resolved with the algorithm's default ``n_steps`` because the
-    settings have none.
+    Missing hyperparameters that a rule needs take the algorithm's defaults (:func:`algorithm_defaults`) and are written
+    explicitly. A ``UserWarning`` says when the result cannot be batch size-invariant (``n_epochs > 1``, per-minibatch
+    advantage normalization, no EWMA) or when ``"auto"`` is resolved with the default ``n_steps``.
 
-    :param hyperparams: one algorithm's settings, an rl-zoo3 entry or constructor kwargs, with the reference number of
-        environments in ``n_envs`` (or given as ``reference_n_envs``). It is not modified.
-    :param n_envs: the target TOTAL number of environments, across all processes: for data-parallel training with
-        ``k`` workers of ``m`` environments each, pass ``k * m`` (and likewise count every worker's environments in the
-        reference ``n_envs``)
+    :param hyperparams: one algorithm's settings (an rl-zoo3 entry or constructor kwargs) with the reference number of
+        environments in ``n_envs``; not modified
+    :param n_envs: the target TOTAL number of environments, across all processes
     :param reference_n_envs: the number of environments the settings were tuned with, when ``hyperparams`` has no
         ``n_envs`` key (if both are given they must agree)
-    :param algo: ``"ppo_ewma"``, ``"ppg_ewma"``, ``"ppg"`` (plain PPG, which has no ``ewma_decay``),
-        ``"ppo_lstm_ewma"`` (RecurrentPPO_EWMA) or ``"ppo_mask_ewma"`` (MaskablePPO_EWMA);
-        by default ``"ppg_ewma"`` if a PPG-only key (``n_policy_iterations``, ``n_value_epochs``, ``n_aux_epochs``,
-        ``aux_batch_size``, ``aux_learning_rate``) is present, else ``"ppo_ewma"``
+    :param algo: one of :data:`ALGOS`; by default ``"ppg_ewma"`` if a key of :data:`PPG_KEYS` is present, else
+        ``"ppo_ewma"``
     :param lr_rule: ``"sqrt"`` or ``"linear"`` to override the rule detected from the optimizer (required for an
-        optimizer other than Adam, AdamW, NAdam, RAdam, Adamax and SGD, or their subclasses)
-    :param scale_adam_betas: also raise Adam's ``beta1`` and ``beta2`` to the power ``1 / c`` (paper appendix E; small
-        effect). A new ``policy_kwargs`` is written as an rl-zoo3 string when the settings have ``n_timesteps``,
-        otherwise as a dict.
-    :param scale_aux_learning_rate: PPG: also rescale ``aux_learning_rate`` with the same rule
-    :return: the rescaled settings, a deep copy (same mapping type and key order; keys added at the end)
+        optimizer other than Adam, AdamW, NAdam, RAdam, Adamax, SGD or their subclasses)
+    :param scale_adam_betas: also raise Adam's ``beta1`` and ``beta2`` to the power ``1 / c``
+    :param scale_aux_learning_rate: PPG: also rescale ``aux_learning_rate``
+    :return: the rescaled settings, a deep copy (keys added at the end)
+    :raises ValueError: for invalid settings, or a size that stops being a whole number
     """
     scaled, log = scale_with_log(
         hyperparams, n_envs, reference_n_envs, algo, lr_rule, scale_adam_betas, scale_aux_learning_rate

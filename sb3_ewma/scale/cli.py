@@ -1,7 +1,4 @@
-"""
-The command line ``python -m sb3_ewma.scale``: rescale an entry of an rl-zoo3 hyperparameter file, print it as YAML on
-stdout and the report on stderr.
-"""
+"""The command line ``python -m sb3_ewma.scale``: print a rescaled entry of an rl-zoo3 hyperparameter file."""
 
 import argparse
 import sys
@@ -47,9 +44,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """
-    Command line entry point: ``python -m sb3_ewma.scale FILE ENTRY --n-envs N [options]``, or with this package's
-    hyperparameter file of an algorithm, ``python -m sb3_ewma.scale --algo ppg_ewma --env procgen-starpilot-easy
-    --n-envs 16``.
+    Command line entry point: ``python -m sb3_ewma.scale FILE ENTRY --n-envs N [options]``, or
+    ``python -m sb3_ewma.scale --algo ppg_ewma --env procgen-starpilot-easy --n-envs 16`` for this package's file.
 
     :param argv: the arguments (default: ``sys.argv[1:]``)
     :return: the exit status

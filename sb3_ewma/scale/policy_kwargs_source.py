@@ -1,23 +1,12 @@
-"""
-Reading and editing a ``policy_kwargs`` string of an rl-zoo3 entry (e.g. ``"dict(optimizer_class=th.optim.SGD,
-net_arch=[64, 64])"``) without evaluating it, for :mod:`sb3_ewma.scale`.
-"""
+"""Reading and editing a ``policy_kwargs`` string of an rl-zoo3 entry without evaluating it."""
 
 import ast
 
 
 class PolicyKwargsSource:
     """
-    Parse a ``policy_kwargs`` string (``dict(...)`` or ``{...}``) without evaluating it, and edit it in place so that
-    everything not edited keeps its original spelling.
-
-    Why a source editor: rl-zoo3 keeps ``policy_kwargs`` as a Python expression that it evaluates later, in its own
-    namespace (``nn``, ``th``, and ``ImpalaCNN`` with this package), so it cannot be evaluated here, and the rescaled
-    entry must stay such an expression. Two things need the expression's structure, not its value: reading
-    ``optimizer_class`` (it chooses the step size rule) and, with ``scale_adam_betas``, writing ``betas``. The simpler
-    alternatives lose something: appending an override (``dict(<original>, optimizer_kwargs=...)``) drops the other
-    ``optimizer_kwargs`` entries (``eps``...) unless the original is repeated, and regular expressions misread nested
-    calls and strings. ``ast`` gives the exact position of the one value that changes; the rest is copied byte for byte.
+    Parse a ``policy_kwargs`` string (``dict(...)`` or ``{...}``) without evaluating it (rl-zoo3 evaluates it later, in
+    its own namespace), and edit it so that everything not edited keeps its original spelling.
     """
 
     def __init__(self, source: str) -> None:
@@ -61,7 +50,7 @@ class PolicyKwargsSource:
         return self._splice(start, end, text)
 
     def add_item(self, container: ast.expr, key: str, value_text: str) -> str:
-        """The source with ``key=value`` (``dict(...)``) or ``"key": value`` (``{...}``) added to ``container``."""
+        """The source with ``key=value`` or ``"key": value`` added to ``container``."""
         item = f"{key}={value_text}" if isinstance(container, ast.Call) else f"{key!r}: {value_text}"
         elements: list[ast.expr | ast.keyword] = []
         if isinstance(container, ast.Call):
@@ -80,7 +69,7 @@ class PolicyKwargsSource:
 
 
 def dotted_name(node: ast.expr) -> str | None:
-    """The last part of a name (``th.optim.SGD`` -> ``"SGD"``, also in a string), or None for other expressions."""
+    """The last part of a name (``th.optim.SGD`` -> ``"SGD"``, also in a string), or None."""
     if isinstance(node, ast.Attribute):
         return node.attr
     if isinstance(node, ast.Name):

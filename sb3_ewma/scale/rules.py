@@ -1,7 +1,6 @@
 """
-The batch size-invariance rules of :mod:`sb3_ewma.scale.batch_size_rules` applied to a hyperparameter dict, one
-function per hyperparameter: each reads the value (or the algorithm's default), writes the rescaled one and logs what
-it did, or why the result may not be batch size-invariant, in a :class:`ScaleLog`.
+The rules of :mod:`sb3_ewma.scale.batch_size_rules` applied to a hyperparameter dict, one function per hyperparameter,
+logging in a :class:`ScaleLog`.
 """
 
 import copy

@@ -1,8 +1,6 @@
 """
-Hyperparameter values as rl-zoo3 entries write them, for :mod:`sb3_ewma.scale`: learning rates given as numbers,
-``"lin_<value>"`` strings or schedules (:class:`ScaledSchedule`), ``policy_kwargs`` given as dicts or as strings that
-rl-zoo3 evaluates (the optimizer and its ``betas``), the keys of an entry that are not constructor arguments, and the
-files: a hyperparameter file read (YAML or JSON), the YAML text of an entry.
+Hyperparameter values as rl-zoo3 entries write them (numbers, ``"lin_<value>"`` strings, schedules, ``policy_kwargs``
+strings), the keys of an entry that are not constructor arguments, and the reading and writing of hyperparameter files.
 """
 
 import ast
@@ -45,8 +43,8 @@ ZOO_ENTRY_KEYS = (
 
 class ScaledSchedule:
     """
-    A schedule (``progress_remaining -> value``, as SB3 takes for ``learning_rate``) multiplied by a constant.
-    Picklable whenever the wrapped schedule is; scaling a ``ScaledSchedule`` again multiplies the factors.
+    A schedule (``progress_remaining -> value``) multiplied by a constant; scaling a ``ScaledSchedule`` again multiplies
+    the factors.
 
     :param schedule: the original schedule
     :param factor: the multiplier
@@ -68,12 +66,11 @@ class ScaledSchedule:
 
 def scale_schedule(schedule: Callable[[float], float], factor: float) -> Callable[[float], float]:
     """
-    Multiply a schedule by ``factor``: a ``ScaledSchedule``, or the original schedule itself when the factors
-    combine to 1 (within float rounding).
+    Multiply a schedule by ``factor``.
 
     :param schedule: a callable ``progress_remaining -> value``
     :param factor: the multiplier
-    :return: the scaled schedule
+    :return: a ``ScaledSchedule``, or ``schedule`` itself when the factors combine to 1
     """
     scaled = ScaledSchedule(schedule, factor)
     if math.isclose(scaled.factor, 1.0, rel_tol=1e-12, abs_tol=0.0):
@@ -86,10 +83,7 @@ def scale_schedule(schedule: Callable[[float], float], factor: float) -> Callabl
 
 
 def optimizer_names(policy_kwargs: Any) -> tuple[list[str], str]:
-    """
-    Names to match against the known optimizers (the class and its base classes, most specific first), and a
-    description of the optimizer for messages.
-    """
+    """The optimizer's class names to match (most specific first) and its description for messages."""
     if policy_kwargs is None:
         return [DEFAULT_OPTIMIZER], f"{DEFAULT_OPTIMIZER} (default)"
     if isinstance(policy_kwargs, str):
@@ -138,11 +132,7 @@ def learning_rate_rule(policy_kwargs: Any, lr_rule: str | None) -> tuple[str, st
 
 
 def schedule_start(name: str, value: str) -> float:
-    """
-    The initial value of an rl-zoo3 schedule string (``"lin_2.5e-4"``: rl-zoo3 reads ``"<prefix>_<initial value>"`` as
-    a linear schedule from the initial value to 0), or a ``ValueError`` naming the setting (rl-zoo3's own is "could
-    not convert string to float").
-    """
+    """The initial value of an rl-zoo3 schedule string (``"lin_2.5e-4"``), or a ``ValueError`` naming the setting."""
     parts = value.split("_")
     try:
         if len(parts) != 2:
@@ -232,12 +222,10 @@ def has_explicit_betas(policy_kwargs: Any) -> bool:
 
 def read_hyperparameter_file(path: str) -> Any:
     """
-    The content of an rl-zoo3 hyperparameter file, as ``python -m sb3_ewma.scale`` and ``python -m sb3_ewma.train
-    -conf`` read it: JSON for a name ending in ``.json`` (a JSON number such as ``1e5`` stays a number, which YAML 1.1
-    reads as a string), YAML otherwise.
+    The content of an rl-zoo3 hyperparameter file: JSON for a name ending in ``.json``, YAML otherwise.
 
     :raises OSError: the file cannot be read
-    :raises ValueError: not JSON (``json.JSONDecodeError``, with its line and column)
+    :raises ValueError: not JSON
     :raises yaml.YAMLError: not YAML
     """
     with open(path) as file:
@@ -260,7 +248,7 @@ def dump_entry(entry: str, hyperparams: dict[str, Any]) -> str:
     The YAML text of ``{entry: hyperparams}`` in the layout of rl-zoo3 files, keys in their order.
 
     :param entry: the entry name
-    :param hyperparams: its settings (YAML-representable values)
+    :param hyperparams: its settings
     :return: the YAML document
     """
     return yaml.dump({entry: dict(hyperparams)}, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=4096)

@@ -1,7 +1,6 @@
 """
-The command line of ``python -m sb3_ewma.train``: rl-zoo3's parser with this package's flags
-(:class:`TrainArgumentParser`: ``--scale-*``, ``--keep-freed-memory``, and the ``--num-threads`` default of
-:mod:`sb3_ewma.zoo.threads`), and the rescaling options they give (:class:`ScaleOptions`).
+The command line of ``python -m sb3_ewma.train``: rl-zoo3's parser with this package's flags and checks
+(:class:`TrainArgumentParser`), and the rescaling options they give (:class:`ScaleOptions`).
 """
 
 import argparse
@@ -24,7 +23,7 @@ COMPILE_STEP_FLAGS: dict[str, bool | str] = {"auto": "auto", "on": True, "off": 
 
 
 def compile_step_from_args(args: argparse.Namespace) -> bool | str | None:
-    """The model's ``compile_step`` that ``--compile-step`` asks for (None: not given, the entry's or the default)."""
+    """The model's ``compile_step`` that ``--compile-step`` asks for (None: not given)."""
     flag = getattr(args, "compile_step", None)
     return None if flag is None else COMPILE_STEP_FLAGS[flag]
 
@@ -32,7 +31,7 @@ def compile_step_from_args(args: argparse.Namespace) -> bool | str | None:
 @dataclass(frozen=True)
 class ScaleOptions:
     """
-    Rescale the hyperparameter entry for another number of environments (batch size-invariance), with
+    Options to rescale the hyperparameter entry for another number of environments, with
     :func:`sb3_ewma.scale_hyperparams`.
 
     :param n_envs: the target number of environments
@@ -49,8 +48,8 @@ class ScaleOptions:
 
 def add_scale_arguments(parser: argparse.ArgumentParser) -> None:
     """
-    Add the flags of ``python -m sb3_ewma.train`` that rl-zoo3 has not to ``parser``: ``--scale-n-envs`` and its
-    options as one argument group, ``--keep-freed-memory`` (on by default) as another.
+    Add this package's flags of ``python -m sb3_ewma.train`` to ``parser``: ``--scale-*``, ``--compile-step`` and
+    ``--keep-freed-memory``.
     """
     group = parser.add_argument_group(
         "sb3-ewma (batch size-invariance)",
@@ -86,7 +85,7 @@ def scale_options_from_args(args: argparse.Namespace) -> ScaleOptions | None:
     """
     The rescaling options of parsed arguments (see :func:`add_scale_arguments`).
 
-    :return: the options, or None without ``--scale-n-envs`` (or for arguments parsed without these flags)
+    :return: the options, or None without ``--scale-n-envs``
     :raises ValueError: ``--scale-n-envs`` below 1, or a ``--scale-*`` option without ``--scale-n-envs``
     """
     n_envs = getattr(args, "scale_n_envs", None)
@@ -105,11 +104,10 @@ def scale_options_from_args(args: argparse.Namespace) -> ScaleOptions | None:
 class ZooArgumentParser(argparse.ArgumentParser):
     """
     The parser that an rl-zoo3 function builds with ``argparse.ArgumentParser()`` (see
-    :func:`sb3_ewma.zoo.patching.argparse_with_parser`), given its command line: parsing without arguments
-    (``parse_args()``, ``parse_known_args()``) reads ``argv`` instead of ``sys.argv``, and rl-zoo3's ``StoreDict``
-    options (``-params``, ``--env-kwargs``, ``--eval-env-kwargs``) are :class:`CheckedStoreDict`.
+    :func:`sb3_ewma.zoo.patching.argparse_with_parser`): it parses ``argv`` instead of ``sys.argv``, and rl-zoo3's
+    ``StoreDict`` options are :class:`CheckedStoreDict`.
 
-    :param argv: the command line arguments (without the program name); None: ``sys.argv[1:]``, as argparse reads
+    :param argv: the command line arguments (without the program name); None: ``sys.argv[1:]``
     """
 
     def __init__(self, *args: Any, argv: Sequence[str] | None = None, **kwargs: Any) -> None:
@@ -134,9 +132,8 @@ class ZooArgumentParser(argparse.ArgumentParser):
 
 class TrainArgumentParser(ZooArgumentParser):
     """
-    The parser of ``rl_zoo3.train`` with :func:`add_scale_arguments`'s flags: ``-h`` prints one usage block with
-    rl-zoo3's options and this package's, and parsing checks the ``--scale-*`` flags (an argparse error, before any
-    environment is made). As :class:`ZooArgumentParser`, it reads ``argv`` and checks ``key:value`` pairs.
+    :class:`ZooArgumentParser` for ``rl_zoo3.train`` with :func:`add_scale_arguments`'s flags in the same usage block,
+    and the checks of the command line (an argparse error, before any environment is made).
     """
 
     _scale_arguments_added = False
@@ -172,7 +169,7 @@ class TrainArgumentParser(ZooArgumentParser):
         return parsed
 
     def error(self, message: str) -> NoReturn:
-        """argparse's error (status 2), with one usage line instead of rl-zoo3's 40: ``-h`` lists the flags."""
+        """argparse's error (status 2), with one usage line instead of rl-zoo3's 40."""
         self.exit(2, f"usage: {self.prog} [flags] (-h lists them)\n{self.prog}: error: {message}\n")
 
 
@@ -205,12 +202,8 @@ TRAIN_COUNTS: dict[str, tuple[str, str, tuple[int | None, ...]]] = {
 
 def check_train_counts(args: argparse.Namespace) -> None:
     """
-    Raise a ``ValueError`` for a count of rl-zoo3's command line that cannot work (:data:`TRAIN_COUNTS`): ``-n`` at 0
-    or below other than rl-zoo3's default -1 (rl-zoo3 reads any of them as "the entry's budget" and trains it in full),
-    ``--n-trials``, ``--max-total-trials``, ``--n-jobs``, ``--n-evaluations`` (Optuna's counts, which otherwise fail
-    after the run folder exists), ``--eval-episodes`` and ``--n-eval-envs`` (``nan`` rewards or an ``IndexError`` at
-    the first evaluation) and ``--log-interval 0`` (a division by zero at the first log). Checked as the command line
-    is parsed, before any run folder or environment exists. Flags that ``args`` lacks are skipped.
+    Raise a ``ValueError`` for a count of rl-zoo3's command line that cannot work (:data:`TRAIN_COUNTS`), as the command
+    line is parsed, before any run folder exists. Flags that ``args`` lacks are skipped.
 
     :param args: the parsed arguments of rl-zoo3's ``train``
     """
@@ -227,9 +220,7 @@ def check_train_counts(args: argparse.Namespace) -> None:
 def check_device_argument(args: argparse.Namespace) -> None:
     """
     Raise a ``ValueError`` for a ``--device`` that this machine cannot train on
-    (:func:`sb3_ewma.zoo.checks.device_problem`: not a torch device, ``mps`` off a Mac, a CUDA index past the GPUs),
-    which SB3 would otherwise report many frames deep when it moves the model there. ``cuda`` without a GPU is SB3's
-    fallback to the CPU, and passes. Arguments without ``device`` are skipped.
+    (:func:`sb3_ewma.zoo.checks.device_problem`). Arguments without ``device`` are skipped.
     """
     problem = device_problem(getattr(args, "device", None))
     if problem is not None:
@@ -238,9 +229,8 @@ def check_device_argument(args: argparse.Namespace) -> None:
 
 def check_log_folder_argument(args: argparse.Namespace) -> None:
     """
-    Raise a ``ValueError`` for a ``-f/--log-folder`` that cannot be written (under a file, or read-only), which rl-zoo3
-    would otherwise find when it makes the run folder, after building the environment. Arguments without
-    ``log_folder`` are skipped.
+    Raise a ``ValueError`` for a ``-f/--log-folder`` that cannot be written. Arguments without ``log_folder`` are
+    skipped.
     """
     folder = getattr(args, "log_folder", None)
     problem = None if not isinstance(folder, str) else writable_folder_problem(folder)
@@ -251,9 +241,8 @@ def check_log_folder_argument(args: argparse.Namespace) -> None:
 def check_env_argument(args: argparse.Namespace) -> None:
     """
     Raise a ``ValueError`` for an ``--env`` that needs a package this machine lacks
-    (:func:`sb3_ewma.zoo.checks.env_package_problem`), naming what to install, before anything is made. The modules of
-    ``--gym-packages`` are imported first, as rl-zoo3 imports them to register their ids (one that fails to import is
-    left to rl-zoo3). Arguments without ``env`` are skipped.
+    (:func:`sb3_ewma.zoo.checks.env_package_problem`), after importing the modules of ``--gym-packages`` as rl-zoo3
+    does. Arguments without ``env`` are skipped.
     """
     import importlib
 
@@ -283,10 +272,7 @@ SAVE_FREQ_HELP = (
 
 
 def _set_eval_freq_help(parser: argparse.ArgumentParser) -> None:
-    """
-    rl-zoo3's ``--eval-freq`` and ``--save-freq`` help, saying that 0 turns them off as -1 does (rl-zoo3:
-    ``eval_freq > 0``, ``save_freq > 0``).
-    """
+    """rl-zoo3's ``--eval-freq`` and ``--save-freq`` help, saying that any value <= 0 turns them off."""
     for action in parser._actions:
         if "--eval-freq" in action.option_strings:
             action.help = EVAL_FREQ_HELP
@@ -296,9 +282,8 @@ def _set_eval_freq_help(parser: argparse.ArgumentParser) -> None:
 
 def check_storage_argument(args: argparse.Namespace) -> None:
     """
-    Raise a ``ValueError`` for an ``-optimize`` ``--storage`` that Optuna cannot open: rl-zoo3 takes a path ending in
-    ``.log`` (a journal file) or an SQLAlchemy database URL (``sqlite:///study.db``); anything else fails in
-    SQLAlchemy's URL parser with a traceback, after the study's settings are printed. Arguments without it pass.
+    Raise a ``ValueError`` for an ``-optimize`` ``--storage`` that Optuna cannot open: neither a path ending in ``.log``
+    nor a database URL. Arguments without it pass.
     """
     storage = getattr(args, "storage", None)
     if storage is not None and not storage.endswith(".log") and "://" not in storage:
@@ -310,9 +295,8 @@ def check_storage_argument(args: argparse.Namespace) -> None:
 
 def check_output_folder(args: argparse.Namespace) -> None:
     """
-    ``record_video``'s ``-o/--output-folder``: a folder that can be written (made if missing), checked with
-    :func:`sb3_ewma.common.checks.writable_folder_problem` before the model is loaded (a file there failed after
-    playing, with ``'DummyVecEnv' object has no attribute 'recorded_frames'``). Arguments without it pass.
+    Raise a ``ValueError`` for a ``record_video`` ``-o/--output-folder`` that cannot be written. Arguments without it
+    pass.
     """
     from sb3_ewma.common.checks import writable_folder_problem
 
@@ -324,11 +308,9 @@ def check_output_folder(args: argparse.Namespace) -> None:
 
 def check_play_counts(argv: Sequence[str], prog: str, check_device: bool = True) -> None:
     """
-    ``enjoy`` / ``record_video``: ``-n`` (steps to play) and ``--n-envs`` must be >= 1 (rl-zoo3 plays nothing for
-    ``-n 0``, and fails to build ``--n-envs 0`` environments), and ``--device`` must be one this machine has
-    (:func:`check_device_argument`; ``check_device=False`` for ``record_video``, which has no ``--device`` but an
-    output folder, :func:`check_output_folder`), checked before rl-zoo3 loads anything; an argparse error (status 2)
-    otherwise. Values that are not integers are left to rl-zoo3's parser.
+    ``enjoy`` / ``record_video``: exit with an argparse error (status 2) for ``-n`` or ``--n-envs`` below 1, or a
+    ``--device`` this machine lacks (an output folder that cannot be written for ``record_video``,
+    ``check_device=False``), before rl-zoo3 loads anything. Values that are not integers are left to rl-zoo3's parser.
     """
     parser = argparse.ArgumentParser(prog=prog, add_help=False, allow_abbrev=False)
     parser.add_argument("-n", "--n-timesteps", type=int, default=1)
@@ -376,11 +358,9 @@ def chooses_num_threads(argv: Sequence[str]) -> bool:
 
 class CheckedStoreDict(StoreDict):
     """
-    rl-zoo3's ``StoreDict`` (``-params``, ``--env-kwargs``, ``--eval-env-kwargs``: ``key:value`` pairs whose values
-    are evaluated as Python, in rl-zoo3's namespace, as before), with an argparse error that names the pair and says
-    how to write it, instead of the ``NameError`` or ``SyntaxError`` of ``eval``: a pair without ``:``, or a value
-    that is not Python (most often a string without the inner quotes: ``-params ewma_decay:fast`` for
-    ``ewma_decay:"'fast'"``).
+    rl-zoo3's ``StoreDict`` (``-params``, ``--env-kwargs``, ``--eval-env-kwargs``: ``key:value`` pairs evaluated as
+    Python), with an argparse error that names a pair that is not one, or whose value is not Python, and says how to
+    write it.
     """
 
     def __call__(

@@ -1,10 +1,7 @@
 """
-What ``python -m sb3_ewma.train`` checks before it writes anything, for this package's algorithms: the keys of the
-hyperparameter entry (after ``-params``) against the algorithm's constructor (:func:`check_entry_keys`), and the
-algorithm against the environment's spaces and action masks (:func:`check_env_spaces`). rl-zoo3 creates the run folder
-``<log-folder>/<algo>/<env>_<N>`` before it builds the model, so these mistakes would otherwise fail after it, leaving
-an empty run folder that ``enjoy`` then picks; :func:`remove_unused_run_folder` removes such a folder when a start
-fails anyway.
+What ``python -m sb3_ewma.train`` checks before rl-zoo3 creates the run folder: the entry's keys and values against the
+algorithm's constructor, the algorithm against the environment, the command line's files and devices; and the removal of
+the run folder of a start that failed.
 """
 
 import contextlib
@@ -32,7 +29,7 @@ SET_BY_COMMAND_LINE: dict[str, str] = {
 """Constructor arguments that rl-zoo3 passes itself, from these flags: an entry cannot set them."""
 
 ACTION_SPACES: tuple[type[spaces.Space], ...] = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
-"""The action spaces of SB3's ``PPO`` (and of every algorithm of this package but the maskable one)."""
+"""The action spaces of SB3's ``PPO`` (every algorithm of this package but the maskable one)."""
 
 MASKABLE_ACTION_SPACES: tuple[type[spaces.Space], ...] = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 """The action spaces of sb3-contrib's ``MaskablePPO``: discrete ones only."""
@@ -42,9 +39,8 @@ MASK_WRAPPER = "sb3_ewma.envs.action_masks.ActionMaskOrAllValid"
 
 def check_entry_keys(algo: str, algorithm: type, hyperparams: dict[str, Any]) -> None:
     """
-    Raise a ``ValueError`` for the first key of the hyperparameters that go to the algorithm's constructor (the entry
-    after ``-params``, once rl-zoo3 has taken its own keys out) that the constructor does not take, or that rl-zoo3
-    sets from a flag; the message says which class or option takes it, or the nearest name.
+    Raise a ``ValueError`` for the first key of the constructor's hyperparameters that the constructor does not take, or
+    that rl-zoo3 sets from a flag; the message names the class or option that takes it, or the nearest name.
 
     :param algo: the rl-zoo3 name (``--algo``)
     :param algorithm: its class
@@ -72,7 +68,7 @@ def _is_maskable(algorithm: type) -> bool:
 
 
 def supported_action_spaces(algorithm: type) -> tuple[type[spaces.Space], ...]:
-    """The action spaces that the algorithm's constructor accepts (its parent's ``supported_action_spaces``)."""
+    """The action spaces that the algorithm's constructor accepts."""
     return MASKABLE_ACTION_SPACES if _is_maskable(algorithm) else ACTION_SPACES
 
 
@@ -85,11 +81,9 @@ def check_env_spaces(
     policy: Any,
 ) -> None:
     """
-    Make one environment as rl-zoo3 will (``gym.make`` with ``--env-kwargs``, then the entry's ``env_wrapper``) and
-    raise a ``ValueError`` when the algorithm cannot train on it: an action space the algorithm does not act in
-    (continuous actions for ``ppo_mask_ewma``), no action masks for a maskable algorithm, Dict observations with a
-    policy that is not a ``MultiInput`` one. An environment that cannot be made here is left to rl-zoo3 (its error
-    comes when rl-zoo3 makes it).
+    Make one environment as rl-zoo3 will and raise a ``ValueError`` when the algorithm cannot train on it: an action
+    space it does not act in, no action masks for a maskable algorithm, or Dict observations without a ``MultiInput``
+    policy. An environment that cannot be made here is left to rl-zoo3.
 
     :param algo: the rl-zoo3 name (``--algo``)
     :param algorithm: its class
@@ -139,7 +133,7 @@ def check_env_spaces(
 
 
 def _is_unused_monitor_file(path: str) -> bool:
-    """Whether ``path`` is a ``Monitor`` file with its header lines only (no episode)."""
+    """Whether ``path`` is a ``Monitor`` file without episodes."""
     if not path.endswith("monitor.csv"):
         return False
     with open(path) as file:
@@ -163,14 +157,11 @@ def missing_folders(path: str) -> tuple[str, ...]:
 
 def remove_unused_run_folder(path: str, created_parents: tuple[str, ...] = (), written_files: tuple[str, ...] = ()) -> bool:
     """
-    Remove the run folder ``path`` of a start that failed before training, if nothing in it is worth keeping: it may
-    hold empty folders, ``Monitor`` files without episodes (what rl-zoo3 writes before the model is built) and the
-    files of ``written_files`` (the configuration this start wrote); any other file keeps the folder untouched. Then
-    the folders of ``created_parents`` that are left empty.
+    Remove the run folder ``path`` of a start that failed before training if it holds nothing but empty folders,
+    ``Monitor`` files without episodes and ``written_files``; then the folders of ``created_parents`` left empty.
 
     :param path: the run folder, created by the failed start
-    :param created_parents: folders above it that the failed start created (``<log-folder>/<algo>``, the log folder),
-        innermost first
+    :param created_parents: folders above it that the failed start created, innermost first
     :param written_files: files that the failed start wrote in it, which may go with it
     :return: whether the run folder was removed
     """
@@ -203,11 +194,9 @@ def remove_unused_run_folder(path: str, created_parents: tuple[str, ...] = (), w
 
 def check_async_rollouts_env(algo: str, env_id: str, is_procgen: bool, hyperparams: dict[str, Any], env_kwargs: Any) -> None:
     """
-    Raise a ``ValueError`` for ``async_rollouts: 'process'`` (``-params`` or the entry) where it cannot work: on a
-    platform that cannot fork, or with Procgen ids whose environments step in threads of their own (every
-    ``num_threads`` but 0). The algorithm makes the same checks when it starts to learn
-    (:func:`sb3_ewma.common.collection.process.check_forkable_env`), after rl-zoo3 has created the run folder and the
-    environments; here they come first.
+    Raise a ``ValueError`` for ``async_rollouts: 'process'`` where it cannot work: on a platform that cannot fork, or
+    with Procgen ids whose environments step in threads of their own (``num_threads`` other than 0). The algorithm
+    checks the same when it learns, after the run folder exists.
 
     :param algo: the rl-zoo3 name (``--algo``)
     :param env_id: the environment id
@@ -242,7 +231,7 @@ def has_model(run_folder: str, env_name: str) -> bool:
 
 
 def run_folders(log_path: str, env_name: str) -> dict[int, str]:
-    """The run folders ``<log_path>/<env_name>_<N>`` of rl-zoo3 (as ``get_latest_run_id`` finds them), by ``N``."""
+    """The run folders ``<log_path>/<env_name>_<N>`` of rl-zoo3, by ``N``."""
     runs = {}
     for path in glob.glob(os.path.join(glob.escape(log_path), f"{glob.escape(str(env_name))}_[0-9]*")):
         run_id = path.rsplit("_", 1)[-1]
@@ -253,13 +242,11 @@ def run_folders(log_path: str, env_name: str) -> dict[int, str]:
 
 def latest_run_with_model(log_path: str, env_name: Any) -> int:
     """
-    rl-zoo3's ``get_latest_run_id`` for ``enjoy`` and ``record_video`` (``--exp-id 0``, the default): the newest run
-    folder that holds a model (:func:`has_model`) rather than the newest one, so that a run that failed or is still
-    training does not hide the one before it. The run folders passed over are printed. Without any run that has a
-    model, the newest run (rl-zoo3's choice: its error then names the missing model); 0 without any run.
+    rl-zoo3's ``get_latest_run_id`` for ``enjoy`` and ``record_video``: the newest run folder that holds a model
+    (:func:`has_model`), printing the newer ones passed over; else the newest run, and 0 without any run.
 
     :param log_path: ``<folder>/<algo>``
-    :param env_name: the environment's name (rl-zoo3's ``EnvironmentName``, a ``str``)
+    :param env_name: the environment's name (rl-zoo3's ``EnvironmentName``)
     :return: the run's number ``N``
     """
     runs = run_folders(log_path, str(env_name))
@@ -286,17 +273,17 @@ ENV_PACKAGES: tuple[tuple[str, str, str], ...] = (
     (r"^Panda", "panda_gym", "pip install panda-gym"),
     (r"BulletEnv-v\d+$", "pybullet_envs_gymnasium", "pip install pybullet_envs_gymnasium"),
 )
-"""Environment ids that a package registers when rl-zoo3 imports it (``rl_zoo3.import_envs``), if it is installed:
-a pattern of the ids, the package's module, how to install it."""
+"""
+Environment ids that a package registers when rl-zoo3 imports it: the ids' pattern, the package's module, how to install
+it.
+"""
 
 
 def env_package_problem(env_id: str) -> str | None:
     """
     Why ``--env`` cannot be made for want of a package, or None: an id of :data:`ENV_PACKAGES` whose package is not
-    installed (rl-zoo3: "not found in gym registry, you maybe meant 'no close match found...'?"), or a registered id
-    whose module needs a package that is not installed (gymnasium's ``DependencyNotInstalled``, which names what to
-    install, at the end of a long traceback: MuJoCo, Box2D). Nothing is built: the id's module is imported, as
-    ``gym.make`` would first. Other ids, and other errors, are left to rl-zoo3.
+    installed, or a registered id whose module needs a package that is not installed (gymnasium's
+    ``DependencyNotInstalled``). Only the id's module is imported; other ids and errors are left to rl-zoo3.
     """
     import importlib.util
     import re
@@ -323,8 +310,7 @@ def env_package_problem(env_id: str) -> str | None:
 
 
 SCHEDULE_KEYS = ("learning_rate", "clip_range", "clip_range_vf")
-"""The entry's keys that rl-zoo3 turns into schedules (``_preprocess_schedules``): a number ``>= 0`` becomes a
-constant schedule, which the constructors accept whatever its value; :func:`check_entry_values` checks the number."""
+"""The entry's keys that rl-zoo3 turns into schedules; :func:`check_entry_values` checks their numbers."""
 
 
 def entry_origin(algo: str, scale_n_envs: int | None = None) -> str:
@@ -349,12 +335,8 @@ def check_entry_counts(
 ) -> None:
     """
     Raise a ``ValueError`` for an entry's count (after ``-params``) outside :data:`ENTRY_RULES`, or an entry without
-    ``n_timesteps`` and without ``-n`` (rl-zoo3's ``KeyError: 'n_timesteps'``). Another missing key is rl-zoo3's
-    default.
+    ``n_timesteps`` and without ``-n``.
 
-    :param algo: the rl-zoo3 name (``--algo``)
-    :param hyperparams: the entry, with rl-zoo3's keys
-    :param scale_n_envs: ``--scale-n-envs``, when the entry was rescaled
     :param n_timesteps_flag: ``-n``: above 0 it replaces the entry's ``n_timesteps``, which is then not checked
     """
     counts = {key: value for key, value in hyperparams.items() if key != "n_timesteps" or n_timesteps_flag <= 0}
@@ -371,12 +353,9 @@ def check_entry_counts(
 
 def check_entry_schedules(algo: str, hyperparams: dict[str, Any]) -> dict[str, Any]:
     """
-    The values of :data:`SCHEDULE_KEYS` in the entry (after ``-params``), checked before rl-zoo3 makes schedules of
-    them: an rl-zoo3 schedule string that it cannot read (``"lin_abc"``: "could not convert string to float") raises
-    a ``ValueError`` naming the key (:func:`sb3_ewma.scale.zoo_entry.schedule_start`).
+    The values of :data:`SCHEDULE_KEYS` in the entry; a schedule string that rl-zoo3 cannot read (``"lin_abc"``) raises
+    a ``ValueError`` naming the key.
 
-    :param algo: the rl-zoo3 name (``--algo``)
-    :param hyperparams: the entry, with rl-zoo3's keys
     :return: the values of :data:`SCHEDULE_KEYS` as the entry has them (``raw_schedules`` of :func:`check_entry_values`)
     """
     raw_schedules = {key: hyperparams[key] for key in SCHEDULE_KEYS if key in hyperparams}
@@ -391,11 +370,9 @@ def check_entry_schedules(algo: str, hyperparams: dict[str, Any]) -> dict[str, A
 
 def evaluate_policy_kwargs(algo: str, text: str, namespace: dict[str, Any]) -> Any:
     """
-    An entry's ``policy_kwargs`` string, evaluated as Python in ``namespace`` (as rl-zoo3 evaluates it), or a
-    ``ValueError`` that names it, where ``eval`` printed its traceback (``NameError: name 'big' is not defined``).
+    An entry's ``policy_kwargs`` string evaluated as Python in ``namespace``, as rl-zoo3 does, or a ``ValueError`` that
+    names it.
 
-    :param algo: the rl-zoo3 name (``--algo``)
-    :param text: the string
     :param namespace: the names the string may use (``nn``, ``th``, ``ImpalaCNN``, ...)
     """
     try:
@@ -415,9 +392,8 @@ IMPORTED_ENTRY_KEYS = ("env_wrapper", "vec_env_wrapper", "callback")
 @contextlib.contextmanager
 def named_entry_imports(algo: str, hyperparams: dict[str, Any]) -> Iterator[None]:
     """
-    Within it, rl-zoo3's import of the entry's :data:`IMPORTED_ENTRY_KEYS` (``get_class_by_name``) that fails (a
-    module or class that is not there: "No module named 'not_a_module'") raises a ``ValueError`` that names the keys
-    and their values.
+    Within it, a failed import of the entry's :data:`IMPORTED_ENTRY_KEYS` by rl-zoo3 raises a ``ValueError`` that names
+    the keys and their values.
     """
     try:
         yield
@@ -440,24 +416,15 @@ def check_entry_values(
     scale_n_envs: int | None = None,
 ) -> None:
     """
-    Run the algorithm's constructor checks on the hyperparameters that rl-zoo3 is about to pass to it, before the run
-    folder exists: the constructor itself is called with them, without an environment and without building the model
-    (``env=None, _init_setup_model=False``, as ``load`` calls it), so that the command line refuses exactly what a
-    script's call refuses, with the same message (and the place the values came from). rl-zoo3 turns numbers of
-    :data:`SCHEDULE_KEYS` into constant schedules, which the constructors accept whatever their value
-    (``-params clip_range_vf:0`` would fail after the run folder exists): those keys are checked as the numbers they
-    were (``raw_schedules``), and an rl-zoo3 schedule string ``"lin_<value>"`` as its initial value (``lin_0`` is 0
-    all along). The constructors' warnings are left to the real call, but for those keys, whose numbers the real call
-    does not see (``-params clip_range:0`` warns here, as ``clip_range=0`` does in a script). A ``ValueError`` (or
-    SB3's ``AssertionError``) becomes a ``ValueError``, a ``TypeError`` stays one, each with its message and where the
-    values came from. An entry without a ``policy`` is a ``ValueError`` that says how to give one.
+    Run the algorithm's constructor checks (``env=None, _init_setup_model=False``) on the hyperparameters that rl-zoo3
+    is about to pass, before the run folder exists, so that the command line refuses what a script refuses, with the
+    same message and where the values came from. The :data:`SCHEDULE_KEYS` are checked as the numbers the entry had (a
+    ``"lin_<value>"`` string as its initial value), and their constructor warnings are repeated. An entry without a
+    ``policy`` is a ``ValueError``.
 
-    :param algo: the rl-zoo3 name (``--algo``)
-    :param algorithm: its class
-    :param constructor_kwargs: the keyword arguments rl-zoo3 is about to pass to the constructor (keys checked by
-        :func:`check_entry_keys`), with its ``policy``
+    :param constructor_kwargs: the keyword arguments rl-zoo3 is about to pass to the constructor, with its ``policy``
     :param raw_schedules: the values of :data:`SCHEDULE_KEYS` as the entry had them, before rl-zoo3 made schedules
-    :param scale_n_envs: ``--scale-n-envs``, when the entry was rescaled
+    :raises ValueError: a setting the constructor refuses (a ``TypeError`` stays one)
     """
     import warnings
 
@@ -525,10 +492,8 @@ def available_devices() -> str:
 
 def device_problem(device: Any) -> str | None:
     """
-    What is wrong with ``--device`` on this machine, or None: a name that is not a torch device, a device type that
-    this machine lacks (``mps`` off a Mac, ``xpu`` without an Intel GPU: SB3 would fail when it moves the model
-    there), or a CUDA index past the GPUs present. ``cuda`` without a GPU is SB3's: it trains on the CPU (the
-    constructor warns), so it is no problem here.
+    What is wrong with ``--device`` on this machine, or None: not a torch device, a device type this machine lacks, or a
+    CUDA index past the GPUs present. ``cuda`` without a GPU is SB3's fallback to the CPU, no problem.
     """
     import torch as th
 
@@ -559,11 +524,9 @@ HYPERPARAMETER_FILE_FORMS = (
 
 def check_hyperparameter_file(path: str) -> None:
     """
-    Raise a ``ValueError`` for a hyperparameter file (``-conf``) that cannot be read: a file of none of the
-    :data:`HYPERPARAMETER_FILE_FORMS` (rl-zoo3 imports it as a module: "No module named ..."), a ``.yml`` or ``.yaml``
-    file that is not YAML (:func:`yaml_error_message`), a ``.json`` file that is not JSON, or content that is not a
-    mapping of environment ids to entries (a list: rl-zoo3 fails with "'list' object has no attribute 'keys'"). A
-    missing file, a Python file or a module is left to rl-zoo3.
+    Raise a ``ValueError`` for a ``-conf`` file that cannot be read: none of the :data:`HYPERPARAMETER_FILE_FORMS`, not
+    valid YAML or JSON, or content that is not a mapping of environment ids to entries. A missing file, a Python file or
+    a module is left to rl-zoo3.
     """
     import json
 
@@ -593,8 +556,8 @@ def check_hyperparameter_file(path: str) -> None:
 
 def yaml_error_message(path: str, error: Exception) -> str:
     """
-    One sentence for a hyperparameter file that PyYAML cannot read: the file, the line and column (1-based) and what
-    is wrong there; for a tab, that YAML indents with spaces.
+    One sentence for a hyperparameter file that PyYAML cannot read: the file, the line and column and what is wrong
+    there.
     """
     mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
     where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -607,8 +570,8 @@ def yaml_error_message(path: str, error: Exception) -> str:
 
 def is_non_finite_error(error: BaseException) -> bool:
     """
-    Whether ``error`` says that training met NaN or infinity: the package's ``NonFiniteError`` (a ``ValueError``), or
-    torch's refusal of a distribution's parameters (``... but found invalid values``), which NaN weights give.
+    Whether ``error`` says that training met NaN or infinity: the package's ``NonFiniteError``, or torch's "found
+    invalid values" for a distribution's parameters.
     """
     if any(cls.__name__ == "NonFiniteError" for cls in type(error).__mro__):
         return True
@@ -630,12 +593,9 @@ def non_finite_message(error: BaseException, num_timesteps: int) -> str:
 
 def remove_run_folder_without_model(path: str, env_name: str, created_parents: tuple[str, ...] = ()) -> bool:
     """
-    Remove the run folder ``path``, which this start created, after training failed on non-finite values, with
-    everything in it (configuration, monitor files, logs), unless it holds a model (:func:`has_model`: a checkpoint or
-    a best model saved before the values went bad, worth keeping) or a link. Then the folders of ``created_parents``
-    that are left empty.
+    Remove the run folder ``path``, created by this start, after training failed on non-finite values, unless it holds a
+    model (:func:`has_model`) or a link; then the folders of ``created_parents`` left empty.
 
-    :param path: the run folder, created by this start
     :param env_name: the environment's name (the model files' names)
     :param created_parents: folders above it that this start created, innermost first
     :return: whether the run folder was removed

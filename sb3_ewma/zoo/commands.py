@@ -34,8 +34,8 @@ from sb3_ewma.zoo.registry import register_zoo
 
 def train(argv: Sequence[str], prog: str = "python -m sb3_ewma.train") -> None:
     """
-    Run ``rl_zoo3.train.train()`` with :func:`register_zoo` done, this package's :class:`ExperimentManager` and its
-    flags (:class:`TrainArgumentParser`, which parses ``argv``).
+    Run ``rl_zoo3.train.train()`` with :func:`register_zoo` done, this package's :class:`ExperimentManager` and
+    :class:`TrainArgumentParser`.
 
     :param argv: the command line arguments (without the program name): rl-zoo3's and ``--scale-*``
     :param prog: the program name shown in messages
@@ -55,9 +55,8 @@ def train(argv: Sequence[str], prog: str = "python -m sb3_ewma.train") -> None:
 
 def checked_model_path(get_model_path: Callable[..., tuple[str, str, str]]) -> Callable[..., tuple[str, str, str]]:
     """
-    rl-zoo3's ``get_model_path`` for ``enjoy`` and ``record_video``, then the model file checked for the algorithm of
-    ``--algo`` (:func:`sb3_ewma.common.saved_files.check_saved_file`): a file of another algorithm or library, or a
-    truncated or garbled one, gets an error naming the file and what is wrong before anything is built.
+    rl-zoo3's ``get_model_path``, then the model file checked for the algorithm of ``--algo``
+    (:func:`sb3_ewma.common.saved_files.check_saved_file`).
     """
 
     def model_path(exp_id: int, folder: str, algo: str, *args: Any, **kwargs: Any) -> tuple[str, str, str]:
@@ -72,11 +71,9 @@ def checked_model_path(get_model_path: Callable[..., tuple[str, str, str]]) -> C
 
 def enjoy(argv: Sequence[str], prog: str = "python -m sb3_ewma.enjoy") -> None:
     """
-    Run ``rl_zoo3.enjoy.enjoy()`` with :func:`register_zoo` done and Procgen ids built natively. Without ``--exp-id``
-    it plays the newest run that holds a model (:func:`~sb3_ewma.zoo.checks.latest_run_with_model`, which prints the
-    newer run folders it passed over), and ``--env-kwargs`` values that are not Python get an argparse error
-    (:class:`~sb3_ewma.zoo.arguments.CheckedStoreDict`). On a machine without a display (Linux without ``DISPLAY``
-    or ``WAYLAND_DISPLAY``) it plays as with ``--no-render``, and says so.
+    Run ``rl_zoo3.enjoy.enjoy()`` with :func:`register_zoo` done and Procgen ids built natively. Without ``--exp-id`` it
+    plays the newest run that holds a model (:func:`~sb3_ewma.zoo.checks.latest_run_with_model`); without a display it
+    plays as with ``--no-render``.
 
     :param argv: rl-zoo3's command line arguments (without the program name)
     :param prog: the program name shown in messages
@@ -106,15 +103,9 @@ def enjoy(argv: Sequence[str], prog: str = "python -m sb3_ewma.enjoy") -> None:
 
 def record_video(argv: Sequence[str], prog: str = "python -m sb3_ewma.record_video") -> None:
     """
-    Run rl-zoo3's ``record_video`` script with :func:`register_zoo` done and Procgen ids built natively.
-
-    rl-zoo3's ``record_video`` is a script (all of it under ``if __name__ == "__main__"``), so it runs with ``runpy``,
-    as ``python -m rl_zoo3.record_video`` would; it is not imported before (that makes runpy warn). It reads
-    ``create_test_env`` from ``rl_zoo3.utils`` when it runs, which is replaced there for the duration of the call.
-    The video writer's ``imageio_ffmpeg`` is imported first without its ``pkg_resources`` deprecation warning. As
-    :func:`enjoy`, it takes the newest run that holds a model and checks ``--env-kwargs``. On a machine without a
-    display, pygame draws off-screen (``SDL_VIDEODRIVER=dummy`` unless set, :func:`sb3_ewma._display.headless_sdl`),
-    without the "XDG_RUNTIME_DIR is invalid or not set" line.
+    Run rl-zoo3's ``record_video`` script (with ``runpy``, as ``python -m`` would) with :func:`register_zoo` done and
+    Procgen ids built natively. As :func:`enjoy`, it takes the newest run that holds a model; without a display, pygame
+    draws off-screen (:func:`sb3_ewma._display.headless_sdl`).
 
     :param argv: rl-zoo3's command line arguments (without the program name)
     :param prog: the program name shown in messages

@@ -1,46 +1,15 @@
 """
-Hyperparameter entries for rl-zoo3 tasks that this package's own files do not list, derived from rl-zoo3's tuned entry
-of the parent algorithm, read from the installed ``rl_zoo3`` package when training starts:
+Hyperparameter entries for rl-zoo3 tasks that this package's files do not list, derived from rl-zoo3's tuned entry of
+the parent algorithm (:data:`PARENT_ALGOS`) in the installed ``rl_zoo3`` package (see :ref:`rl_zoo`):
 
-============== =================== ====================================================================================
-algorithm      parent entry        derivation
-============== =================== ====================================================================================
-ppo_ewma       ``ppo.yml``         the entry + the decoupled settings
-ppo_mask_ewma  ``ppo.yml``         the entry + the decoupled settings, without gSDE (maskable policies have none), with
-                                   :class:`~sb3_ewma.envs.action_masks.ActionMaskOrAllValid` as the last ``env_wrapper``
-ppo_lstm_ewma  ``ppo_lstm.yml``    the entry + the decoupled settings
-ppg_ewma       ``ppo.yml``         the entry + the PPG phase settings + the decoupled settings
-ppg            ``ppo.yml``         the entry + the PPG phase settings (no EWMA: PPG's default ``ewma_decay=None``)
-============== =================== ====================================================================================
+- every algorithm with an EWMA: :data:`DECOUPLED_SETTINGS` added, every other setting kept;
+- ``ppo_mask_ewma``: also without gSDE, with :class:`~sb3_ewma.envs.action_masks.ActionMaskOrAllValid` as the last
+  ``env_wrapper``;
+- ``ppg`` and ``ppg_ewma``: the phase settings of :func:`ppg_phase_settings` and normalized rewards
+  (:func:`ppg_reward_normalization`).
 
-**The decoupled settings** (one rule for every algorithm with an EWMA): ``ewma_decay: 'auto'`` (the proximal EWMA,
-its center of mass by :mod:`sb3_ewma.common.ewma_age`) and ``imp_samp_max: 100.0`` (the paper's cap on
-``pi / pi_behav``). Every other setting of the entry is kept, and the rest of the objective keeps the algorithm's
-defaults: the clipped decoupled objective without KL penalty, advantages normalized per minibatch as SB3's PPO does.
-
-**The PPG phase settings**, from the PPO entry's ``E`` = ``n_epochs``, ``n_steps``, ``n_envs``, ``batch_size`` and
-``T`` = ``n_timesteps`` (the missing ones at SB3 PPO's defaults), with ``B = n_steps * n_envs`` steps per iteration:
-
-- ``n_epochs`` (``E_pi``) ``= n_value_epochs`` (``E_V``) ``= max(1, round(sqrt(E)))``: PPG reuses the data in its
-  auxiliary phase, so it needs fewer policy epochs than PPO (the paper: PPO's 3 -> 1); the square root keeps some of
-  the reuse that rl-zoo3 tuned (20 -> 4, 10 -> 3, 4 -> 2, 1 -> 1);
-- ``batch_size = min(batch_size, B)``, written explicitly: the minibatch PPO trains with (SB3 truncates a larger
-  one to the iteration), so the tuned step size still fits;
-- ``n_policy_iterations`` (``N_pi``) ``= min(32, max(1, T // (8 * B)))``: at most the paper's 32 iterations per
-  phase, fewer where the budget would otherwise allow fewer than 8 auxiliary phases;
-- ``n_aux_epochs = 6`` (``E_aux``) and ``beta_clone = 1.0``: the paper's;
-- ``aux_batch_size = min(4 * n_steps, N_pi * B)``: the paper's auxiliary minibatch of 4 whole rollouts of one
-  environment, at most the phase's buffer;
-- rewards normalized (rl-zoo3's ``normalize``, SB3's ``VecNormalize`` with the entry's ``gamma``), as in the paper's
-  runs: an entry that does not normalize rewards gets ``normalize: "dict(norm_obs=<the entry's>, norm_reward=True)"``
-  (:func:`ppg_reward_normalization`). The auxiliary phase trains the policy network on ``0.5 * MSE`` of the returns
-  plus ``beta_clone * KL``; with raw returns of magnitude 100 (Pendulum, LunarLander) the MSE outweighs the cloning
-  term and each auxiliary phase moves the policy far (KL 0.2 to 0.4 on Pendulum, and its evaluation return fell from
-  -240 to -1,340), with normalized rewards the KL stays below 0.01.
-
-:func:`zoo_entry_for` chooses the entry: the package's own file first (the environment's entry, or ``atari`` for an
-Atari id), then rl-zoo3's parent entry derived (the environment's, or ``atari``), then the package's ``default``; else
-none (rl-zoo3's error, :func:`missing_entry_hint`).
+:func:`zoo_entry_for` chooses the entry: the package's own, else rl-zoo3's parent entry derived, else the package's
+``default``.
 """
 
 import copy
@@ -84,7 +53,6 @@ SDE_KEYS = ("use_sde", "sde_sample_freq")
 
 
 def _parent_class(parent: str) -> type[OnPolicyAlgorithm]:
-    """rl-zoo3's ``parent`` algorithm: sb3-contrib's ``RecurrentPPO`` for ``ppo_lstm``, else SB3's ``PPO``."""
     if parent == "ppo_lstm":
         from sb3_contrib import RecurrentPPO
 
@@ -132,7 +100,6 @@ class Derivation:
     removed: list[str]
 
     def summary(self) -> str:
-        """``added ...; changed ...; removed ...`` (the parts that are not empty)."""
         parts = [
             f"{label} {', '.join(items)}"
             for label, items in (("added", self.added), ("changed", self.changed), ("removed", self.removed))
@@ -143,12 +110,14 @@ class Derivation:
 
 def ppg_phase_settings(entry: dict[str, Any], parent: str = "ppo") -> dict[str, Any]:
     """
-    The PPG phase settings of a PPO entry (the rule of this module's docstring).
+    The PPG phase settings of a PPO entry, with ``E = n_epochs``, ``B = n_steps * n_envs`` and ``T = n_timesteps``
+    (missing keys at the parent's defaults): ``n_epochs = n_value_epochs = max(1, round(sqrt(E)))`` (the auxiliary phase
+    reuses the data), ``batch_size = min(batch_size, B)``, ``n_policy_iterations = min(32, max(1, T // (8 * B)))``,
+    ``n_aux_epochs = 6``, ``beta_clone = 1.0`` and ``aux_batch_size = min(4 * n_steps, N_pi * B)``.
 
     :param entry: an rl-zoo3 PPO entry
     :param parent: the algorithm whose defaults fill missing keys
-    :return: ``n_epochs``, ``n_value_epochs``, ``batch_size``, ``n_policy_iterations``, ``n_aux_epochs``,
-        ``beta_clone``, ``aux_batch_size``
+    :return: the settings
     """
     defaults = parent_defaults(parent)
     n_epochs = int(entry.get("n_epochs", defaults["n_epochs"]))
@@ -175,9 +144,8 @@ NORMALIZE_ALLOWED = "normalize must be a bool, a dict or a 'dict(...)' string"
 
 def normalize_settings(normalize: Any) -> dict[str, Any] | None:
     """
-    rl-zoo3's ``normalize`` setting as ``VecNormalize`` keyword arguments, read as rl-zoo3 reads it (a string is
-    evaluated in ``rl_zoo3.exp_manager``'s namespace): ``None`` for no normalization, ``{}`` for ``True`` (SB3's
-    defaults), else the dict written.
+    rl-zoo3's ``normalize`` setting as ``VecNormalize`` keyword arguments, read as rl-zoo3 reads it: ``None`` for no
+    normalization, ``{}`` for ``True``, else the dict written.
 
     :raises ValueError: for a setting that is neither a bool nor a dict, nor a string that evaluates to one
     """
@@ -197,12 +165,12 @@ def normalize_settings(normalize: Any) -> dict[str, Any] | None:
 
 def ppg_reward_normalization(entry: dict[str, Any]) -> str | None:
     """
-    The ``normalize`` setting a PPG entry derived from ``entry`` gets (the rule of this module's docstring).
+    The ``normalize`` setting of a PPG entry derived from ``entry``: rewards normalized, as in the paper's runs (with
+    raw returns of magnitude 100, the auxiliary value loss outweighs the cloning term).
 
     :param entry: an rl-zoo3 PPO entry
-    :return: ``None`` where the entry already normalizes rewards (``normalize: true``, or a dict without
-        ``norm_reward=False``: ``VecNormalize`` normalizes rewards by default); else the entry's setting with
-        ``norm_reward=True``, written as rl-zoo3's ``"dict(...)"`` string (``enjoy`` evaluates on raw rewards)
+    :return: ``None`` where the entry already normalizes rewards; else the entry's setting with ``norm_reward=True``, as
+        an rl-zoo3 ``"dict(...)"`` string
     """
     kwargs = normalize_settings(entry.get("normalize"))
     if kwargs is None:
@@ -226,8 +194,7 @@ def _with_mask_wrapper(env_wrapper: Any) -> list[Any]:
 
 def derive(algo: str, entry: dict[str, Any]) -> Derivation:
     """
-    Derive ``algo``'s entry from an rl-zoo3 entry of its parent algorithm (:data:`PARENT_ALGOS`), by the rules of
-    this module's docstring.
+    Derive ``algo``'s entry from an rl-zoo3 entry of its parent algorithm (:data:`PARENT_ALGOS`).
 
     :param algo: one of :data:`PARENT_ALGOS`
     :param entry: the parent's entry (not modified)
@@ -276,8 +243,7 @@ class EntryChoice:
     """
     Where an algorithm's entry for an environment comes from.
 
-    :param source: ``"package"`` (this package's file, ``path``), ``"derived"`` (from rl-zoo3's ``path``) or
-        ``"missing"``
+    :param source: ``"package"``, ``"derived"`` or ``"missing"``
     :param path: the file the entry is read (or derived) from
     :param key: the entry's key in that file (the env id, ``atari`` or ``default``)
     :param derivation: the derived entry, for ``"derived"``
@@ -304,7 +270,7 @@ def zoo_entry_for(algo: str, env_id: str, is_atari: bool = False) -> EntryChoice
 
     :param algo: one of this package's algorithms
     :param env_id: the gymnasium id
-    :param is_atari: whether ``env_id`` is an Atari id (rl-zoo3's ``atari`` entries apply)
+    :param is_atari: whether rl-zoo3's ``atari`` entries apply
     """
     if algo not in ALGORITHMS:
         raise ValueError(f"algo must be one of {tuple(ALGORITHMS)}, got {algo!r}")

@@ -1,8 +1,4 @@
-"""
-This package's rl-zoo3 ``ExperimentManager``: its hyperparameter files or entries derived from rl-zoo3's
-(:mod:`sb3_ewma.zoo.derivation`), ``--scale-n-envs``, Procgen's native ``VecEnv``, data-parallel training under
-torchrun.
-"""
+"""This package's rl-zoo3 ``ExperimentManager``."""
 
 import os
 import tempfile
@@ -59,11 +55,10 @@ def zoo_hyperparams_per_rank(
     hyperparams: dict[str, Any], saved_hyperparams: dict[str, Any], world_size: int, scaled: bool
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """
-    rl-zoo3 under torchrun: the hyperparameters each rank trains with, and a note on what that means for c.
+    rl-zoo3 under torchrun: the hyperparameters each rank trains with, printing what that means for ``c``.
 
-    :param scaled: whether the entry was rescaled (``--scale-n-envs N``) for ``N`` environments in total, which are
-        then split over the ranks (:func:`sb3_ewma.common.distributed.per_rank_hyperparams`); otherwise the entry is
-        per rank, as written
+    :param scaled: whether the entry was rescaled (``--scale-n-envs N``) for ``N`` environments in total, then split
+        over the ranks (:func:`sb3_ewma.common.distributed.per_rank_hyperparams`); otherwise the entry is per rank
     """
     n_envs = int(hyperparams.get("n_envs", 1))
     if scaled:
@@ -87,10 +82,8 @@ def zoo_hyperparams_per_rank(
 
 class _ZooVecEnvClass(Protocol):
     """
-    rl-zoo3's experiment manager as far as its ``vec_env_class`` goes: it sets it to a ``VecEnv`` class (the type mypy
-    infers for it) but only calls it as SB3's ``make_vec_env`` calls ``vec_env_cls``,
-    ``vec_env_class(env_fns, **vec_env_kwargs)``: any such callable returning a ``VecEnv`` will do,
-    :func:`make_procgen_vec_env` included (as in :mod:`sb3_ewma.zoo.procgen`'s ``create_test_env``).
+    rl-zoo3's experiment manager as far as ``vec_env_class`` goes: typed as a ``VecEnv`` class, only called as SB3's
+    ``make_vec_env`` calls ``vec_env_cls``, so any callable returning a ``VecEnv`` will do.
     """
 
     vec_env_class: Callable[..., VecEnv]
@@ -98,27 +91,19 @@ class _ZooVecEnvClass(Protocol):
 
 class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
     """
-    rl-zoo3's experiment manager (same arguments), with this package's defaults:
+    rl-zoo3's experiment manager (same arguments), with this package's defaults (see :ref:`rl_zoo`):
 
-    - without ``config`` (``-conf``), the algorithms of :data:`ZOO_ALGOS` read ``sb3_ewma/hyperparams/<algo>.yml``
-      where it has an entry for the environment; otherwise their entry is derived from rl-zoo3's tuned entry of the
-      parent algorithm (``ppo.yml``, ``ppo_lstm.yml``) by :mod:`sb3_ewma.zoo.derivation`, with one printed line
-      naming the source entry and the changes (``config.yml`` records the derived entry); an environment that
-      neither file has gets rl-zoo3's error plus a line on ``-conf`` / ``-params``;
-    - ``policy_kwargs`` strings are evaluated with :data:`POLICY_KWARGS_NAMESPACE` (``ImpalaCNN``) in scope;
-    - a ``gamma`` written in the ``normalize`` setting is kept (rl-zoo3 replaces it by the algorithm's ``gamma``);
-    - with ``scale``, the hyperparameter entry (after the ``--hyperparams`` overrides) is rescaled from its ``n_envs``
-      (1 when absent, as rl-zoo3 reads it) to ``scale.n_envs`` before anything else uses it, and the report printed;
-    - before the run folder is created, the entry's ``n_envs`` is checked as a count, its keys against the algorithm's
-      constructor, its values by the constructor's own checks (the same messages as a script's call, also after
-      ``--scale-n-envs``), and the algorithm against the environment's spaces (:mod:`sb3_ewma.zoo.checks`); a
-      hyperparameter file that is not YAML (tabs) is one sentence with its line and column; a start that fails later
-      removes the run folder it left empty, and training that meets NaN or infinity the run folder it created;
-    - for Procgen ids the environments are one native :class:`~sb3_ewma.envs.ProcgenVecEnv`
-      (:func:`make_procgen_vec_env`, whatever ``--vec-env`` says) and evaluations use stochastic actions, as the
-      agent acts during training (a deterministic Procgen policy easily gets stuck).
+    - without ``config`` (``-conf``), the algorithms of :data:`ZOO_ALGOS` read ``sb3_ewma/hyperparams/<algo>.yml``, or
+      an entry derived from rl-zoo3's (:mod:`sb3_ewma.zoo.derivation`);
+    - ``policy_kwargs`` strings are evaluated with :data:`POLICY_KWARGS_NAMESPACE` in scope;
+    - a ``gamma`` written in the ``normalize`` setting is kept (rl-zoo3 replaces it by the algorithm's);
+    - with ``scale``, the entry (after ``-params``) is rescaled to ``scale.n_envs`` environments;
+    - the entry is checked before the run folder is created (:mod:`sb3_ewma.zoo.checks`), and a start that fails removes
+      the run folder it left unused;
+    - for Procgen ids the environments are one native :class:`~sb3_ewma.envs.ProcgenVecEnv` and evaluations use
+      stochastic actions.
 
-    :param scale: rescaling options, or None: those of the ``--scale-*`` flags in ``args`` (:class:`TrainArgumentParser`)
+    :param scale: rescaling options, or None: those of the ``--scale-*`` flags in ``args``
     """
 
     def __init__(
@@ -158,10 +143,8 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
 
     def setup_experiment(self) -> tuple[BaseAlgorithm, dict[str, Any]] | None:
         """
-        rl-zoo3's, then torch's thread count for the model built (``--num-threads``, :mod:`sb3_ewma.zoo.threads`).
-        A start that fails (the model cannot be built, say) removes the run folder it created, when nothing but empty
-        folders and monitor files without episodes is in it (:func:`~sb3_ewma.zoo.checks.remove_unused_run_folder`).
-        (The hyperparameters were checked before the folder exists: :meth:`_preprocess_hyperparams`.)
+        rl-zoo3's, then torch's thread count for the model (:mod:`sb3_ewma.zoo.threads`); a failed start removes the
+        unused run folder.
         """
         # the run folder and the folders above it that rl-zoo3 will create
         self._created_folders = missing_folders(self.save_path)
@@ -177,7 +160,7 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
         return result
 
     def hyperparameters_optimization(self) -> None:
-        """rl-zoo3's (``-optimize``); when it fails, the run folder is removed as :meth:`setup_experiment` removes it."""
+        """rl-zoo3's; a failed start removes the unused run folder."""
         try:
             super().hyperparameters_optimization()
         except BaseException:
@@ -186,11 +169,8 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
 
     def learn(self, model: BaseAlgorithm) -> None:
         """
-        rl-zoo3's; when it fails before the first step (an environment that cannot start, a setting the algorithm
-        refuses when it starts to learn), the run folder is removed with the configuration this start wrote in it,
-        as :meth:`setup_experiment` removes it. When training meets NaN or infinity (the package's ``NonFiniteError``,
-        or torch's refusal of NaN distribution parameters), at any step, the run folder this start created is removed
-        unless it holds a model saved before, and the error becomes one line (a ``ValueError``) that says so.
+        rl-zoo3's; a failure before the first step removes the unused run folder, and NaN or infinity in training
+        becomes a one-line ``ValueError`` (:meth:`_non_finite_report`).
         """
         try:
             super().learn(model)
@@ -203,10 +183,7 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
             raise
 
     def _non_finite_report(self, error: BaseException, num_timesteps: int) -> str:
-        """
-        After training met NaN or infinity: remove the run folder this start created unless it holds a model saved
-        before (:func:`~sb3_ewma.zoo.checks.remove_run_folder_without_model`, rank 0), and say so in one line.
-        """
+        """Remove the run folder this start created unless it holds a model (rank 0), and say so in one line."""
         report = non_finite_message(error, num_timesteps)
         created: tuple[str, ...] = getattr(self, "_created_folders", ())
         if self.rank != 0 or not created:
@@ -216,7 +193,6 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
         return f"{report}. The run folder {created[0]} keeps the models saved before."
 
     def _remove_unused_run_folder(self, written_files: tuple[str, ...] = ()) -> None:
-        """After a failed start: the run folder this start created, if it holds nothing worth keeping (rank 0)."""
         created: tuple[str, ...] = getattr(self, "_created_folders", ())
         if self.rank == 0 and created:
             remove_unused_run_folder(created[0], created_parents=created[1:], written_files=written_files)
@@ -242,9 +218,8 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
 
     def _read_entry_unchecked(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """
-        rl-zoo3's reading of the entry (``-params`` overrides, Optuna trial, ``--env-kwargs``), from the derived entry
-        when :func:`~sb3_ewma.zoo.derivation.zoo_entry_for` derived one (after printing the line that says so); an
-        environment without any entry gets rl-zoo3's error plus :func:`~sb3_ewma.zoo.derivation.missing_entry_hint`.
+        rl-zoo3's reading of the entry, from the derived entry or a JSON file where there is one; a missing entry gets
+        rl-zoo3's error plus :func:`~sb3_ewma.zoo.derivation.missing_entry_hint`.
         """
         choice = self.entry_choice
         if choice is not None and choice.source == "derived":

@@ -1,21 +1,7 @@
 """
 The Hugging Face Hub entry points ``python -m sb3_ewma.push_to_hub`` / ``load_from_hub``: rl-zoo3's scripts, run with
-:func:`register_zoo` done, so that they accept this package's algorithms, and with a model card that names the
-algorithm and its paper (:func:`model_card`).
-
-rl-zoo3's ``push_to_hub`` and ``load_from_hub`` are scripts (their code under ``if __name__ == "__main__"``), run with
-``runpy`` as ``python -m`` would, without importing them first. Where they have no extension point, a name that they
-import is replaced in its module for the duration of the call, and restored:
-
-- ``metadata_save`` of ``huggingface_hub.repocard``, which ``push_to_hub`` calls on the model card it has just
-  written: the card is completed with :func:`model_card` first;
-- ``generate_metadata`` of ``huggingface_sb3.push_to_hub``, where that module has only ``_generate_metadata`` (which
-  returns a ``ModelCardData``; rl-zoo3 imports ``generate_metadata`` and saves a dict), so that ``push_to_hub`` runs;
-- ``load_from_hub`` of ``huggingface_sb3``, which ``load_from_hub`` downloads each file with: a file missing on the
-  Hub raises ``requests``' ``HTTPError``, which rl-zoo3 catches for the optional ``vec_normalize.pkl``
-  (huggingface_hub's own ``RemoteEntryNotFoundError`` is no ``requests`` error since huggingface_hub moved to
-  ``httpx``);
-- ``create_test_env`` of ``rl_zoo3.utils``, as for ``enjoy``: Procgen ids are built as Procgen's native ``VecEnv``.
+``runpy`` and :func:`register_zoo` done, with a model card that names the algorithm and its paper (:func:`model_card`).
+Names they import are replaced for the duration of the call where rl-zoo3 has no extension point (see :ref:`rl_zoo`).
 """
 
 import argparse
@@ -41,7 +27,7 @@ from sb3_ewma.zoo.procgen import create_test_env
 from sb3_ewma.zoo.registry import ZOO_ALGORITHMS, register_zoo
 
 PAPER = 'Hilton, Cobbe & Schulman, "Batch size-invariance for policy optimization" (2021)'
-"""The paper of the package's algorithms, as model cards name it (with :data:`PAPER_ARXIV_ID`)."""
+"""The paper of the package's algorithms, as model cards name it."""
 
 PAPER_ARXIV_ID = "2110.00641"
 
@@ -69,10 +55,9 @@ _INSTALL_LINE = 'pip install -e ".[zoo]"  # in the root of the sb3-ewma reposito
 
 def model_card(card: str, algo: str) -> str:
     """
-    Complete rl-zoo3's model card (``rl_zoo3.push_to_hub.generate_model_card``) of an agent of ``algo``, one of
-    :data:`~sb3_ewma.zoo.ZOO_ALGOS`: a section after the introduction names the algorithm, what it is and its paper,
-    and says what to install; the commands are this package's (``python -m sb3_ewma.<script>``; rl-zoo3's scripts do
-    not know its algorithms), and so is the install command. Another ``algo`` leaves the card as it is.
+    Complete rl-zoo3's model card of an agent of ``algo``: a section that names the algorithm, what it is and its paper,
+    and this package's commands and install line in place of rl-zoo3's. An ``algo`` not of this package leaves the card
+    as it is.
 
     :param card: the model card that rl-zoo3 generated (Markdown)
     :param algo: the rl-zoo3 name of the agent's algorithm (``--algo``)
@@ -99,7 +84,7 @@ def model_card(card: str, algo: str) -> str:
 
 
 def _parsed_algo(argv: Sequence[str]) -> str | None:
-    """The ``--algo`` of the command line (None without one: rl-zoo3's parser then says it is required)."""
+    """The ``--algo`` of the command line, or None."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--algo")
     return parser.parse_known_args(list(argv))[0].algo
@@ -116,11 +101,7 @@ def _metadata_as_dict(generate: Any) -> Any:
 
 
 def _run_zoo_script(name: str) -> None:
-    """
-    Run rl-zoo3's script ``name`` as ``python -m`` would, in a namespace of its own. This package does not import it
-    first; where something else did (``rl_zoo3.enjoy`` imports ``rl_zoo3.load_from_hub``), runpy's warning that the
-    module is already imported is left out: the imported module is not touched.
-    """
+    """Run rl-zoo3's script ``name`` as ``python -m`` would, without runpy's warning where the module is already imported."""
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=f"'{re.escape(name)}' found in sys.modules", category=RuntimeWarning)
@@ -131,10 +112,9 @@ def _run_zoo_script(name: str) -> None:
 
 def push_to_hub(argv: Sequence[str], prog: str = "python -m sb3_ewma.push_to_hub") -> None:
     """
-    Run rl-zoo3's ``push_to_hub`` script with :func:`register_zoo` done: it evaluates a trained agent of the log
-    folder, writes the repository folder (``hub/<repo name>``: the model, its ``config.yml``, ``args.yml``,
-    ``env_kwargs.yml``, ``results.json``, the training metrics, the ``VecNormalize`` statistics, a replay video unless
-    ``--no-render``, and the model card, completed by :func:`model_card`) and uploads it to the Hugging Face Hub.
+    Run rl-zoo3's ``push_to_hub`` script with :func:`register_zoo` done: evaluate a trained agent of the log folder,
+    write the repository folder (with the model card completed by :func:`model_card`) and upload it to the Hugging Face
+    Hub.
 
     :param argv: rl-zoo3's command line arguments (without the program name)
     :param prog: the program name shown in messages
@@ -173,9 +153,8 @@ def push_to_hub(argv: Sequence[str], prog: str = "python -m sb3_ewma.push_to_hub
 
 def load_from_hub(argv: Sequence[str], prog: str = "python -m sb3_ewma.load_from_hub") -> None:
     """
-    Run rl-zoo3's ``load_from_hub`` script with :func:`register_zoo` done: it downloads an agent from the Hugging Face
-    Hub into the log folder as a run of ``train`` (``<folder>/<algo>/<env>_<N>/``), for ``enjoy``. A repository without
-    ``vec_normalize.pkl`` loads without one.
+    Run rl-zoo3's ``load_from_hub`` script with :func:`register_zoo` done: download an agent from the Hugging Face Hub
+    into the log folder as a run of ``train``.
 
     :param argv: rl-zoo3's command line arguments (without the program name)
     :param prog: the program name shown in messages

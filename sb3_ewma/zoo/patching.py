@@ -1,10 +1,6 @@
 """
-Where rl-zoo3 has no extension point: a name replaced for the duration of one call, and restored.
-
-rl-zoo3 is extended through what it offers where it offers something (its registries,
-:func:`~sb3_ewma.zoo.registry.register_zoo`; its ``ExperimentManager``, subclassed). Its command-line functions and
-scripts take no arguments and look the names they use up in their modules when they run; each call of :func:`patched`
-or :func:`patched_argv` says in one comment why no public way exists.
+Where rl-zoo3 has no extension point: a name replaced for the duration of one call, and restored. Each call of
+:func:`patched` or :func:`patched_argv` says in one comment why no public way exists.
 """
 
 import argparse
@@ -25,8 +21,8 @@ def patched(target: Any, name: str, value: Any, missing_ok: bool = False) -> Ite
     :param target: the object (usually a module)
     :param name: the attribute's name
     :param value: its value in the block
-    :param missing_ok: whether ``target`` may lack the attribute (it is then added, and removed after the block);
-        by default a missing attribute raises ``AttributeError``
+    :param missing_ok: whether ``target`` may lack the attribute (it is then added, and removed after the block); else a
+        missing attribute raises ``AttributeError``
     """
     original = getattr(target, name, _MISSING) if missing_ok else getattr(target, name)
     setattr(target, name, value)
@@ -41,10 +37,7 @@ def patched(target: Any, name: str, value: Any, missing_ok: bool = False) -> Ite
 
 @contextlib.contextmanager
 def patched_argv(prog: str, argv: Sequence[str]) -> Iterator[None]:
-    """
-    Set ``sys.argv`` to ``[prog, *argv]`` for the duration of the block: the command line of a script run with
-    ``runpy``, which reads it from there as ``python -m`` would give it.
-    """
+    """Set ``sys.argv`` to ``[prog, *argv]`` for the duration of the block (for a script run with ``runpy``)."""
     original = sys.argv
     sys.argv = [prog, *argv]
     try:
@@ -54,8 +47,5 @@ def patched_argv(prog: str, argv: Sequence[str]) -> Iterator[None]:
 
 
 def argparse_with_parser(make_parser: Callable[[], argparse.ArgumentParser]) -> types.SimpleNamespace:
-    """
-    The ``argparse`` module with ``ArgumentParser()`` returning ``make_parser()``: in place of ``argparse`` in a
-    module of rl-zoo3 whose function builds its parser with ``argparse.ArgumentParser()`` (with :func:`patched`).
-    """
+    """The ``argparse`` module with ``ArgumentParser()`` returning ``make_parser()``, to patch into a module of rl-zoo3."""
     return types.SimpleNamespace(**{**vars(argparse), "ArgumentParser": make_parser})

@@ -1,8 +1,4 @@
-"""
-Procgen ids (``procgen-<game>-<easy|hard>``) in rl-zoo3: built as procgen's native vectorized environment
-(:func:`make_procgen_vec_env`, rl-zoo3's ``vec_env_cls``) for training, and by :func:`create_test_env` for ``enjoy``
-and ``record_video``.
-"""
+"""Procgen ids (``procgen-<game>-<easy|hard>``) in rl-zoo3, built as procgen's native vectorized environment."""
 
 from collections.abc import Callable
 from typing import Any, Protocol, cast
@@ -18,9 +14,8 @@ from sb3_ewma.envs.procgen_games import parse_procgen_env_id
 
 class _ZooCreateTestEnv(Protocol):
     """
-    rl-zoo3's ``create_test_env`` as it is called here. It annotates ``vec_env_cls`` as ``type[VecEnv]`` but only
-    calls it as SB3's ``make_vec_env`` does, ``vec_env_cls(env_fns, **vec_env_kwargs)``: any such callable returning a
-    ``VecEnv`` will do, :func:`make_procgen_vec_env` included.
+    rl-zoo3's ``create_test_env`` as it is called here: ``vec_env_cls`` is annotated ``type[VecEnv]`` but only called as
+    SB3's ``make_vec_env`` calls it, so :func:`make_procgen_vec_env` will do.
     """
 
     def __call__(
@@ -55,8 +50,8 @@ def is_procgen_env_id(env_id: str) -> bool:
 
 def _procgen_settings(env: gym.Env) -> tuple[dict[str, Any], str | None, tuple[str, ...]]:
     """
-    The constructor arguments of the single Procgen environment ``env`` built by an rl-zoo3 environment function,
-    the file of its ``Monitor`` (if any) and the Monitor's ``info_keywords``.
+    The constructor arguments of the single Procgen environment ``env``, the file of its ``Monitor`` (if any) and the
+    Monitor's ``info_keywords``.
     """
     from sb3_ewma.envs.procgen_gymnasium import ProcgenGymnasiumEnv
 
@@ -86,22 +81,13 @@ def _procgen_settings(env: gym.Env) -> tuple[dict[str, Any], str | None, tuple[s
 
 def make_procgen_vec_env(env_fns: list[Callable[[], gym.Env]], **vec_env_kwargs: Any) -> VecEnv:
     """
-    A ``VecEnv`` "class" for rl-zoo3 and SB3's ``make_vec_env`` (their ``vec_env_cls``) that builds procgen's native
-    vectorized environment instead of stepping one environment per function: a
+    A ``VecEnv`` "class" for rl-zoo3 and SB3's ``make_vec_env`` (their ``vec_env_cls``): one
     :class:`~sb3_ewma.envs.ProcgenVecEnv` of ``len(env_fns)`` environments, configured like the environment that
-    ``env_fns[0]`` builds (the game, distribution mode and ``env_kwargs`` such as ``num_levels``, ``start_level`` or
-    procgen's options). That environment is created only to read its configuration (cheap: the single-environment
-    wrapper starts procgen lazily) and closed. Its episode statistics (SB3's ``VecMonitor``, in
-    :class:`~sb3_ewma.envs.ProcgenMonitor`) go to the file of that environment's ``Monitor``, if it had one. Training
-    and evaluation environments get the same wrappers (SB3's ``sync_envs_normalization`` needs that to copy the
-    ``VecNormalize`` statistics).
-
-    The seed is set afterwards by ``make_vec_env`` (``VecEnv.seed``); reward normalization is rl-zoo3's ``normalize``
-    setting (``VecNormalize``), so the environment itself does not normalize.
+    ``env_fns[0]`` builds (made only to read its configuration), with its episode statistics in the file of that
+    environment's ``Monitor``. The environment does not normalize rewards (rl-zoo3's ``normalize`` does).
 
     :param env_fns: rl-zoo3's environment functions (one per environment) for a Procgen id
-    :param vec_env_kwargs: must be empty (procgen runs its environments in threads of its own; use the
-        ``num_threads`` environment keyword argument to set their number)
+    :param vec_env_kwargs: must be empty (the ``num_threads`` environment keyword sets procgen's threads)
     :return: the vectorized environment
     """
     if vec_env_kwargs:

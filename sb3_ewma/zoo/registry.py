@@ -1,7 +1,4 @@
-"""
-This package's algorithms, hyperparameter files, samplers and Procgen ids, made known to rl-zoo3
-(:func:`register_zoo`).
-"""
+"""This package's algorithms, hyperparameter files, samplers and Procgen ids, made known to rl-zoo3 (:func:`register_zoo`)."""
 
 from collections.abc import Mapping
 
@@ -14,8 +11,7 @@ from sb3_ewma.algorithms import ALGORITHMS, HYPERPARAMS_DIR, packaged_hyperparam
 from sb3_ewma.envs.procgen_gymnasium import register_procgen_envs
 
 ZOO_ALGORITHMS: Mapping[str, type[BaseAlgorithm]] = ALGORITHMS
-"""This package's algorithms by rl-zoo3 name (``--algo``), added to ``rl_zoo3.ALGOS`` by :func:`register_zoo`: the
-registry :data:`sb3_ewma.algorithms.ALGORITHMS`."""
+"""This package's algorithms by rl-zoo3 name (``--algo``): :data:`sb3_ewma.algorithms.ALGORITHMS`."""
 
 ZOO_ALGOS: tuple[str, ...] = tuple(ZOO_ALGORITHMS)
 """The rl-zoo3 names of this package's algorithms."""
@@ -29,11 +25,7 @@ def zoo_algorithms() -> dict[str, type[BaseAlgorithm]]:
 def register_zoo() -> None:
     """
     Make rl-zoo3 know this package: the algorithms (``rl_zoo3.ALGOS``), their hyperparameter samplers
-    (``rl_zoo3.hyperparams_opt.HYPERPARAMS_SAMPLER`` and ``HYPERPARAMS_CONVERTER``) and the Procgen ids
-    ``procgen-<game>-<easy|hard>`` (gymnasium registry). Safe to call several times.
-
-    Enough to use rl-zoo3's own ``ExperimentManager`` with these algorithms; :func:`train` adds this package's
-    defaults (hyperparameter files, Procgen's native ``VecEnv``, ``ImpalaCNN`` in ``policy_kwargs``).
+    (``rl_zoo3.hyperparams_opt``) and the Procgen ids (gymnasium registry). Safe to call several times.
     """
     register_procgen_envs()
     # rl_zoo3.ALGOS is rl_zoo3.utils.ALGOS, the dict every rl-zoo3 module imports
@@ -45,9 +37,8 @@ def register_zoo() -> None:
 def default_conf_file(algo: str) -> str | None:
     """
     :param algo: an rl-zoo3 algorithm name
-    :return: the path of this package's hyperparameter file for ``algo`` (one of :data:`ZOO_ALGOS`), else None
-        (``ppo_mask_ewma`` has none: rl-zoo3 has no MaskablePPO entries, its entries are derived from ``ppo.yml``,
-        :mod:`sb3_ewma.zoo.derivation`)
+    :return: the path of this package's hyperparameter file for ``algo``, else None (``ppo_mask_ewma`` has none: its
+        entries are derived)
     """
     if algo not in ZOO_ALGOS or not packaged_hyperparams_file(algo).is_file():
         return None

@@ -1,15 +1,7 @@
 """
-Torch's CPU threads for the command-line entry points.
-
-Torch's default intra-op thread pool has one thread per core, and its threads spin while they wait. For the small
-networks of most rl-zoo3 tasks (an MLP on a vector observation) a single thread is as fast on an idle machine, and on a
-busy one (several seeds at once, a CI machine) the default pool's threads spin against each other's processes and
-training can slow down many times over. So ``python -m sb3_ewma.train`` (and ``enjoy``, ``record_video``) use one
-thread unless the model reads images on the CPU (a CNN, where more threads pay), or the user chose: ``--num-threads N``,
-or ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS`` in the environment (torchrun sets ``OMP_NUM_THREADS=1`` for several ranks).
-
-A library does not change global settings on import: these functions act only when an entry point calls them. In a
-script, call ``torch.set_num_threads(1)`` before training an MLP policy when several trainings share the CPU.
+Torch's CPU threads for the command-line entry points: one thread unless the model reads images on the CPU or the user
+chose (``--num-threads``, ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``). These functions act only when an entry point calls
+them. See :ref:`performance`.
 """
 
 import contextlib
@@ -33,7 +25,7 @@ def threads_set_by_environment() -> bool:
 
 
 def reads_images(observation_space: spaces.Space) -> bool:
-    """Whether the observations are (or contain) images, which SB3 gives to a CNN."""
+    """Whether the observations are (or contain) images."""
     if isinstance(observation_space, spaces.Dict):
         return any(reads_images(space) for space in observation_space.spaces.values())
     return is_image_space(observation_space, check_channels=False)
@@ -41,8 +33,8 @@ def reads_images(observation_space: spaces.Space) -> bool:
 
 def auto_num_threads(model: BaseAlgorithm) -> int | None:
     """
-    The thread count of the ``AUTO`` rule for a built model: 1, or None (torch's default) when the model reads images
-    on the CPU.
+    The thread count of the ``AUTO`` rule for a built model: 1, or None (torch's default) when the model reads images on
+    the CPU.
     """
     on_cpu = th.device(model.device).type == "cpu"
     return None if on_cpu and reads_images(model.observation_space) else 1
@@ -50,9 +42,8 @@ def auto_num_threads(model: BaseAlgorithm) -> int | None:
 
 def apply_num_threads(num_threads: int, model: BaseAlgorithm) -> int | None:
     """
-    Apply an entry point's ``--num-threads`` to a built model, before training: a count ``N > 0`` is set (rl-zoo3 has
-    done so already), ``TORCH_DEFAULT`` leaves torch alone, ``AUTO`` sets :func:`auto_num_threads` unless
-    ``OMP_NUM_THREADS`` or ``MKL_NUM_THREADS`` is set.
+    Apply an entry point's ``--num-threads`` to a built model: ``AUTO`` sets :func:`auto_num_threads` unless
+    ``OMP_NUM_THREADS`` or ``MKL_NUM_THREADS`` is set; other values are left to rl-zoo3 or torch.
 
     :return: the thread count set here, or None when left as it was
     """
@@ -66,7 +57,7 @@ def apply_num_threads(num_threads: int, model: BaseAlgorithm) -> int | None:
 
 @contextlib.contextmanager
 def restored_num_threads() -> Iterator[None]:
-    """Restore torch's thread count at the end of the block (entry points called in-process, as in tests)."""
+    """Restore torch's thread count at the end of the block."""
     count = th.get_num_threads()
     try:
         yield

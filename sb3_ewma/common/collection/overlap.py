@@ -1,28 +1,7 @@
 """
 Overlapped (asynchronous) rollouts: the next rollout is collected by a collector (a thread, or a forked process), with
-a snapshot of the parameters, while the model trains on the previous one. They plug into SB3's own ``learn`` loop at
-its ``collect_rollouts`` (:class:`OverlappedRollouts`): that loop, its stop test, its logs and ``train()`` are SB3's.
-
-Iteration ``k`` trains on the rollout collected by the parameters of the start of iteration ``k - 1`` (one iteration
-of staleness, which the decoupled objective is built for: Hilton et al. 2021, section 5.1), while rollout ``k + 1``
-is collected by a copy of the parameters at the start of iteration ``k``. The first rollout of every ``learn`` call
-is collected before any training (fresh data), so the first update is the synchronous one.
-
-What runs where:
-
-- the collector: ``env.step`` and the behavior policy's forward passes, ``_last_obs`` and the rollout buffer it fills;
-  it calls no user code and leaves ``num_timesteps`` and the episode statistics as they are;
-- the caller's (main) thread: ``train()``, its logs and ``dump_logs``, and at the hand-off (in ``collect_rollouts``,
-  the collector joined): the rollout replayed to the callbacks (``on_rollout_start``, then for each step
-  ``num_timesteps``, ``update_locals`` with the step's ``infos``, ``dones`` and ``rewards``, ``on_step`` and the
-  episode statistics, then ``on_rollout_end``), so checkpoints and evaluations see the parameters of an iteration
-  boundary, and a callback that returns ``False`` stops training before that rollout is trained on (the environments
-  ran to its end). The first rollout of a ``learn`` call is SB3's loop on this thread, callbacks as they go.
-
-Threads: torch releases the GIL in its kernels and C++ environments (Procgen) release it in ``step``, so collection
-and training overlap where those dominate; Python-heavy loops (CartPole with a small MLP) mostly take turns on the GIL,
-where the collector process (:mod:`~sb3_ewma.common.collection.process`) overlaps them (the documentation's benchmarks
-page has the throughput figures).
+a snapshot of the parameters, while the model trains on the previous one (one iteration of staleness). They plug into
+SB3's own ``learn`` loop at its ``collect_rollouts`` (:class:`OverlappedRollouts`). See :ref:`async_rollouts`.
 """
 
 import numpy as np
@@ -57,7 +36,7 @@ def rollout_collector_kind(async_rollouts: object) -> str | None:
 def rollout_settings(async_rollouts: bool | str, env: VecEnv | None) -> tuple[bool, str]:
     """
     For an algorithm's constructor: ``(async_rollouts, rollout_collector)``, a bool and ``"thread"`` or ``"process"``,
-    after checking that a collector process can fork here and copy ``env`` (checked again by ``learn``).
+    after checking that a collector process can fork here and copy ``env``.
     """
     kind = rollout_collector_kind(async_rollouts)
     if kind == "process":
@@ -69,10 +48,8 @@ def rollout_settings(async_rollouts: bool | str, env: VecEnv | None) -> tuple[bo
 class OverlappedRollouts:
     """
     The rollouts of an algorithm with ``async_rollouts``, as its ``collect_rollouts`` gets them in SB3's ``learn``
-    loop: :meth:`collect` hands off the rollout collected during the last ``train()`` (the first of a ``learn`` call:
-    collected now), then :meth:`start_next` starts collecting the next one while the loop trains on it; :meth:`end`,
-    when ``learn`` ends (or fails), ends the collector. The collector never advances ``num_timesteps`` by itself, so
-    SB3's loop stops where it would without overlap, with no collection left running.
+    loop: :meth:`collect` hands off the rollout collected during the last ``train()``, :meth:`start_next` starts the
+    next one, :meth:`end` ends the collector when ``learn`` ends.
 
     :param kind: ``"thread"`` or ``"process"`` (:func:`rollout_settings`)
     """
@@ -84,9 +61,10 @@ class OverlappedRollouts:
 
     def collect(self, algorithm: CollectingAlgorithm, env: VecEnv, callback: BaseCallback) -> bool:
         """
-        The rollout to train on next, in ``algorithm.rollout_buffer``: the one collected in the background, replayed to
-        the callbacks, or at the first call of a ``learn`` call one collected now. Returns False if a callback stopped
-        it (SB3's meaning: stop training).
+        Put the rollout to train on next in ``algorithm.rollout_buffer``: the one collected in the background, replayed
+        to the callbacks (at the first call of a ``learn`` call, one collected now).
+
+        :return: False if a callback stopped training
         """
         if self.collector is None:
             self.collector = self._new_collector(algorithm, callback)
@@ -114,8 +92,9 @@ class OverlappedRollouts:
 
     def end(self, failed: bool) -> bool:
         """
-        At the end of ``learn``: the collector closed, or after an exception stopped. Returns whether a background
-        collection was abandoned (still running, or failed itself: the environments may be left mid-rollout).
+        At the end of ``learn``: close the collector, or stop it after an exception (``failed``).
+
+        :return: whether a background collection was abandoned (the environments may be left mid-rollout)
         """
         collector, self.collector, self._buffers = self.collector, None, None
         if collector is None:

@@ -1,30 +1,10 @@
 """
 Overlapped rollouts with the collector in a process of its own (``async_rollouts="process"``).
 
-A collector thread (``async_rollouts=True``) overlaps collection with training only where torch and the environments
-release the GIL; Python-heavy loops (CartPole, small MLPs) then take turns on it and gain little (throughput figures:
-the documentation's benchmarks page). Here a forked child process steps the environments with the behavior policy while the
-parent trains, on another core:
-
-- at each hand-off the parent copies the policy's parameters into the behavior policy, whose tensors are in shared
-  memory on the CPU (a forked process cannot use CUDA: a learner on a GPU trains there, and its parameters reach the
-  child as CPU tensors; the first rollout of a ``learn`` call, collected in the parent, is acted by the policy on its
-  own device, as without overlap), and sends the child the go-ahead (with the ``VecNormalize`` statistics, which
-  data-parallel training may have pooled); the child collects one rollout into its copy of the rollout buffer and
-  sends the buffer's arrays, the last observations and its ``VecNormalize`` statistics back through a pipe;
-- the child runs no user callback: the parent replays the rollout to them at the hand-off (``on_rollout_start``,
-  then for each step ``num_timesteps``, ``update_locals`` with the step's ``infos``, ``dones`` and ``rewards``,
-  ``on_step`` and the episode statistics, then ``on_rollout_end``), so checkpoints and evaluations see the
-  parameters of an iteration boundary, and a callback that returns ``False`` stops training before the rollout is
-  trained on (the environments ran to the end of that rollout in the child);
-- while the child lives it owns the environments: the parent's copies are left as they were at the fork. At the end
-  of ``learn`` the child exits and ``_last_obs`` is cleared, so the next ``learn`` call starts with ``env.reset()``.
-
-The child is forked with ``os.fork`` (never spawned: the environments and the model are inherited, not pickled; and
-not through ``multiprocessing.Process``, which refuses children to daemonic processes such as ``multiprocessing.Pool``
-workers), so this needs ``fork`` (Linux, macOS) and environments that step on the calling thread (not Procgen,
-gym3 or EnvPool, which step in threads of their own: :func:`check_forkable_env`). The child exits when told to, or
-when the parent's end of the pipe closes (the parent died).
+A child forked with ``os.fork`` (it inherits the environments and the model) steps the environments with a CPU copy
+of the behavior policy, whose parameters the parent copies into shared memory at each hand-off, and sends each rollout
+back through a pipe; the parent replays it to the callbacks. It needs ``fork`` (Linux, macOS) and environments that
+step on the calling thread (:func:`check_forkable_env`). See :ref:`async_rollouts`.
 """
 
 import contextlib
@@ -52,11 +32,9 @@ POLL_INTERVAL_S = 1.0
 STOP_TIMEOUT_S = 10.0
 """How long the parent waits for the child to exit before it terminates it."""
 STALL_TIMEOUT_S = 120.0
-"""How long the child may use no CPU time, while the parent waits for its rollout, before it is declared stuck (an
-environment that waits on threads a forked process does not have) and killed. Linux only (it reads ``/proc``)."""
+"""How long the child may use no CPU time, while the parent waits for its rollout, before it is killed (Linux only)."""
 STACK_DUMP_SIGNAL = signal.SIGUSR1
-"""The signal on which the child prints the Python stack of its threads (``faulthandler``) to its stderr: the parent
-sends it to a stuck child before killing it, so that the error comes with where the child waited."""
+"""The signal on which the child prints the Python stack of its threads to its stderr (sent before killing it)."""
 STACK_DUMP_WAIT_S = 1.0
 """How long the parent gives the stuck child to print its stack."""
 RUNNING_STATISTICS = ("obs_rms", "ret_rms")
@@ -72,8 +50,7 @@ def check_process_collector() -> None:
 
 
 COLLECTOR_DEVICE = th.device("cpu")
-"""Where the collector process's behavior policy acts: a forked process cannot use CUDA, so a learner on a GPU sends
-its parameters to a CPU copy of the policy at each hand-off."""
+"""Where the collector process's behavior policy acts (a forked process cannot use CUDA)."""
 
 
 FORK_UNSAFE_ENV_MODULES = ("procgen", "gym3", "envpool", "sb3_ewma.envs.procgen")
@@ -92,7 +69,7 @@ def innermost_vec_env(env: VecEnv) -> VecEnv:
 def check_forkable_env(env: VecEnv | None) -> None:
     """
     Raise a ``ValueError`` for ``async_rollouts="process"`` with an environment that steps in threads of its own
-    (Procgen, gym3, EnvPool): a forked child has none of them and would wait forever at its first step.
+    (Procgen, gym3, EnvPool), which a forked child does not have.
     """
     if env is None:
         return
@@ -156,9 +133,8 @@ def _collector_main(
     The child: collect one rollout per go-ahead until told to stop (or the parent goes away). ``collect_garbage``:
     whether the parent had the garbage collector on (it forks with it off).
     """
-    # the objects inherited from the parent are never collected here: a finalizer of the parent's garbage may wait on
-    # threads of the parent (a process group's, a thread pool's) that this process does not have. The parent forked
-    # with the collector off, so that no collection runs before this line; this process's own garbage is collected.
+    # never collect the objects inherited from the parent: a finalizer of the parent's garbage may wait on threads of
+    # the parent that this process does not have (the parent forked with the collector off until this line)
     gc.freeze()
     if collect_garbage:
         gc.enable()
@@ -200,16 +176,15 @@ def _collector_main(
 
 class ProcessRolloutCollector(RolloutCollector):
     """
-    :class:`RolloutCollector` with :meth:`start` / :meth:`hand_off` in a forked child process (see
-    :mod:`sb3_ewma.common.collection.process`). :meth:`collect` (the first, fresh rollout of a ``learn`` call) runs
-    in this process with the real callbacks; the child is forked at the first :meth:`start` and ends in :meth:`close`.
+    :class:`RolloutCollector` with :meth:`start` / :meth:`hand_off` in a forked child process, forked at the first
+    :meth:`start` and ended in :meth:`close`; :meth:`collect` (the first rollout of a ``learn`` call) runs here.
     """
 
     def __init__(self, algorithm: CollectingAlgorithm, callback: BaseCallback) -> None:
         check_process_collector()
         check_forkable_env(algorithm.env)
         super().__init__(algorithm, callback, acting_device=COLLECTOR_DEVICE)
-        # the snapshot, written here, read by the child (in place: the tensors that `snapshot` copies into stay the same)
+        # the snapshot, written here in place, read by the child
         self.behavior_policy.share_memory()
         self.pid: int | None = None  # the child's
         self._exit_status: int | None = None
@@ -223,8 +198,8 @@ class ProcessRolloutCollector(RolloutCollector):
 
     def _fork(self, env: VecEnv) -> None:
         """
-        Fork the child, which collects into its own rollout buffer until told to stop. The state it carries from
-        rollout to rollout (a recurrent policy's LSTM states) goes to the CPU first: the child must not touch CUDA.
+        Fork the child, which collects into its own rollout buffer until told to stop. The state carried from rollout
+        to rollout (LSTM states) goes to the CPU first: the child must not touch CUDA.
         """
         for name in self.algorithm._collection_state_names:
             setattr(self.algorithm, name, tensors_to(getattr(self.algorithm, name), COLLECTOR_DEVICE))
@@ -308,9 +283,10 @@ class ProcessRolloutCollector(RolloutCollector):
 
     def hand_off(self) -> bool:
         """
-        Wait for the child's rollout, re-raise its exception (chained to its traceback text), put the rollout into
-        the buffer given to :meth:`start`, then replay it to the callbacks on this thread. Returns False if a
-        callback returned False (SB3's meaning: stop training; the rollout is then not trained on).
+        Wait for the child's rollout (re-raising its exception), put it into the buffer given to :meth:`start` and
+        replay it to the callbacks on this thread.
+
+        :return: False if a callback returned False (stop training)
         """
         assert self._buffer is not None, "hand_off follows start"
         start = time.perf_counter()

@@ -1,13 +1,6 @@
 """
-Rollout collection with an explicit behavior policy, by the parents' own rollout loops.
-
-SB3's ``OnPolicyAlgorithm.collect_rollouts`` (and sb3-contrib's ``RecurrentPPO`` and ``MaskablePPO`` ones) always
-act with ``self.policy`` and count ``env.num_envs`` environment steps per step. With ``self.policy`` acting on one
-process they run on the algorithm itself, as in the parent. Otherwise they run unchanged on a :class:`RolloutView` of
-the algorithm that makes two things explicit: the policy that acts (a snapshot of the parameters collects while
-``self.policy`` trains, for overlapped rollouts; a CPU copy in a collector process) and the number of environment
-steps one vectorized step counts for (``n_envs * world_size`` under data-parallel training, where ``num_timesteps`` is
-global).
+Rollout collection with an explicit behavior policy, by the parents' own rollout loops run on a :class:`RolloutView`
+of the algorithm (the acting policy, and the environment steps one vectorized step counts for, made explicit).
 """
 
 from collections import deque
@@ -23,10 +16,7 @@ from stable_baselines3.common.vec_env import VecEnv
 
 
 def tensors_to(value: Any, device: th.device) -> Any:
-    """
-    A copy of ``value`` with every tensor in it on ``device``: tensors, and tuples (named ones included, such as
-    sb3-contrib's ``RNNStates``), lists and dicts of them; anything else is returned as it is.
-    """
+    """A copy of ``value`` with every tensor in it (also in (named) tuples, lists and dicts) on ``device``."""
     if isinstance(value, th.Tensor):
         return value.to(device)
     if isinstance(value, tuple) and hasattr(value, "_fields"):
@@ -40,11 +30,8 @@ def tensors_to(value: Any, device: th.device) -> Any:
 
 class CollectingAlgorithm(Protocol):
     """
-    What the rollout collectors (:mod:`~sb3_ewma.common.collection.thread`,
-    :mod:`~sb3_ewma.common.collection.process`) and the overlapped rollouts
-    (:mod:`~sb3_ewma.common.collection.overlap`) use of the algorithm they collect for: SB3's ``OnPolicyAlgorithm``
-    state, and what :class:`~sb3_ewma.common.decoupled.algorithm.DecoupledAlgorithm` adds (its rollout loop with an
-    explicit acting policy, its rollout buffers and policy copies).
+    What the rollout collectors and the overlapped rollouts use of the algorithm they collect for: SB3's
+    ``OnPolicyAlgorithm`` state, and what :class:`~sb3_ewma.common.decoupled.algorithm.DecoupledAlgorithm` adds.
     """
 
     num_timesteps: int
@@ -92,31 +79,17 @@ class CollectingAlgorithm(Protocol):
 
 class RolloutView:
     """
-    The algorithm as a parent's ``collect_rollouts`` sees it when another policy than ``algorithm.policy`` acts (the
-    snapshot of overlapped rollouts, a collector process's copy) or when one vectorized step counts for more than
-    ``n_envs`` steps (data-parallel training), so that SB3's and sb3-contrib's own rollout loops run unchanged (called
-    as ``Parent.collect_rollouts(view, env, callback, buffer, n_steps)``, the view in place of ``self``). The contract:
-
-    - every attribute read is the algorithm's, and every attribute written is written on the algorithm (``_last_obs``,
-      ``_last_episode_starts``, ``_last_lstm_states``, the episode statistics through ``_update_info_buffer``), except
-      ``policy`` (the acting policy), ``device`` (that policy's device), which the view holds, and ``num_timesteps``,
-      which grows by ``timesteps_per_step`` (every rank's environments) for each vectorized step where the loop adds
-      ``env.num_envs``: one vectorized step at a time, as the parents' loops do;
-    - methods are the algorithm's, bound to the algorithm (``self._update_info_buffer`` updates the algorithm's
-      buffers), so a loop that calls ``self.policy`` gets the acting policy and one that calls a method gets the
-      algorithm's;
-    - callbacks called from that loop see the view: ``locals["self"]`` in ``on_step`` is the view, whose attributes
-      are the algorithm's but ``policy`` (and ``device``); ``callback.model`` stays the algorithm.
-
-    With ``published=False`` (a collector thread's rollout, replayed to the callbacks and the counters at the hand-off)
-    the view counts ``num_timesteps`` for itself, from the algorithm's, and keeps the episode statistics to itself
-    (``_update_info_buffer`` does nothing): the training thread reads the algorithm's meanwhile (SB3's loop and
-    ``dump_logs``).
+    The algorithm as a parent's ``collect_rollouts`` sees it, passed in place of ``self``, so that SB3's and
+    sb3-contrib's own rollout loops run unchanged with another acting policy or step count. Every attribute is read
+    from and written to the algorithm (methods bound to it), except ``policy`` and ``device``, which the view holds,
+    and ``num_timesteps``, which grows by ``timesteps_per_step`` per vectorized step. Callbacks called from the loop
+    see the view as ``locals["self"]``.
 
     :param algorithm: the algorithm whose state (last observation, step count, episode statistics) advances
     :param policy: the acting policy (``algorithm.policy``, or a copy of it)
     :param timesteps_per_step: environment steps one vectorized step counts for in ``num_timesteps``
-    :param published: whether the step count and the episode statistics are the algorithm's (see above)
+    :param published: whether the step count and the episode statistics are the algorithm's; if not (a collector
+        thread's rollout, replayed at the hand-off), the view counts ``num_timesteps`` itself and drops the episodes
     """
 
     def __init__(self, algorithm: OnPolicyAlgorithm, policy: Any, timesteps_per_step: int, published: bool = True) -> None:
@@ -152,8 +125,7 @@ class RolloutView:
 def new_rollout_buffer(algorithm: OnPolicyAlgorithm) -> RolloutBuffer:
     """A new rollout buffer like ``algorithm.rollout_buffer`` (SB3's construction in ``_setup_model``)."""
     assert algorithm.rollout_buffer_class is not None, "chosen by OnPolicyAlgorithm._setup_model"
-    # RolloutBuffer's constructor: _setup_model chose DictRolloutBuffer (which type checkers see among the attribute's
-    # types) only for a Dict observation space
+    # DictRolloutBuffer only for a Dict observation space, with RolloutBuffer's constructor
     buffer_class = cast(type[RolloutBuffer], algorithm.rollout_buffer_class)
     return buffer_class(
         algorithm.n_steps,

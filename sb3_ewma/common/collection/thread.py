@@ -1,7 +1,6 @@
 """
 The collector of overlapped rollouts on a thread: :class:`RolloutCollector` collects one rollout at a time with a
-snapshot of the policy's parameters on a thread of its own, and replays it to the callbacks at the hand-off (see
-:mod:`sb3_ewma.common.collection.overlap` for which thread does what).
+snapshot of the policy's parameters on a thread of its own, and replays it to the callbacks at the hand-off.
 """
 
 import threading
@@ -29,10 +28,7 @@ def parameter_tensors(module: th.nn.Module) -> list[th.Tensor]:
 
 @th.no_grad()
 def copy_tensors(destinations: list[th.Tensor], sources: list[th.Tensor]) -> None:
-    """
-    Copy each source tensor into its destination: in one fused call when all are on one device, else one by one
-    (a copy from a GPU into CPU memory returns once the values are there).
-    """
+    """Copy each source tensor into its destination (in one fused call when all are on one device)."""
     if all(destination.device == source.device for destination, source in zip(destinations, sources)):
         # torch's foreach ops (documented, beta) have no public name; the public copy_ is one call per tensor
         th._foreach_copy_(destinations, sources)  # pyright: ignore[reportPrivateImportUsage]
@@ -43,10 +39,8 @@ def copy_tensors(destinations: list[th.Tensor], sources: list[th.Tensor]) -> Non
 
 class StepRecorder:
     """
-    Stands in for the callbacks while a rollout is collected on a collector thread or in a collector process (the
-    rollout loop calls it as a ``BaseCallback``): records each step's ``infos``, ``dones`` and ``rewards``, which
-    :meth:`RolloutCollector.hand_off` replays to the callbacks, and the names of the loop's variables (``names``).
-    ``stop``, once set, ends the rollout at its next step.
+    Stands in for the callbacks while a collector collects a rollout: records each step's ``infos``, ``dones`` and
+    ``rewards`` for the replay, and the names of the loop's variables. ``stop``, once set, ends the rollout.
     """
 
     def __init__(self, stop: threading.Event | None = None) -> None:
@@ -72,18 +66,13 @@ class StepRecorder:
 
 class RolloutCollector:
     """
-    Collects the rollouts of a ``learn`` call for ``algorithm``: the first on the caller's thread, with the callbacks
-    as SB3's loop calls them (:meth:`collect`); the others with a snapshot of the policy on a thread of their own
-    (:meth:`start`), which advances the environments, ``_last_obs`` and the buffer but neither ``num_timesteps`` nor the
-    episode statistics: :meth:`hand_off` waits for the rollout, re-raises on the caller's thread any exception it
-    raised (with its traceback), then replays its steps to the callbacks and the counters, as SB3's loop would have
-    advanced them. One rollout at a time.
+    Collects the rollouts of a ``learn`` call: the first on the caller's thread with the callbacks (:meth:`collect`),
+    the others with a snapshot of the policy on a thread of their own (:meth:`start`), replayed to the callbacks and
+    counters by :meth:`hand_off`. One rollout at a time.
 
-    :param algorithm: the algorithm (a :class:`~sb3_ewma.common.decoupled.algorithm.DecoupledAlgorithm`) whose
-        environment and state the rollouts advance
+    :param algorithm: the algorithm whose environment and state the rollouts advance
     :param callback: the ``learn`` call's callback
-    :param acting_device: the device of the behavior policy (default: the algorithm's); the parameters are copied
-        there from the algorithm's device at each snapshot
+    :param acting_device: the device of the behavior policy (default: the algorithm's)
     """
 
     def __init__(
@@ -115,8 +104,10 @@ class RolloutCollector:
 
     def collect(self, env: VecEnv, rollout_buffer: RolloutBuffer) -> bool:
         """
-        The first rollout of a ``learn`` call, on the caller's thread, acted by the policy itself: the parent's rollout
-        loop as SB3's ``learn`` runs it (callbacks included). Returns its result: False if a callback stopped it.
+        Collect the first rollout of a ``learn`` call on the caller's thread, acted by the policy itself, callbacks
+        included.
+
+        :return: False if a callback stopped it
         """
         start = time.perf_counter()
         algorithm = self.algorithm
@@ -148,8 +139,9 @@ class RolloutCollector:
     def hand_off(self) -> bool:
         """
         Wait for the rollout being collected, re-raise its exception, then replay it to the callbacks and the counters
-        on this thread (:meth:`_replay`). Returns False if a callback returned False (SB3's meaning: stop training;
-        the rollout is then not trained on).
+        on this thread.
+
+        :return: False if a callback returned False (stop training)
         """
         start = time.perf_counter()
         assert self._thread is not None, "hand_off follows start"
@@ -166,9 +158,8 @@ class RolloutCollector:
         self, steps: list[tuple[list[dict[str, Any]], np.ndarray, np.ndarray]], names: set[str], rollout_buffer: Any
     ) -> bool:
         """
-        What the rollout loop does with the callbacks and the counters, for a rollout collected elsewhere into
-        ``rollout_buffer``. The loop's other variables (``names``: ``new_obs``, ``actions``, ...), not recorded, are
-        None in the callbacks' ``locals`` (``update_locals`` merges: they would keep an earlier rollout's values).
+        What the rollout loop does with the callbacks and the counters, for a rollout collected elsewhere. The loop's
+        other variables (``names``), not recorded, are None in ``locals`` (else they would keep earlier values).
         """
         algorithm, callback = self.algorithm, self.callback
         loop: dict[str, Any] = {name: None for name in names}

@@ -14,18 +14,13 @@ from sb3_ewma.common.ewma import EWMAMoments
 
 class AdvantageNormalizer:
     """
-    Advantage normalization, three ways:
-
-    - ``"minibatch"``: SB3's, each minibatch by its own mean and std (skipped for minibatches of one sample);
-    - ``"ewma"``: the whole iteration by the mean and std of EWMA moments over iterations (decay ``decay``;
-      span ``2 / (1 - decay) - 1`` iterations), as in Hilton et al.;
-    - off (``enabled=False``).
+    Advantage normalization: ``"minibatch"`` (SB3's, each minibatch by its own mean and std) or ``"ewma"`` (the whole
+    iteration by EWMA moments over iterations, as in Hilton et al.).
 
     :param enabled: normalize at all (SB3's ``normalize_advantage``)
     :param mode: ``"minibatch"`` or ``"ewma"``
     :param decay: decay of the moments per iteration, for ``"ewma"``
-    :param reducer: sums a tensor over processes (data-parallel training): the moments are then those of all
-        processes' advantages (``"ewma"``) or of the global minibatch (``"minibatch"``). Not saved.
+    :param reducer: sums a tensor over processes (data-parallel training), so that the moments are global. Not saved.
     """
 
     def __init__(
@@ -48,10 +43,7 @@ class AdvantageNormalizer:
         return self.reducer is not None and self.enabled and self.mode == "minibatch"
 
     def epoch(self, minibatches: Iterator[Any]) -> Iterator[Any]:
-        """
-        The minibatches of an epoch (each with ``advantages``), as given; when pooling over processes, taken all at
-        once first so that their advantage moments are reduced in one collective (:meth:`pool_epoch`).
-        """
+        """The minibatches of an epoch, as given; when pooling over processes, after :meth:`pool_epoch` of them all."""
         if not self.pools_minibatches:
             return minibatches
         epoch = list(minibatches)
@@ -60,8 +52,8 @@ class AdvantageNormalizer:
 
     def pool_epoch(self, minibatch_advantages: list[th.Tensor]) -> None:
         """
-        Data-parallel ``"minibatch"`` mode: the moments of every global minibatch of an epoch in one reduction (one
-        collective per epoch instead of one per minibatch), which :meth:`minibatch` then uses in order.
+        Data-parallel ``"minibatch"`` mode: the moments of every global minibatch of an epoch in one reduction, which
+        :meth:`minibatch` then uses in order.
         """
         assert self.reducer is not None
         pooled = [values for values in minibatch_advantages if len(values) > 1]  # as `minibatch` skips the others
@@ -131,12 +123,11 @@ class AdvantageNormalizer:
         return n, mean, max(total_sq / n - mean**2, 0.0)
 
     def __getstate__(self) -> dict[str, Any]:
-        # what continuing to train needs: the moments (and the options, set again by the algorithm's _setup_model);
-        # not the reducer, which belongs to the running processes, nor this iteration's logs
+        # the moments and options only: not the reducer (the running processes'), nor this iteration's logs
         return {"moments": self.moments, "enabled": self.enabled, "mode": self.mode}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        # files saved by 0.2.0 and earlier also hold the reducer, the pooled moments and the logs of their last iteration
+        # older files also hold the reducer, the pooled moments and the logs: not read
         self.__dict__.update(moments=state["moments"], enabled=state["enabled"], mode=state["mode"])
         self.reducer = None
         self.iteration_means, self.iteration_stds = [], []
@@ -144,9 +135,8 @@ class AdvantageNormalizer:
 
     def stats(self) -> dict[str, float]:
         """
-        The advantage statistics of the iteration for the logger: the mean and std that normalized its advantages
-        (averaged over the minibatches in ``"minibatch"`` mode); read once per iteration, they are not kept after
-        (nor saved with the model).
+        The mean and std that normalized the iteration's advantages (averaged over the minibatches), for the logger;
+        cleared once read.
         """
         means, stds = self.iteration_means, self.iteration_stds
         self.iteration_means, self.iteration_stds = [], []

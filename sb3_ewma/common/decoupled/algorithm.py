@@ -182,10 +182,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         async_rollouts: bool | str,
         compile_step: bool | str = "auto",
     ) -> None:
-        """
-        Store the (checked) options as attributes, after the parent's constructor (a collector process checks the
-        env), and join the process group of data-parallel training when ``distributed`` asks for it.
-        """
+        """Store the checked options, after the parent's constructor; join the process group when ``distributed``."""
         self.ewma_decay = ewma_decay
         self.kl_coef = kl_coef
         self.kl_estimator = kl_estimator
@@ -204,8 +201,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         self.data_parallel = DataParallelTraining(self.device) if wants_data_parallel(distributed) else SingleProcessTraining()
 
     def _setup_model(self) -> None:
-        # the space the policy is built for: a Text space, say, fails there with an unrelated error (an environment
-        # given as an object was checked by the constructor already; this covers one made from an id, and `load`)
+        # an environment made from an id, or by `load`: a space no policy takes fails later with an unrelated error
         check_observation_space(self.observation_space)
         if self.clip_range is None:  # "no clipping" in the files of versions before 0.3.0
             self.clip_range = math.inf
@@ -231,10 +227,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         training_precision.prepare(self.policy, self.proximal.network)
 
     def _new_proximal_policy(self) -> ProximalPolicy:
-        """
-        The proximal policy of this model: the EWMA (``ewma_decay`` resolved), or without it a snapshot of the policy
-        when :meth:`_proximal_needs_network`, else the behavior policy (the rollout buffer's log-probabilities).
-        """
+        """The EWMA of the policy, or without it a snapshot (:meth:`_proximal_needs_network`) or the behavior policy."""
         decay = resolve_ewma_decay(self.ewma_decay, self.minibatches_per_epoch, self.n_epochs)
         return ProximalPolicy.build(
             self.policy,
@@ -246,10 +239,8 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
 
     def _proximal_needs_network(self) -> bool:
         """
-        Whether the proximal policy without an EWMA needs a network of its own, a snapshot of the policy at the start
-        of each iteration: when the exact KL penalty needs its action distribution, or when the behavior policy is
-        older than that policy (``async_rollouts``: the recent policy is the clipping anchor, as in the decoupled PPO
-        of the paper).
+        Whether the proximal policy without an EWMA is a snapshot of the policy at the start of each iteration: for the
+        exact KL penalty's distribution, or with ``async_rollouts`` (the behavior policy is older than that policy).
         """
         return self._needs_distributions or self.async_rollouts
 
@@ -265,10 +256,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
 
     @property
     def proximal_ewma(self) -> ParameterEWMA | None:
-        """
-        The proximal policy's network (an EWMA or a snapshot of the policy), or None. Its state is the entry
-        ``proximal_ewma`` of ``get_parameters()`` (beside SB3's ``policy`` and ``policy.optimizer``).
-        """
+        """The proximal policy's network (an EWMA or a snapshot of the policy), or None; saved as ``proximal_ewma``."""
         proximal: ProximalPolicy | None = getattr(self, "proximal", None)
         return None if proximal is None else proximal.ewma
 
@@ -438,11 +426,10 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         published: bool = True,
     ) -> bool:
         """
-        The parent's rollout loop acting with ``policy`` (``self.policy`` or a copy); False if a callback stopped it.
-        With ``self.policy`` acting on one process the loop runs on the model itself, as the parent's
-        ``collect_rollouts`` does (a callback's ``locals["self"]`` is the model); otherwise on a
-        :class:`~sb3_ewma.common.collection.rollout.RolloutView` of it (``published=False``: one that counts the steps
-        and episodes for itself, for a rollout that a collector replays at the hand-off).
+        The parent's rollout loop acting with ``policy`` (``self.policy`` or a copy); False if a callback stopped it. It
+        runs on the model itself when ``self.policy`` acts on one process, otherwise on a
+        :class:`~sb3_ewma.common.collection.rollout.RolloutView` (``published=False``: the view counts the steps and
+        episodes for itself, for a rollout that a collector replays at the hand-off).
         """
         loop = type(self)._parent_collect_rollouts
         algorithm: Any = self
@@ -490,10 +477,8 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         include: Iterable[str] | None = None,
     ) -> None:
         """
-        SB3's ``save``, on rank 0 only (the ranks hold the same model), with the proximal policy's state in the file's
-        ``data`` (``proximal_policy_state``), where SB3's parent ``load`` ignores it: SB3's ``save`` of a copy of the
-        model whose proximal policy (and :attr:`_modules_saved_in_data`) are those entries
-        (:func:`~sb3_ewma.common.decoupled.proximal.with_states_in_data`).
+        SB3's ``save``, on rank 0 only, with the proximal policy's state in the file's ``data``, where SB3's parent
+        ``load`` ignores it (:func:`~sb3_ewma.common.decoupled.proximal.with_states_in_data`).
         """
         if self.rank != 0:
             return
@@ -524,8 +509,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         del model._loading
         if data is None:  # a stream, read by SB3's load alone: the same checks on what it set
             cls._check_saved_data(vars(model), path)
-        # entries of the files of version 0.1.0 that properties give now, or that these classes do not read (SB3's
-        # load puts every entry in __dict__)
+        # entries of older files that these classes do not read (SB3's load puts every entry in __dict__)
         for entry in cls._entries_of_older_files:
             vars(model).pop(entry, None)
         return model
@@ -533,10 +517,8 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     @classmethod
     def _check_saved_data(cls, data: dict[str, Any], path: Any) -> None:
         """
-        Further checks of a saved model's ``data`` in ``load`` (a file's: before SB3's ``load``, values serialized; a
-        stream's: the attributes SB3's ``load`` set): a model trained with artificial staleness (by the ablation's
-        classes, or by 0.1.0, where it was a constructor argument) continues with the ablation's classes only, not
-        with fresh data.
+        Further checks of a saved model's ``data`` in ``load`` (a file's before SB3's ``load``; a stream's after): a
+        model trained with artificial staleness loads with the ablation's classes only.
         """
         if data.get("staleness"):
             raise ValueError(
@@ -810,16 +792,9 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         clip_range_vf: float | None,
     ) -> None:
         """
-        SB3 PPO's logs of a training iteration, then the decoupled objective's diagnostics, the advantage statistics and
-        the EWMA's center of mass.
-
-        :param stats: the decoupled objective's mean diagnostics (``policy_gradient_loss``, ``clip_fraction``, ...)
-        :param entropy_losses: the entropy loss of each minibatch (an empty list is not logged: PPG with no policy
-            epoch)
-        :param value_losses: the value loss of each minibatch (empty: PPG with no value epoch)
-        :param approx_kl_divs: the approximate KL from the behavior policy of each minibatch of the last epoch (empty:
-            PPG with no policy epoch)
-        :param loss: the last minibatch's total loss (None: no minibatch computed one, not logged)
+        SB3 PPO's logs of a training iteration, then the decoupled objective's diagnostics (``stats``), the advantage
+        statistics and the EWMA's center of mass. An empty list or a None ``loss`` is not logged (PPG without policy or
+        value epochs).
         """
         explained_var = explained_variance(buffer.values.flatten(), buffer.returns.flatten())
         # Logs
@@ -909,9 +884,8 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         self, optimizer: th.optim.Optimizer, gradient_noise: GradientNoiseScale | None, log_prefix: str
     ) -> None:
         """
-        Every optimizer step of every phase, after ``backward()`` (data-parallel, the gradients were averaged over the
-        ranks at its end): the gradient noise scale fed (before clipping; logged as
-        ``<log_prefix>/gradient_noise_scale``), the clipping and the step.
+        Every optimizer step of every phase, after ``backward()``: the gradient noise scale fed (before clipping, logged
+        as ``<log_prefix>/gradient_noise_scale``), SB3's clipping and the step.
         """
         if gradient_noise is not None:
             # the number of steps taken identifies the iteration (an epoch cut short by target_kl is dropped)

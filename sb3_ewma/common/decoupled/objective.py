@@ -33,8 +33,7 @@ class DecoupledPolicyObjective:
     kl_estimator: str = "sample"
     imp_samp_max: float = 0.0
     stats: dict[str, list[th.Tensor]] = field(default_factory=lambda: defaultdict(list))
-    # each minibatch's (log pi, log pi_prox, log pi_behav), detached: the per-sample diagnostics are computed from them
-    # once, by mean_stats, for all the minibatches together (fewer small operations per optimizer step)
+    # each minibatch's (log pi, log pi_prox, log pi_behav), detached, for mean_stats
     log_probs: list[tuple[th.Tensor, th.Tensor, th.Tensor]] = field(default_factory=list)
 
     def __call__(
@@ -46,10 +45,7 @@ class DecoupledPolicyObjective:
         distribution: Distribution | None = None,
         proximal_distribution: Distribution | None = None,
     ) -> th.Tensor:
-        """
-        Return the loss to minimize; the diagnostics' inputs are kept (as tensors: no device sync), for
-        :meth:`mean_stats`.
-        """
+        """Return the loss to minimize, keeping the diagnostics' inputs for :meth:`mean_stats`."""
         policy_loss = decoupled_policy_loss(
             advantages, log_prob, proximal_log_prob, behavior_log_prob, self.clip_range, self.imp_samp_max
         )
@@ -84,14 +80,10 @@ class DecoupledPolicyObjective:
         self.log_probs.clear()
 
     def mean_stats(self) -> dict[str, float]:
-        """
-        Mean of each diagnostic over the minibatches since the last ``reset_stats`` (each minibatch's value, then
-        their mean, as SB3 logs its ``clip_fraction``).
-        """
+        """Mean over the minibatches since the last ``reset_stats`` of each minibatch's diagnostics (as SB3 logs them)."""
         stats = {key: mean_of(values) for key, values in self.stats.items() if values}
         per_minibatch: dict[str, list[th.Tensor]] = defaultdict(list)
-        # the minibatches of one size stacked (n, size): one computation per size (an epoch's last minibatch may be
-        # shorter)
+        # the minibatches of one size stacked (n, size): one computation per size
         by_size: dict[int, list[tuple[th.Tensor, th.Tensor, th.Tensor]]] = defaultdict(list)
         for minibatch in self.log_probs:
             by_size[minibatch[0].numel()].append(minibatch)

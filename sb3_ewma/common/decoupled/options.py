@@ -1,16 +1,12 @@
-"""
-What the options that every algorithm of this package adds to its parent's resolve to (the EWMA decay); their rules
-are in :data:`sb3_ewma.common.rules.RULES`.
-"""
+"""What the options that every algorithm of this package adds resolve to (the EWMA decay)."""
 
 from sb3_ewma.common.ewma_age import ewma_decay_by_rule
 
 
 def resolve_ewma_decay(ewma_decay: float | str | None, minibatches_per_epoch: int, n_epochs: int = 1) -> float | None:
     """
-    The decay of the proximal-policy EWMA: ``None`` (no EWMA), the given number, or for a name (``"auto"``,
-    ``"paper"``, ``"max_age"``, ``"mean_age"``) the decay of the center of mass that the rule gives for ``M`` =
-    ``minibatches_per_epoch`` and ``E`` = ``n_epochs`` (:mod:`sb3_ewma.common.ewma_age`).
+    The decay of the proximal-policy EWMA: ``None`` (no EWMA), the given number, or for a rule's name the decay that
+    the rule gives for ``minibatches_per_epoch`` and ``n_epochs`` (:mod:`sb3_ewma.common.ewma_age`).
     """
     if ewma_decay is None:
         return None

@@ -1,15 +1,8 @@
 """
-The minibatch step of the decoupled ``train()`` as one function ``torch.compile`` takes whole, :func:`minibatch_step`:
-:func:`minibatch_loss` (the policy's and the proximal policy's forward passes, the decoupled policy loss, the entropy
-and value losses, the approximate KL), its gradient, the clipping, Adam's step (:func:`adam_step_`) and the EWMA's
-step. Where the loop needs the gradients or the loss between them (``target_kl``, the gradient noise scale,
-data-parallel averaging) or another optimizer steps, the step is compiled in pieces: :func:`minibatch_loss` with its
-backward pass, then the optimizer's step. Also the rollout's acting step
-(:func:`~sb3_ewma.common.distributions.lean_forward`). :class:`CompiledStep` holds the compiled functions of one model
-and decides, when a ``learn`` call starts, whether they run.
-
-Eager, ``train()`` does not come here: it is SB3 PPO's, operation for operation. Compiled, the same losses are
-computed by fused kernels, equal to the eager ones up to float rounding.
+The compiled training step (``compile_step``, :ref:`compile-step`): :func:`minibatch_step`, one minibatch's loss
+(:func:`minibatch_loss`), gradient, clipping, Adam's step and EWMA step as one function, or the loss and the optimizer's
+step compiled in pieces; and the rollout's acting step (:func:`~sb3_ewma.common.distributions.lean_forward`).
+:class:`CompiledStep` holds one model's compiled functions. The eager ``train()`` does not come here.
 """
 
 import contextlib
@@ -57,23 +50,17 @@ from sb3_ewma.common.policies import LeanActingMixin
 from sb3_ewma.common.precision import autocast
 
 COMPILATION_ERRORS = (dynamo_exc.TorchDynamoException, dynamo_exc.FailOnRecompileLimitHit, inductor_exc.InductorError)
-"""What a compiled function raises when a later call's compilation (another shape) fails; other errors (out of memory)
-are the computation's and propagate."""
+"""What a later call's failed compilation (another shape) raises; other errors (out of memory) propagate."""
 
 AUTO_MIN_OPTIMIZER_STEPS = 20_000
-"""``compile_step="auto"`` compiles when a ``learn`` call plans at least this many optimizer steps: compiling costs
-seconds (tens the first time on a machine, before torch's compilation cache holds the graphs), which shorter runs
-do not earn back (the performance guide, docs/guide/performance.md)."""
+"""``compile_step="auto"`` compiles when a ``learn`` call plans at least this many optimizer steps."""
 
 AUTO_MIN_ACTING_STEPS = 100_000
-"""``compile_step="auto"`` also compiles the rollout's acting step (:func:`~sb3_ewma.common.distributions.lean_forward`)
-when a ``learn`` call plans at least this many steps of the vectorized environment: on the CPU a compiled acting step
-saves little a step against its compilation (the performance guide, docs/guide/performance.md)."""
+"""``compile_step="auto"`` also compiles the acting step when a ``learn`` call plans this many vectorized env steps."""
 
 
 class MinibatchTerms(NamedTuple):
-    """What the training loop reads of one minibatch's loss, eager or compiled: the loss, its value and entropy terms,
-    and the approximate KL from the behavior policy (for ``target_kl``)."""
+    """What the training loop reads of one minibatch's loss: the loss, its value and entropy terms, the approximate KL."""
 
     loss: th.Tensor
     value_loss: th.Tensor
@@ -82,10 +69,7 @@ class MinibatchTerms(NamedTuple):
 
 
 class MinibatchLoss(NamedTuple):
-    """
-    :func:`minibatch_loss`'s result: one minibatch's losses (``loss`` is what ``backward`` takes; ``value_loss`` keeps
-    its graph too, for PPG's value-only steps) and what the logs and diagnostics read (detached).
-    """
+    """:func:`minibatch_loss`'s result; only ``loss`` and ``value_loss`` (PPG's value-only steps) keep their graph."""
 
     loss: th.Tensor
     policy_loss: th.Tensor
@@ -120,25 +104,20 @@ def minibatch_loss(
     action_dims: tuple[int, ...] = (),
 ) -> MinibatchLoss:
     """
-    PPO-EWMA's loss on one minibatch (advantages already normalized), for a policy with the lean evaluation
+    PPO-EWMA's loss on one minibatch (advantages normalized) for a policy with the lean evaluation
     (:func:`~sb3_ewma.common.distributions.has_lean_evaluation`, or a maskable policy with ``action_masks``)::
 
         loss = L_clip(pi, pi_prox, pi_behav) + kl_coef * KL[pi_prox, pi] + ent_coef * L_entropy + vf_coef * L_value
 
-    The clip bounds (``log(1 - eps)``, ``log(1 + eps)``) and ``clip_range_vf`` are 0-dim tensors, so that a scheduled
-    clip range does not make a new graph every iteration; ``clip_range_vf=None``: no value clipping. A positive clip
-    range is assumed (``train()`` steps eagerly through an iteration whose clip range is 0 or less). The coefficients
-    may be 0-dim tensors too, so that a changed coefficient makes no new graph; ``kl_coef`` None (or a number not above
-    0): no KL penalty.
+    The clip bounds (``log(1 - eps)``, ``log(1 + eps)``), ``clip_range_vf`` and the coefficients may be 0-dim tensors, so
+    that a new value makes no new graph. The clip range must be positive. ``clip_range_vf=None``: no value clipping;
+    ``kl_coef`` None (or not above 0): no KL penalty.
 
     :param proximal_network: the proximal policy's network, None for the behavior policy (``behavior_log_prob``)
-    :param autocast_dtype: the forward passes under ``torch.autocast`` in this format (None: float32)
-    :param observation_plan: the policy's :data:`~sb3_ewma.common.distributions.ObservationPlan` (compiled: SB3's
-        preprocessing of the observations without its decisions on the space, which ``torch.compile`` cannot trace)
-    :param action_masks: the rollout buffer's action masks, for a maskable policy
-        (:func:`~sb3_ewma.common.distributions.has_lean_masked_evaluation`; None: a policy with the lean evaluation)
-    :param action_dims: with ``action_masks``, the policy's
-        :func:`~sb3_ewma.common.distributions.masked_action_dims`
+    :param autocast_dtype: the forward passes' ``torch.autocast`` format (None: float32)
+    :param observation_plan: the policy's :data:`~sb3_ewma.common.distributions.ObservationPlan`
+    :param action_masks: a maskable policy's action masks (None: a policy with the lean evaluation)
+    :param action_dims: with ``action_masks``, the policy's :func:`~sb3_ewma.common.distributions.masked_action_dims`
     """
     device_type = returns.device.type
     with autocast(device_type, autocast_dtype):
@@ -196,10 +175,9 @@ def recurrent_minibatch_loss(
 ) -> MinibatchLoss:
     """
     :func:`minibatch_loss` for an sb3-contrib recurrent policy
-    (:func:`~sb3_ewma.common.distributions.has_lean_recurrent_evaluation`), from its LSTMs' outputs at the minibatch's
-    valid steps (``lstm_pi``, ``lstm_vf``; the proximal network's ``proximal_lstm_pi``, None without one): the part
-    after the LSTMs, which has the same shapes at every minibatch, while the LSTMs run on padded sequences whose
-    length changes from one minibatch to the next.
+    (:func:`~sb3_ewma.common.distributions.has_lean_recurrent_evaluation`) from its LSTMs' outputs at the minibatch's
+    valid steps (``proximal_lstm_pi``: None without a proximal network): the part after the LSTMs, whose shapes do not
+    change with the padded sequences' length.
     """
     with autocast(returns.device.type, autocast_dtype):
         latent_pi = policy.mlp_extractor.forward_actor(lstm_pi)
@@ -272,11 +250,7 @@ def _decoupled_loss(
 
 
 class AdamTensors(NamedTuple):
-    """
-    Torch's ``Adam`` (or ``AdamW``) on the parameters a loss reaches: the parameters and their entries of
-    ``optimizer.state`` (``exp_avg``, ``exp_avg_sq``, ``step``), which :func:`adam_step_` updates in place, so that the
-    optimizer, its ``state_dict`` and a later eager step see them as torch's own step leaves them.
-    """
+    """The parameters a loss reaches and their ``Adam``/``AdamW`` state, which :func:`adam_step_` updates in place."""
 
     params: list[th.Tensor]
     exp_avgs: list[th.Tensor]
@@ -285,8 +259,7 @@ class AdamTensors(NamedTuple):
 
 
 class AdamSettings(NamedTuple):
-    """The parameter group's settings of torch's ``Adam``/``AdamW`` (the learning rate a 0-dim tensor: a scheduled
-    rate makes no new graph)."""
+    """Torch's ``Adam``/``AdamW`` group settings (``lr`` a 0-dim tensor: a scheduled rate makes no new graph)."""
 
     lr: th.Tensor
     beta1: float
@@ -297,10 +270,7 @@ class AdamSettings(NamedTuple):
 
 
 def clip_by_total_norm(gradients: list[th.Tensor], max_norm: float | th.Tensor) -> tuple[list[th.Tensor], th.Tensor]:
-    """
-    ``torch.nn.utils.clip_grad_norm_`` without the in-place update: the gradients scaled by
-    ``min(1, max_norm / (total_norm + 1e-6))``, and the total (L2) norm before clipping.
-    """
+    """``clip_grad_norm_`` out of place: the gradients times ``min(1, max_norm / (total_norm + 1e-6))``, and ``total_norm``."""
     total_norm = th.linalg.vector_norm(th.stack([th.linalg.vector_norm(gradient) for gradient in gradients]))
     scale = th.clamp(max_norm / (total_norm + 1e-6), max=1.0)
     return [gradient * scale for gradient in gradients], total_norm
@@ -309,15 +279,14 @@ def clip_by_total_norm(gradients: list[th.Tensor], max_norm: float | th.Tensor) 
 @th.no_grad()
 def adam_step_(adam: AdamTensors, gradients: list[th.Tensor], settings: AdamSettings, apply: th.Tensor) -> None:
     """
-    Torch's ``Adam``/``AdamW`` step (without ``amsgrad`` or ``maximize``) on ``adam``'s tensors, in place, where
-    ``apply`` (a 0-dim boolean) holds; elsewhere every tensor keeps its value (a non-finite gradient: nothing moves)::
+    Torch's ``Adam``/``AdamW`` step (no ``amsgrad`` or ``maximize``) on ``adam``'s tensors, in place, where ``apply`` (a
+    0-dim boolean) holds; elsewhere nothing moves::
 
         step += 1;  m = lerp(m, g, 1 - beta1);  v = beta2 v + (1 - beta2) g^2
         theta -= lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
 
-    with ``g += weight_decay * theta`` first (Adam), or ``theta *= 1 - lr * weight_decay`` (AdamW). The bias
-    corrections are computed from the step count tensor, in its dtype, as torch's capturable and fused steps compute
-    them (its single-tensor step computes them in Python floats: equal up to float32 rounding).
+    with ``g += weight_decay * theta`` first (Adam), or ``theta *= 1 - lr * weight_decay`` (AdamW); the bias corrections
+    in the step count's dtype, as torch's capturable and fused steps.
     """
     params = adam.params
     if settings.weight_decay != 0 and not settings.decoupled_weight_decay:
@@ -349,14 +318,13 @@ def minibatch_step(
     **loss_kwargs: Any,
 ) -> tuple[MinibatchLoss, th.Tensor]:
     """
-    One training step of SB3's PPO loop as one function, which ``torch.compile`` takes whole (with dynamo's
-    ``trace_autograd_ops``): :func:`minibatch_loss` (``loss_args``, ``loss_kwargs``), its gradient with respect to
-    ``adam.params``, SB3's gradient clipping at ``max_grad_norm``, Adam's step (:func:`adam_step_`) and the EWMA's step,
-    skipped together when the gradient's norm is not finite. Returns the losses (detached) and the gradient's norm
-    before clipping.
+    One training step as one function for ``torch.compile`` (with dynamo's ``trace_autograd_ops``):
+    :func:`minibatch_loss`, its gradient with respect to ``adam.params``, SB3's clipping at ``max_grad_norm``,
+    :func:`adam_step_` and the EWMA's step, all skipped when the gradient's norm is not finite. Returns the losses
+    (detached) and the gradient's norm before clipping.
 
-    :param averaged: the EWMA's averaged parameters, the parameters they follow and the fraction of the way they move
-        (:attr:`~sb3_ewma.common.ewma.ParameterEWMA.next_fraction`, a 0-dim tensor); None: no EWMA step
+    :param averaged: the EWMA's averaged parameters, the parameters they follow and the 0-dim fraction they move
+        (:attr:`~sb3_ewma.common.ewma.ParameterEWMA.next_fraction`); None: no EWMA step
     """
     terms = minibatch_loss(*loss_args, **loss_kwargs)
     gradients = th.autograd.grad(terms.loss, adam.params)
@@ -376,10 +344,8 @@ def compile_unsupported(policy: th.nn.Module, device: th.device, evaluation: str
     """
     Why a model's training step cannot be compiled (None: it can).
 
-    :param evaluation: how the algorithm evaluates its policy on a minibatch: ``"observations"`` (SB3's PPO),
-        ``"action_masks"`` (with the rollout buffer's action masks, sb3-contrib's MaskablePPO), ``"sequences"`` (from
-        the LSTMs' outputs, :func:`recurrent_minibatch_loss`; sb3-contrib's RecurrentPPO), or why the compiled step
-        cannot evaluate it (any other sentence)
+    :param evaluation: how the algorithm evaluates its policy: ``"observations"`` (PPO), ``"action_masks"``
+        (MaskablePPO), ``"sequences"`` (RecurrentPPO, :func:`recurrent_minibatch_loss`), or why it cannot be compiled
     :param needs_distributions: whether the loss needs whole action distributions (``kl_estimator="exact"``)
     """
     if evaluation == "observations" and not has_lean_log_prob(policy):
@@ -409,11 +375,7 @@ def compiler_missing(device: th.device) -> str | None:
 
 
 def fuses_on_cpu(optimizer: th.optim.Optimizer) -> bool:
-    """
-    Whether ``optimizer`` is torch's Adam or AdamW on contiguous float32 CPU parameters whose state, if any, is laid out
-    as they are (torch's fused CPU kernel walks parameters, gradients and moments as flat memory; a channels_last
-    weight takes the compiled step), and torch has that kernel.
-    """
+    """Whether torch's fused CPU kernel steps ``optimizer``: Adam or AdamW on contiguous float32 CPU parameters and state."""
     if type(optimizer) not in (th.optim.Adam, th.optim.AdamW) or "cpu" not in _get_fused_kernels_supported_devices():
         return False
     groups = optimizer.param_groups
@@ -430,10 +392,8 @@ def fuses_on_cpu(optimizer: th.optim.Optimizer) -> bool:
 
 def _own_code(function: Callable[..., Any]) -> Callable[..., Any]:
     """
-    ``function`` with a code object of its own. ``torch.compile`` keeps the graphs of a function with its code object,
-    at most ``torch._dynamo.config.recompile_limit`` (8) of them: a model's copy holds its own graphs (a few: one per
-    minibatch size), so that a process that trains many models of other shapes (a hyperparameter search) never
-    reaches the limit, and they go with the model.
+    ``function`` with a code object of its own: ``torch.compile`` keeps at most ``recompile_limit`` (8) graphs per code
+    object, so each model's copy holds its own few (one per minibatch size) and a process training many never hits it.
     """
     copy = types.FunctionType(
         function.__code__.replace(), function.__globals__, function.__name__, function.__defaults__, function.__closure__
@@ -444,10 +404,7 @@ def _own_code(function: Callable[..., Any]) -> Callable[..., Any]:
 
 @contextlib.contextmanager
 def group_settings(optimizer: th.optim.Optimizer, **settings: Any) -> Iterator[None]:
-    """
-    The optimizer's parameter groups with ``settings`` for the duration (a list value: one per group), their own put
-    back afterwards (what ``state_dict`` saves stays the user's).
-    """
+    """The optimizer's groups with ``settings`` (a list: one value per group) for the duration, their own put back after."""
     saved = [{key: group[key] for key in settings if key in group} for group in optimizer.param_groups]
     try:
         for index, group in enumerate(optimizer.param_groups):
@@ -505,16 +462,12 @@ def _scalar_dtype() -> th.dtype:
 
 class CompiledStep:
     """
-    The compiled functions of one model's training and acting steps (``compile_step``): the minibatch loss, the
-    optimizer steps, any other loss function an algorithm hands to :meth:`run` (PPG's auxiliary losses) and the
-    rollout's acting step (:meth:`acting`); built at the first step that needs them, rebuilt after a copy or
-    unpickling (compiled functions are not copied, nor saved).
+    The compiled functions of one model's training and acting steps (``compile_step``), built at the first step that
+    needs them; neither copied nor saved.
 
-    :param setting: ``True`` (compile), ``False`` (eager) or ``"auto"`` (compile when a ``learn`` call plans at least
-        :data:`AUTO_MIN_OPTIMIZER_STEPS` optimizer steps)
-    :param acting_mode: ``torch.compile``'s ``mode`` for the acting step (None: its default), read when the acting
-        step first compiles; the GPU stage's throughput measures ``"reduce-overhead"`` (CUDA graphs) on CUDA before it
-        becomes a default there
+    :param setting: ``True`` (compile), ``False`` (eager) or ``"auto"`` (compile from :data:`AUTO_MIN_OPTIMIZER_STEPS`
+        planned optimizer steps)
+    :param acting_mode: ``torch.compile``'s ``mode`` for the acting step (None: its default)
     """
 
     def __init__(self, setting: bool | str, acting_mode: str | None = None) -> None:
@@ -544,17 +497,14 @@ class CompiledStep:
         auto_min_optimizer_steps: int = AUTO_MIN_OPTIMIZER_STEPS,
     ) -> str:
         """
-        Decide whether this ``learn`` call's training steps, and its rollouts' acting steps, run compiled; returns the
-        sentence that says so and why.
+        Decide whether this ``learn`` call's training and acting steps run compiled; returns the sentence that says so.
 
-        :param planned_optimizer_steps: the optimizer steps the call plans (iterations x epochs x minibatches)
+        :param planned_optimizer_steps: iterations x epochs x minibatches
         :param unsupported: why this model cannot be compiled (None: it can)
-        :param planned_acting_steps: the steps of the vectorized environment the call plans (iterations x ``n_steps``)
-        :param acting_covered: whether the model's policy is one whose acting step compiles (:meth:`covers_acting`)
-        :param in_pieces: why a compiled training step cannot be one function (:func:`minibatch_step`) in this call
-            (None: it can): it is compiled in pieces then, the loss with its backward pass and the optimizer's step
-        :param auto_min_optimizer_steps: the optimizer steps from which ``"auto"`` compiles (the algorithm's: the
-            fewer, the more a compiled step saves)
+        :param planned_acting_steps: iterations x ``n_steps``
+        :param acting_covered: whether the policy's acting step compiles (:meth:`covers_acting`)
+        :param in_pieces: why the training step cannot be one function (:func:`minibatch_step`) in this call (None: it can)
+        :param auto_min_optimizer_steps: the optimizer steps from which ``"auto"`` compiles
         """
         self._fused_steps, self._plans, self._whole_plans = {}, {}, {}
         if self.setting is False:
@@ -592,8 +542,7 @@ class CompiledStep:
         return isinstance(policy, LeanActingMixin) and has_lean_evaluation(policy)
 
     def fall_back(self, error: BaseException) -> str:
-        """After a failed compilation: eager from now on (later ``learn`` calls too); returns the sentence that says
-        why."""
+        """After a failed compilation: eager from now on, later ``learn`` calls too; returns the sentence that says why."""
         self.active, self.acting_active, self.whole, self._compiled, self._steps = False, False, False, {}, {}
         self.failure = self.reason = self._failure_sentence(error)
         return f"training step eager ({self.reason})"
@@ -603,10 +552,7 @@ class CompiledStep:
         return f"compilation failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
 
     def constants(self, values: tuple[float | None, ...], device: th.device) -> tuple[th.Tensor | None, ...]:
-        """
-        Numbers as the 0-dim tensors :func:`minibatch_loss` takes (None stays None), made once per set of values: as
-        numbers, each new value (a scheduled clip range, a coefficient a callback changes) would be a new graph.
-        """
+        """Numbers as 0-dim tensors (None stays None), made once per set of values: as numbers, each would be a new graph."""
         key = (values, device)
         if self._constants[0] != key:
             tensors = tuple(None if value is None else th.tensor(value, device=device) for value in values)
@@ -621,17 +567,14 @@ class CompiledStep:
         return entry[1]
 
     def covers(self, clip_range: float | None, clip_range_vf: float | None) -> bool:
-        """Whether an iteration with these clip ranges steps compiled (a range past a schedule's end, 0 or less, steps
-        eagerly: :func:`minibatch_loss` assumes positive ranges)."""
+        """Whether an iteration with these clip ranges steps compiled (:func:`minibatch_loss` assumes positive ranges)."""
         positive = (clip_range is None or clip_range > 0) and (clip_range_vf is None or clip_range_vf > 0)
         return self.active and positive
 
     def run(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """
-        ``function(*args, **kwargs)`` compiled (a pure loss function, whose backward pass is then compiled too). A call
-        that compiles (the first, or a later one at another shape) also compiles the backward pass, which torch
-        otherwise leaves to the first ``backward()``, outside this method; if a compilation fails, the result is
-        ``function``'s, eager, and the training steps are eager from then on, said in one warning.
+        ``function(*args, **kwargs)`` compiled, a pure loss function whose backward pass compiles with it; after a failed
+        compilation, ``function``'s eager result, and the training steps eager from then on (one warning).
         """
         result, compiled = self._call(function, args, kwargs)
         self.verified = self.verified or compiled
@@ -646,18 +589,16 @@ class CompiledStep:
         with_backward: bool = True,
     ) -> tuple[Any, bool]:
         """
-        ``function``'s result, compiled (a copy of it, whole, with inductor's ``options``), or eager after a failed
-        compilation (:meth:`fall_back`, one warning; at a later call, only torch's compilation errors fall back: an
-        error of the computation propagates); and whether it ran compiled. ``with_backward=False``: a function that
-        runs without gradients (the acting step), whose compilation has no backward pass to bring forward.
+        ``function``'s result, compiled (a copy, whole, with inductor's ``options``) or eager after a failed compilation
+        (:meth:`fall_back`; at a later call only :data:`COMPILATION_ERRORS`), and whether it ran compiled.
+        ``with_backward=False``: a function run without gradients (the acting step).
         """
         compiled = self._compiled.get(function)
         first_call = compiled is None
         if compiled is None:
             # the whole function or nothing: a graph break would leave it running in pieces, slower and unsaid
             compiled = th.compile(_own_code(function), dynamic=False, fullgraph=True, options=options)
-        # a compilation, at the first call or a later one (another shape), also compiles the backward pass here, inside
-        # the fallback (torch otherwise leaves it to the first backward())
+        # compile the backward pass here too, inside the fallback (torch otherwise leaves it to the first backward())
         caught = (Exception,) if first_call else COMPILATION_ERRORS
         previous_lowering = aot_autograd_config.force_non_lazy_backward_lowering if with_backward else False
         if with_backward:
@@ -684,11 +625,7 @@ class CompiledStep:
 
     @contextlib.contextmanager
     def acting(self, policy: th.nn.Module) -> Iterator[None]:
-        """
-        For the length of a rollout: ``policy`` acts through the compiled :func:`lean_forward` (:meth:`act`) when the
-        acting step is compiled and ``policy`` is one it covers (:class:`~sb3_ewma.common.policies.LeanActingMixin`);
-        otherwise nothing changes.
-        """
+        """For the length of a rollout, ``policy`` acts through :meth:`act` if the acting step is compiled and covers it."""
         if not (self.acting_active and self.covers_acting(policy)):
             yield
             return
@@ -699,21 +636,14 @@ class CompiledStep:
             vars(policy).pop("acting_step", None)
 
     def act(self, policy: ActorCriticPolicy, obs: PyTorchObs) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
-        """
-        :func:`lean_forward` compiled: its random draws are torch's own operators (inductor's ``fallback_random``, in
-        every graph it compiles), so a seed draws the same actions as the eager step; the first call compiles it (a
-        failure: the eager step from then on, said in one warning, as :meth:`run`).
-        """
+        """:func:`lean_forward` compiled; inductor's ``fallback_random`` makes a seed draw the same actions as eagerly."""
         if not self.acting_active:  # a compilation failed during this rollout
             return lean_forward(policy, obs)
         options = {"fallback_random": True, **(inductor.list_mode_options(self.acting_mode) if self.acting_mode else {})}
         return self._call(lean_forward, (policy, obs, self.observation_plan(policy)), {}, options, with_backward=False)[0]
 
     def minibatch_terms(self, minibatch: CompiledMinibatch) -> MinibatchTerms:
-        """
-        One minibatch's loss by the compiled :func:`minibatch_loss` (:meth:`run`), its diagnostics recorded by the
-        minibatch's ``policy_objective``.
-        """
+        """One minibatch's loss by the compiled :func:`minibatch_loss`, recorded by its ``policy_objective``."""
         args, kwargs = self._loss_inputs(minibatch)
         if minibatch.lstm_outputs is None:
             terms: MinibatchLoss = self.run(minibatch_loss, *args, **kwargs)
@@ -749,7 +679,6 @@ class CompiledStep:
 
     @staticmethod
     def _recorded(terms: MinibatchLoss, minibatch: CompiledMinibatch) -> MinibatchTerms:
-        """What the training loop reads of a minibatch's loss, its diagnostics recorded by its ``policy_objective``."""
         behavior_log_prob = minibatch.rollout_data.old_log_prob
         minibatch.policy_objective.record(
             terms.policy_loss, terms.log_prob, terms.proximal_log_prob, behavior_log_prob, terms.kl_penalty
@@ -759,10 +688,8 @@ class CompiledStep:
     @staticmethod
     def not_whole(policy: th.nn.Module, optimizer: th.optim.Optimizer) -> str | None:
         """
-        Why :func:`minibatch_step` cannot take ``optimizer``'s step on ``policy`` (None: it can): it steps torch's
-        ``Adam`` or ``AdamW`` with one parameter group, which holds the policy's trainable parameters, without
-        ``amsgrad``, ``maximize`` or ``differentiable``, its settings numbers, and keeps the step count where torch's
-        Adam keeps it: with CPU parameters, or on the parameters' device with ``fused`` or ``capturable``.
+        Why :func:`minibatch_step` cannot take ``optimizer``'s step on ``policy`` (None: it can): it needs torch's Adam
+        or AdamW, one group of the policy's trainable parameters, number settings, its step count on the parameters' device.
         """
         if not hasattr(dynamo_config, "trace_autograd_ops"):
             return f"torch {th.__version__}'s torch.compile cannot trace torch.autograd.grad"
@@ -790,10 +717,9 @@ class CompiledStep:
         self, in_pieces: Callable[[], str | None], clip_range: float | None, clip_range_vf: float | None
     ) -> tuple[bool, str | None]:
         """
-        Whether an iteration with these clip ranges steps as one function (:meth:`whole_step`), as decided when
-        ``learn`` started and still so: ``in_pieces()`` says why it cannot be now (a callback may have replaced the
-        optimizer or frozen a parameter since), and the rest of the call then steps in pieces. Returns the decision
-        and, when it changed, the sentence that says so.
+        Whether an iteration with these clip ranges steps as one function (:meth:`whole_step`), as decided at ``learn``'s
+        start unless ``in_pieces()`` now says why not (a callback replaced the optimizer): then in pieces for the rest of
+        the call. Returns the decision and, when it changed, the sentence that says so.
         """
         if not self.whole:
             return False, None
@@ -806,12 +732,7 @@ class CompiledStep:
     def whole_step(
         self, minibatch: CompiledMinibatch, ewma: ParameterEWMA | None, max_grad_norm: float, n_updates: int
     ) -> MinibatchTerms:
-        """
-        One minibatch's loss, gradient, clipping, the optimizer's step (``policy.optimizer``, :meth:`not_whole`) and
-        ``ewma``'s step by the compiled :func:`minibatch_step`; returns the losses. A gradient whose norm is not finite
-        moved nothing and stops training (:func:`~sb3_ewma.common.finite.check_finite_gradient_norm`, naming
-        ``n_updates``), as the eager step.
-        """
+        """One minibatch's step by the compiled :func:`minibatch_step`; a non-finite gradient stops training, as eagerly."""
         policy = minibatch.policy
         if minibatch.lstm_outputs is not None:
             raise ValueError("a recurrent policy's step runs in pieces: its LSTMs run eagerly (minibatch_terms)")
@@ -839,11 +760,7 @@ class CompiledStep:
     def _plan_whole_step(
         policy: ActorCriticPolicy | MaskableActorCriticPolicy, loss_args: tuple[Any, ...], loss_kwargs: dict[str, Any]
     ) -> "WholeStepPlan":
-        """
-        What :meth:`whole_step` reuses for ``policy`` through a ``learn`` call: the parameters the loss reaches (torch's
-        step leaves the others, whose gradient is None, untouched: PPG's auxiliary head; found by one eager pass),
-        their optimizer state (made as torch makes it at a first step).
-        """
+        """What :meth:`whole_step` reuses: the parameters the loss reaches (by one eager pass) and their optimizer state."""
         optimizer = policy.optimizer
         (group,) = optimizer.param_groups
         # the group's (not_whole: the policy's trainable parameters), in the policy's order
@@ -877,12 +794,7 @@ class CompiledStep:
         return WholeStepPlan(policy, optimizer, adam, group, rate, max_norm, fraction)
 
     def optimizer_step(self, optimizer: th.optim.Optimizer) -> None:
-        """
-        ``optimizer.step()`` in as few kernels as torch offers: on the CPU, Adam and AdamW (SB3's default and rl-zoo3's
-        other choice) take torch's fused kernel, as fast as a compiled step and with nothing to compile; any other
-        optimizer or device, a compiled step (one compiled function per optimizer). The saved state is as the eager
-        step leaves it: the groups' settings are changed for the step only.
-        """
+        """``optimizer.step()`` by torch's fused kernel (Adam and AdamW on the CPU) or compiled; the groups' settings kept."""
         entry = self._fused_steps.get(id(optimizer))
         if entry is None or entry[0] is not optimizer:
             entry = self._fused_steps[id(optimizer)] = (optimizer, fuses_on_cpu(optimizer))
@@ -896,14 +808,12 @@ class CompiledStep:
             return
         step, rates = self._steps.get(id(optimizer), (None, []))
         if step is None:
-            # torch's own function, whose graphs all optimizers of the process share: past torch's limit of graphs per
-            # function (8 shapes), a further model's step runs eagerly, which torch logs
+            # torch's own function: all optimizers share its graphs; past 8 shapes a further one runs eagerly (torch logs it)
             step = th.compile(optimizer.step, dynamic=False)
             device = optimizer.param_groups[0]["params"][0].device
             rates = [th.zeros((), dtype=th.float32, device=device) for _ in optimizer.param_groups]
             self._steps[id(optimizer)] = (step, rates)
-        # the learning rates as 0-dim tensors (a scheduled rate as a number would be a constant of the graph, a new
-        # graph every iteration); torch refuses a tensor rate with foreach=True (compiled, the loop is fused anyway)
+        # the rates as 0-dim tensors (a number would be a new graph every iteration); torch refuses them with foreach=True
         for rate, group in zip(rates, optimizer.param_groups):
             rate.fill_(group["lr"])
         with group_settings(optimizer, lr=rates, foreach=False):
@@ -922,7 +832,7 @@ class CompiledStep:
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        # a model pickled before the acting step was compiled: its acting step eager, torch.compile's default mode
+        # defaults for a state pickled without these attributes
         fresh: dict[str, Any] = {
             "acting_active": False,
             "whole": False,

@@ -1,23 +1,6 @@
 """
-Data-parallel training on ``torch.distributed`` (several processes, GPUs or machines started by ``torchrun``).
-
-Every rank runs the same script: it steps its own ``n_envs`` environments, and the ranks train ONE model, as one big
-process would with ``world_size * n_envs`` environments. What keeps the ranks identical:
-
-- initial parameters, optimizer states and the proximal EWMA: rank 0's, broadcast after the model is built and after
-  every ``set_parameters`` (so after ``load``);
-- gradients: averaged over the ranks (one all-reduce of one flat buffer) at every optimizer step of every phase,
-  before gradient clipping, so every rank clips the same global gradient and takes the same step;
-- advantage normalization moments (in ``"minibatch"`` mode those of every global minibatch of an epoch in one
-  reduction), the ``target_kl`` decision, ``VecNormalize`` statistics and the decision to go on
-  training (a callback of rank 0 that returns False), all global;
-- the EWMA proximal policy then needs no communication of its own (every rank applies the same updates).
-
-Rank 0 alone logs, saves, runs the callbacks (checkpoints, evaluation) and shows the progress bar; episode statistics
-of all ranks, and the mean over the ranks of the losses and diagnostics ``train()`` recorded, are gathered on it once
-per iteration (in the same collective). Collectives are issued only from the main thread, in ``train()``
-and in :meth:`DataParallelTraining.synchronize_iteration` (once per iteration, after the rollout), never while the
-environments are being stepped.
+Data-parallel training on ``torch.distributed`` (several processes, GPUs or machines started by ``torchrun``): the
+ranks train one model, as one process with ``world_size * n_envs`` environments would. See :ref:`distributed`.
 """
 
 from sb3_ewma.common.distributed.collectives import DataParallelContext, RunningStatisticsPool

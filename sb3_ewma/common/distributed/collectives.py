@@ -1,7 +1,4 @@
-"""
-The collectives of data-parallel training, issued from the main thread only: gradient averaging, sums, object
-gathering and broadcasts (:class:`DataParallelContext`), and the pooling of ``VecNormalize`` statistics.
-"""
+"""The collectives of data-parallel training (from the main thread only) and the pooling of ``VecNormalize`` statistics."""
 
 import time
 from collections.abc import Iterable, Iterator
@@ -114,9 +111,8 @@ class DataParallelContext:
 
 class RunningStatisticsPool:
     """
-    Pools ``VecNormalize`` running statistics over the ranks, count-weighted and exact: each rank contributes the
-    samples it added since the previous pooling (its statistics minus the last pooled ones), so the pooled statistics
-    are those of one process that saw every rank's data.
+    Pools ``VecNormalize`` running statistics over the ranks, count-weighted: each rank contributes the samples it added
+    since the previous pooling, so the result is that of one process that saw every rank's data.
     """
 
     def __init__(self) -> None:

@@ -35,9 +35,8 @@ def _torchrun_world_size() -> int:
 
 def wants_data_parallel(distributed: bool | None) -> bool:
     """
-    Whether an algorithm created with ``distributed`` trains data-parallel: ``False`` never; ``None`` (default) when a
-    process group of more than one rank exists or torchrun's environment says ``WORLD_SIZE > 1``; ``True`` always
-    (also with one rank), which needs torchrun's environment or an initialized process group.
+    Whether an algorithm created with ``distributed`` trains data-parallel: ``False`` never; ``None`` when a process
+    group of several ranks exists or ``WORLD_SIZE > 1``; ``True`` always (needs torchrun or a process group).
     """
     check_distributed_argument(distributed)
     if distributed is False:
@@ -68,18 +67,14 @@ def is_main_process(distributed: bool | None = None) -> bool:
 
 
 def local_world_size() -> int:
-    """
-    The number of ranks on this machine: torchrun's ``LOCAL_WORLD_SIZE``, or the whole ``WORLD_SIZE`` under a launcher
-    that does not set it (so that ranks are never assumed to have a GPU each when they may not).
-    """
+    """The number of ranks on this machine: ``LOCAL_WORLD_SIZE``, else the whole ``WORLD_SIZE``."""
     return int(os.environ.get(_LOCAL_WORLD_SIZE, os.environ.get(_WORLD_SIZE, "1")))
 
 
 def data_parallel_device(device: th.device | str, distributed: bool | None) -> th.device | str:
     """
     The device of this rank: ``cuda:(LOCAL_RANK % device_count)`` when ``device`` resolves to CUDA without an index,
-    so that ranks share the GPUs of their machine when there are more ranks than GPUs. Unchanged otherwise (a CPU
-    device never touches CUDA).
+    ``device`` otherwise.
     """
     if not wants_data_parallel(distributed):
         return device
@@ -96,9 +91,8 @@ def ranks_share_a_gpu() -> bool:
 
 def process_group_backend(device: th.device) -> str:
     """
-    The backend of the process group for ranks on ``device``: nccl for CUDA with one GPU per rank, gloo otherwise.
-    Ranks that share a GPU get gloo (nccl refuses two ranks on one GPU), with one warning (on rank 0): their
-    collectives then travel through the CPU.
+    The backend of the process group for ranks on ``device``: nccl for CUDA with one GPU per rank, gloo otherwise
+    (with a warning on rank 0 when ranks share a GPU).
     """
     if device.type != "cuda":
         return "gloo"
@@ -116,10 +110,7 @@ def process_group_backend(device: th.device) -> str:
 
 
 def rank_local_settings(distributed: bool | None, verbose: int, device: th.device | str) -> tuple[int, th.device | str]:
-    """
-    For an algorithm's constructor: the verbosity (0 on ranks other than 0, which print nothing) and the device
-    (``cuda:LOCAL_RANK`` for CUDA) of this rank. Unchanged when not data-parallel.
-    """
+    """This rank's verbosity (0 on ranks other than 0) and device (:func:`data_parallel_device`), for a constructor."""
     check_distributed_argument(distributed)
     if not wants_data_parallel(distributed):
         return verbose, device
@@ -127,25 +118,19 @@ def rank_local_settings(distributed: bool | None, verbose: int, device: th.devic
 
 
 def init_process_group(device: th.device) -> None:
-    """
-    Join (or create, from torchrun's environment) the default process group, with the backend of
-    :func:`process_group_backend`: nccl for CUDA with one GPU per rank, gloo otherwise.
-    """
+    """Join (or create, from torchrun's environment) the default process group, with :func:`process_group_backend`."""
     if dist.is_initialized():
         return
     if not dist.is_available():
         raise RuntimeError("data-parallel training needs torch.distributed, which this build of PyTorch lacks")
-    # torch._dynamo, first imported by the first optimizer, keeps a reference to a default process group that exists
-    # at its import: destroy_process_group() then leaves the group's gloo threads running into the interpreter's
-    # shutdown, where a thread that frees a collective's tensors aborts the process ("terminate called without an
-    # active exception", about one exit in 15 on two ranks here). Imported first, it holds no reference (a private
-    # module: no public one imports it).
+    # torch._dynamo keeps a reference to a process group that exists at its import, which leaves gloo threads running
+    # at shutdown (and may abort the process): imported before the group exists, it holds none
     import torch._dynamo  # noqa: F401
 
     backend = process_group_backend(device)
     if device.type == "cuda":
         th.cuda.set_device(device)
-    # torchrun's environment: join through a store of our own first, so that a rank whose peers do not come says so
+    # join through a store of our own first, so that a rank whose peers do not come says so
     store_arguments: dict[str, Any] = {}
     if all(name in os.environ for name in (_RANK, _WORLD_SIZE, _MASTER_ADDR, _MASTER_PORT)):
         rank, world_size = int(os.environ[_RANK]), int(os.environ[_WORLD_SIZE])
@@ -155,8 +140,7 @@ def init_process_group(device: th.device) -> None:
         dist.init_process_group("nccl", device_id=device, **store_arguments)
     else:
         dist.init_process_group("gloo", **store_arguments)
-    # the group is ours, so is its cleanup: a script that never calls destroy_process_group() would otherwise exit
-    # with the group alive (PyTorch warns about leaked resources then, and gloo's threads may abort the process)
+    # the group is ours, so is its cleanup (a script need not call destroy_process_group())
     atexit.register(_destroy_process_group)
 
 
@@ -164,7 +148,7 @@ _MASTER_ADDR, _MASTER_PORT = "MASTER_ADDR", "MASTER_PORT"
 RENDEZVOUS_TIMEOUT_VARIABLE = "SB3_EWMA_RENDEZVOUS_TIMEOUT"
 """The environment variable that sets :func:`rendezvous_timeout`, in seconds."""
 DEFAULT_RENDEZVOUS_TIMEOUT_S = 300.0
-"""How long a rank waits for the other ranks of its job to join, by default (torch's own default is 30 minutes)."""
+"""How long a rank waits for the other ranks of its job to join, by default."""
 _JOINED_KEY = "sb3_ewma/joined/{rank}"
 
 
@@ -174,8 +158,7 @@ class RendezvousTimeoutError(TimeoutError):
 
 def rendezvous_timeout() -> float:
     """
-    How long (seconds) a rank waits for the other ranks of its job before it gives up with
-    :class:`RendezvousTimeoutError`: the environment variable ``SB3_EWMA_RENDEZVOUS_TIMEOUT`` (seconds), by default
+    How long (seconds) a rank waits for the other ranks of its job: ``SB3_EWMA_RENDEZVOUS_TIMEOUT``, by default
     :data:`DEFAULT_RENDEZVOUS_TIMEOUT_S`.
 
     :raise ValueError: the variable is not a positive number
@@ -205,11 +188,9 @@ def _rendezvous_advice(timeout: float) -> str:
 
 def rendezvous(rank: int, world_size: int, timeout: float) -> Store:
     """
-    The store of torchrun's environment (``MASTER_ADDR``, ``MASTER_PORT``), as torch's ``env://`` rendezvous makes it
-    (hosted by rank 0, or by torchrun's agent when it hosts one), then a roll call: each rank writes that it joined
-    and waits at most ``timeout`` seconds for the others. A rank alone does not wait in silence (torch's rendezvous
-    waits 30 minutes, then says how many ranks came but not which): it raises :class:`RendezvousTimeoutError`, which
-    names the ranks missing and the rendezvous address.
+    The store of torchrun's environment (``MASTER_ADDR``, ``MASTER_PORT``), as torch's ``env://`` rendezvous makes it,
+    then a roll call: each rank waits at most ``timeout`` seconds for the others, else raises
+    :class:`RendezvousTimeoutError` naming the ranks missing and the address.
 
     :param rank: this process's rank (``RANK``)
     :param world_size: the number of ranks (``WORLD_SIZE``)
@@ -261,8 +242,8 @@ def _destroy_process_group() -> None:
 
 def join_torchrun(device: th.device | str = "auto") -> tuple[int, int]:
     """
-    Under torchrun (``WORLD_SIZE > 1``), join (or create) the default process group now, with the backend of
-    ``device`` (:func:`process_group_backend`), so that a script can agree on things before building its model.
+    Under torchrun (``WORLD_SIZE > 1``), join (or create) the default process group now, so that a script can agree
+    on things before building its model.
 
     :return: this process's rank and the world size ((0, 1) without torchrun)
     """
@@ -287,9 +268,8 @@ PER_RANK_SAMPLE_COUNTS = ("n_envs", "batch_size", "aux_batch_size")
 
 def per_rank_hyperparams(hyperparams: dict[str, Any], world_size: int) -> dict[str, Any]:
     """
-    Split a hyperparameter entry written for one process of ``n_envs`` environments into the entry of each of
-    ``world_size`` ranks that together behave like it: ``n_envs``, ``batch_size`` and ``aux_batch_size`` divided by
-    ``world_size`` (the number of minibatches per epoch, hence every other hyperparameter, is unchanged).
+    Split a hyperparameter entry written for one process into the entry of each of ``world_size`` ranks that together
+    behave like it: ``n_envs``, ``batch_size`` and ``aux_batch_size`` divided by ``world_size``.
 
     :raise ValueError: when one of them is not divisible by ``world_size``
     """

@@ -21,9 +21,8 @@ from sb3_ewma.common.distributed.process_group import RANK_LOCAL_SETTINGS
 
 class DataParallelCallback(BaseCallback):
     """
-    What data-parallel training adds to a ``learn`` call's callbacks (first): when training starts, ``VecNormalize``
-    statistics start from rank 0's; on ranks other than 0 (which run it in place of the user's callbacks), the
-    episodes that end are kept for rank 0's statistics.
+    The first callback of a data-parallel ``learn``: starts ``VecNormalize`` statistics from rank 0's and, on other
+    ranks (where it replaces the user's callbacks), keeps the episodes that end for rank 0's statistics.
 
     :param data_parallel: the model's data-parallel training
     """
@@ -32,8 +31,7 @@ class DataParallelCallback(BaseCallback):
         super().__init__()
         self.data_parallel = data_parallel
 
-    # the two methods it calls are this module's, for this callback only: not the interface that SingleProcessTraining
-    # mirrors (a model on one process has no such callback)
+    # the two methods it calls are for this callback only, not part of the interface SingleProcessTraining mirrors
     def _on_training_start(self) -> None:
         self.data_parallel._start_vec_normalize(self.model.get_env())
 
@@ -60,18 +58,9 @@ def data_parallel_settings(algorithm: OnPolicyAlgorithm) -> dict[str, Any]:
 
 class DataParallelTraining:
     """
-    Data-parallel training of one algorithm over the ranks of the default process group (see
-    :mod:`sb3_ewma.common.distributed`): what the algorithm calls, at each point of its life, when it trains on
-    several processes (``algorithm.data_parallel``; on one process it holds a :class:`SingleProcessTraining`, which
-    has the same methods and does nothing).
-
-    - once the model is built (and after every ``set_parameters``): :meth:`setup`, :meth:`broadcast_state`; from
-      then on, every backward pass through the policy ends with its gradients averaged over the ranks (Horovod's
-      way: the training loop is unchanged);
-    - at the start of ``learn``: :meth:`start_learn`, which gives the callbacks of this rank
-      (:class:`DataParallelCallback`); rank 0 alone logs, saves and runs the user's callbacks;
-    - once per iteration, after the rollout and before ``train()``: :meth:`synchronize_iteration`;
-    - inside ``train()``: :meth:`mean_kl` for ``target_kl``.
+    Data-parallel training of one algorithm over the ranks of the default process group: what the algorithm
+    (``algorithm.data_parallel``) calls when it trains on several processes. On one process it holds a
+    :class:`SingleProcessTraining`, with the same methods, which do nothing. See :ref:`distributed`.
 
     :param device: the model's device (the process group's backend follows it)
     """
@@ -98,8 +87,8 @@ class DataParallelTraining:
 
     def setup(self, algorithm: OnPolicyAlgorithm) -> None:
         """
-        At the end of ``_setup_model`` (also when loading): check that every rank has the same settings, and give
-        every rank rank 0's parameters, optimizer states and proximal EWMA.
+        At the end of ``_setup_model``: check that every rank has the same settings, give every rank rank 0's state,
+        and average the gradients of every backward pass from then on.
         """
         self.context.check_same_settings(data_parallel_settings(algorithm))
         self.broadcast_state(algorithm)
@@ -107,11 +96,8 @@ class DataParallelTraining:
 
     def _average_gradients_after_backward(self, policy: th.nn.Module) -> None:
         """
-        Every backward pass through ``policy`` ends with its parameters' gradients averaged over the ranks, in one
-        all-reduce (of the gradients accumulated so far in the parameters that pass reached), before the loop clips
-        them and steps: the first gradient accumulated queues the averaging at the end of the pass, as torch's
-        DistributedDataParallel does. A gradient accumulated over several passes (PPG's micro-batches) is averaged
-        after the last, the others run under :meth:`accumulating`.
+        Every backward pass through ``policy`` (outside :meth:`accumulating`) ends with its parameters' gradients
+        averaged over the ranks in one all-reduce, queued by the first gradient accumulated, as DDP does.
         """
         for hook in self._gradient_hooks:
             hook.remove()
@@ -136,10 +122,7 @@ class DataParallelTraining:
 
     @contextlib.contextmanager
     def accumulating(self) -> Iterator[None]:
-        """
-        The backward passes inside leave their gradients on this rank (DistributedDataParallel's ``no_sync``): a
-        gradient accumulated over several passes is averaged once, at the end of the first pass after them.
-        """
+        """The backward passes inside leave their gradients on this rank (DDP's ``no_sync``)."""
         self._accumulating = True
         try:
             yield
@@ -160,10 +143,10 @@ class DataParallelTraining:
         reset_num_timesteps: bool = True,
     ) -> tuple[MaybeCallback, bool]:
         """
-        At the start of ``learn``: the ranks agree on the budget (and, when ``learn`` continues the count, on the count
-        it continues from); ranks other than 0 log nothing and run a :class:`DataParallelCallback` in place of the
-        user's callbacks (no checkpoints, evaluations or progress bar), rank 0 runs it before them. Returns this rank's
-        callback and progress bar.
+        At the start of ``learn``: check that the ranks agree on the budget; ranks other than 0 log nothing and run
+        only a :class:`DataParallelCallback`, rank 0 runs it before the user's callbacks.
+
+        :return: this rank's callback and progress bar setting
         """
         # before anything is collected: a rank that would stop early would leave the others waiting (a count that
         # starts again from 0 is the same on every rank, whatever an earlier call stopped at)
@@ -186,10 +169,7 @@ class DataParallelTraining:
         return CallbackList([DataParallelCallback(self), *callbacks]), progress_bar
 
     def check_same_settings(self, settings: dict[str, Any], advice: str) -> None:
-        """
-        Raise the same ``ValueError`` on every rank when a setting differs between ranks (what a subclass sets on a
-        model after its setup, say, checked when ``learn`` starts).
-        """
+        """Raise the same ``ValueError`` on every rank when a setting differs between ranks."""
         self.context.check_same_settings(settings, advice=advice)
 
     def _start_vec_normalize(self, env: VecEnv | None) -> None:
@@ -211,11 +191,10 @@ class DataParallelTraining:
 
     def synchronize_iteration(self, algorithm: OnPolicyAlgorithm, continue_training: bool) -> bool:
         """
-        Once per iteration, on the main thread, after the rollout (the environments idle) and before ``train()``:
-        the decision to go on (training stops on every rank when a callback of rank 0 stopped its rollout: the
-        decision is synchronized here, once per iteration, not at every step, so a stopped rank 0 waits for the
-        others' rollouts to end), rank 0 gathers the episode statistics of all ranks, and ``VecNormalize``
-        statistics are pooled. Returns the global decision.
+        Once per iteration, on the main thread, after the rollout and before ``train()``: agree on going on, gather
+        the episode statistics and ``train()`` diagnostics on rank 0, and pool ``VecNormalize`` statistics.
+
+        :return: whether every rank goes on
         """
         context = self.context
         logger = algorithm.logger
@@ -245,15 +224,12 @@ class DataParallelTraining:
         return None if seed is None else seed + self.rank * n_envs
 
     def mean_kl(self, approx_kl_div: float) -> float:
-        """The approximate KL averaged over the ranks, so that every rank stops at the same minibatch (``target_kl``)."""
+        """The approximate KL averaged over the ranks (for ``target_kl``)."""
         return self.context.mean_scalar(approx_kl_div)
 
 
 class SingleProcessTraining:
-    """
-    What a model that trains on one process holds in place of :class:`DataParallelTraining`: the same methods, which
-    change nothing (rank 0 of one rank, the callbacks and the decision to go on as they are, gradients untouched).
-    """
+    """What a model that trains on one process holds in place of :class:`DataParallelTraining`: the same methods, no-ops."""
 
     world_size = 1
     rank = 0
@@ -266,7 +242,6 @@ class SingleProcessTraining:
         """Nothing to send."""
 
     def accumulating(self) -> contextlib.AbstractContextManager[None]:
-        """Gradients stay where they are anyway."""
         return contextlib.nullcontext()
 
     def start_learn(
@@ -277,7 +252,6 @@ class SingleProcessTraining:
         progress_bar: bool,
         reset_num_timesteps: bool = True,
     ) -> tuple[MaybeCallback, bool]:
-        """This process logs and runs the user's callbacks."""
         return callback, progress_bar
 
     def check_same_settings(self, settings: dict[str, Any], advice: str) -> None:
@@ -308,9 +282,8 @@ def training_diagnostics(name_to_value: dict[str, Any]) -> dict[str, float]:
 
 def mean_over_ranks(diagnostics: list[dict[str, float]]) -> dict[str, float]:
     """
-    The mean over the ranks of each diagnostic that every rank recorded and that differs between ranks (losses,
-    clip fractions, explained variance: each rank's own data). Values equal on all ranks (learning rate, update
-    count, the gradient noise scale of the averaged gradients) are left out, so they keep their type.
+    The mean over the ranks of each diagnostic that every rank recorded and that differs between ranks; values equal
+    on all ranks are left out, so they keep their type.
     """
     common = set(diagnostics[0]).intersection(*diagnostics[1:])
     return {
@@ -322,8 +295,8 @@ def mean_over_ranks(diagnostics: list[dict[str, float]]) -> dict[str, float]:
 
 def previous_world_size_change(trained_world_size: int | None, world_size: int) -> tuple[int, int] | None:
     """
-    ``(trained_world_size, world_size)`` when a loaded model, trained on ``trained_world_size`` ranks (None: a new
-    model, or a file of a version that did not record it), continues on another number of ranks; else None.
+    ``(trained_world_size, world_size)`` when a loaded model, trained on ``trained_world_size`` ranks (None: unknown),
+    continues on another number of ranks; else None.
     """
     if trained_world_size is None or trained_world_size == world_size:
         return None

@@ -288,3 +288,18 @@ def test_an_auxiliary_optimizer_saved_before_its_first_step_loads_as_it_was(tmp_
     loaded = PPG_EWMA.load(tmp_path / "ppg.zip", device="cpu")
     assert loaded.aux_optimizer.state_dict()["param_groups"] == model.aux_optimizer.state_dict()["param_groups"]
     assert isinstance(loaded.aux_optimizer.param_groups[0]["betas"], tuple)
+
+
+def test_export_does_not_seed_the_global_generators_in_mid_run() -> None:
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=32, seed=0, device="cpu")
+    th.manual_seed(1)
+    np.random.seed(1)
+    numpy_state = np.random.get_state()[1].copy()
+    first = model.to_sb3()
+    after_first = th.rand(4)
+    second = model.to_sb3()
+    after_second = th.rand(4)
+    # seeding with the model's seed at each export would replay the same numbers after each
+    assert not th.equal(after_first, after_second)
+    np.testing.assert_array_equal(np.random.get_state()[1], numpy_state)
+    assert first.seed == second.seed == 0

@@ -62,3 +62,29 @@ def test_copy_of_a_trained_policy(case):
     with th.no_grad():
         next(copied.parameters()).add_(1.0)
     assert not th.equal(next(copied.parameters()), next(policy.parameters()))
+
+
+class ActivationLog:
+    """A forward hook's owner that holds more than the policy (as a user's logger holding the model would)."""
+
+    def __init__(self, model):
+        self.model = model
+        self.calls = 0
+
+    def record(self, module, inputs, output):
+        self.calls += 1
+
+
+def test_the_copy_leaves_the_modules_hooks_with_the_policy():
+    policy = ActorCriticPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), lambda _: 1e-3)
+    log = ActivationLog(model=object())
+    policy.mlp_extractor.register_forward_hook(log.record)
+    policy.register_forward_pre_hook(lambda module, inputs: None)
+    copied = policy_copy(policy)
+    with th.no_grad():
+        copied(th.zeros(1, 3))
+    assert log.calls == 0
+    assert not copied.mlp_extractor._forward_hooks and not copied._forward_pre_hooks
+    with th.no_grad():
+        policy(th.zeros(1, 3))
+    assert log.calls == 1 and len(policy._forward_pre_hooks) == 1

@@ -111,7 +111,8 @@ def to_parent_algorithm(
     """
     A model of ``algorithm_class`` (SB3's ``PPO``, sb3-contrib's ``RecurrentPPO`` or ``MaskablePPO``) with ``model``'s
     policy network, policy optimizer state, environment, step counters and every hyperparameter that
-    ``algorithm_class`` has. ``model`` is not changed; the two models share the environment.
+    ``algorithm_class`` has. ``model`` is not changed; the two models share the environment. Building the export draws
+    its policy's initial weights from torch's global generator, as building any SB3 model does (without seeding it).
 
     :param model: a model of this package whose policy is of a kind that ``algorithm_class`` takes
     :param algorithm_class: the class of the export, a PPO whose constructor takes ``model``'s hyperparameters by name
@@ -154,13 +155,15 @@ def to_parent_algorithm(
         clip_range=clip_range,
         policy_kwargs=policy_kwargs,
         _init_setup_model=False,
-        **hyperparams,
+        # the seed is set after the build: _setup_model would seed the global generators with it in mid-run
+        **{**hyperparams, "seed": None},
     )
     if model.env is None:
         exported.observation_space = model.observation_space
         exported.action_space = model.action_space
         exported.n_envs = model.n_envs
     exported._setup_model()
+    exported.seed = model.seed
     exported.policy.load_state_dict(policy.state_dict() if policy_state is None else policy_state)
     exported.policy.optimizer.load_state_dict(_optimizer_state_by_name(policy, exported.policy))
     exported.policy.set_training_mode(False)

@@ -95,12 +95,16 @@ class LeanActingMixin:
 def policy_copy(policy: BasePolicy) -> BasePolicy:
     """
     A copy of ``policy`` with its parameters, for acting or averaging beside it: in evaluation mode, without the
-    optimizer, made without drawing random numbers. Tensors of an autograd graph that it holds (which
-    ``copy.deepcopy`` refuses) are copied detached.
+    optimizer and the modules' hooks, made without drawing random numbers. Tensors of an autograd graph that it holds
+    (which ``copy.deepcopy`` refuses) are copied detached.
     """
     memo: dict[int, Any] = {id(policy.optimizer): None} if hasattr(policy, "optimizer") else {}
     for module in policy.modules():
         _detach_graph_tensors(vars(module), memo, set())
+        # the modules' hooks stay with the policy: a hook bound to an object that holds the model would copy the model
+        for name, hooks in vars(module).items():
+            if name.endswith(("_hooks", "_hooks_with_kwargs", "_hooks_always_called")) and isinstance(hooks, dict):
+                memo[id(hooks)] = type(hooks)()
     copied = copy.deepcopy(policy, memo)
     copied.set_training_mode(False)
     return copied

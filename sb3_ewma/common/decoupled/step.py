@@ -81,23 +81,39 @@ class MinibatchLoss(NamedTuple):
     proximal_log_prob: th.Tensor
 
 
+class LossTargets(NamedTuple):
+    """A minibatch's data that the decoupled loss compares the policy's evaluation with."""
+
+    advantages: th.Tensor  # normalized
+    behavior_log_prob: th.Tensor
+    old_values: th.Tensor
+    returns: th.Tensor
+
+
+class LossSettings(NamedTuple):
+    """
+    The decoupled loss's clip bounds (``log(1 - eps)``, ``log(1 + eps)``) and coefficients. The clip range must be
+    positive; ``clip_range_vf=None``: no value clipping; ``kl_coef`` None (or not above 0): no KL penalty. Numbers may
+    be 0-dim tensors, so that a new value makes no new graph.
+    """
+
+    clip_low: th.Tensor
+    clip_high: th.Tensor
+    clip_range_vf: th.Tensor | None
+    ent_coef: float | th.Tensor
+    vf_coef: float | th.Tensor
+    kl_coef: float | th.Tensor | None
+    imp_samp_max: float
+
+
 def minibatch_loss(
     policy: ActorCriticPolicy | MaskableActorCriticPolicy,
     proximal_network: ActorCriticPolicy | MaskableActorCriticPolicy | None,
     observations: PyTorchObs,
     actions: th.Tensor,
-    advantages: th.Tensor,
-    behavior_log_prob: th.Tensor,
-    old_values: th.Tensor,
-    returns: th.Tensor,
-    clip_low: th.Tensor,
-    clip_high: th.Tensor,
-    clip_range_vf: th.Tensor | None,
+    targets: LossTargets,
+    settings: LossSettings,
     *,
-    ent_coef: float | th.Tensor,
-    vf_coef: float | th.Tensor,
-    kl_coef: float | th.Tensor | None,
-    imp_samp_max: float,
     autocast_dtype: th.dtype | None = None,
     observation_plan: ObservationPlan | None = None,
     action_masks: th.Tensor | None = None,
@@ -109,18 +125,14 @@ def minibatch_loss(
 
         loss = L_clip(pi, pi_prox, pi_behav) + kl_coef * KL[pi_prox, pi] + ent_coef * L_entropy + vf_coef * L_value
 
-    The clip bounds (``log(1 - eps)``, ``log(1 + eps)``), ``clip_range_vf`` and the coefficients may be 0-dim tensors, so
-    that a new value makes no new graph. The clip range must be positive. ``clip_range_vf=None``: no value clipping;
-    ``kl_coef`` None (or not above 0): no KL penalty.
-
     :param proximal_network: the proximal policy's network, None for the behavior policy (``behavior_log_prob``)
     :param autocast_dtype: the forward passes' ``torch.autocast`` format (None: float32)
     :param observation_plan: the policy's :data:`~sb3_ewma.common.distributions.ObservationPlan`
     :param action_masks: a maskable policy's action masks (None: a policy with the lean evaluation)
     :param action_dims: with ``action_masks``, the policy's :func:`~sb3_ewma.common.distributions.masked_action_dims`
     """
-    device_type = returns.device.type
-    with autocast(device_type, autocast_dtype):
+    behavior_log_prob = targets.behavior_log_prob
+    with autocast(behavior_log_prob.device.type, autocast_dtype):
         if action_masks is None:
             values, log_prob, entropy = lean_evaluate_actions(
                 cast(ActorCriticPolicy, policy), observations, actions, observation_plan
@@ -146,10 +158,7 @@ def minibatch_loss(
                     action_dims,
                     observation_plan,
                 )
-    return _decoupled_loss(
-        values, log_prob, entropy, proximal_log_prob, advantages, behavior_log_prob, old_values, returns,
-        clip_low, clip_high, clip_range_vf, ent_coef, vf_coef, kl_coef, imp_samp_max,
-    )  # fmt: skip
+    return _decoupled_loss(values, log_prob, entropy, proximal_log_prob, targets, settings)
 
 
 def recurrent_minibatch_loss(
@@ -159,18 +168,9 @@ def recurrent_minibatch_loss(
     lstm_vf: th.Tensor,
     proximal_lstm_pi: th.Tensor | None,
     actions: th.Tensor,
-    advantages: th.Tensor,
-    behavior_log_prob: th.Tensor,
-    old_values: th.Tensor,
-    returns: th.Tensor,
-    clip_low: th.Tensor,
-    clip_high: th.Tensor,
-    clip_range_vf: th.Tensor | None,
+    targets: LossTargets,
+    settings: LossSettings,
     *,
-    ent_coef: float | th.Tensor,
-    vf_coef: float | th.Tensor,
-    kl_coef: float | th.Tensor | None,
-    imp_samp_max: float,
     autocast_dtype: th.dtype | None = None,
 ) -> MinibatchLoss:
     """
@@ -179,7 +179,8 @@ def recurrent_minibatch_loss(
     valid steps (``proximal_lstm_pi``: None without a proximal network): the part after the LSTMs, whose shapes do not
     change with the padded sequences' length.
     """
-    with autocast(returns.device.type, autocast_dtype):
+    behavior_log_prob = targets.behavior_log_prob
+    with autocast(behavior_log_prob.device.type, autocast_dtype):
         latent_pi = policy.mlp_extractor.forward_actor(lstm_pi)
         latent_vf = policy.mlp_extractor.forward_critic(lstm_vf)
         values, log_prob, entropy = lean_evaluate_latents(policy, latent_pi, latent_vf, actions)
@@ -189,10 +190,7 @@ def recurrent_minibatch_loss(
             else:
                 proximal_latent_pi = proximal_network.mlp_extractor.forward_actor(proximal_lstm_pi)
                 proximal_log_prob = lean_latent_log_prob(proximal_network, proximal_latent_pi, actions)
-    return _decoupled_loss(
-        values, log_prob, entropy, proximal_log_prob, advantages, behavior_log_prob, old_values, returns,
-        clip_low, clip_high, clip_range_vf, ent_coef, vf_coef, kl_coef, imp_samp_max,
-    )  # fmt: skip
+    return _decoupled_loss(values, log_prob, entropy, proximal_log_prob, targets, settings)
 
 
 def _decoupled_loss(
@@ -200,20 +198,13 @@ def _decoupled_loss(
     log_prob: th.Tensor,
     entropy: th.Tensor,
     proximal_log_prob: th.Tensor,
-    advantages: th.Tensor,
-    behavior_log_prob: th.Tensor,
-    old_values: th.Tensor,
-    returns: th.Tensor,
-    clip_low: th.Tensor,
-    clip_high: th.Tensor,
-    clip_range_vf: th.Tensor | None,
-    ent_coef: float | th.Tensor,
-    vf_coef: float | th.Tensor,
-    kl_coef: float | th.Tensor | None,
-    imp_samp_max: float,
+    targets: LossTargets,
+    settings: LossSettings,
 ) -> MinibatchLoss:
     """The losses of :func:`minibatch_loss` from the policy's evaluation (in float32)."""
     values, log_prob, entropy, proximal_log_prob = values.float(), log_prob.float(), entropy.float(), proximal_log_prob.float()
+    advantages, behavior_log_prob, old_values, returns = targets
+    clip_low, clip_high, clip_range_vf, ent_coef, vf_coef, kl_coef, imp_samp_max = settings
 
     # the decoupled clipped surrogate: importance sampling on pi_behav (capped), clipping at pi_prox
     capped_behavior = capped_behavior_log_prob(log_prob, behavior_log_prob, imp_samp_max)
@@ -649,9 +640,9 @@ class CompiledStep:
             terms: MinibatchLoss = self.run(minibatch_loss, *args, **kwargs)
         else:
             # the observations' place taken by the LSTMs' outputs, which carry what the policy made of them
-            lstm_args = (args[0], args[1], *minibatch.lstm_outputs, *args[3:])
-            lstm_kwargs = {key: kwargs[key] for key in ("ent_coef", "vf_coef", "kl_coef", "imp_samp_max", "autocast_dtype")}
-            terms = self.run(recurrent_minibatch_loss, *lstm_args, **lstm_kwargs)
+            policy, proximal_network, _, actions, targets, settings = args
+            lstm_args = (policy, proximal_network, *minibatch.lstm_outputs, actions, targets, settings)
+            terms = self.run(recurrent_minibatch_loss, *lstm_args, autocast_dtype=kwargs["autocast_dtype"])
         return self._recorded(terms, minibatch)
 
     def _loss_inputs(self, minibatch: CompiledMinibatch) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -662,14 +653,12 @@ class CompiledStep:
         kl_coef = float(objective.kl_coef)
         kl_coef_or_none = kl_coef if kl_coef > 0 else None  # as the eager objective: a penalty for a positive kl_coef
         numbers = (low, high, minibatch.clip_range_vf, float(minibatch.ent_coef), float(minibatch.vf_coef), kl_coef_or_none)
-        clip_low, clip_high, clip_vf, ent, vf, kl = self.constants(numbers, data.returns.device)
-        args = (minibatch.policy, minibatch.proximal_network, data.observations, minibatch.actions, minibatch.advantages,
-                data.old_log_prob, data.old_values, data.returns, clip_low, clip_high, clip_vf)  # fmt: skip
+        # (only clip_range_vf and kl_coef may be None)
+        clip_low, clip_high, clip_vf, ent, vf, kl = cast(tuple[th.Tensor, ...], self.constants(numbers, data.returns.device))
+        targets = LossTargets(minibatch.advantages, data.old_log_prob, data.old_values, data.returns)
+        settings = LossSettings(clip_low, clip_high, clip_vf, ent, vf, kl, float(objective.imp_samp_max))
+        args = (minibatch.policy, minibatch.proximal_network, data.observations, minibatch.actions, targets, settings)
         kwargs = dict(
-            ent_coef=ent,
-            vf_coef=vf,
-            kl_coef=kl,
-            imp_samp_max=float(objective.imp_samp_max),
             autocast_dtype=minibatch.autocast_dtype,
             observation_plan=self.observation_plan(minibatch.policy),
             action_masks=masks,

@@ -203,7 +203,8 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     def _setup_model(self) -> None:
         # an environment made from an id, or by `load`: a space no policy takes fails later with an unrelated error
         check_observation_space(self.observation_space)
-        if self.clip_range is None:  # "no clipping" in the files of versions before 0.3.0
+        # "no clipping" as the constructor takes it, from load's keywords or the files of versions before 0.3.0
+        if self.clip_range is None:
             self.clip_range = math.inf
         super()._setup_model()
         self._setup_decoupled_training()

@@ -119,7 +119,8 @@ class ArtificialStaleness(DecoupledAlgorithm):
             (importance sampling with the behavior policy, clipping anchored at the recent policy, the policy at the
             start of the iteration), ``"behavior"`` (both with the behavior policy: PPO on stale data) or
             ``"proximal"`` (both with the recent policy; :class:`StalePPO_EWMA` only). With an EWMA (``ewma_decay``
-            not None) the EWMA replaces only the clipping anchor, in every mode.
+            not None) the EWMA replaces only the clipping anchor, in every mode. With ``async_rollouts`` (staleness 0,
+            data one iteration stale) the mode chooses the clipping anchor likewise.
         :return: the model
         """
         self._check_staleness(staleness, mode)

@@ -233,7 +233,8 @@ def action_mask_length(action_space: object) -> int | None:
 def check_action_masks(action_masks: object, action_space: object, n_observations: int | None = None) -> None:
     """
     ``predict``'s ``action_masks`` for ``MaskablePPO_EWMA``: shape ``(length,)`` or ``(n_observations, length)``, with
-    :func:`action_mask_length` entries per observation. ``None`` (no masking) passes.
+    one entry per action for each observation (``Discrete(n)``: n; ``MultiDiscrete``: ``sum(nvec)``;
+    ``MultiBinary(n)``: 2n). ``None`` (no masking) passes.
 
     :param action_masks: the masks given to ``predict``
     :param action_space: the model's action space

@@ -61,7 +61,7 @@ class ParameterEWMA(nn.Module):
 
     ``self.average`` receives no gradients; its averaged parameters, its buffers (copied from the source, not averaged)
     and ``w`` are in this module's ``state_dict``. Unlike ``torch.optim.swa_utils.AveragedModel``, it is bias-corrected,
-    averages a subset of the parameters, does not deep-copy the module and can be reset.
+    can average a subset of the parameters (``include``), does not deep-copy the module and can be reset.
 
     :param source: the network being trained
     :param average: a network of the same structure that will hold the average (it is overwritten with ``source``)

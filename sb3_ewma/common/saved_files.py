@@ -125,6 +125,9 @@ def check_saved_algorithm(algorithm_name: str, loadable_policy_modules: tuple[st
     Raise a ``ValueError`` naming both algorithms when the saved policy class comes from a module of this package, SB3
     or sb3-contrib that is not in ``loadable_policy_modules`` (a user's own policy class passes).
 
+    :param algorithm_name: the class whose ``load`` opens the file (named in the error)
+    :param loadable_policy_modules: the modules of the policy classes that class opens
+    :param path: the saved file
     :return: the file's ``data`` JSON (values serialized), or None when it could not be read
     """
     check_saved_file_exists(path)

@@ -227,8 +227,9 @@ def scale_hyperparams(
     :param n_envs: the target TOTAL number of environments, across all processes
     :param reference_n_envs: the number of environments the settings were tuned with, when ``hyperparams`` has no
         ``n_envs`` key (if both are given they must agree)
-    :param algo: one of :data:`ALGOS`; by default ``"ppg_ewma"`` if a key of :data:`PPG_KEYS` is present, else
-        ``"ppo_ewma"``
+    :param algo: ``"ppo_ewma"``, ``"ppg_ewma"``, ``"ppg"``, ``"ppo_lstm_ewma"`` or ``"ppo_mask_ewma"``; by default
+        ``"ppg_ewma"`` if ``n_policy_iterations``, ``n_value_epochs``, ``n_aux_epochs``, ``aux_batch_size`` or
+        ``aux_learning_rate`` is present, else ``"ppo_ewma"``
     :param lr_rule: ``"sqrt"`` or ``"linear"`` to override the rule detected from the optimizer (required for an
         optimizer other than Adam, AdamW, NAdam, RAdam, Adamax, SGD or their subclasses)
     :param scale_adam_betas: also raise Adam's ``beta1`` and ``beta2`` to the power ``1 / c``

@@ -257,7 +257,10 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
 
     @property
     def proximal_ewma(self) -> ParameterEWMA | None:
-        """The proximal policy's network (an EWMA or a snapshot of the policy), or None; saved as ``proximal_ewma``."""
+        """
+        The proximal policy's network (an EWMA or a snapshot of the policy), or None: the entry ``proximal_ewma`` of
+        ``get_parameters()`` (a saved file keeps it in its ``data`` as ``proximal_policy_state``).
+        """
         proximal: ProximalPolicy | None = getattr(self, "proximal", None)
         return None if proximal is None else proximal.ewma
 

@@ -311,8 +311,8 @@ def minibatch_step(
     """
     One training step as one function for ``torch.compile`` (with dynamo's ``trace_autograd_ops``):
     :func:`minibatch_loss`, its gradient with respect to ``adam.params``, SB3's clipping at ``max_grad_norm``,
-    :func:`adam_step_` and the EWMA's step, all skipped when the gradient's norm is not finite. Returns the losses
-    (detached) and the gradient's norm before clipping.
+    :func:`adam_step_` and the EWMA's step; the last two are skipped when the gradient's norm is not finite. Returns
+    the losses (detached) and the gradient's norm before clipping.
 
     :param averaged: the EWMA's averaged parameters, the parameters they follow and the 0-dim fraction they move
         (:attr:`~sb3_ewma.common.ewma.ParameterEWMA.next_fraction`); None: no EWMA step

@@ -245,6 +245,7 @@ def join_torchrun(device: th.device | str = "auto") -> tuple[int, int]:
     Under torchrun (``WORLD_SIZE > 1``), join (or create) the default process group now, so that a script can agree
     on things before building its model.
 
+    :param device: the model's device: it picks this rank's GPU and the backend (:func:`process_group_backend`)
     :return: this process's rank and the world size ((0, 1) without torchrun)
     """
     if not wants_data_parallel(None):

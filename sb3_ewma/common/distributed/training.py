@@ -122,7 +122,10 @@ class DataParallelTraining:
 
     @contextlib.contextmanager
     def accumulating(self) -> Iterator[None]:
-        """The backward passes inside leave their gradients on this rank (DDP's ``no_sync``)."""
+        """
+        The backward passes inside leave their gradients on this rank (DDP's ``no_sync``): the accumulated gradient is
+        averaged once, at the end of the first backward pass after the block.
+        """
         self._accumulating = True
         try:
             yield

@@ -8,6 +8,7 @@ import pytest
 import torch as th
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 
 from sb3_ewma.common.policies import policy_copy
 
@@ -75,16 +76,42 @@ class ActivationLog:
         self.calls += 1
 
 
-def test_the_copy_leaves_the_modules_hooks_with_the_policy():
+class Unpicklable:
+    def __deepcopy__(self, memo):
+        raise TypeError("not copyable")
+
+
+def test_the_copy_keeps_the_hooks_and_shares_their_outside_owners():
     policy = ActorCriticPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), lambda _: 1e-3)
-    log = ActivationLog(model=object())
+    log = ActivationLog(model=Unpicklable())
     policy.mlp_extractor.register_forward_hook(log.record)
-    policy.register_forward_pre_hook(lambda module, inputs: None)
     copied = policy_copy(policy)
     with th.no_grad():
         copied(th.zeros(1, 3))
-    assert log.calls == 0
-    assert not copied.mlp_extractor._forward_hooks and not copied._forward_pre_hooks
+    assert log.calls == 1  # the same logger, not a copy of it (nor of what it holds)
+
+
+class WeightNormExtractor(BaseFeaturesExtractor):
+    def __init__(self, observation_space, features_dim: int = 8):
+        super().__init__(observation_space, features_dim)
+        self.linear = th.nn.utils.weight_norm(th.nn.Linear(observation_space.shape[0], features_dim))
+
+    def forward(self, observations):
+        return th.relu(self.linear(observations))
+
+
+def test_the_copy_computes_the_policy_s_function_after_new_parameters():
+    """weight_norm computes the weight in a forward pre-hook: the copy keeps it, so new parameters reach its output."""
+    space = gym.spaces.Box(-1, 1, (3,))
+    policy = ActorCriticPolicy(space, gym.spaces.Discrete(2), lambda _: 1e-3, features_extractor_class=WeightNormExtractor)
+    copied = policy_copy(policy)
+    obs = th.as_tensor(np.stack([space.sample() for _ in range(4)]))
     with th.no_grad():
-        policy(th.zeros(1, 3))
-    assert log.calls == 1 and len(policy._forward_pre_hooks) == 1
+        for original, parameter in zip(policy.parameters(), copied.parameters(), strict=True):
+            new = th.randn_like(original)
+            original.copy_(new)
+            parameter.copy_(new)
+        policy.set_training_mode(False)
+        assert th.allclose(policy.predict_values(obs), copied.predict_values(obs))
+        actions = th.zeros(4, dtype=th.long)
+        th.testing.assert_close(policy.get_distribution(obs).log_prob(actions), copied.get_distribution(obs).log_prob(actions))

@@ -123,7 +123,7 @@ def compiled_graph_share(kind: str, seed: int, iterations: int) -> dict[str, flo
 
 def loss_ms(with_proximal: bool, seed: int, repeats: int = 300) -> float:
     """The compiled loss's forward pass on one minibatch, with or without the proximal policy's forward."""
-    from sb3_ewma.common.decoupled.step import minibatch_loss
+    from sb3_ewma.common.decoupled.step import LossSettings, LossTargets, minibatch_loss
     from sb3_ewma.common.losses import log_clip_bounds
 
     model = build("ppo_ewma_eager", seed)
@@ -131,16 +131,16 @@ def loss_ms(with_proximal: bool, seed: int, repeats: int = 300) -> float:
     data = next(iter(model.rollout_buffer.get(BATCH_SIZE)))
     low, high = log_clip_bounds(0.2)
     compiled: Callable[..., Any] = th.compile(minibatch_loss, dynamic=False)
+    targets = LossTargets(data.advantages, data.old_log_prob, data.old_values, data.returns)
+    settings = LossSettings(th.tensor(low), th.tensor(high), None, 0.0, 0.5, 0.0, 0.0)
     arguments = (model.policy, model.proximal.network if with_proximal else None, data.observations,
-                 data.actions.long().flatten(), data.advantages, data.old_log_prob, data.old_values, data.returns,
-                 th.tensor(low), th.tensor(high), None)  # fmt: skip
-    coefficients = dict(ent_coef=0.0, vf_coef=0.5, kl_coef=0.0, imp_samp_max=0.0)
+                 data.actions.long().flatten(), targets, settings)  # fmt: skip
     with th.no_grad():
         for _ in range(20):
-            compiled(*arguments, **coefficients)
+            compiled(*arguments)
         start = time.perf_counter()
         for _ in range(repeats):
-            compiled(*arguments, **coefficients)
+            compiled(*arguments)
     return 1000 * (time.perf_counter() - start) / repeats
 
 

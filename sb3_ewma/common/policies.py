@@ -1,7 +1,9 @@
 """Policy options shared by PPO_EWMA's and PPG_EWMA's actor-critic policies, and a copy of a policy (:func:`policy_copy`)."""
 
 import copy
+import inspect
 import math
+import types
 from collections.abc import Callable
 from typing import Any, Protocol, cast
 
@@ -95,19 +97,30 @@ class LeanActingMixin:
 def policy_copy(policy: BasePolicy) -> BasePolicy:
     """
     A copy of ``policy`` with its parameters, for acting or averaging beside it: in evaluation mode, without the
-    optimizer and the modules' hooks, made without drawing random numbers. Tensors of an autograd graph that it holds
-    (which ``copy.deepcopy`` refuses) are copied detached.
+    optimizer, made without drawing random numbers. Tensors of an autograd graph that it holds (which
+    ``copy.deepcopy`` refuses) are copied detached. The modules' hooks are kept (``weight_norm``'s computes the
+    weight); a hook that is, or is bound to, an object outside the policy is shared, not copied.
     """
     memo: dict[int, Any] = {id(policy.optimizer): None} if hasattr(policy, "optimizer") else {}
+    own_modules = {id(module) for module in policy.modules()}
     for module in policy.modules():
         _detach_graph_tensors(vars(module), memo, set())
-        # the modules' hooks stay with the policy: a hook bound to an object that holds the model would copy the model
         for name, hooks in vars(module).items():
-            if name.endswith(("_hooks", "_hooks_with_kwargs", "_hooks_always_called")) and isinstance(hooks, dict):
-                memo[id(hooks)] = type(hooks)()
+            if name.endswith("_hooks") and isinstance(hooks, dict):
+                for hook in hooks.values():
+                    # a user's logger holding the model, say: copying it would copy the model
+                    if _outside_hook(hook, own_modules):
+                        memo[id(hook)] = hook
     copied = copy.deepcopy(policy, memo)
     copied.set_training_mode(False)
     return copied
+
+
+def _outside_hook(hook: object, own_modules: set[int]) -> bool:
+    """Whether ``hook`` is an object, or a method of one, that is not part of the policy (nor torch's)."""
+    if inspect.ismethod(hook):
+        return id(hook.__self__) not in own_modules
+    return not isinstance(hook, types.FunctionType) and not type(hook).__module__.startswith("torch.")
 
 
 def _detach_graph_tensors(value: object, memo: dict[int, Any], seen: set[int]) -> None:

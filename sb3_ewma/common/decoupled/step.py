@@ -203,15 +203,14 @@ def _decoupled_loss(
 ) -> MinibatchLoss:
     """The losses of :func:`minibatch_loss` from the policy's evaluation (in float32)."""
     values, log_prob, entropy, proximal_log_prob = values.float(), log_prob.float(), entropy.float(), proximal_log_prob.float()
-    advantages, behavior_log_prob, old_values, returns = targets
-    clip_low, clip_high, clip_range_vf, ent_coef, vf_coef, kl_coef, imp_samp_max = settings
+    advantages, behavior_log_prob, kl_coef = targets.advantages, targets.behavior_log_prob, settings.kl_coef
 
     # the decoupled clipped surrogate: importance sampling on pi_behav (capped), clipping at pi_prox
-    capped_behavior = capped_behavior_log_prob(log_prob, behavior_log_prob, imp_samp_max)
+    capped_behavior = capped_behavior_log_prob(log_prob, behavior_log_prob, settings.imp_samp_max)
     unclipped = -advantages * th.exp(log_prob - capped_behavior)
     proximal_weight = proximal_log_prob - capped_behavior
     policy_loss = clipped_surrogate_loss(
-        advantages, log_prob, proximal_log_prob, unclipped, proximal_weight, clip_low, clip_high
+        advantages, log_prob, proximal_log_prob, unclipped, proximal_weight, settings.clip_low, settings.clip_high
     )
     kl_penalty = None
     policy_loss_with_penalty = policy_loss
@@ -219,12 +218,12 @@ def _decoupled_loss(
         kl_penalty = sampled_kl(log_prob, proximal_log_prob)
         policy_loss_with_penalty = policy_loss + kl_coef * kl_penalty
 
-    values = values.flatten()
+    values, old_values, clip_range_vf = values.flatten(), targets.old_values, settings.clip_range_vf
     if clip_range_vf is not None:
         values = old_values + th.clamp(values - old_values, -clip_range_vf, clip_range_vf)
-    value_loss = F.mse_loss(returns, values)
+    value_loss = F.mse_loss(targets.returns, values)
     entropy_loss = -th.mean(entropy)
-    loss = policy_loss_with_penalty + ent_coef * entropy_loss + vf_coef * value_loss
+    loss = policy_loss_with_penalty + settings.ent_coef * entropy_loss + settings.vf_coef * value_loss
     with th.no_grad():
         log_ratio = log_prob - behavior_log_prob
         approx_kl_div = th.mean((th.exp(log_ratio) - 1) - log_ratio)
@@ -653,9 +652,10 @@ class CompiledStep:
         kl_coef = float(objective.kl_coef)
         kl_coef_or_none = kl_coef if kl_coef > 0 else None  # as the eager objective: a penalty for a positive kl_coef
         numbers = (low, high, minibatch.clip_range_vf, float(minibatch.ent_coef), float(minibatch.vf_coef), kl_coef_or_none)
-        # (only clip_range_vf and kl_coef may be None)
-        clip_low, clip_high, clip_vf, ent, vf, kl = cast(tuple[th.Tensor, ...], self.constants(numbers, data.returns.device))
+        clip_low, clip_high, clip_vf, ent, vf, kl = self.constants(numbers, data.returns.device)
         targets = LossTargets(minibatch.advantages, data.old_log_prob, data.old_values, data.returns)
+        # (None only for clip_range_vf and kl_coef)
+        clip_low, clip_high, ent, vf = cast(tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor], (clip_low, clip_high, ent, vf))
         settings = LossSettings(clip_low, clip_high, clip_vf, ent, vf, kl, float(objective.imp_samp_max))
         args = (minibatch.policy, minibatch.proximal_network, data.observations, minibatch.actions, targets, settings)
         kwargs = dict(

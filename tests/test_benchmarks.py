@@ -1394,3 +1394,14 @@ def test_recurrent_compile_cost_measures_what_compiling_saves(tmp_path):
     assert row["compiled iteration (s)"] > 0 and row["eager iteration (s)"] > 0
     assert row["compiled / eager"] == pytest.approx(row["compiled iteration (s)"] / row["eager iteration (s)"])
     assert "| CartPoleNoVel-v1 |" in out.read_text()
+
+
+@pytest.mark.skipif(
+    not any(shutil.which(name) for name in ("g++", "c++", "clang++")), reason="the compiled loss needs a C++ compiler"
+)
+def test_step_profile_times_the_compiled_loss_with_and_without_the_proximal_policy():
+    """The profile's call of the compiled loss follows the loss's signature (a time each way)."""
+    from benchmarks.timing import step_profile
+
+    assert step_profile.loss_ms(True, seed=0, repeats=1) > 0
+    assert step_profile.loss_ms(False, seed=0, repeats=1) > 0

@@ -127,13 +127,22 @@ def evaluate_valid_steps(
     lstm_states: RNNStates,
     episode_starts: th.Tensor,
     valid: th.Tensor,
-) -> tuple[th.Tensor, th.Tensor, th.Tensor | None, Distribution]:
-    """``evaluate_actions`` at the valid steps (``actions`` given for those only), with the action distribution."""
+    with_distribution: bool = False,
+) -> tuple[th.Tensor, th.Tensor, th.Tensor | None, Distribution | None]:
+    """
+    ``evaluate_actions`` at the valid steps (``actions`` given for those only), and the valid steps' action
+    distribution when ``with_distribution``. The heads run over the padded sequences, as in sb3-contrib's
+    ``RecurrentPPO.train``, so that the valid steps' numbers and gradients are its own, bit for bit.
+    """
     latent_pi, latent_vf = recurrent_latents(policy, obs, lstm_states, episode_starts)
-    distribution = policy._get_action_dist_from_latent(latent_pi[valid])
-    log_prob = distribution.log_prob(actions)
-    values = policy.value_net(latent_vf[valid])
-    return values, log_prob, distribution.entropy(), distribution
+    padded_actions = actions.new_zeros((valid.shape[0], *actions.shape[1:]))
+    padded_actions[valid] = actions
+    padded = policy._get_action_dist_from_latent(latent_pi)
+    log_prob = padded.log_prob(padded_actions)[valid]
+    entropy = padded.entropy()
+    values = policy.value_net(latent_vf)[valid]
+    distribution = policy._get_action_dist_from_latent(latent_pi[valid]) if with_distribution else None
+    return values, log_prob, None if entropy is None else entropy[valid], distribution
 
 
 def valid_steps_distribution(

@@ -324,8 +324,9 @@ class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
             rollout_data.lstm_states,
             rollout_data.episode_starts,
             rollout_data.mask > 1e-8,
+            with_distribution=self._needs_distributions,
         )
-        return values, log_prob, entropy, distribution if self._needs_distributions else None
+        return values, log_prob, entropy, distribution
 
     def _compiled_minibatch(
         self, rollout_data: Any, policy_objective: DecoupledPolicyObjective, clip_range_vf: float | None

@@ -222,11 +222,6 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         self.data_parallel.setup(self)
         self.advantage_normalizer.reducer = self.data_parallel.advantage_reducer
 
-    def set_training_precision(self, training_precision: TrainingPrecision) -> None:
-        """The numeric format of ``train()`` from now on: its forward passes' autocast, its weights' memory format."""
-        self.training_precision = training_precision
-        training_precision.prepare(self.policy, self.proximal.network)
-
     def _new_proximal_policy(self) -> ProximalPolicy:
         """The EWMA of the policy, or without it a snapshot (:meth:`_proximal_needs_network`) or the behavior policy."""
         decay = resolve_ewma_decay(self.ewma_decay, self.minibatches_per_epoch, self.n_epochs)
@@ -251,6 +246,11 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             return None
         return GradientNoiseScale(batch_size * self.world_size, minibatches_per_epoch)
 
+    def set_training_precision(self, training_precision: TrainingPrecision) -> None:
+        """The numeric format of ``train()`` from now on: its forward passes' autocast, its weights' memory format."""
+        self.training_precision = training_precision
+        training_precision.prepare(self.policy, self.proximal.network)
+
     def _make_rollout_buffer(self) -> RolloutBuffer:
         """A new rollout buffer like ``self.rollout_buffer`` (SB3's construction in ``_setup_model``)."""
         return new_rollout_buffer(self)
@@ -271,6 +271,21 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         return None if proximal is None else proximal.decay
 
     @property
+    def minibatches_per_epoch(self) -> int:
+        """Optimizer steps per epoch, ``ceil(n_steps * n_envs / batch_size)``."""
+        return -(-int(self.n_steps) * self.n_envs // self._minibatch_size)  # int: a numpy unsigned n_steps wraps
+
+    @property
+    def _minibatch_size(self) -> int:
+        """Samples per minibatch: ``batch_size``, or the whole rollout for ``batch_size=None`` (sb3-contrib's)."""
+        return self.batch_size or self.n_steps * self.n_envs
+
+    @property
+    def _needs_distributions(self) -> bool:
+        """Whether the policy loss needs whole distributions (the exact KL penalty), not only log-probabilities."""
+        return self.kl_coef > 0 and self.kl_estimator == "exact"
+
+    @property
     def world_size(self) -> int:
         """Number of processes training this model (1 when not data-parallel)."""
         return self.data_parallel.world_size
@@ -285,284 +300,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         """Environment steps one vectorized step of this process counts for: ``num_timesteps`` counts every rank's."""
         return self.n_envs * self.world_size
 
-    @property
-    def _minibatch_size(self) -> int:
-        """Samples per minibatch: ``batch_size``, or the whole rollout for ``batch_size=None`` (sb3-contrib's)."""
-        return self.batch_size or self.n_steps * self.n_envs
-
-    @property
-    def minibatches_per_epoch(self) -> int:
-        """Optimizer steps per epoch, ``ceil(n_steps * n_envs / batch_size)``."""
-        return -(-int(self.n_steps) * self.n_envs // self._minibatch_size)  # int: a numpy unsigned n_steps wraps
-
-    @property
-    def _needs_distributions(self) -> bool:
-        """Whether the policy loss needs whole distributions (the exact KL penalty), not only log-probabilities."""
-        return self.kl_coef > 0 and self.kl_estimator == "exact"
-
-    def _get_policy_from_name(self, policy_name: str) -> type[BasePolicy]:
-        """SB3's, with the algorithm's policy names and the nearest one in the error for an unknown name."""
-        if policy_name not in self.policy_aliases:
-            raise ValueError(unknown_policy_message(type(self), policy_name))
-        return super()._get_policy_from_name(policy_name)
-
-    def _maybe_recommend_cpu(self, mlp_class_name: str = "ActorCriticPolicy") -> None:
-        # SB3 recognizes its own ActorCriticPolicy by name only; this package's and sb3-contrib's MLP policies differ
-        mlp_policy = self.policy_aliases.get("MlpPolicy", self.policy_aliases.get("MlpLstmPolicy"))
-        if mlp_policy is not None and self.policy_class is mlp_policy:
-            mlp_class_name = mlp_policy.__name__
-        super()._maybe_recommend_cpu(mlp_class_name)
-
-    def set_env(self, env: GymEnv | str, force_reset: bool = True) -> None:
-        """SB3's ``set_env``; ``env`` may also be a registered environment id, made as the constructor makes it."""
-        super().set_env(maybe_make_env(env, self.verbose), force_reset=force_reset)
-
-    def set_random_seed(self, seed: int | None = None) -> None:
-        """Seed as SB3 does; data-parallel, each rank with a seed of its own (distinct, reproducible environments)."""
-        super().set_random_seed(self.data_parallel.seed_for_rank(seed, self.n_envs))
-
-    def learn(
-        self: SelfDecoupledAlgorithm,
-        total_timesteps: int,
-        callback: MaybeCallback = None,
-        log_interval: int = 1,
-        tb_log_name: str | None = None,
-        reset_num_timesteps: bool = True,
-        progress_bar: bool = False,
-    ) -> SelfDecoupledAlgorithm:
-        """
-        SB3's ``learn``; with ``async_rollouts``, its ``collect_rollouts`` hands off rollouts collected during
-        ``train()`` (:class:`~sb3_ewma.common.collection.overlap.OverlappedRollouts`).
-
-        :param tb_log_name: the name of the run for TensorBoard logging (default: the algorithm's name)
-        """
-        check_learn_arguments(total_timesteps, log_interval)
-        check_callback(callback)
-        check_save_folders(callback, self.tensorboard_log)
-        if tb_log_name is None:  # the package's class, also for a user's subclass of it
-            tb_log_name = type(self)._package_class_name()
-        if self._world_size_change is not None and self.rank == 0:
-            warn_world_size_change(*self._world_size_change, self.n_envs)
-        self._world_size_change = None
-        callback, progress_bar = self.data_parallel.start_learn(
-            self, total_timesteps, callback, progress_bar, reset_num_timesteps
-        )
-        self._start_compiled_step(total_timesteps)
-        overlapped = self.overlapped_rollouts = OverlappedRollouts(self.rollout_collector) if self.async_rollouts else None
-        try:
-            super().learn(
-                total_timesteps=total_timesteps,
-                callback=callback,
-                log_interval=log_interval,
-                tb_log_name=tb_log_name,
-                reset_num_timesteps=reset_num_timesteps,
-                progress_bar=progress_bar,
-            )
-        except BaseException:
-            # a collection in flight is abandoned, and the environments it left mid-rollout closed
-            if overlapped is not None and overlapped.end(failed=True) and self.env is not None:
-                self.env.close()
-            raise
-        finally:
-            self.overlapped_rollouts = None
-        if overlapped is not None:
-            overlapped.end(failed=False)
-        return self
-
-    def _planned_optimizer_steps(self, iterations: int) -> int:
-        """The optimizer steps of ``iterations`` iterations of ``train()``: ``n_epochs`` epochs of minibatches."""
-        return iterations * self.n_epochs * self.minibatches_per_epoch
-
-    def _start_compiled_step(self, total_timesteps: int) -> None:
-        """Whether this ``learn`` call's training and acting steps run compiled (``compile_step``), said in one line."""
-        iterations = -(-int(total_timesteps) // (int(self.n_steps) * self._timesteps_per_env_step))
-        planned = self._planned_optimizer_steps(iterations)
-        unsupported = (
-            None
-            if self.compile_step is False
-            else compile_unsupported(
-                self.policy, self.device, self._compiled_evaluation_here(), needs_distributions=self._needs_distributions
-            )
-        )
-        sentence = self.compiled_step.start_learn(
-            planned,
-            unsupported,
-            planned_acting_steps=iterations * self.n_steps,
-            acting_covered=CompiledStep.covers_acting(self.policy),
-            in_pieces=self._step_in_pieces(),
-            auto_min_optimizer_steps=self._auto_compile_min_steps,
-        )
-        self._announce(sentence, warn=self.compile_step is True and unsupported is not None)
-
-    def _compiled_evaluation_here(self) -> str:
-        """:attr:`_compiled_evaluation`, unless a class before the one that set it in the method resolution order (a
-        subclass, or a mixin placed first) evaluates its own way: an :meth:`_evaluate_policy` the compiled step would
-        not follow."""
-        mro = type(self).__mro__
-        setter = next(klass for klass in mro if "_compiled_evaluation" in vars(klass))
-        evaluator = next(klass for klass in mro if "_evaluate_policy" in vars(klass))
-        if mro.index(evaluator) < mro.index(setter):  # a subclass's, or a mixin's placed before the algorithm
-            return f"{evaluator.__name__} overrides _evaluate_policy, which the compiled step does not follow"
-        return self._compiled_evaluation
-
-    def collect_rollouts(
-        self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
-    ) -> bool:
-        overlapped = self.overlapped_rollouts
-        if overlapped is None:
-            continue_training = self._collect_rollout_with(self.policy, env, callback, rollout_buffer, n_rollout_steps)
-        else:
-            # the rollout collected during the last train() (the first of a learn call: collected now)
-            continue_training = overlapped.collect(self, env, callback)
-        # once per iteration, after the rollout: whether training goes on (on every rank, when data-parallel)
-        continue_training = self.data_parallel.synchronize_iteration(self, continue_training)
-        if overlapped is not None and continue_training and self.num_timesteps < self._total_timesteps:
-            overlapped.start_next(env)  # collected while SB3's loop trains on this one
-        return continue_training
-
-    def _collect_rollout_with(
-        self,
-        policy: Any,
-        env: VecEnv,
-        callback: BaseCallback,
-        rollout_buffer: RolloutBuffer,
-        n_rollout_steps: int,
-        published: bool = True,
-    ) -> bool:
-        """
-        The parent's rollout loop acting with ``policy`` (``self.policy`` or a copy); False if a callback stopped it. It
-        runs on the model itself when ``self.policy`` acts on one process, otherwise on a
-        :class:`~sb3_ewma.common.collection.rollout.RolloutView` (``published=False``: the view counts the steps and
-        episodes for itself, for a rollout that a collector replays at the hand-off).
-        """
-        loop = type(self)._parent_collect_rollouts
-        algorithm: Any = self
-        if policy is not self.policy or self._timesteps_per_env_step != self.n_envs or not published:
-            algorithm = RolloutView(self, policy, self._timesteps_per_env_step, published)
-        # the model's own policy acts through the compiled acting step when it is in effect (a copy acts eagerly)
-        acting = self.compiled_step.acting(policy) if policy is self.policy else contextlib.nullcontext()
-        try:
-            with acting:
-                continue_training = loop(
-                    algorithm, env, callback, rollout_buffer, n_rollout_steps, **self._rollout_loop_kwargs()
-                )
-        except (ValueError, RuntimeError):
-            # a NaN or an infinity in an observation makes the policy's action distribution refuse it (torch's
-            # "Expected parameter logits ... found invalid values"; the lean step's multinomial: "probability tensor
-            # contains either inf, nan or element < 0", or its Gaussian's NaN check): say which environment and step
-            check_finite_rollout(rollout_buffer, self._last_obs, algorithm.num_timesteps)
-            raise
-        # before any update uses them: the rewards and observations of the rollout
-        check_finite_rollout(rollout_buffer, self._last_obs, algorithm.num_timesteps)
-        return continue_training
-
-    def _rollout_loop_kwargs(self) -> dict[str, Any]:
-        """Further arguments of the parent's rollout loop (``MaskablePPO``'s ``use_masking``); none here."""
-        return {}
-
-    def predict(
-        self,
-        observation: np.ndarray | dict[str, np.ndarray],
-        state: tuple[np.ndarray, ...] | None = None,
-        episode_start: np.ndarray | None = None,
-        deterministic: bool = False,
-    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
-        """
-        SB3's ``predict``; an observation that holds NaN or infinity is refused first
-        (:func:`~sb3_ewma.common.finite.check_finite_prediction_input`).
-        """
-        check_finite_prediction_input(observation)
-        return super().predict(observation, state, episode_start, deterministic)
-
-    def save(
-        self,
-        path: str | pathlib.Path | io.BufferedIOBase,
-        exclude: Iterable[str] | None = None,
-        include: Iterable[str] | None = None,
-    ) -> None:
-        """
-        SB3's ``save``, on rank 0 only, with the proximal policy's state in the file's ``data``, where SB3's parent
-        ``load`` ignores it (:func:`~sb3_ewma.common.decoupled.proximal.with_states_in_data`).
-        """
-        if self.rank != 0:
-            return
-        super(DecoupledAlgorithm, with_states_in_data(self, self._modules_saved_in_data)).save(path, exclude, include)
-
-    @classmethod
-    def load(
-        cls: type[SelfDecoupledAlgorithm],
-        path: str | pathlib.Path | io.BufferedIOBase,
-        env: GymEnv | str | None = None,
-        device: th.device | str = "auto",
-        custom_objects: dict[str, Any] | None = None,
-        print_system_info: bool = False,
-        force_reset: bool = True,
-        **kwargs: Any,
-    ) -> SelfDecoupledAlgorithm:
-        """
-        SB3's ``load``, for the files this algorithm opens (its own, and its parent's: the EWMA then starts from the
-        loaded policy); ``env`` may be a registered environment id.
-        """
-        check_device_name(device)  # before the file is opened
-        data = check_loadable(cls, path)
-        check_load_keywords(cls, kwargs, data)
-        if isinstance(env, str):
-            env = maybe_make_env(env, kwargs.get("verbose", (data or {}).get("verbose", 0)))
-        # SB3's load sets its keywords as the model's attributes before _setup_model and set_parameters
-        model = super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs, _loading=True)
-        del model._loading
-        if data is None:  # a stream, read by SB3's load alone: the same checks on what it set
-            cls._check_saved_data(vars(model), path)
-        # entries of older files that these classes do not read (SB3's load puts every entry in __dict__)
-        for entry in cls._entries_of_older_files:
-            vars(model).pop(entry, None)
-        return model
-
-    @classmethod
-    def _check_saved_data(cls, data: dict[str, Any], path: Any) -> None:
-        """
-        Further checks of a saved model's ``data`` in ``load`` (a file's before SB3's ``load``; a stream's after): a
-        model trained with artificial staleness loads with the ablation's classes only.
-        """
-        if data.get("staleness"):
-            raise ValueError(
-                f"{saved_model_name(path)} was saved with artificial staleness={data['staleness']!r}: load it with "
-                f"sb3_ewma.ablations.Stale{cls._package_class_name()}.load()"
-            )
-
-    @classmethod
-    def _package_class_name(cls) -> str:
-        """The name of this package's class that this class is or derives from (a user's subclass: its parent's)."""
-        return next(klass.__name__ for klass in cls.__mro__ if klass.__module__.startswith("sb3_ewma."))
-
-    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
-        # the parent's modules and the proximal network, if any (none in the copy that ``save`` writes)
-        state_dicts, torch_variables = super()._get_torch_save_params()
-        return ([*state_dicts, "proximal_ewma"] if self.proximal_ewma is not None else state_dicts), torch_variables
-
-    def set_parameters(
-        self, load_path_or_dict: str | dict[str, th.Tensor], exact_match: bool = True, device: th.device | str = "auto"
-    ) -> None:
-        params = parameters_with_proximal_state(
-            self, self.proximal_ewma, load_path_or_dict, exact_match, device, self._modules_saved_in_data, self._loading
-        )
-        super().set_parameters(params, exact_match=exact_match, device=device)
-        # whatever each rank loaded, they continue from rank 0's (nothing to do on one process)
-        self.data_parallel.broadcast_state(self)
-
-    def _excluded_save_params(self) -> list[str]:
-        # the collaborators (rebuilt by _setup_model), this run's state (world size change, the overlapped rollouts)
-        unsaved = ["proximal", "data_parallel", "gradient_noise", "compiled_step", "training_precision", "distributed"]
-        unsaved += ["_world_size_change", "overlapped_rollouts", *type(self)._unsaved_attributes, *self._modules_saved_in_data]
-        return [*super()._excluded_save_params(), *unsaved]
-
-    def _update_learning_rate(self, optimizers: list[th.optim.Optimizer] | th.optim.Optimizer) -> None:
-        # SB3's, with the schedule's value checked (a finite number) and read once
-        learning_rate = scheduled_value("learning_rate", self.lr_schedule, self._current_progress_remaining)
-        self.logger.record("train/learning_rate", learning_rate)
-        for optimizer in optimizers if isinstance(optimizers, list) else [optimizers]:
-            update_learning_rate(optimizer, learning_rate)
-
+    # train(): SB3 PPO's loop with the decoupled objective
     def train(self) -> None:
         """
         Update policy using the currently gathered rollout buffer: SB3 PPO's ``train`` with the decoupled objective.
@@ -615,9 +353,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
                     stepped = one_function and self.compiled_step.whole
                     if stepped:
                         # [compiled] with the optimization step below (backward, clipping, Adam, the EWMA step)
-                        minibatch = self._compiled_minibatch(rollout_data, policy_objective, clip_range_vf)
-                        ewma = self.proximal.ewma if self.proximal.kind == "ewma" else None
-                        terms = self.compiled_step.whole_step(minibatch, ewma, self.max_grad_norm, self._n_updates)
+                        terms = self._whole_step(rollout_data, policy_objective, clip_range_vf)
                     else:
                         terms = self._minibatch_loss(rollout_data, policy_objective, clip_range, clip_range_vf)
                     value_losses.append(terms.value_loss.detach())
@@ -694,60 +430,6 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
         return MinibatchTerms(loss, value_loss, entropy_loss, approx_kl_div)
 
-    def _step_in_pieces(self) -> str | None:
-        """
-        Why a compiled training step cannot be one function (``CompiledStep.whole_step``) for this model (None: it
-        can): ``target_kl`` is read between the loss and the optimizer's step, the gradient noise scale reads the
-        gradients, data-parallel gradients are averaged during ``backward()``, and the function steps torch's Adam.
-        """
-        if self.target_kl is not None:
-            return "target_kl is read before the optimizer step"
-        if self.gradient_noise is not None:
-            return "the gradient noise scale reads the gradients"
-        if self.world_size > 1:
-            return "data-parallel gradients are averaged during backward()"
-        for name in ("_minibatch_loss", "_apply_gradients"):
-            if getattr(type(self), name) is not getattr(DecoupledAlgorithm, name):
-                return f"{type(self).__name__} overrides {name}, which the whole step does not call"
-        return CompiledStep.not_whole(self.policy, self.policy.optimizer)
-
-    def _compiled_minibatch(
-        self, rollout_data: Any, policy_objective: DecoupledPolicyObjective, clip_range_vf: float | None
-    ) -> CompiledMinibatch:
-        """A minibatch as the compiled steps take it: the actions as the policy evaluates them, the advantages
-        normalized, the coefficients and the proximal policy's network (a copy of the policy: compile_unsupported)."""
-        actions = rollout_data.actions
-        if isinstance(self.action_space, spaces.Discrete):
-            actions = rollout_data.actions.long().flatten()
-        return CompiledMinibatch(
-            cast(ActorCriticPolicy | MaskableActorCriticPolicy, self.policy),
-            cast(ActorCriticPolicy | MaskableActorCriticPolicy | None, self.proximal.network),
-            rollout_data,
-            actions,
-            self.advantage_normalizer.minibatch(rollout_data.advantages),
-            policy_objective,
-            clip_range_vf,
-            self.ent_coef,
-            self.vf_coef,
-            self.training_precision.autocast_dtype,
-            rollout_data.action_masks if self._compiled_evaluation == "action_masks" else None,
-        )
-
-    def _value_loss(self, rollout_data: Any, clip_range_vf: float | None) -> th.Tensor:
-        """The value loss of a minibatch alone (the value-only steps of PPG's policy phase)."""
-        with self.training_precision.forward(self.device):
-            values = self.policy.predict_values(rollout_data.observations).flatten()
-        # the value loss in float32, as the policy terms
-        values_pred = clipped_values(values.float(), rollout_data.old_values, clip_range_vf)
-        return F.mse_loss(rollout_data.returns, values_pred)
-
-    def _announce(self, sentence: str, warn: bool = False) -> None:
-        """One line about how the model trains: printed at ``verbose >= 1``, or a warning when ``warn``."""
-        if warn:
-            warnings.warn(sentence, UserWarning, stacklevel=3)
-        elif self.verbose >= 1 and self.rank == 0:
-            print(sentence)
-
     def _policy_loss_terms(self, rollout_data: Any, policy_objective: DecoupledPolicyObjective) -> PolicyLossTerms:
         """
         One minibatch's policy terms, shared by every algorithm's ``train()`` (PPG's policy phase too): the values,
@@ -782,6 +464,91 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             log_ratio = log_prob - behavior_log_prob
             approx_kl_div = th.mean((th.exp(log_ratio) - 1) - log_ratio)
         return PolicyLossTerms(values.flatten(), policy_loss, entropy_loss, approx_kl_div)
+
+    def _evaluate_policy(
+        self, rollout_data: Any, actions: th.Tensor
+    ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None, Distribution | None]:
+        """The policy's values, log-probabilities, entropy (or None), and the distribution if the exact KL needs it."""
+        if self._needs_distributions:
+            return evaluate_actions_with_distribution(self.policy, rollout_data.observations, actions)
+        if has_lean_evaluation(self.policy):
+            # the same tensors as SB3's evaluate_actions, without building and validating the distribution
+            return (*lean_evaluate_actions(self.policy, rollout_data.observations, actions), None)
+        values, log_prob, entropy = self.policy.evaluate_actions(rollout_data.observations, actions)
+        return values, log_prob, entropy, None
+
+    def _value_loss(self, rollout_data: Any, clip_range_vf: float | None) -> th.Tensor:
+        """The value loss of a minibatch alone (the value-only steps of PPG's policy phase)."""
+        with self.training_precision.forward(self.device):
+            values = self.policy.predict_values(rollout_data.observations).flatten()
+        # the value loss in float32, as the policy terms
+        values_pred = clipped_values(values.float(), rollout_data.old_values, clip_range_vf)
+        return F.mse_loss(rollout_data.returns, values_pred)
+
+    def _reached_target_kl(self, approx_kl_div: th.Tensor, epoch: int) -> bool:
+        """
+        SB3's ``target_kl`` early stop on the KL from the behavior policy (its mean over the ranks, data-parallel),
+        with SB3's message at ``verbose >= 1``.
+        """
+        if self.target_kl is None:
+            return False  # the KL is read from the device only with a target
+        kl = self.data_parallel.mean_kl(approx_kl_div.item())
+        reached = kl > 1.5 * self.target_kl
+        if reached and self.verbose >= 1:
+            print(f"Early stopping at step {epoch} due to reaching max kl: {kl:.2f}")
+        return reached
+
+    def _apply_gradients(
+        self, optimizer: th.optim.Optimizer, gradient_noise: GradientNoiseScale | None, log_prefix: str
+    ) -> None:
+        """
+        Every optimizer step of every phase, after ``backward()``: the gradient noise scale fed (before clipping, logged
+        as ``<log_prefix>/gradient_noise_scale``), SB3's clipping and the step.
+        """
+        if gradient_noise is not None:
+            # the number of steps taken identifies the iteration (an epoch cut short by target_kl is dropped)
+            estimate = gradient_noise.observe_optimizer(optimizer, tag=self.num_timesteps)
+            if estimate is not None and estimate.noise_scale is not None:
+                self.logger.record(f"{log_prefix}/gradient_noise_scale", estimate.noise_scale)
+        # SB3's clipping
+        total_norm = th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+        check_finite_gradient_norm(total_norm, log_prefix, self._n_updates)
+        if self.compiled_step.active:
+            self.compiled_step.optimizer_step(optimizer)
+        else:
+            optimizer.step()
+
+    def _update_learning_rate(self, optimizers: list[th.optim.Optimizer] | th.optim.Optimizer) -> None:
+        # SB3's, with the schedule's value checked (a finite number) and read once
+        learning_rate = scheduled_value("learning_rate", self.lr_schedule, self._current_progress_remaining)
+        self.logger.record("train/learning_rate", learning_rate)
+        for optimizer in optimizers if isinstance(optimizers, list) else [optimizers]:
+            update_learning_rate(optimizer, learning_rate)
+
+    def _current_clip_ranges(self) -> tuple[float | None, float | None]:
+        """The clip ranges of the policy and of the value function at the current progress (``None``: no clipping)."""
+        progress = self._current_progress_remaining
+        clip_range = scheduled_value("clip_range", self.clip_range, progress, infinity_allowed=True)  # type: ignore[arg-type]
+        clip_range_vf = (
+            None
+            if self.clip_range_vf is None
+            else scheduled_value("clip_range_vf", self.clip_range_vf, progress, infinity_allowed=True)  # type: ignore[arg-type]
+        )
+        # an infinite value range is kept: SB3's clamp to it gives the values it computed, bit for bit
+        return (None if clip_range == math.inf else clip_range), clip_range_vf
+
+    def _minibatches(self, buffer: RolloutBuffer) -> Iterator[RolloutBufferSamples]:
+        """One epoch over the rollout buffer (:meth:`_sampled_minibatches`), ready for the advantage normalization."""
+        return self.advantage_normalizer.epoch(self._sampled_minibatches(buffer))
+
+    def _sampled_minibatches(self, buffer: RolloutBuffer) -> Iterator[RolloutBufferSamples]:
+        """One epoch's minibatches: SB3's random steps, or whole rollouts of environments (the authors')."""
+        if self.minibatch_sampling == "rollouts":
+            return self._rollout_minibatches(buffer)
+        return buffer.get(self.batch_size)
+
+    def _rollout_minibatches(self, buffer: RolloutBuffer) -> Iterator[RolloutBufferSamples]:
+        return rollout_minibatches(buffer, self._minibatch_size)  # minibatch_sampling="rollouts"
 
     def _record_train_logs(
         self,
@@ -834,72 +601,317 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             center_of_mass = center_of_mass_from_ewma_decay(self.proximal.decay)
             self.logger.record("train/ewma_center_of_mass", without_rounding_noise(center_of_mass))
 
-    def _current_clip_ranges(self) -> tuple[float | None, float | None]:
-        """The clip ranges of the policy and of the value function at the current progress (``None``: no clipping)."""
-        progress = self._current_progress_remaining
-        clip_range = scheduled_value("clip_range", self.clip_range, progress, infinity_allowed=True)  # type: ignore[arg-type]
-        clip_range_vf = (
-            None
-            if self.clip_range_vf is None
-            else scheduled_value("clip_range_vf", self.clip_range_vf, progress, infinity_allowed=True)  # type: ignore[arg-type]
-        )
-        # an infinite value range is kept: SB3's clamp to it gives the values it computed, bit for bit
-        return (None if clip_range == math.inf else clip_range), clip_range_vf
-
-    def _minibatches(self, buffer: RolloutBuffer) -> Iterator[RolloutBufferSamples]:
-        """One epoch over the rollout buffer (:meth:`_sampled_minibatches`), ready for the advantage normalization."""
-        return self.advantage_normalizer.epoch(self._sampled_minibatches(buffer))
-
-    def _sampled_minibatches(self, buffer: RolloutBuffer) -> Iterator[RolloutBufferSamples]:
-        """One epoch's minibatches: SB3's random steps, or whole rollouts of environments (the authors')."""
-        if self.minibatch_sampling == "rollouts":
-            return self._rollout_minibatches(buffer)
-        return buffer.get(self.batch_size)
-
-    def _rollout_minibatches(self, buffer: RolloutBuffer) -> Iterator[RolloutBufferSamples]:
-        return rollout_minibatches(buffer, self._minibatch_size)  # minibatch_sampling="rollouts"
-
-    def _evaluate_policy(
-        self, rollout_data: Any, actions: th.Tensor
-    ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None, Distribution | None]:
-        """The policy's values, log-probabilities, entropy (or None), and the distribution if the exact KL needs it."""
-        if self._needs_distributions:
-            return evaluate_actions_with_distribution(self.policy, rollout_data.observations, actions)
-        if has_lean_evaluation(self.policy):
-            # the same tensors as SB3's evaluate_actions, without building and validating the distribution
-            return (*lean_evaluate_actions(self.policy, rollout_data.observations, actions), None)
-        values, log_prob, entropy = self.policy.evaluate_actions(rollout_data.observations, actions)
-        return values, log_prob, entropy, None
-
-    def _reached_target_kl(self, approx_kl_div: th.Tensor, epoch: int) -> bool:
-        """
-        SB3's ``target_kl`` early stop on the KL from the behavior policy (its mean over the ranks, data-parallel),
-        with SB3's message at ``verbose >= 1``.
-        """
-        if self.target_kl is None:
-            return False  # the KL is read from the device only with a target
-        kl = self.data_parallel.mean_kl(approx_kl_div.item())
-        reached = kl > 1.5 * self.target_kl
-        if reached and self.verbose >= 1:
-            print(f"Early stopping at step {epoch} due to reaching max kl: {kl:.2f}")
-        return reached
-
-    def _apply_gradients(
-        self, optimizer: th.optim.Optimizer, gradient_noise: GradientNoiseScale | None, log_prefix: str
+    # saving and loading, with the proximal policy's state
+    def save(
+        self,
+        path: str | pathlib.Path | io.BufferedIOBase,
+        exclude: Iterable[str] | None = None,
+        include: Iterable[str] | None = None,
     ) -> None:
         """
-        Every optimizer step of every phase, after ``backward()``: the gradient noise scale fed (before clipping, logged
-        as ``<log_prefix>/gradient_noise_scale``), SB3's clipping and the step.
+        SB3's ``save``, on rank 0 only, with the proximal policy's state in the file's ``data``, where SB3's parent
+        ``load`` ignores it (:func:`~sb3_ewma.common.decoupled.proximal.with_states_in_data`).
         """
-        if gradient_noise is not None:
-            # the number of steps taken identifies the iteration (an epoch cut short by target_kl is dropped)
-            estimate = gradient_noise.observe_optimizer(optimizer, tag=self.num_timesteps)
-            if estimate is not None and estimate.noise_scale is not None:
-                self.logger.record(f"{log_prefix}/gradient_noise_scale", estimate.noise_scale)
-        # SB3's clipping
-        total_norm = th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
-        check_finite_gradient_norm(total_norm, log_prefix, self._n_updates)
-        if self.compiled_step.active:
-            self.compiled_step.optimizer_step(optimizer)
+        if self.rank != 0:
+            return
+        super(DecoupledAlgorithm, with_states_in_data(self, self._modules_saved_in_data)).save(path, exclude, include)
+
+    @classmethod
+    def load(
+        cls: type[SelfDecoupledAlgorithm],
+        path: str | pathlib.Path | io.BufferedIOBase,
+        env: GymEnv | str | None = None,
+        device: th.device | str = "auto",
+        custom_objects: dict[str, Any] | None = None,
+        print_system_info: bool = False,
+        force_reset: bool = True,
+        **kwargs: Any,
+    ) -> SelfDecoupledAlgorithm:
+        """
+        SB3's ``load``, for the files this algorithm opens (its own, and its parent's: the EWMA then starts from the
+        loaded policy); ``env`` may be a registered environment id.
+        """
+        check_device_name(device)  # before the file is opened
+        data = check_loadable(cls, path)
+        check_load_keywords(cls, kwargs, data)
+        if isinstance(env, str):
+            env = maybe_make_env(env, kwargs.get("verbose", (data or {}).get("verbose", 0)))
+        # SB3's load sets its keywords as the model's attributes before _setup_model and set_parameters
+        kwargs = {**kwargs, "_loading": True}
+        model = super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
+        del model._loading
+        if data is None:  # a stream, read by SB3's load alone: the same checks on what it set
+            cls._check_saved_data(vars(model), path)
+        # entries of older files that these classes do not read (SB3's load puts every entry in __dict__)
+        for entry in cls._entries_of_older_files:
+            vars(model).pop(entry, None)
+        return model
+
+    @classmethod
+    def _check_saved_data(cls, data: dict[str, Any], path: Any) -> None:
+        """
+        Further checks of a saved model's ``data`` in ``load`` (a file's before SB3's ``load``; a stream's after): a
+        model trained with artificial staleness loads with the ablation's classes only.
+        """
+        if data.get("staleness"):
+            raise ValueError(
+                f"{saved_model_name(path)} was saved with artificial staleness={data['staleness']!r}: load it with "
+                f"sb3_ewma.ablations.Stale{cls._package_class_name()}.load()"
+            )
+
+    @classmethod
+    def _package_class_name(cls) -> str:
+        """The name of this package's class that this class is or derives from (a user's subclass: its parent's)."""
+        return next(klass.__name__ for klass in cls.__mro__ if klass.__module__.startswith("sb3_ewma."))
+
+    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
+        # the parent's modules and the proximal network, if any (none in the copy that ``save`` writes)
+        state_dicts, torch_variables = super()._get_torch_save_params()
+        return ([*state_dicts, "proximal_ewma"] if self.proximal_ewma is not None else state_dicts), torch_variables
+
+    def set_parameters(
+        self, load_path_or_dict: str | dict[str, th.Tensor], exact_match: bool = True, device: th.device | str = "auto"
+    ) -> None:
+        params = parameters_with_proximal_state(
+            self, self.proximal_ewma, load_path_or_dict, exact_match, device, self._modules_saved_in_data, self._loading
+        )
+        super().set_parameters(params, exact_match=exact_match, device=device)
+        # whatever each rank loaded, they continue from rank 0's (nothing to do on one process)
+        self.data_parallel.broadcast_state(self)
+
+    def _excluded_save_params(self) -> list[str]:
+        # the collaborators (rebuilt by _setup_model), this run's state (world size change, the overlapped rollouts)
+        unsaved = ["proximal", "data_parallel", "gradient_noise", "compiled_step", "training_precision", "distributed"]
+        unsaved += ["_world_size_change", "overlapped_rollouts", *type(self)._unsaved_attributes, *self._modules_saved_in_data]
+        return [*super()._excluded_save_params(), *unsaved]
+
+    # learn() and collect_rollouts(): where data-parallel training and overlapped rollouts plug in
+    def learn(
+        self: SelfDecoupledAlgorithm,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        log_interval: int = 1,
+        tb_log_name: str | None = None,
+        reset_num_timesteps: bool = True,
+        progress_bar: bool = False,
+    ) -> SelfDecoupledAlgorithm:
+        """
+        SB3's ``learn``; with ``async_rollouts``, its ``collect_rollouts`` hands off rollouts collected during
+        ``train()`` (:class:`~sb3_ewma.common.collection.overlap.OverlappedRollouts`).
+
+        :param tb_log_name: the name of the run for TensorBoard logging (default: the algorithm's name)
+        """
+        check_learn_arguments(total_timesteps, log_interval)
+        check_callback(callback)
+        check_save_folders(callback, self.tensorboard_log)
+        if tb_log_name is None:  # the package's class, also for a user's subclass of it
+            tb_log_name = type(self)._package_class_name()
+        if self._world_size_change is not None and self.rank == 0:
+            warn_world_size_change(*self._world_size_change, self.n_envs)
+        self._world_size_change = None
+        callback, progress_bar = self.data_parallel.start_learn(
+            self, total_timesteps, callback, progress_bar, reset_num_timesteps
+        )
+        self._start_compiled_step(total_timesteps)
+        overlapped = self.overlapped_rollouts = OverlappedRollouts(self.rollout_collector) if self.async_rollouts else None
+        try:
+            super().learn(
+                total_timesteps=total_timesteps,
+                callback=callback,
+                log_interval=log_interval,
+                tb_log_name=tb_log_name,
+                reset_num_timesteps=reset_num_timesteps,
+                progress_bar=progress_bar,
+            )
+        except BaseException:
+            # a collection in flight is abandoned, and the environments it left mid-rollout closed
+            if overlapped is not None and overlapped.end(failed=True) and self.env is not None:
+                self.env.close()
+            raise
+        finally:
+            self.overlapped_rollouts = None
+        if overlapped is not None:
+            overlapped.end(failed=False)
+        return self
+
+    def set_random_seed(self, seed: int | None = None) -> None:
+        """Seed as SB3 does; data-parallel, each rank with a seed of its own (distinct, reproducible environments)."""
+        super().set_random_seed(self.data_parallel.seed_for_rank(seed, self.n_envs))
+
+    def collect_rollouts(
+        self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
+    ) -> bool:
+        overlapped = self.overlapped_rollouts
+        if overlapped is None:
+            continue_training = self._collect_rollout_with(self.policy, env, callback, rollout_buffer, n_rollout_steps)
         else:
-            optimizer.step()
+            # the rollout collected during the last train() (the first of a learn call: collected now)
+            continue_training = overlapped.collect(self, env, callback)
+        # once per iteration, after the rollout: whether training goes on (on every rank, when data-parallel)
+        continue_training = self.data_parallel.synchronize_iteration(self, continue_training)
+        if overlapped is not None and continue_training and self.num_timesteps < self._total_timesteps:
+            overlapped.start_next(env)  # collected while SB3's loop trains on this one
+        return continue_training
+
+    def _collect_rollout_with(
+        self,
+        policy: Any,
+        env: VecEnv,
+        callback: BaseCallback,
+        rollout_buffer: RolloutBuffer,
+        n_rollout_steps: int,
+        published: bool = True,
+    ) -> bool:
+        """
+        The parent's rollout loop acting with ``policy`` (``self.policy`` or a copy); False if a callback stopped it. It
+        runs on the model itself when ``self.policy`` acts on one process, otherwise on a
+        :class:`~sb3_ewma.common.collection.rollout.RolloutView` (``published=False``: the view counts the steps and
+        episodes for itself, for a rollout that a collector replays at the hand-off).
+        """
+        loop = type(self)._parent_collect_rollouts
+        algorithm: Any = self
+        if policy is not self.policy or self._timesteps_per_env_step != self.n_envs or not published:
+            algorithm = RolloutView(self, policy, self._timesteps_per_env_step, published)
+        # the model's own policy acts through the compiled acting step when it is in effect (a copy acts eagerly)
+        acting = self.compiled_step.acting(policy) if policy is self.policy else contextlib.nullcontext()
+        try:
+            with acting:
+                continue_training = loop(
+                    algorithm, env, callback, rollout_buffer, n_rollout_steps, **self._rollout_loop_kwargs()
+                )
+        except (ValueError, RuntimeError):
+            # a NaN or an infinity in an observation makes the policy's action distribution refuse it (torch's
+            # "Expected parameter logits ... found invalid values"; the lean step's multinomial: "probability tensor
+            # contains either inf, nan or element < 0", or its Gaussian's NaN check): say which environment and step
+            check_finite_rollout(rollout_buffer, self._last_obs, algorithm.num_timesteps)
+            raise
+        # before any update uses them: the rewards and observations of the rollout
+        check_finite_rollout(rollout_buffer, self._last_obs, algorithm.num_timesteps)
+        return continue_training
+
+    def _rollout_loop_kwargs(self) -> dict[str, Any]:
+        """Further arguments of the parent's rollout loop (``MaskablePPO``'s ``use_masking``); none here."""
+        return {}
+
+    # compile_step: what the compiled step (self.compiled_step) takes from the model
+    def _start_compiled_step(self, total_timesteps: int) -> None:
+        """Whether this ``learn`` call's training and acting steps run compiled (``compile_step``), said in one line."""
+        iterations = -(-int(total_timesteps) // (int(self.n_steps) * self._timesteps_per_env_step))
+        planned = self._planned_optimizer_steps(iterations)
+        unsupported = (
+            None
+            if self.compile_step is False
+            else compile_unsupported(
+                self.policy, self.device, self._compiled_evaluation_here(), needs_distributions=self._needs_distributions
+            )
+        )
+        sentence = self.compiled_step.start_learn(
+            planned,
+            unsupported,
+            planned_acting_steps=iterations * self.n_steps,
+            acting_covered=CompiledStep.covers_acting(self.policy),
+            in_pieces=self._step_in_pieces(),
+            auto_min_optimizer_steps=self._auto_compile_min_steps,
+        )
+        self._announce(sentence, warn=self.compile_step is True and unsupported is not None)
+
+    def _planned_optimizer_steps(self, iterations: int) -> int:
+        """The optimizer steps of ``iterations`` iterations of ``train()``: ``n_epochs`` epochs of minibatches."""
+        return iterations * self.n_epochs * self.minibatches_per_epoch
+
+    def _compiled_evaluation_here(self) -> str:
+        """:attr:`_compiled_evaluation`, unless a class before the one that set it in the method resolution order (a
+        subclass, or a mixin placed first) evaluates its own way: an :meth:`_evaluate_policy` the compiled step would
+        not follow."""
+        mro = type(self).__mro__
+        setter = next(klass for klass in mro if "_compiled_evaluation" in vars(klass))
+        evaluator = next(klass for klass in mro if "_evaluate_policy" in vars(klass))
+        if mro.index(evaluator) < mro.index(setter):  # a subclass's, or a mixin's placed before the algorithm
+            return f"{evaluator.__name__} overrides _evaluate_policy, which the compiled step does not follow"
+        return self._compiled_evaluation
+
+    def _step_in_pieces(self) -> str | None:
+        """
+        Why a compiled training step cannot be one function (``CompiledStep.whole_step``) for this model (None: it
+        can): ``target_kl`` is read between the loss and the optimizer's step, the gradient noise scale reads the
+        gradients, data-parallel gradients are averaged during ``backward()``, and the function steps torch's Adam.
+        """
+        if self.target_kl is not None:
+            return "target_kl is read before the optimizer step"
+        if self.gradient_noise is not None:
+            return "the gradient noise scale reads the gradients"
+        if self.world_size > 1:
+            return "data-parallel gradients are averaged during backward()"
+        for name in ("_minibatch_loss", "_apply_gradients"):
+            if getattr(type(self), name) is not getattr(DecoupledAlgorithm, name):
+                return f"{type(self).__name__} overrides {name}, which the whole step does not call"
+        return CompiledStep.not_whole(self.policy, self.policy.optimizer)
+
+    def _whole_step(
+        self, rollout_data: Any, policy_objective: DecoupledPolicyObjective, clip_range_vf: float | None
+    ) -> MinibatchTerms:
+        """A minibatch's loss and its whole optimization step, one compiled function (``CompiledStep.whole_step``)."""
+        minibatch = self._compiled_minibatch(rollout_data, policy_objective, clip_range_vf)
+        ewma = self.proximal.ewma if self.proximal.kind == "ewma" else None
+        return self.compiled_step.whole_step(minibatch, ewma, self.max_grad_norm, self._n_updates)
+
+    def _compiled_minibatch(
+        self, rollout_data: Any, policy_objective: DecoupledPolicyObjective, clip_range_vf: float | None
+    ) -> CompiledMinibatch:
+        """A minibatch as the compiled steps take it: the actions as the policy evaluates them, the advantages
+        normalized, the coefficients and the proximal policy's network (a copy of the policy: compile_unsupported)."""
+        actions = rollout_data.actions
+        if isinstance(self.action_space, spaces.Discrete):
+            actions = rollout_data.actions.long().flatten()
+        return CompiledMinibatch(
+            cast(ActorCriticPolicy | MaskableActorCriticPolicy, self.policy),
+            cast(ActorCriticPolicy | MaskableActorCriticPolicy | None, self.proximal.network),
+            rollout_data,
+            actions,
+            self.advantage_normalizer.minibatch(rollout_data.advantages),
+            policy_objective,
+            clip_range_vf,
+            self.ent_coef,
+            self.vf_coef,
+            self.training_precision.autocast_dtype,
+            rollout_data.action_masks if self._compiled_evaluation == "action_masks" else None,
+        )
+
+    def _announce(self, sentence: str, warn: bool = False) -> None:
+        """One line about how the model trains: printed at ``verbose >= 1``, or a warning when ``warn``."""
+        if warn:
+            warnings.warn(sentence, UserWarning, stacklevel=3)
+        elif self.verbose >= 1 and self.rank == 0:
+            print(sentence)
+
+    # SB3's methods with a check or a convenience of their own
+    def predict(
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        """
+        SB3's ``predict``; an observation that holds NaN or infinity is refused first
+        (:func:`~sb3_ewma.common.finite.check_finite_prediction_input`).
+        """
+        check_finite_prediction_input(observation)
+        return super().predict(observation, state, episode_start, deterministic)
+
+    def set_env(self, env: GymEnv | str, force_reset: bool = True) -> None:
+        """SB3's ``set_env``; ``env`` may also be a registered environment id, made as the constructor makes it."""
+        super().set_env(maybe_make_env(env, self.verbose), force_reset=force_reset)
+
+    def _get_policy_from_name(self, policy_name: str) -> type[BasePolicy]:
+        """SB3's, with the algorithm's policy names and the nearest one in the error for an unknown name."""
+        if policy_name not in self.policy_aliases:
+            raise ValueError(unknown_policy_message(type(self), policy_name))
+        return super()._get_policy_from_name(policy_name)
+
+    def _maybe_recommend_cpu(self, mlp_class_name: str = "ActorCriticPolicy") -> None:
+        # SB3 recognizes its own ActorCriticPolicy by name only; this package's and sb3-contrib's MLP policies differ
+        mlp_policy = self.policy_aliases.get("MlpPolicy", self.policy_aliases.get("MlpLstmPolicy"))
+        if mlp_policy is not None and self.policy_class is mlp_policy:
+            mlp_class_name = mlp_policy.__name__
+        super()._maybe_recommend_cpu(mlp_class_name)

@@ -226,6 +226,22 @@ def _with_tuples(state: Any) -> Any:
     return {**state, "param_groups": groups}
 
 
+def _saved_parameters(
+    algorithm: BaseAlgorithm, load_path_or_dict: str | dict[str, Any], keys: tuple[str, ...], device: th.device | str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """
+    The parameters for SB3's ``set_parameters`` and the ``data`` entries ``keys`` with the model's ``_n_updates``: those
+    ``load`` set as attributes of ``algorithm`` (used once, here), or read from the path or stream given (the others
+    left serialized).
+    """
+    data = {key: vars(algorithm).pop(key, None) for key in keys}
+    if isinstance(load_path_or_dict, dict):
+        return load_path_or_dict, {**data, "_n_updates": getattr(algorithm, "_n_updates", None)}
+    data = read_saved_values(load_path_or_dict, (*keys, "_n_updates"))
+    _, params, _ = load_from_zip_file(load_path_or_dict, device=device, load_data=False)
+    return params, data
+
+
 def parameters_with_proximal_state(
     algorithm: BaseAlgorithm,
     ewma: ParameterEWMA | None,
@@ -249,14 +265,8 @@ def parameters_with_proximal_state(
     :param loading: whether ``load`` sets them (a file of another algorithm then restarts the states), not a user's call
     """
     entries = {"proximal_ewma": PROXIMAL_STATE_KEY, **(modules_in_data or {})}
-    # set from the file's data by `load`: used once, here
-    data = {key: vars(algorithm).pop(key, None) for key in (*entries.values(), STATES_AT_UPDATE_KEY)}
-    if isinstance(load_path_or_dict, dict):
-        params = load_path_or_dict
-        data["_n_updates"] = getattr(algorithm, "_n_updates", None)
-    else:  # a path or a stream: the entries these states need, the others left serialized
-        data = read_saved_values(load_path_or_dict, (*entries.values(), STATES_AT_UPDATE_KEY, "_n_updates"))
-        _, params, _ = load_from_zip_file(load_path_or_dict, device=device, load_data=False)
+    params, data = _saved_parameters(algorithm, load_path_or_dict, (*entries.values(), STATES_AT_UPDATE_KEY), device)
+    name = type(algorithm).__name__
     saved_at, n_updates = data.get(STATES_AT_UPDATE_KEY), data.get("_n_updates")
     stale = saved_at is not None and saved_at != n_updates
     if stale:
@@ -265,7 +275,7 @@ def parameters_with_proximal_state(
         warnings.warn(
             f"The saved states of {names} are stale (saved at update {saved_at}, the file's model is at "
             f"update {n_updates}: trained on and saved again by another algorithm, e.g. SB3's PPO): "
-            f"{type(algorithm).__name__} starts them afresh from the loaded policy",
+            f"{name} starts them afresh from the loaded policy",
             UserWarning,
             stacklevel=3,
         )
@@ -274,33 +284,28 @@ def parameters_with_proximal_state(
         # policy in those of version 0.1.0, PPG's auxiliary optimizer in those of 0.2.0 and before)
         states = {module: _with_tuples(data.get(key)) for module, key in entries.items()}
         params = {**{module: state for module, state in states.items() if state is not None}, **params}
-    for module in modules_in_data or {}:
-        current = getattr(algorithm, module, None)
-        if current is not None and module not in params and "policy" in params:
-            if exact_match and not stale and not loading:
-                raise ValueError(f"Names of parameters do not match agents' parameters: the parameters have no '{module}'")
-            if not stale:
-                warnings.warn(
-                    f"The loaded parameters have no {module} state: {type(algorithm).__name__} starts it afresh",
-                    UserWarning,
-                    stacklevel=3,
-                )
-            params = {**params, module: current.state_dict()}
-    if ewma is not None and "proximal_ewma" not in params and "policy" in params:
+    # the states the parameters lack, beside a policy: refused for a user's exact match, otherwise started afresh
+    for module in (*(modules_in_data or {}), "proximal_ewma"):
+        if module in params or "policy" not in params:
+            continue
+        if module == "proximal_ewma":
+            # a module's state dict (SB3's load_from_zip_file types the modules' entries as tensors)
+            fresh = None if ewma is None else ewma.state_dict_from_source(cast(dict[str, th.Tensor], params["policy"]))
+        else:
+            current = getattr(algorithm, module, None)
+            fresh = None if current is None else current.state_dict()
+        if fresh is None:
+            continue
         if exact_match and not stale and not loading:
-            raise ValueError(
-                "Names of parameters do not match agents' parameters: the parameters have no 'proximal_ewma' "
-                "(use exact_match=False to restart the EWMA from the given policy)"
-            )
-        if not stale:
-            warn_missing_proximal(type(algorithm).__name__)
-        # a module's state dict (SB3's load_from_zip_file types the modules' entries as tensors)
-        policy_state = cast(dict[str, th.Tensor], params["policy"])
-        params = {**params, "proximal_ewma": ewma.state_dict_from_source(policy_state)}
-    elif ewma is None and "proximal_ewma" in params:
+            hint = " (use exact_match=False to restart the EWMA from the given policy)" if module == "proximal_ewma" else ""
+            raise ValueError(f"Names of parameters do not match agents' parameters: the parameters have no '{module}'{hint}")
+        if not stale and module == "proximal_ewma":
+            warn_missing_proximal(name)
+        elif not stale:
+            warnings.warn(f"The loaded parameters have no {module} state: {name} starts it afresh", UserWarning, stacklevel=3)
+        params = {**params, module: fresh}
+    if ewma is None and "proximal_ewma" in params:
         # e.g. a PPO_EWMA file loaded with ewma_decay=None: this model has no proximal network to fill
-        warnings.warn(
-            f"{type(algorithm).__name__} has no proximal policy: the saved one is ignored", UserWarning, stacklevel=3
-        )
-        params = {name: value for name, value in params.items() if name != "proximal_ewma"}
+        warnings.warn(f"{name} has no proximal policy: the saved one is ignored", UserWarning, stacklevel=3)
+        params = {module: value for module, value in params.items() if module != "proximal_ewma"}
     return params

@@ -214,6 +214,25 @@ def test_callbacks_vecnormalize_checkpoints_and_continuation(tmp_path):
     assert not any(thread.name == "rollout-collector" for thread in threading.enumerate())
 
 
+def test_load_takes_the_collector_as_the_constructor_does(tmp_path):
+    # SB3's load sets its keywords after the constructor: the collector is chosen from them, not the defaults
+    PPO_EWMA("MlpPolicy", "CartPole-v1", async_rollouts="process", **SETTINGS).save(tmp_path / "process.zip")
+    PPO_EWMA("MlpPolicy", "CartPole-v1", **SETTINGS).save(tmp_path / "none.zip")
+    cases = [
+        ("process.zip", {}, (True, "process")),
+        ("process.zip", {"async_rollouts": True}, (True, "thread")),  # True: a thread, as in the constructor
+        ("process.zip", {"async_rollouts": False}, (False, "thread")),
+        ("none.zip", {"async_rollouts": "process"}, (True, "process")),
+        ("none.zip", {"async_rollouts": "thread"}, (True, "thread")),
+    ]
+    for name, keywords, expected in cases:
+        loaded = PPO_EWMA.load(tmp_path / name, env="CartPole-v1", **keywords)
+        assert (loaded.async_rollouts, loaded.rollout_collector) == expected, (name, keywords)
+    model = PPO_EWMA.load(tmp_path / "none.zip", env=make_vec_env("CartPole-v1", n_envs=N_ENVS), async_rollouts="process")
+    model.learn(2 * ROLLOUT)
+    assert model.num_timesteps == 2 * ROLLOUT and model._proximal_needs_network()
+
+
 @pytest.mark.parametrize("mode", [True, "process"])
 def test_overlap_runs_inside_sb3s_learn_loop(monkeypatch, mode):
     """

@@ -220,6 +220,19 @@ def test_single_process_is_not_data_parallel(monkeypatch: pytest.MonkeyPatch) ->
     assert model.world_size == 1 and model.rank == 0 and model._timesteps_per_env_step == 1
 
 
+def test_load_takes_distributed_as_the_constructor_does(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # SB3's load sets distributed=False after the constructor: the process group must not be joined before
+    import torch.distributed as dist
+
+    PPO_EWMA("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16).save(tmp_path / "model.zip")
+    for name, value in dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT="1").items():
+        monkeypatch.setenv(name, value)
+    model = PPO_EWMA.load(tmp_path / "model.zip", env="CartPole-v1", distributed=False)
+    assert model.world_size == 1 and model.distributed is False and not dist.is_initialized()
+    model.learn(32)
+    assert model.num_timesteps == 32
+
+
 def test_bad_distributed_argument(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     monkeypatch.delenv("RANK", raising=False)

@@ -29,7 +29,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
 
 from sb3_ewma.common.checks import check_callback, check_device_name, check_observation_space, check_save_folders
-from sb3_ewma.common.collection.overlap import OverlappedRollouts, rollout_settings
+from sb3_ewma.common.collection.overlap import OverlappedRollouts, rollout_collector_kind, rollout_settings
 from sb3_ewma.common.collection.rollout import RolloutView, new_rollout_buffer
 from sb3_ewma.common.decoupled.advantages import AdvantageNormalizer
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective, mean_of
@@ -182,7 +182,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         async_rollouts: bool | str,
         compile_step: bool | str = "auto",
     ) -> None:
-        """Store the checked options, after the parent's constructor; join the process group when ``distributed``."""
+        """Store the checked options, after the parent's constructor (``_setup_model`` builds what they ask for)."""
         self.ewma_decay = ewma_decay
         self.kl_coef = kl_coef
         self.kl_estimator = kl_estimator
@@ -193,12 +193,12 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         self.log_gradient_noise_scale = log_gradient_noise_scale
         self.distributed = distributed
         self.compile_step = compile_step
-        self.async_rollouts, self.rollout_collector = rollout_settings(async_rollouts, self.env)
+        collector = rollout_collector_kind(async_rollouts)
+        self.async_rollouts, self.rollout_collector = collector is not None, collector or "thread"
         # created here, not in _setup_model, so that `load` restores the saved moments
         self.advantage_normalizer = AdvantageNormalizer(
             self.normalize_advantage, advantage_normalization, advantage_ewma_decay
         )
-        self.data_parallel = DataParallelTraining(self.device) if wants_data_parallel(distributed) else SingleProcessTraining()
 
     def _setup_model(self) -> None:
         # an environment made from an id, or by `load`: a space no policy takes fails later with an unrelated error
@@ -206,6 +206,14 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         # "no clipping" as the constructor takes it, from load's keywords or the files of versions before 0.3.0
         if self.clip_range is None:
             self.clip_range = math.inf
+        # built here, after `load` has set its keywords: the rollout collector (a thread, or a process that can fork this
+        # environment) and the process group joined when data-parallel (before SB3 seeds each rank's environments)
+        self.async_rollouts, self.rollout_collector = rollout_settings(
+            self.async_rollouts and self.rollout_collector, self.env
+        )
+        self.data_parallel = (
+            DataParallelTraining(self.device) if wants_data_parallel(self.distributed) else SingleProcessTraining()
+        )
         super()._setup_model()
         self._setup_decoupled_training()
 
@@ -637,6 +645,9 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         if isinstance(env, str):
             env = maybe_make_env(env, kwargs.get("verbose", (data or {}).get("verbose", 0)))
         # SB3's load sets its keywords as the model's attributes before _setup_model and set_parameters
+        if "async_rollouts" in kwargs:  # as the constructor stores it (True: a thread, whatever the file's collector)
+            collector = rollout_collector_kind(kwargs["async_rollouts"])
+            kwargs.update(async_rollouts=collector is not None, rollout_collector=collector or "thread")
         kwargs = {**kwargs, "_loading": True}
         model = super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
         del model._loading

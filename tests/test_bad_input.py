@@ -411,8 +411,8 @@ def test_ppg_batch_size_larger_than_the_rollout_is_named_and_trains_as_sb3s_ppo(
     model.learn(4 * 32)
     assert model.n_aux_phases == 1
     # the advice works
-    assert make("PPG", n_steps=32, batch_size=32, n_policy_iterations=4).aux_batch_size == 32
-    assert make("PPG", n_steps=32, batch_size=256, n_policy_iterations=4, aux_batch_size=128).aux_batch_size == 128
+    assert make("PPG", n_steps=32, batch_size=32, n_policy_iterations=4)._aux_minibatch_size == 32
+    assert make("PPG", n_steps=32, batch_size=256, n_policy_iterations=4, aux_batch_size=128)._aux_minibatch_size == 128
     # an aux_batch_size of the user's that does not divide the buffer is refused (PPO has no such setting)
     with pytest.raises(ValueError, match=r"aux_batch_size \(default: batch_size\) must divide .* got 48"):
         make("PPG", n_steps=32, batch_size=32, n_policy_iterations=4, aux_batch_size=48)

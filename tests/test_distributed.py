@@ -233,6 +233,21 @@ def test_load_takes_distributed_as_the_constructor_does(monkeypatch: pytest.Monk
     assert model.num_timesteps == 32
 
 
+def test_a_loaded_model_prints_on_rank_0_only(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # load sets the saved verbose after the constructor, whose rule (ranks other than 0 print nothing) applies after it
+    import sb3_ewma.common.decoupled.algorithm as core
+    from sb3_ewma.common.distributed import SingleProcessTraining
+
+    PPO_EWMA("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, verbose=1).save(tmp_path / "model.zip")
+    assert PPO_EWMA.load(tmp_path / "model.zip").verbose == 1
+
+    class SecondRank(SingleProcessTraining):
+        rank = 1
+
+    monkeypatch.setattr(core, "SingleProcessTraining", SecondRank)
+    assert PPO_EWMA.load(tmp_path / "model.zip").verbose == 0
+
+
 def test_bad_distributed_argument(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     monkeypatch.delenv("RANK", raising=False)

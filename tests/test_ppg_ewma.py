@@ -184,7 +184,8 @@ def test_defaults_and_ppo_compatible_settings():
     assert (model.n_steps, model.batch_size, model.n_envs) == (128, 64, 4)
     assert model.rollout_buffer.buffer_size * model.rollout_buffer.n_envs == 512
     assert (model.n_policy_iterations, model.n_epochs, model.n_value_epochs, model.n_aux_epochs) == (32, 1, 1, 6)
-    assert (model.beta_clone, model.arch, model.aux_batch_size, model.aux_micro_batch_size) == (1.0, "dual", 64, 64)
+    assert (model.beta_clone, model.arch, model.aux_batch_size, model.aux_micro_batch_size) == (1.0, "dual", None, None)
+    assert (model._aux_minibatch_size, model._aux_micro_batch_size) == (64, 64)  # batch_size's
     assert model.aux_buffer.capacity == 32 * 512
     # "auto": center of mass = minibatches per epoch = 512 / 64
     assert model.proximal_decay == pytest.approx(8 / 9)
@@ -192,6 +193,34 @@ def test_defaults_and_ppo_compatible_settings():
     plain = PPG("MlpPolicy", make_vec_env("CartPole-v1", n_envs=4), n_steps=128, batch_size=64, device="cpu")
     assert plain.ewma_decay is None and plain.proximal_ewma is None
     assert isinstance(plain, PPG) and not isinstance(plain, PPG_EWMA) and issubclass(PPG_EWMA, PPG)
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [{"batch_size": 16}, {"aux_batch_size": 64}, {"aux_micro_batch_size": 8}, {"aux_optimizer_kwargs": {"eps": 1e-3}}],
+)
+def test_load_keywords_train_as_the_constructors(setting, tmp_path):
+    # SB3's load builds the model with the constructor's defaults and sets its keywords afterwards: the auxiliary
+    # phase's minibatches (by default batch_size's) and optimizer follow the keywords as they follow the constructor's
+    base = dict(n_steps=32, batch_size=32, n_policy_iterations=2, n_aux_epochs=1, seed=0, device="cpu")
+    PPG("MlpPolicy", "CartPole-v1", **base).save(tmp_path / "default.zip")
+    # each seeded (by its seed), then trained, before the other: the global generators are shared
+    constructed = PPG("MlpPolicy", "CartPole-v1", **{**base, **setting}).learn(2 * 32)
+    loaded = PPG.load(tmp_path / "default.zip", env="CartPole-v1", **setting).learn(2 * 32)
+    assert constructed.n_aux_phases == loaded.n_aux_phases == 1
+    sizes = [(model._aux_minibatch_size, model._aux_micro_batch_size) for model in (constructed, loaded)]
+    assert sizes[0] == sizes[1]
+    groups = [{k: v for k, v in model.aux_optimizer.param_groups[0].items() if k != "params"} for model in (constructed, loaded)]
+    assert groups[0] == groups[1]
+    for (name, tensor), other in zip(constructed.policy.state_dict().items(), loaded.policy.state_dict().values()):
+        assert th.equal(tensor, other), name
+
+
+def test_load_refuses_another_arch_as_sb3_refuses_other_policy_kwargs(tmp_path):
+    PPG("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, n_policy_iterations=2).save(tmp_path / "dual.zip")
+    with pytest.raises(ValueError, match=r"^arch='shared' differs from the saved policy's arch='dual'"):
+        PPG.load(tmp_path / "dual.zip", env="CartPole-v1", arch="shared")
+    assert PPG.load(tmp_path / "dual.zip", env="CartPole-v1", arch="dual").policy.arch == "dual"
 
 
 # --- schedule -----------------------------------------------------------------------------------------------------
@@ -223,7 +252,7 @@ def instrument_aux_phases(model):
 
     def count_rows(obs):
         record["phases"][-1]["rows"] += len(obs)
-        assert len(obs) <= model.aux_micro_batch_size
+        assert len(obs) <= model._aux_micro_batch_size
 
     spy(model.policy, "forward_auxiliary", before=count_rows)
 

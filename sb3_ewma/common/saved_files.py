@@ -224,6 +224,10 @@ _SETTINGS_CHECKED_TOGETHER = (
     "advantage_ewma_decay",
     "minibatch_sampling",
     "kl_coef",
+    "aux_batch_size",
+    "aux_micro_batch_size",
+    "aux_minibatch_sampling",
+    "n_policy_iterations",
 )
 # what load sets itself (SB3's arguments of load), not a hyperparameter to check
 _LOAD_OWN_ARGUMENTS = ("policy", "env", "device", "verbose", "_init_setup_model")

@@ -243,8 +243,9 @@ class PPG(DecoupledAlgorithm):
         self.beta_clone = float(beta_clone)
         self.arch = arch
         self.aux_learning_rate = aux_learning_rate
-        self.aux_batch_size = int(batch_size if aux_batch_size is None else aux_batch_size)
-        self.aux_micro_batch_size = int(self.aux_batch_size if aux_micro_batch_size is None else aux_micro_batch_size)
+        # as given (None: the default), so that `load(..., batch_size=...)` moves the defaults with it
+        self.aux_batch_size = None if aux_batch_size is None else int(aux_batch_size)
+        self.aux_micro_batch_size = None if aux_micro_batch_size is None else int(aux_micro_batch_size)
         self.aux_optimizer_kwargs = aux_optimizer_kwargs
         self.aux_minibatch_sampling = aux_minibatch_sampling
         self._set_decoupled_options(
@@ -304,19 +305,51 @@ class PPG(DecoupledAlgorithm):
 
     def _aux_minibatch_may_be_truncated(self) -> bool:
         """Whether ``aux_batch_size`` is ``batch_size``'s (its default) with random steps: any size then trains."""
-        return self.aux_batch_size == self.batch_size and self.aux_minibatch_sampling == "steps"
+        return self._aux_minibatch_size == self.batch_size and self.aux_minibatch_sampling == "steps"
 
     def _aux_batch_size_problem(self) -> str | None:
         """Why ``aux_batch_size`` does not fit the auxiliary buffer of this number of environments, or None."""
         if self.n_aux_epochs == 0:
             return None
         return aux_batch_size_problem(
-            type(self).__name__, self.n_policy_iterations, self.n_steps, self.n_envs, self._minibatch_size, self.aux_batch_size
+            type(self).__name__,
+            self.n_policy_iterations,
+            self.n_steps,
+            self.n_envs,
+            self._minibatch_size,
+            self._aux_minibatch_size,
         )
 
+    @property
+    def _aux_minibatch_size(self) -> int:
+        """Samples per auxiliary minibatch: ``aux_batch_size``, by default ``batch_size``."""
+        return self._minibatch_size if self.aux_batch_size is None else int(self.aux_batch_size)
+
+    @property
+    def _aux_micro_batch_size(self) -> int:
+        """Most samples on the device at once in the auxiliary phase: ``aux_micro_batch_size``, by default the minibatch."""
+        return self._aux_minibatch_size if self.aux_micro_batch_size is None else int(self.aux_micro_batch_size)
+
     def _setup_model(self) -> None:
+        # load's arch keyword against the saved policy's (its policy_kwargs), which SB3's load builds whatever the keyword
+        built_arch = self.policy_kwargs.get("arch", self.arch)
+        if built_arch != self.arch:
+            raise ValueError(
+                f"arch={self.arch!r} differs from the saved policy's arch={built_arch!r}: a saved policy keeps its "
+                "architecture, as SB3's load refuses other policy_kwargs"
+            )
         self._check_buffer_sizes()
         super()._setup_model()
+
+    def set_parameters(
+        self, load_path_or_dict: str | dict[str, th.Tensor], exact_match: bool = True, device: th.device | str = "auto"
+    ) -> None:
+        super().set_parameters(load_path_or_dict, exact_match=exact_match, device=device)
+        # a loaded optimizer state brings the settings it was saved with: the auxiliary optimizer keeps this model's
+        settings = self.policy.optimizer_kwargs if self.aux_optimizer_kwargs is None else self.aux_optimizer_kwargs
+        if self.aux_optimizer is not None:
+            for group in self.aux_optimizer.param_groups:
+                group.update(settings)
 
     def _setup_decoupled_training(self) -> None:
         """
@@ -348,8 +381,8 @@ class PPG(DecoupledAlgorithm):
                     f"{human_bytes(self.aux_buffer.nbytes)} of host memory (+ pi_old)"
                 )
         super()._setup_decoupled_training()
-        aux_minibatches = math.ceil(self.n_policy_iterations * self.n_steps * self.n_envs / self.aux_batch_size)
-        self.aux_gradient_noise = self._new_gradient_noise(self.aux_batch_size, aux_minibatches)
+        aux_minibatches = math.ceil(self.n_policy_iterations * self.n_steps * self.n_envs / self._aux_minibatch_size)
+        self.aux_gradient_noise = self._new_gradient_noise(self._aux_minibatch_size, aux_minibatches)
 
     @property
     def _aux_rollout_length(self) -> int | None:
@@ -423,7 +456,7 @@ class PPG(DecoupledAlgorithm):
         start = time.perf_counter()
         buffer = self.aux_buffer
         assert buffer is not None
-        compute_old_policy(self.policy, buffer, self.aux_micro_batch_size)
+        compute_old_policy(self.policy, buffer, self._aux_micro_batch_size)
         # Switch to train mode (this affects batch norm / dropout)
         self.policy.set_training_mode(True)
         learning_rate = scheduled_value("aux_learning_rate", self.aux_lr_schedule, self._current_progress_remaining)
@@ -432,11 +465,11 @@ class PPG(DecoupledAlgorithm):
         stats: dict[str, list[th.Tensor]] = {"aux_value_loss": [], "clone_kl": [], "value_loss": [], "loss": []}
         n_updates = 0
         for _ in range(self.n_aux_epochs):
-            for minibatch in buffer.minibatch_indices(self.aux_batch_size, self._aux_rollout_length):
+            for minibatch in buffer.minibatch_indices(self._aux_minibatch_size, self._aux_rollout_length):
                 self.aux_optimizer.zero_grad()
-                starts = range(0, len(minibatch), self.aux_micro_batch_size)
+                starts = range(0, len(minibatch), self._aux_micro_batch_size)
                 for start_index in starts:
-                    indices = minibatch[start_index : start_index + self.aux_micro_batch_size]
+                    indices = minibatch[start_index : start_index + self._aux_micro_batch_size]
                     losses = self._auxiliary_losses(buffer, indices)
                     # the minibatch loss is the mean over its samples: weight each micro-batch by its share; the
                     # ranks average the accumulated gradient once, after the last micro-batch
@@ -460,7 +493,7 @@ class PPG(DecoupledAlgorithm):
     def _planned_optimizer_steps(self, iterations: int) -> int:
         """The policy phase's epochs (of the policy, the value function or both) and the auxiliary phases' epochs."""
         policy_phase = iterations * max(self.n_epochs, self.n_value_epochs) * self.minibatches_per_epoch
-        aux_minibatches = math.ceil(self.n_policy_iterations * self.n_steps * self.n_envs / self.aux_batch_size)
+        aux_minibatches = math.ceil(self.n_policy_iterations * self.n_steps * self.n_envs / self._aux_minibatch_size)
         return policy_phase + iterations // self.n_policy_iterations * self.n_aux_epochs * aux_minibatches
 
     def _auxiliary_losses(self, buffer: AuxiliaryBuffer, indices: np.ndarray) -> tuple[th.Tensor, ...]:

@@ -214,6 +214,8 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         self.data_parallel = (
             DataParallelTraining(self.device) if wants_data_parallel(self.distributed) else SingleProcessTraining()
         )
+        if self.rank != 0:
+            self.verbose = 0  # ranks other than 0 print nothing (the constructor's rule, for the verbose `load` sets)
         super()._setup_model()
         self._setup_decoupled_training()
 

@@ -718,6 +718,19 @@ def test_save_load_round_trip(tmp_path):
     assert loaded.proximal_ewma.n_updates == 2  # 1 iteration of 2 minibatches since the last phase started
 
 
+def test_without_auxiliary_phase_a_loaded_model_goes_on_where_it_was_saved(tmp_path):
+    # n_aux_epochs=0: no auxiliary buffer to refill, so the phase position (and its logs) continue as without the save
+    model = make_model(n_policy_iterations=2, n_aux_epochs=0)
+    model.learn(3 * ROLLOUT)
+    assert (model.phase, model.phase_iteration) == (1, 1)
+    model.save(tmp_path / "ppg.zip")
+    loaded = PPG_EWMA.load(tmp_path / "ppg.zip", env=make_vec_env("CartPole-v1", n_envs=N_ENVS), device="cpu")
+    assert (loaded.phase, loaded.phase_iteration) == (1, 1)
+    for continued in (model, loaded):
+        continued.learn(2 * ROLLOUT, reset_num_timesteps=False)
+    assert (loaded.phase, loaded.phase_iteration) == (model.phase, model.phase_iteration) == (2, 1)
+
+
 def test_load_plain_ppg_and_predict(tmp_path):
     model = make_model(PPG, arch="detach")
     model.learn(2 * ROLLOUT)

@@ -361,8 +361,10 @@ class PPG(DecoupledAlgorithm):
         self.clip_range = FloatSchedule(self.clip_range)  # type: ignore[arg-type]
         if self.clip_range_vf is not None:
             self.clip_range_vf = FloatSchedule(self.clip_range_vf)
-        # the auxiliary buffer is not saved: a loaded model restarts its current policy phase (a no-op when building)
-        self.phase_iteration = 0
+        # the auxiliary buffer is not saved: a loaded model restarts its current policy phase (a no-op when building;
+        # without an auxiliary phase there is no buffer to refill)
+        if self.n_aux_epochs > 0:
+            self.phase_iteration = 0
         self._policy_phase_time = 0.0
 
         self.aux_lr_schedule = self.lr_schedule if self.aux_learning_rate is None else FloatSchedule(self.aux_learning_rate)

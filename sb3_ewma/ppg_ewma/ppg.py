@@ -5,6 +5,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable
+from functools import partial
 from typing import Any, ClassVar, cast
 
 import numpy as np
@@ -39,6 +40,12 @@ from sb3_ewma.ppg_ewma.policies import (
     is_ppg_policy_parameter,
     ppg_policy_class,
 )
+
+
+def _keep_settings(settings: dict[str, Any], optimizer: th.optim.Optimizer) -> None:
+    """After ``optimizer.load_state_dict``: its parameter groups take ``settings`` again (the state brought its own)."""
+    for group in optimizer.param_groups:
+        group.update(settings)
 
 
 class PPG(DecoupledAlgorithm):
@@ -341,16 +348,6 @@ class PPG(DecoupledAlgorithm):
         self._check_buffer_sizes()
         super()._setup_model()
 
-    def set_parameters(
-        self, load_path_or_dict: str | dict[str, th.Tensor], exact_match: bool = True, device: th.device | str = "auto"
-    ) -> None:
-        super().set_parameters(load_path_or_dict, exact_match=exact_match, device=device)
-        # a loaded optimizer state brings the settings it was saved with: the auxiliary optimizer keeps this model's
-        settings = self.policy.optimizer_kwargs if self.aux_optimizer_kwargs is None else self.aux_optimizer_kwargs
-        if self.aux_optimizer is not None:
-            for group in self.aux_optimizer.param_groups:
-                group.update(settings)
-
     def _setup_decoupled_training(self) -> None:
         """
         After ``OnPolicyAlgorithm._setup_model`` (also on load): PPO's clip-range schedules, the auxiliary phase's
@@ -372,6 +369,8 @@ class PPG(DecoupledAlgorithm):
         # called as the policy calls it (SB3's optimizers take lr; torch's Optimizer base class does not)
         optimizer_class = cast(Callable[..., th.optim.Optimizer], self.policy.optimizer_class)
         self.aux_optimizer = optimizer_class(self.policy.parameters(), lr=self.aux_lr_schedule(1), **aux_optimizer_kwargs)
+        # a loaded state brings back the settings it was saved with: the model's own stay (load may have changed them)
+        self.aux_optimizer.register_load_state_dict_post_hook(partial(_keep_settings, dict(aux_optimizer_kwargs)))
         self.aux_buffer = None
         if self.n_aux_epochs > 0:
             self.aux_buffer = AuxiliaryBuffer(

@@ -64,7 +64,7 @@ class CollectingAlgorithm(Protocol):
     # callback: a BaseCallback, or a collector's recorder of the steps (which has its on_step methods)
     def _collect_rollout_with(
         self,
-        policy: Any,
+        policy: BasePolicy,
         env: VecEnv,
         callback: Any,
         rollout_buffer: RolloutBuffer,
@@ -92,7 +92,9 @@ class RolloutView:
         thread's rollout, replayed at the hand-off), the view counts ``num_timesteps`` itself and drops the episodes
     """
 
-    def __init__(self, algorithm: OnPolicyAlgorithm, policy: Any, timesteps_per_step: int, published: bool = True) -> None:
+    def __init__(
+        self, algorithm: OnPolicyAlgorithm, policy: BasePolicy, timesteps_per_step: int, published: bool = True
+    ) -> None:
         object.__setattr__(self, "_algorithm", algorithm)
         object.__setattr__(self, "_timesteps_per_step", timesteps_per_step)
         object.__setattr__(self, "policy", policy)

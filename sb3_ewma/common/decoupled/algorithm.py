@@ -768,7 +768,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
 
     def _collect_rollout_with(
         self,
-        policy: Any,
+        policy: BasePolicy,
         env: VecEnv,
         callback: BaseCallback,
         rollout_buffer: RolloutBuffer,

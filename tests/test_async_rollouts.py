@@ -233,6 +233,27 @@ def test_load_takes_the_collector_as_the_constructor_does(tmp_path):
     assert model.num_timesteps == 2 * ROLLOUT and model._proximal_needs_network()
 
 
+def test_a_process_collectors_file_loads_where_no_process_can_fork(monkeypatch, tmp_path):
+    # to predict on another platform; learning there is refused, with the sentence the constructor gives
+    import sb3_ewma.common.collection.overlap as overlap
+    import sb3_ewma.common.collection.process as process
+
+    PPO_EWMA("MlpPolicy", "CartPole-v1", async_rollouts="process", **SETTINGS).save(tmp_path / "process.zip")
+
+    def cannot_fork() -> None:
+        raise ValueError("async_rollouts='process' forks the collector, which this platform cannot do")
+
+    monkeypatch.setattr(overlap, "check_process_collector", cannot_fork)
+    monkeypatch.setattr(process, "check_process_collector", cannot_fork)
+    model = PPO_EWMA.load(tmp_path / "process.zip", env="CartPole-v1")
+    assert model.rollout_collector == "process"
+    model.predict(model.observation_space.sample())
+    with pytest.raises(ValueError, match="forks the collector"):
+        model.learn(ROLLOUT)
+    with pytest.raises(ValueError, match="forks the collector"):
+        PPO_EWMA("MlpPolicy", "CartPole-v1", async_rollouts="process", **SETTINGS)
+
+
 @pytest.mark.parametrize("mode", [True, "process"])
 def test_overlap_runs_inside_sb3s_learn_loop(monkeypatch, mode):
     """

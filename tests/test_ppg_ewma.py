@@ -210,7 +210,10 @@ def test_load_keywords_train_as_the_constructors(setting, tmp_path):
     assert constructed.n_aux_phases == loaded.n_aux_phases == 1
     sizes = [(model._aux_minibatch_size, model._aux_micro_batch_size) for model in (constructed, loaded)]
     assert sizes[0] == sizes[1]
-    groups = [{k: v for k, v in model.aux_optimizer.param_groups[0].items() if k != "params"} for model in (constructed, loaded)]
+    groups = [
+        {key: value for key, value in model.aux_optimizer.param_groups[0].items() if key != "params"}
+        for model in (constructed, loaded)
+    ]
     assert groups[0] == groups[1]
     for (name, tensor), other in zip(constructed.policy.state_dict().items(), loaded.policy.state_dict().values()):
         assert th.equal(tensor, other), name

@@ -193,8 +193,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         self.log_gradient_noise_scale = log_gradient_noise_scale
         self.distributed = distributed
         self.compile_step = compile_step
-        collector = rollout_collector_kind(async_rollouts)
-        self.async_rollouts, self.rollout_collector = collector is not None, collector or "thread"
+        self.async_rollouts, self.rollout_collector = rollout_settings(async_rollouts, self.env)
         # created here, not in _setup_model, so that `load` restores the saved moments
         self.advantage_normalizer = AdvantageNormalizer(
             self.normalize_advantage, advantage_normalization, advantage_ewma_decay
@@ -206,11 +205,8 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         # "no clipping" as the constructor takes it, from load's keywords or the files of versions before 0.3.0
         if self.clip_range is None:
             self.clip_range = math.inf
-        # built here, after `load` has set its keywords: the rollout collector (a thread, or a process that can fork this
-        # environment) and the process group joined when data-parallel (before SB3 seeds each rank's environments)
-        self.async_rollouts, self.rollout_collector = rollout_settings(
-            self.async_rollouts and self.rollout_collector, self.env
-        )
+        # built here, after `load` has set its keywords (distributed=False under torchrun's environment: no process
+        # group), and before SB3 seeds each rank's environments
         self.data_parallel = (
             DataParallelTraining(self.device) if wants_data_parallel(self.distributed) else SingleProcessTraining()
         )
@@ -646,10 +642,12 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         check_load_keywords(cls, kwargs, data)
         if isinstance(env, str):
             env = maybe_make_env(env, kwargs.get("verbose", (data or {}).get("verbose", 0)))
-        # SB3's load sets its keywords as the model's attributes before _setup_model and set_parameters
-        if "async_rollouts" in kwargs:  # as the constructor stores it (True: a thread, whatever the file's collector)
+        # as the constructor stores it (True: a thread, whatever the file's collector); a collector process that cannot
+        # work here is refused when the model learns (a file loaded to predict on a platform that cannot fork loads)
+        if "async_rollouts" in kwargs:
             collector = rollout_collector_kind(kwargs["async_rollouts"])
             kwargs.update(async_rollouts=collector is not None, rollout_collector=collector or "thread")
+        # SB3's load sets its keywords as the model's attributes before _setup_model and set_parameters
         kwargs = {**kwargs, "_loading": True}
         model = super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
         del model._loading

@@ -297,6 +297,6 @@ def missing_entry_hint(algo: str) -> str:
     parent = PARENT_ALGOS.get(algo, "ppo")
     return (
         f"Neither this package's {algo}.yml nor rl-zoo3's {parent}.yml has an entry for this environment: pass a "
-        f"hyperparameter file with -conf FILE.yml (an entry named after the env id) or add settings with "
-        f"-params key:value (e.g. -params n_timesteps:1e6 policy:\"'MlpPolicy'\" to a copy of a similar entry)."
+        f"hyperparameter file with -conf FILE.yml holding an entry named after the env id (a copy of a similar "
+        f"entry of rl-zoo3's {parent}.yml, with n_timesteps and policy); -params key:value then changes its settings."
     )

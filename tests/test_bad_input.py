@@ -647,6 +647,12 @@ def test_recurrent_predict_takes_one_episode_start_per_observation() -> None:
         model.predict(observations, episode_start=np.ones(3))
     actions, state = model.predict(observations, episode_start=np.ones(2))
     assert actions.shape == (2,) and state is not None
+    # no episode starting: sb3-contrib's RecurrentPPO runs the sequence without the flags, whatever their number
+    from sb3_contrib import RecurrentPPO
+
+    observation = np.zeros(2, dtype=np.float32)
+    expected = RecurrentPPO.predict(model, observation, episode_start=np.zeros(2), deterministic=True)[0]
+    np.testing.assert_array_equal(model.predict(observation, episode_start=np.zeros(2), deterministic=True)[0], expected)
 
 
 def test_scale_hyperparams_names_what_is_not_an_entry() -> None:
@@ -655,16 +661,26 @@ def test_scale_hyperparams_names_what_is_not_an_entry() -> None:
 
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))
-def test_predict_names_a_non_finite_observation(name: str) -> None:
-    # SB3: torch's "Expected parameter logits ... found invalid values", which names the policy's output
+def test_predict_names_a_non_finite_observation_where_the_parent_fails_on_it(name: str) -> None:
+    from sb3_contrib import MaskablePPO, RecurrentPPO
+    from stable_baselines3.common.base_class import BaseAlgorithm
+
+    parents = {"PPO_EWMA": PPO, "RecurrentPPO_EWMA": RecurrentPPO, "MaskablePPO_EWMA": MaskablePPO}
+    parent_predict = parents.get(name, BaseAlgorithm).predict  # PPG's: SB3's BaseAlgorithm's
     model = make(name)
+    nan = np.array([0.0, np.nan], dtype=np.float32)
+    # the parent: torch's "Expected parameter logits ... found invalid values", which names the policy's output
+    with pytest.raises(ValueError, match="invalid values"):
+        parent_predict(model, nan, deterministic=True)
     with pytest.raises(
         ValueError,
         match=r"^predict was given a non-finite observation \(nan at index \(1,\)\): the policy acts on finite observations",
     ):
-        model.predict(np.array([0.0, np.nan], dtype=np.float32))
-    with pytest.raises(ValueError, match=r"^predict was given a non-finite observation \(inf at index \(1, 0\)\)"):
-        model.predict(np.array([[0.0, 0.0], [np.inf, 0.0]], dtype=np.float32))
+        model.predict(nan)
+    # an infinity that the network turns into finite outputs (its tanh): predicted, as the parent predicts it
+    inf = np.array([[0.0, 0.0], [np.inf, 0.0]], dtype=np.float32)
+    expected = parent_predict(model, inf, deterministic=True)[0]
+    np.testing.assert_array_equal(model.predict(inf, deterministic=True)[0], expected)
     assert model.predict(np.zeros(2, dtype=np.float32))[0].shape == ()
 
 

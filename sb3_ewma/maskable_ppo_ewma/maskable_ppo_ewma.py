@@ -302,7 +302,10 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
         deterministic: bool = False,
         action_masks: np.ndarray | None = None,
     ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
-        """``MaskablePPO.predict``; masks and observations are checked first."""
+        """``MaskablePPO.predict``; masks checked first; where it fails on a non-finite observation, the error says so."""
         check_action_masks(action_masks, self.action_space, count_observations(observation, self.observation_space))
-        check_finite_prediction_input(observation)
-        return MaskablePPO.predict(self, observation, state, episode_start, deterministic, action_masks)
+        try:
+            return MaskablePPO.predict(self, observation, state, episode_start, deterministic, action_masks)
+        except (ValueError, RuntimeError):
+            check_finite_prediction_input(observation)
+            raise

@@ -262,11 +262,15 @@ class RecurrentPPO_EWMA(DecoupledAlgorithm, RecurrentPPO):
         deterministic: bool = False,
     ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
         """
-        ``RecurrentPPO.predict`` (same arguments); an ``episode_start`` without one flag per observation is refused
-        first (:func:`~sb3_ewma.common.checks.check_episode_starts`).
+        ``RecurrentPPO.predict`` (same arguments); where it fails on an ``episode_start`` without one flag per
+        observation, the error says so (:func:`~sb3_ewma.common.checks.check_episode_starts`).
         """
-        check_episode_starts(episode_start, count_observations(observation, self.observation_space))
-        return super().predict(observation, state, episode_start, deterministic)
+        try:
+            return super().predict(observation, state, episode_start, deterministic)
+        except (ValueError, RuntimeError):
+            # sb3-contrib's zip of the sequence with the flags, which it skips when no flag is set
+            check_episode_starts(episode_start, count_observations(observation, self.observation_space))
+            raise
 
     def _collect_rollout_with(
         self,

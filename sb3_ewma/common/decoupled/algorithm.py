@@ -904,11 +904,15 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         deterministic: bool = False,
     ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
         """
-        SB3's ``predict``; an observation that holds NaN or infinity is refused first
-        (:func:`~sb3_ewma.common.finite.check_finite_prediction_input`).
+        SB3's ``predict``; where it fails on an observation that holds NaN or infinity, the error says so
+        (:func:`~sb3_ewma.common.finite.check_finite_prediction_input`): what SB3 predicts, this predicts.
         """
-        check_finite_prediction_input(observation)
-        return super().predict(observation, state, episode_start, deterministic)
+        try:
+            return super().predict(observation, state, episode_start, deterministic)
+        except (ValueError, RuntimeError):
+            # torch's "Expected parameter logits ... found invalid values" names the policy's output, not the input
+            check_finite_prediction_input(observation)
+            raise
 
     def set_env(self, env: GymEnv | str, force_reset: bool = True) -> None:
         """SB3's ``set_env``; ``env`` may also be a registered environment id, made as the constructor makes it."""

@@ -9,6 +9,7 @@ import os
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from sb3_contrib import QRDQN
 from stable_baselines3 import DQN, PPO, SAC
@@ -21,12 +22,14 @@ from sb3_ewma.common.saved_files import check_saved_file, saved_zip_problem
 def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Models saved by PPO_EWMA, SB3's PPO, DQN, SAC and sb3-contrib's QRDQN (untrained, tiny)."""
     folder = tmp_path_factory.mktemp("saved")
-    tiny = dict(net_arch=[4])
+    # a dict each: SB3's off-policy constructors write use_sde into theirs
     models = {
-        "ppo_ewma": PPO_EWMA("MlpPolicy", "CartPole-v1", n_steps=8, batch_size=8, policy_kwargs=tiny, device="cpu"),
-        "ppo": PPO("MlpPolicy", "CartPole-v1", n_steps=8, batch_size=8, policy_kwargs=tiny, device="cpu"),
-        "dqn": DQN("MlpPolicy", "CartPole-v1", buffer_size=10, policy_kwargs=tiny, device="cpu"),
-        "sac": SAC("MlpPolicy", "Pendulum-v1", buffer_size=10, policy_kwargs=tiny, device="cpu"),
+        "ppo_ewma": PPO_EWMA(
+            "MlpPolicy", "CartPole-v1", n_steps=8, batch_size=8, policy_kwargs=dict(net_arch=[4]), device="cpu"
+        ),
+        "ppo": PPO("MlpPolicy", "CartPole-v1", n_steps=8, batch_size=8, policy_kwargs=dict(net_arch=[4]), device="cpu"),
+        "dqn": DQN("MlpPolicy", "CartPole-v1", buffer_size=10, policy_kwargs=dict(net_arch=[4]), device="cpu"),
+        "sac": SAC("MlpPolicy", "Pendulum-v1", buffer_size=10, policy_kwargs=dict(net_arch=[4]), device="cpu"),
         "qrdqn": QRDQN("MlpPolicy", "CartPole-v1", buffer_size=10, policy_kwargs=dict(net_arch=[4], n_quantiles=2)),
     }
     paths = {}
@@ -110,6 +113,36 @@ def test_truncated_or_garbled_files_name_the_file_and_what_is_wrong(saved: dict[
     (tmp_path / "flipped.zip").write_bytes(bytes(flipped))
     with pytest.raises(ValueError, match=r"flipped.zip: its member 'policy.pth' is damaged"):
         check_saved_file(PPO_EWMA, tmp_path / "flipped.zip")
+
+
+def test_files_sb3s_load_opens_are_not_refused(saved: dict[str, Path], tmp_path: Path) -> None:
+    # policy.pth in torch.save's format before torch 1.6 (old SB3 files), and a damaged member SB3's load never reads
+    import io
+
+    import torch as th
+
+    def legacy(member: str, content: bytes) -> bytes:
+        buffer = io.BytesIO()
+        th.save(th.load(io.BytesIO(content), weights_only=False), buffer, _use_new_zipfile_serialization=False)
+        return buffer.getvalue()
+
+    for name, algorithm in (("ppo", PPO), ("ppo_ewma", PPO_EWMA)):
+        with zipfile.ZipFile(saved[name]) as archive:
+            members = {member: archive.read(member) for member in archive.namelist()}
+        old = rewritten(
+            saved[name], tmp_path / f"{name}_legacy.zip", {m: legacy(m, c) for m, c in members.items() if m.endswith(".pth")}
+        )
+        assert saved_zip_problem(old) is None
+        content = bytearray(saved[name].read_bytes())
+        with zipfile.ZipFile(saved[name]) as archive:
+            info = archive.getinfo("_stable_baselines3_version")
+        content[info.header_offset + 30 + len(info.filename) + len(info.extra)] ^= 0x01
+        damaged = tmp_path / f"{name}_damaged_version.zip"
+        damaged.write_bytes(bytes(content))
+        assert saved_zip_problem(damaged) is None
+        for path in (old, damaged):
+            for loader in (PPO, algorithm):
+                assert loader.load(path, device="cpu").predict(np.zeros(4, dtype=np.float32))[0].shape == ()
 
 
 def test_a_member_compressed_with_an_unknown_method_is_named(saved: dict[str, Path], tmp_path: Path) -> None:

@@ -158,19 +158,26 @@ def check_observation_space(observation_space: object) -> None:
 
 
 def check_callback(callback: object) -> None:
-    """``learn``'s ``callback``: ``None``, a ``BaseCallback``, a function ``(locals, globals) -> bool`` or a list of these."""
+    """
+    ``learn``'s ``callback``: ``None``, a ``BaseCallback``, a function ``(locals, globals) -> bool`` or a list of these;
+    a ``BaseCallback`` class, which SB3 takes as such a function (each call makes a new callback), is warned about.
+    """
     from stable_baselines3.common.callbacks import BaseCallback
 
     items = callback if isinstance(callback, list) else [callback]
     for item in items:
         if item is None and not isinstance(callback, list):
             return
-        if isinstance(item, BaseCallback) or (callable(item) and not isinstance(item, type)):
-            continue
-        raise HyperparameterError(
-            f"callback must be None, a BaseCallback (EvalCallback(eval_env), CheckpointCallback(...)), a function "
-            f"callback(locals, globals) -> bool or a list of these, got {item!r}"
-        )
+        if isinstance(item, type) and issubclass(item, BaseCallback):
+            warn_at_caller(
+                f"callback={item.__name__} is the class: SB3 calls it at each step as a function callback(locals, "
+                f"globals), which makes a new {item.__name__} that nothing runs; pass an instance, {item.__name__}(...)"
+            )
+        elif not (isinstance(item, BaseCallback) or callable(item)):
+            raise HyperparameterError(
+                f"callback must be None, a BaseCallback (EvalCallback(eval_env), CheckpointCallback(...)), a function "
+                f"callback(locals, globals) -> bool or a list of these, got {item!r}"
+            )
 
 
 def writable_folder_problem(folder: str) -> str | None:
@@ -191,18 +198,24 @@ def check_save_folders(callback: object, tensorboard_log: object) -> None:
     The folders that ``learn`` writes in, checked before training: ``tensorboard_log`` and the save and log paths of
     the callbacks (also those inside a ``CallbackList`` or run by an event callback).
     """
-    from stable_baselines3.common.callbacks import CallbackList
+    from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback, EvalCallback
 
     folders: list[tuple[str, object]] = [("tensorboard_log", tensorboard_log)]
     pending = list(callback) if isinstance(callback, list) else [callback]
+    seen: set[int] = set()
     while pending:
         item = pending.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
         if isinstance(item, CallbackList):
             pending.extend(item.callbacks)
             continue
         # EventCallback's child (EvalCallback's callback_after_eval) and EvalCallback's callback_on_new_best
         children = (getattr(item, "callback", None), getattr(item, "callback_on_new_best", None))
         pending.extend(child for child in children if child is not None)
+        if not isinstance(item, (CheckpointCallback, EvalCallback)):
+            continue  # the folders of SB3's callbacks; a user's callback's attributes may mean anything
         name = type(item).__name__
         for attribute in ("save_path", "best_model_save_path"):
             folders.append((f"{name}'s {attribute}", getattr(item, attribute, None)))

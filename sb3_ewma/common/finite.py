@@ -39,14 +39,24 @@ _ADVICE = (
 )
 
 
-def check_finite_prediction_input(observation: Any) -> None:
-    """Raise a ``NonFiniteError`` if an observation given to ``predict`` (arrays, or a dict or tuple of them) is not finite."""
+def _first_nan(array: np.ndarray) -> tuple[int, ...] | None:
+    if array.dtype.kind not in "fc" or not np.isnan(array.sum()):
+        return None
+    bad = np.argwhere(np.isnan(array))
+    return tuple(int(i) for i in bad[0]) if len(bad) else None
+
+
+def check_finite_prediction_input(observation: Any, nan_only: bool = False) -> None:
+    """
+    Raise a ``NonFiniteError`` if an observation given to ``predict`` (arrays, or a dict or tuple of them) is not finite
+    (``nan_only``: holds NaN).
+    """
     try:
         arrays = _arrays_of(observation)
     except (TypeError, ValueError):
         return  # not arrays (a ragged list): predict's own message says what it expects
     for key, array in arrays:
-        index = first_non_finite(array)
+        index = _first_nan(array) if nan_only else first_non_finite(array)
         if index is not None:
             raise NonFiniteError(
                 f"predict was given a non-finite observation{key} ({array[index]} at index {index}): the policy acts on "

@@ -116,14 +116,36 @@ def check_hyperparameters(
         relation(settings)
 
 
+def _step_count(value: object) -> bool:
+    """What SB3's loop compares ``num_timesteps`` with: a number (numpy's, a one-element tensor's), not a string."""
+    if isinstance(value, (str, bytes)):
+        return False
+    try:
+        float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def trains(total_timesteps: object) -> bool:
+    """Whether ``learn(total_timesteps)`` trains: SB3's loop runs while ``num_timesteps`` is below a budget above 0."""
+    return _step_count(total_timesteps) and float(total_timesteps) > 0  # type: ignore[arg-type]
+
+
+def _trains(settings: Mapping[str, Any]) -> bool:
+    return trains(settings["total_timesteps"])
+
+
 LEARN_RULES = (
-    # SB3 trains while num_timesteps is below it: 1e5 and 100.5 train, 0 or less trains nothing, infinity never ends
-    Rule("total_timesteps", "a finite number of environment steps", lambda value: _is_integer(value) or _is_number(value)),
-    # SB3 logs when iteration % log_interval == 0: 0 divides by zero at the first log
+    # SB3 trains while num_timesteps is below it: 1e5 and 100.5 train, 0 or less (or NaN) trains nothing, infinity until a
+    # callback stops training
+    Rule("total_timesteps", "a number of environment steps", _step_count),
+    # SB3 logs when iteration % log_interval == 0: 0 divides by zero at the first log (of a call that trains)
     Rule(
         "log_interval",
         "None (no logs) or a number other than 0 (log when the iteration count is a multiple of it; SB3 reads -n as n)",
         optional(lambda value: isinstance(value, numbers.Real) and value != 0),
+        when=_trains,
     ),
 )
 

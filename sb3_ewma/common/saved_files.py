@@ -154,6 +154,10 @@ def _zip_path(path: Any) -> str | None:
     return path if os.path.isfile(path) else None
 
 
+# the first bytes of a file of torch.save's format before torch 1.6 (its pickle protocol 2)
+LEGACY_TORCH_SAVE = b"\x80\x02"
+
+
 def saved_zip_problem(path: Any) -> str | None:
     """
     What is wrong with a saved model's zip (not a zip, a damaged member, no or garbled ``data`` or ``policy.pth``), as
@@ -164,10 +168,14 @@ def saved_zip_problem(path: Any) -> str | None:
         return None
     try:
         with zipfile.ZipFile(file) as archive:
-            damaged = archive.testzip()
-            if damaged is not None:
-                return f"its member {damaged!r} is damaged (its bytes do not match its checksum)"
             names = archive.namelist()
+            # the members SB3's load reads (the others, such as _stable_baselines3_version, it leaves alone)
+            for name in names:
+                if name == "data" or name.endswith(".pth"):
+                    try:
+                        archive.read(name)
+                    except zipfile.BadZipFile:
+                        return f"its member {name!r} is damaged (its bytes do not match its checksum)"
             if "data" not in names:
                 return "it has no 'data' member (the model's settings): it is not a model saved by Stable-Baselines3"
             try:
@@ -183,6 +191,8 @@ def saved_zip_problem(path: Any) -> str | None:
         return f"it is compressed with a method this Python cannot read ({error}): save it again with SB3's save"
     except (OSError, EOFError, zipfile.LargeZipFile) as error:
         return f"it cannot be read as a zip archive ({type(error).__name__}: {error})"
+    if parameters.startswith(LEGACY_TORCH_SAVE):
+        return None  # torch.save's format before torch 1.6 (a pickle), which torch.load and SB3 still read
     try:
         with zipfile.ZipFile(io.BytesIO(parameters)) as torch_file:
             if not any(name.endswith("/data.pkl") or name == "data.pkl" for name in torch_file.namelist()):
@@ -260,6 +270,10 @@ def check_load_keywords(algorithm: type, keywords: dict[str, Any], saved: dict[s
                     "as an attribute of the model, which nothing reads"
                 )
     given = {name: value for name, value in keywords.items() if name in parameters and name not in _LOAD_OWN_ARGUMENTS}
+    if given.get("batch_size") == 1 and not isinstance(given["batch_size"], bool):
+        # SB3's load takes it, which its constructor refuses with normalized advantages: its train() (and this
+        # package's) leaves a minibatch of one sample unnormalized; it divides every rollout size
+        del given["batch_size"]
     if not given:
         return
     # the saved settings that the given ones are checked against (batch_size against n_steps, ...)

@@ -20,7 +20,7 @@ from sb3_ewma.common.distributions import policy_latents
 from sb3_ewma.common.export import to_parent_algorithm
 from sb3_ewma.common.finite import check_finite_prediction_input
 from sb3_ewma.common.keywords import check_policy_keywords
-from sb3_ewma.common.rules import CONTRIB_RULES, check_arguments
+from sb3_ewma.common.rules import CONTRIB_RULES, check_arguments, trains
 from sb3_ewma.maskable_ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
 SelfMaskablePPO_EWMA = TypeVar("SelfMaskablePPO_EWMA", bound="MaskablePPO_EWMA")
@@ -286,7 +286,8 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
         ``MaskablePPO.learn`` (same arguments, in its order), overlapped with ``async_rollouts``: ``use_masking`` asks
         the environments for their action masks at every step, also on a collector.
         """
-        if use_masking and self.env is not None and not is_masking_supported(self.env):
+        # where the parent's rollout would fail (a call that trains)
+        if use_masking and trains(total_timesteps) and self.env is not None and not is_masking_supported(self.env):
             raise ValueError(f"{NO_ACTION_MASKS}; or call learn(use_masking=False) to train without masks")
         self._use_masking = use_masking
         try:
@@ -304,6 +305,7 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
     ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
         """``MaskablePPO.predict``; masks checked first; where it fails on a non-finite observation, the error says so."""
         check_action_masks(action_masks, self.action_space, count_observations(observation, self.observation_space))
+        check_finite_prediction_input(observation, nan_only=True)  # as DecoupledAlgorithm.predict
         try:
             return MaskablePPO.predict(self, observation, state, episode_start, deterministic, action_masks)
         except (ValueError, RuntimeError):

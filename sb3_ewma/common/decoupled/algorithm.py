@@ -807,8 +807,10 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     # compile_step: what the compiled step (self.compiled_step) takes from the model
     def _start_compiled_step(self, total_timesteps: int) -> None:
         """Whether this ``learn`` call's training and acting steps run compiled (``compile_step``), said in one line."""
-        iterations = -(-int(total_timesteps) // (int(self.n_steps) * self._timesteps_per_env_step))
-        planned = self._planned_optimizer_steps(iterations)
+        # SB3's budget: NaN or 0 trains nothing, infinity until a callback stops training
+        budget = float(total_timesteps) / (int(self.n_steps) * self._timesteps_per_env_step)
+        iterations = budget if math.isinf(budget) else 0 if math.isnan(budget) else math.ceil(budget)
+        planned = iterations if math.isinf(iterations) else self._planned_optimizer_steps(int(iterations))
         unsupported = (
             None
             if self.compile_step is False
@@ -904,9 +906,13 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         deterministic: bool = False,
     ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
         """
-        SB3's ``predict``; where it fails on an observation that holds NaN or infinity, the error says so
-        (:func:`~sb3_ewma.common.finite.check_finite_prediction_input`): what SB3 predicts, this predicts.
+        SB3's ``predict``; an observation that holds NaN, or an infinity where SB3 fails on it, gets a sentence that
+        says so (:func:`~sb3_ewma.common.finite.check_finite_prediction_input`): what SB3 predicts, this predicts.
         """
+        # NaN: SB3's action distribution refuses what the policy makes of it (torch validates the distributions'
+        # arguments, unless a torch.compile in this process turned that off); an infinity the network may turn into
+        # finite outputs (a tanh), and then SB3 predicts
+        check_finite_prediction_input(observation, nan_only=True)
         try:
             return super().predict(observation, state, episode_start, deterministic)
         except (ValueError, RuntimeError):

@@ -479,9 +479,9 @@ class CompiledStep:
 
     def start_learn(
         self,
-        planned_optimizer_steps: int,
+        planned_optimizer_steps: float,
         unsupported: str | None,
-        planned_acting_steps: int = 0,
+        planned_acting_steps: float = 0,
         acting_covered: bool = True,
         in_pieces: str | None = None,
         auto_min_optimizer_steps: int = AUTO_MIN_OPTIMIZER_STEPS,
@@ -489,7 +489,7 @@ class CompiledStep:
         """
         Decide whether this ``learn`` call's training and acting steps run compiled; returns the sentence that says so.
 
-        :param planned_optimizer_steps: iterations x epochs x minibatches
+        :param planned_optimizer_steps: iterations x epochs x minibatches (infinity: until a callback stops training)
         :param unsupported: why this model cannot be compiled (None: it can)
         :param planned_acting_steps: iterations x ``n_steps``
         :param acting_covered: whether the policy's acting step compiles (:meth:`covers_acting`)
@@ -511,7 +511,8 @@ class CompiledStep:
             )
         else:
             self.active = True
-            self.reason = "compile_step=True" if self.setting is True else f"{planned_optimizer_steps} optimizer steps planned"
+            planned = "no end" if math.isinf(planned_optimizer_steps) else f"{planned_optimizer_steps} optimizer steps"
+            self.reason = "compile_step=True" if self.setting is True else f"{planned} planned"
         long_enough = self.setting is True or planned_acting_steps >= AUTO_MIN_ACTING_STEPS
         self.acting_active = self.active and acting_covered and long_enough
         self.whole = self.active and in_pieces is None

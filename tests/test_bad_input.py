@@ -182,6 +182,7 @@ def test_learn_takes_every_budget_sb3s_learn_takes() -> None:
         (th.tensor(32), {}),
         (Decimal(32), {}),
         (0, {"log_interval": 0}),
+        (-(10**400), {}),  # no float holds it
         (-5, {"log_interval": "every"}),
     ]
     for total_timesteps, keywords in cases:
@@ -759,6 +760,15 @@ def test_predict_names_a_non_finite_observation_where_the_parent_fails_on_it(nam
     expected = parent_predict(model, inf, deterministic=True)[0]
     np.testing.assert_array_equal(model.predict(inf, deterministic=True)[0], expected)
     assert model.predict(np.zeros(2, dtype=np.float32))[0].shape == ()
+    # infinities that a ReLU network turns into NaN (inf - inf): where the parent fails, the sentence
+    relu = dict(activation_fn=th.nn.ReLU, net_arch=[16, 16])
+    model = make(name, policy_kwargs={**relu, "lstm_hidden_size": 8} if name == "RecurrentPPO_EWMA" else relu)
+    infinities = np.array([np.inf, np.inf], dtype=np.float32)
+    if th.distributions.Distribution._validate_args:
+        with pytest.raises(ValueError, match="invalid values"):
+            parent_predict(model, infinities, deterministic=True)
+        with pytest.raises(ValueError, match=r"^predict was given a non-finite observation \(inf at index \(0,\)\)"):
+            model.predict(infinities, deterministic=True)
 
 
 def test_load_names_a_device_that_is_not_one(tmp_path: Path) -> None:

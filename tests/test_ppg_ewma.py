@@ -219,6 +219,27 @@ def test_load_keywords_train_as_the_constructors(setting, tmp_path):
         assert th.equal(tensor, other), name
 
 
+def test_a_loaded_auxiliary_optimizer_has_the_settings_it_is_built_with(tmp_path):
+    # all of them: a keyword's, and the defaults where the saved model had other settings; the saved moments stay
+    base = dict(n_steps=32, batch_size=32, n_policy_iterations=1, n_aux_epochs=1, seed=0, device="cpu")
+    model = PPG("MlpPolicy", "CartPole-v1", aux_optimizer_kwargs={"betas": (0.5, 0.6)}, **base).learn(32)
+    model.save(tmp_path / "betas.zip")
+    loaded = PPG.load(tmp_path / "betas.zip", env="CartPole-v1", aux_optimizer_kwargs={"eps": 1e-3})
+    constructed = PPG("MlpPolicy", "CartPole-v1", aux_optimizer_kwargs={"eps": 1e-3}, **base)
+    settings = [
+        {key: value for key, value in m.aux_optimizer.param_groups[0].items() if key not in ("params", "lr")}
+        for m in (constructed, loaded)
+    ]
+    assert settings[0] == settings[1] and settings[1]["betas"] == (0.9, 0.999) and settings[1]["eps"] == 1e-3
+    saved_steps = [state["step"] for state in model.aux_optimizer.state_dict()["state"].values()]
+    loaded_steps = [state["step"] for state in loaded.aux_optimizer.state_dict()["state"].values()]
+    assert saved_steps and saved_steps == loaded_steps
+    # a copy keeps them: nothing is attached to the optimizer
+    import copy
+
+    assert copy.deepcopy(loaded).aux_optimizer.param_groups[0]["eps"] == 1e-3
+
+
 def test_load_refuses_another_arch_as_sb3_refuses_other_policy_kwargs(tmp_path):
     PPG("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, n_policy_iterations=2).save(tmp_path / "dual.zip")
     with pytest.raises(ValueError, match=r"^arch='shared' differs from the saved policy's arch='dual'"):

@@ -113,6 +113,19 @@ def test_truncated_or_garbled_files_name_the_file_and_what_is_wrong(saved: dict[
     (tmp_path / "flipped.zip").write_bytes(bytes(flipped))
     with pytest.raises(ValueError, match=r"flipped.zip: its member 'policy.pth' is damaged"):
         check_saved_file(PPO_EWMA, tmp_path / "flipped.zip")
+    # the same in a deflated zip, where damaged bytes may not inflate at all (zlib's error)
+    with zipfile.ZipFile(original) as archive, zipfile.ZipFile(tmp_path / "deflated.zip", "w", zipfile.ZIP_DEFLATED) as copy:
+        for member in archive.namelist():
+            copy.writestr(member, archive.read(member))
+    deflated = bytearray((tmp_path / "deflated.zip").read_bytes())
+    with zipfile.ZipFile(tmp_path / "deflated.zip") as archive:
+        info = archive.getinfo("policy.pth")
+    for offset in range(5, 40, 7):
+        damaged = bytearray(deflated)
+        damaged[info.header_offset + 30 + len(info.filename) + len(info.extra) + offset] ^= 0xFF
+        (tmp_path / "deflated_damaged.zip").write_bytes(bytes(damaged))
+        with pytest.raises(ValueError, match=r"deflated_damaged.zip: its member 'policy.pth' is damaged"):
+            check_saved_file(PPO_EWMA, tmp_path / "deflated_damaged.zip")
 
 
 def test_files_sb3s_load_opens_are_not_refused(saved: dict[str, Path], tmp_path: Path) -> None:

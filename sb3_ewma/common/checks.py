@@ -171,7 +171,8 @@ def check_callback(callback: object) -> None:
         if isinstance(item, type) and issubclass(item, BaseCallback):
             warn_at_caller(
                 f"callback={item.__name__} is the class: SB3 calls it at each step as a function callback(locals, "
-                f"globals), which makes a new {item.__name__} that nothing runs; pass an instance, {item.__name__}(...)"
+                f"globals), which builds a new {item.__name__} from those dicts instead of running one (or fails); pass "
+                f"an instance, {item.__name__}(...)"
             )
         elif not (isinstance(item, BaseCallback) or callable(item)):
             raise HyperparameterError(
@@ -196,7 +197,8 @@ def writable_folder_problem(folder: str) -> str | None:
 def check_save_folders(callback: object, tensorboard_log: object) -> None:
     """
     The folders that ``learn`` writes in, checked before training: ``tensorboard_log`` and the save and log paths of
-    the callbacks (also those inside a ``CallbackList`` or run by an event callback).
+    SB3's ``CheckpointCallback`` and ``EvalCallback`` (and their subclasses'), also inside a ``CallbackList`` or run by
+    an event callback (a user's callback's attributes of those names may mean anything).
     """
     from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback, EvalCallback
 

@@ -116,12 +116,21 @@ def check_hyperparameters(
         relation(settings)
 
 
+def step_budget(total_timesteps: Any) -> float:
+    """``learn``'s budget as a float (an integer too large for one: an infinity); a ``TypeError`` or ``ValueError``
+    for what is no number."""
+    if isinstance(total_timesteps, (str, bytes)):
+        raise TypeError("a string is no budget")
+    try:
+        return float(total_timesteps)
+    except OverflowError:
+        return math.inf if total_timesteps > 0 else -math.inf
+
+
 def _step_count(value: object) -> bool:
     """What SB3's loop compares ``num_timesteps`` with: a number (numpy's, a one-element tensor's), not a string."""
-    if isinstance(value, (str, bytes)):
-        return False
     try:
-        float(value)  # type: ignore[arg-type]
+        step_budget(value)
     except (TypeError, ValueError):
         return False
     return True
@@ -129,7 +138,7 @@ def _step_count(value: object) -> bool:
 
 def trains(total_timesteps: object) -> bool:
     """Whether ``learn(total_timesteps)`` trains: SB3's loop runs while ``num_timesteps`` is below a budget above 0."""
-    return _step_count(total_timesteps) and float(total_timesteps) > 0  # type: ignore[arg-type]
+    return _step_count(total_timesteps) and step_budget(total_timesteps) > 0
 
 
 def _trains(settings: Mapping[str, Any]) -> bool:

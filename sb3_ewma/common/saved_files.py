@@ -5,8 +5,10 @@ so that a file of another algorithm gets an error naming both, and whether the f
 
 import io
 import json
+import numbers
 import os
 import zipfile
+import zlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -169,12 +171,15 @@ def saved_zip_problem(path: Any) -> str | None:
     try:
         with zipfile.ZipFile(file) as archive:
             names = archive.namelist()
-            # the members SB3's load reads (the others, such as _stable_baselines3_version, it leaves alone)
+            # the members SB3's load reads (the others, such as _stable_baselines3_version, it leaves alone), read
+            # through in chunks: a checksum that does not match, or deflated bytes that do not inflate
             for name in names:
                 if name == "data" or name.endswith(".pth"):
                     try:
-                        archive.read(name)
-                    except zipfile.BadZipFile:
+                        with archive.open(name) as member:
+                            while member.read(1 << 20):
+                                pass
+                    except (zipfile.BadZipFile, zlib.error):
                         return f"its member {name!r} is damaged (its bytes do not match its checksum)"
             if "data" not in names:
                 return "it has no 'data' member (the model's settings): it is not a model saved by Stable-Baselines3"
@@ -270,17 +275,18 @@ def check_load_keywords(algorithm: type, keywords: dict[str, Any], saved: dict[s
                     "as an attribute of the model, which nothing reads"
                 )
     given = {name: value for name, value in keywords.items() if name in parameters and name not in _LOAD_OWN_ARGUMENTS}
-    if given.get("batch_size") == 1 and not isinstance(given["batch_size"], bool):
-        # SB3's load takes it, which its constructor refuses with normalized advantages: its train() (and this
-        # package's) leaves a minibatch of one sample unnormalized; it divides every rollout size
-        del given["batch_size"]
-    if not given:
-        return
     # the saved settings that the given ones are checked against (batch_size against n_steps, ...)
     context = {
         name: saved[name]
         for name in _SETTINGS_CHECKED_TOGETHER
         if saved is not None and name in saved and name in parameters and name not in given
     }
+    one = given.get("batch_size")
+    if isinstance(one, numbers.Integral) and not isinstance(one, bool) and one == 1:
+        # SB3's load takes it, which its constructor refuses with normalized advantages: its train() (and this
+        # package's) leaves a minibatch of one sample unnormalized; and 1 divides every rollout size
+        del given["batch_size"]
+    if not given:
+        return
     policy = next(iter(getattr(algorithm, "policy_aliases", {"MlpPolicy": None})))
     check_constructor_settings(algorithm, policy, {"verbose": 0, **context, **given})

@@ -5,7 +5,6 @@ import math
 import time
 import warnings
 from collections.abc import Callable
-from functools import partial
 from typing import Any, ClassVar, cast
 
 import numpy as np
@@ -40,12 +39,6 @@ from sb3_ewma.ppg_ewma.policies import (
     is_ppg_policy_parameter,
     ppg_policy_class,
 )
-
-
-def _keep_settings(settings: dict[str, Any], optimizer: th.optim.Optimizer) -> None:
-    """After ``optimizer.load_state_dict``: its parameter groups take ``settings`` again (the state brought its own)."""
-    for group in optimizer.param_groups:
-        group.update(settings)
 
 
 class PPG(DecoupledAlgorithm):
@@ -369,8 +362,6 @@ class PPG(DecoupledAlgorithm):
         # called as the policy calls it (SB3's optimizers take lr; torch's Optimizer base class does not)
         optimizer_class = cast(Callable[..., th.optim.Optimizer], self.policy.optimizer_class)
         self.aux_optimizer = optimizer_class(self.policy.parameters(), lr=self.aux_lr_schedule(1), **aux_optimizer_kwargs)
-        # a loaded state brings back the settings it was saved with: the model's own stay (load may have changed them)
-        self.aux_optimizer.register_load_state_dict_post_hook(partial(_keep_settings, dict(aux_optimizer_kwargs)))
         self.aux_buffer = None
         if self.n_aux_epochs > 0:
             self.aux_buffer = AuxiliaryBuffer(

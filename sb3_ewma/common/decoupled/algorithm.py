@@ -73,7 +73,7 @@ from sb3_ewma.common.keywords import unknown_policy_message
 from sb3_ewma.common.losses import clipped_values
 from sb3_ewma.common.minibatches import rollout_minibatches
 from sb3_ewma.common.precision import FLOAT32, TrainingPrecision
-from sb3_ewma.common.rules import check_learn_arguments
+from sb3_ewma.common.rules import check_learn_arguments, step_budget
 from sb3_ewma.common.saved_files import check_load_keywords, saved_model_name
 
 SelfDecoupledAlgorithm = TypeVar("SelfDecoupledAlgorithm", bound="DecoupledAlgorithm")
@@ -808,7 +808,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     def _start_compiled_step(self, total_timesteps: int) -> None:
         """Whether this ``learn`` call's training and acting steps run compiled (``compile_step``), said in one line."""
         # SB3's budget: NaN or 0 trains nothing, infinity until a callback stops training
-        budget = float(total_timesteps) / (int(self.n_steps) * self._timesteps_per_env_step)
+        budget = step_budget(total_timesteps) / (int(self.n_steps) * self._timesteps_per_env_step)
         iterations = budget if math.isinf(budget) else 0 if math.isnan(budget) else math.ceil(budget)
         planned = iterations if math.isinf(iterations) else self._planned_optimizer_steps(int(iterations))
         unsupported = (

@@ -226,6 +226,17 @@ def _with_tuples(state: Any) -> Any:
     return {**state, "param_groups": groups}
 
 
+def _with_settings_of(optimizer: th.optim.Optimizer, state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` (an optimizer's state dict) with ``optimizer``'s settings but its learning rate (a schedule sets it)."""
+    if len(state["param_groups"]) != len(optimizer.param_groups):
+        return state  # torch's load_state_dict says what does not match
+    groups = [
+        {**saved, **{name: value for name, value in group.items() if name not in ("params", "lr", "initial_lr")}}
+        for saved, group in zip(state["param_groups"], optimizer.param_groups)
+    ]
+    return {**state, "param_groups": groups}
+
+
 def _saved_parameters(
     algorithm: BaseAlgorithm, load_path_or_dict: str | dict[str, Any], keys: tuple[str, ...], device: th.device | str
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -304,6 +315,13 @@ def parameters_with_proximal_state(
         elif not stale:
             warnings.warn(f"The loaded parameters have no {module} state: {name} starts it afresh", UserWarning, stacklevel=3)
         params = {**params, module: fresh}
+    if loading:
+        # an optimizer's saved state brings the settings it was saved with: the model's own stay (load's keywords,
+        # PPG's aux_optimizer_kwargs, made them), its moments and step counts are the saved ones
+        for module in modules_in_data or {}:
+            optimizer, state = getattr(algorithm, module, None), params.get(module)
+            if isinstance(optimizer, th.optim.Optimizer) and isinstance(state, dict) and "param_groups" in state:
+                params = {**params, module: _with_settings_of(optimizer, state)}
     if ewma is None and "proximal_ewma" in params:
         # e.g. a PPO_EWMA file loaded with ewma_decay=None: this model has no proximal network to fill
         warnings.warn(f"{name} has no proximal policy: the saved one is ignored", UserWarning, stacklevel=3)

@@ -164,6 +164,15 @@ def test_deadline_skips_runs_not_started(tmp_path, monkeypatch):
     assert runner.execute(_tiny_spec("ppo"), tmp_path, deadline=1.0)["status"] == "skipped"
 
 
+def test_a_checkpoint_waits_for_the_end_of_a_ppg_phase_only_with_an_auxiliary_phase() -> None:
+    from types import SimpleNamespace
+
+    assert runner._is_safe(SimpleNamespace(n_aux_epochs=6, phase_iteration=0))
+    assert not runner._is_safe(SimpleNamespace(n_aux_epochs=6, phase_iteration=3))  # its buffer is not saved
+    assert runner._is_safe(SimpleNamespace(n_aux_epochs=0, phase_iteration=3))  # no buffer: loads where it was
+    assert runner._is_safe(SimpleNamespace())  # PPO
+
+
 def test_chunks_partition_the_runs():
     specs = ewma_comparison.build_specs("cpu", {})
     chunks = [common.select_chunk(specs, f"{index}/3") for index in (1, 2, 3)]

@@ -55,7 +55,7 @@ def _safe_interval(model: Any, spec: RunSpec) -> int:
 
 def _is_safe(model: Any) -> bool:
     """Whether the model's state is all saved by a checkpoint (PPG's auxiliary buffer is not: wait for the phase end)."""
-    return getattr(model, "phase_iteration", 0) == 0
+    return getattr(model, "n_aux_epochs", 0) == 0 or getattr(model, "phase_iteration", 0) == 0
 
 
 class Checkpoint:

@@ -68,7 +68,6 @@ BAD_SETTINGS = [
     ({"kl_coef": -1.0}, r"kl_coef must be a finite number >= 0, got -1.0"),
     ({"ewma_decay": 1.0}, r"ewma_decay must be a number in \[0, 1\), got 1.0"),
     ({"seed": "0"}, r"seed must be an integer >= 0, got '0'"),
-    ({"normalize_advantage": "yes"}, r"normalize_advantage must be True or False, got 'yes'"),
 ]
 
 

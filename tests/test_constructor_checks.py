@@ -44,12 +44,15 @@ def check_verbose(verbose: object) -> None:
 
 def test_policy_none() -> None:
     # SB3: 'NoneType' object is not callable, in _setup_model
-    with pytest.raises(ValueError, match=r"policy must be a policy's name \('MlpPolicy', .*\) or a policy class .*got None"):
+    with pytest.raises(ValueError, match=r"policy must be a policy's name \('MlpPolicy', .*\), a policy class .*got None"):
         check_policy_argument(None)
     with pytest.raises(HyperparameterError, match=r"got 3"):
         check_policy_argument(3)
+    with pytest.raises(HyperparameterError, match=r"got <class 'int'>"):  # a class, but no policy's
+        check_policy_argument(int)
     check_policy_argument("MlpPolicy")
     check_policy_argument(ActorCriticPolicy)
+    check_policy_argument(lambda *args, **kwargs: ActorCriticPolicy(*args, **kwargs))  # SB3 calls what it is given
 
 
 def test_env_none() -> None:

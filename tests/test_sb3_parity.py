@@ -99,6 +99,16 @@ PPO_CORPUS: list[tuple[str, str, str | Callable[[], Any], dict[str, Any]]] = [
     ("net_arch_dict_of_int", "MlpPolicy", "CartPole-v1", dict(policy_kwargs=dict(net_arch=dict(pi=8, vf=[8])))),
     ("seed_negative", "MlpPolicy", "CartPole-v1", dict(seed=-1)),
     ("n_steps_float", "MlpPolicy", "CartPole-v1", dict(n_steps=64.0)),
+    # sequences SB3 iterates, truth values SB3 reads, one-element tensors SB3 computes with
+    ("net_arch_array", "MlpPolicy", "CartPole-v1", dict(policy_kwargs=dict(net_arch=np.array([8, 8])))),
+    ("net_arch_range", "MlpPolicy", "CartPole-v1", dict(policy_kwargs=dict(net_arch=range(4, 6)))),
+    ("net_arch_dict_of_arrays", "MlpPolicy", "CartPole-v1", dict(policy_kwargs=dict(net_arch=dict(pi=np.array([8]), vf=[8])))),
+    ("normalize_advantage_none", "MlpPolicy", "CartPole-v1", dict(normalize_advantage=None)),
+    ("normalize_advantage_float", "MlpPolicy", "CartPole-v1", dict(normalize_advantage=1.0)),
+    ("normalize_advantage_string", "MlpPolicy", "CartPole-v1", dict(normalize_advantage="yes")),
+    ("ent_coef_tensor", "MlpPolicy", "CartPole-v1", dict(ent_coef=th.tensor(0.01))),
+    ("vf_coef_tensor", "MlpPolicy", "CartPole-v1", dict(vf_coef=th.tensor(0.5))),
+    ("verbose_tensor", "MlpPolicy", "CartPole-v1", dict(verbose=th.tensor(0))),
 ]
 
 # sb3-contrib's tests (tests/test_lstm.py, tests/test_invalid_actions.py)
@@ -239,6 +249,27 @@ def test_recurrent_ppo_ewma_agrees_with_recurrent_ppo(case: tuple) -> None:
 def test_maskable_ppo_ewma_agrees_with_maskable_ppo(case: tuple) -> None:
     _, policy, env, kwargs = case
     assert_same(MaskablePPO, MaskablePPO_EWMA, policy, env, kwargs)
+
+
+def test_a_function_that_builds_the_policy_is_taken_as_the_parents_take_it() -> None:
+    # SB3 calls policy_class(...) on what it is given; PPG needs its own policies (their auxiliary value head)
+    from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
+    from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
+    from stable_baselines3.common.policies import ActorCriticPolicy
+
+    def factory(policy_class: type) -> Any:
+        return lambda *args, **kwargs: policy_class(*args, **kwargs)
+
+    masked = lambda: InvalidActionEnvDiscrete(dim=4, n_invalid_actions=1)  # noqa: E731
+    for parent, algorithm, policy, env in (
+        (PPO, PPO_EWMA, ActorCriticPolicy, "CartPole-v1"),
+        (RecurrentPPO, RecurrentPPO_EWMA, RecurrentActorCriticPolicy, "CartPole-v1"),
+        (MaskablePPO, MaskablePPO_EWMA, MaskableActorCriticPolicy, masked),
+    ):
+        assert outcome(parent, factory(policy), env, {})[0] == "accepted"
+        assert outcome(algorithm, factory(policy), env, {})[0] == "accepted", algorithm.__name__
+    with pytest.raises(ValueError, match="policy must be a PPG policy"):
+        PPG_EWMA(factory(ActorCriticPolicy), "CartPole-v1", device="cpu")
 
 
 def test_the_deprecated_net_arch_warns_once_as_in_sb3() -> None:

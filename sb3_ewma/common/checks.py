@@ -8,7 +8,7 @@ import numbers
 import os
 import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import FrameType
 from typing import Any
 
@@ -88,10 +88,15 @@ def check_env_argument(env: object, init_setup_model: bool = True) -> None:
 
 
 def _is_layer_sizes(value: object) -> bool:
-    # a layer of 0 units is accepted, as SB3 (torch builds an empty layer)
-    return isinstance(value, (list, tuple)) and all(
-        isinstance(size, numbers.Integral) and not isinstance(size, bool) and int(size) >= 0 for size in value
-    )
+    # a sequence (a list, a tuple, a range, a 1-d array) that SB3 iterates; a layer of 0 units is accepted, as SB3
+    # (torch builds an empty layer)
+    if isinstance(value, np.ndarray):
+        sizes: list[Any] = list(value) if value.ndim == 1 else [None]
+    elif isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        sizes = list(value)
+    else:
+        return False
+    return all(isinstance(size, numbers.Integral) and not isinstance(size, bool) and int(size) >= 0 for size in sizes)
 
 
 def _is_sb3_net_arch(net_arch: object) -> bool:

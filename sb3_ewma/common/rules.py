@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple, TypeGuard
 
 import numpy as np
+import torch as th
 
 from sb3_ewma.common.checks import (
     HyperparameterError,
@@ -31,9 +32,16 @@ def _is_integer(value: object) -> TypeGuard[numbers.Integral]:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def _is_real(value: object) -> bool:
+    """A real number (``True`` too, which SB3 reads as 1), or a one-element tensor or array of one, as SB3 computes with."""
+    if isinstance(value, (th.Tensor, np.ndarray)):
+        return value.size == 1 if isinstance(value, np.ndarray) else value.numel() == 1 and not value.is_complex()
+    return isinstance(value, numbers.Real)
+
+
 def _is_number(value: object) -> TypeGuard[numbers.Real]:
-    """A finite number (``True`` too, which SB3 reads as 1)."""
-    return isinstance(value, numbers.Real) and math.isfinite(float(value))
+    """A finite number (``True`` too, which SB3 reads as 1; a one-element tensor or array of one)."""
+    return _is_real(value) and math.isfinite(float(value))  # type: ignore[arg-type]
 
 
 class Rule(NamedTuple):
@@ -74,11 +82,6 @@ def one_of(choices: tuple[Any, ...]) -> Callable[[Any], bool]:
 def optional(test: Callable[[Any], bool]) -> Callable[[Any], bool]:
     """``None``, or a value that ``test`` allows."""
     return lambda value: value is None or test(value)
-
-
-def truth_value(value: Any) -> bool:
-    """``True`` or ``False``; 0 and 1 too, as SB3 reads the setting as a truth value."""
-    return isinstance(value, (bool, np.bool_)) or (_is_integer(value) and value in (0, 1))
 
 
 def with_rules(base: tuple[Rule, ...], *rules: Rule) -> tuple[Rule, ...]:
@@ -167,22 +170,25 @@ def check_learn_arguments(total_timesteps: Any, log_interval: Any) -> None:
 def _is_policy(policy: object) -> bool:
     from stable_baselines3.common.policies import BasePolicy
 
-    return isinstance(policy, str) or (isinstance(policy, type) and issubclass(policy, BasePolicy))
+    if isinstance(policy, type):
+        return issubclass(policy, BasePolicy)
+    # a name, or a function that builds the policy (SB3 calls policy_class(...) on what it is given)
+    return isinstance(policy, str) or callable(policy)
 
 
 # The constructors' arguments that SB3 passes on unchecked, and what the policies, learn and predict take.
 ARGUMENT_RULES = (
     Rule(
         "policy",
-        "a policy's name ('MlpPolicy', 'CnnPolicy', 'MultiInputPolicy', ...) or a policy class (a subclass of "
-        "stable_baselines3's BasePolicy)",
+        "a policy's name ('MlpPolicy', 'CnnPolicy', 'MultiInputPolicy', ...), a policy class (a subclass of "
+        "stable_baselines3's BasePolicy) or a function that builds one",
         _is_policy,
     ),
     # True and False read as 1 and 0, as in SB3
     Rule(
         "verbose",
         "a number: 0 or less (no output), 1 (info) or 2 (debug)",
-        lambda value: isinstance(value, (numbers.Real, np.bool_)),
+        lambda value: isinstance(value, np.bool_) or _is_real(value),
     ),
 )
 
@@ -241,7 +247,7 @@ RULES: tuple[Rule, ...] = (
     Rule("gamma", "in [0, 1]", number(0, 1), warning="it is no discount (the returns grow without bound or alternate)"),
     Rule("gae_lambda", "a finite number", number(-math.inf)),
     Rule("gae_lambda", "in [0, 1]", number(0, 1), warning="it is no GAE weight (the advantages grow or alternate)"),
-    Rule("normalize_advantage", "True or False", truth_value),
+    # any value: SB3 reads its truth value
     Rule("seed", "an integer >= 0", optional(integer(0))),
     Rule(
         "clip_range",

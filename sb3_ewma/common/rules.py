@@ -34,8 +34,10 @@ def _is_integer(value: object) -> TypeGuard[numbers.Integral]:
 
 def _is_real(value: object) -> bool:
     """A real number (``True`` too, which SB3 reads as 1), or a one-element tensor or array of one, as SB3 computes with."""
-    if isinstance(value, (th.Tensor, np.ndarray)):
-        return value.size == 1 if isinstance(value, np.ndarray) else value.numel() == 1 and not value.is_complex()
+    if isinstance(value, np.ndarray):
+        return value.size == 1 and value.dtype.kind in "biuf"
+    if isinstance(value, th.Tensor):
+        return value.numel() == 1 and not value.is_complex()
     return isinstance(value, numbers.Real)
 
 

@@ -60,9 +60,6 @@ def command(module: str, *args: str, env: dict[str, str] | None = None) -> subpr
 @pytest.mark.parametrize(
     "flags, message",
     [
-        # rl-zoo3 reads any -n <= 0 as the entry's budget: -n -100 trained 100,000 steps
-        (["-n", "-100"], "argument -n/--n-timesteps: must be a number of steps >= 1, or -1 (the default"),
-        (["-n", "0"], "argument -n/--n-timesteps: must be a number of steps >= 1, or -1 (the default"),
         # rl-zoo3 -optimize: "No trials are completed yet" / optuna's "max_workers must be greater than 0", after the
         # run folder exists
         (["-optimize", "--n-trials", "0"], "argument --n-trials: must be a number of trials >= 1, got 0"),
@@ -71,8 +68,8 @@ def command(module: str, *args: str, env: dict[str, str] | None = None) -> subpr
         (["-optimize", "--max-total-trials", "0"], "argument --max-total-trials: must be a number of trials >= 1"),
         (["-optimize", "--n-evaluations", "0"], "argument --n-evaluations: must be a number of evaluations >= 1"),
         # rl-zoo3's evaluation: nan +/- nan and training goes on / an IndexError
-        (["--eval-episodes", "0"], "argument --eval-episodes: must be a number of episodes >= 1"),
-        (["--n-eval-envs", "0"], "argument --n-eval-envs: must be a number of environments >= 1"),
+        (["--eval-freq", "100", "--eval-episodes", "0"], "argument --eval-episodes: must be a number of episodes >= 1"),
+        (["--eval-freq", "100", "--n-eval-envs", "0"], "argument --n-eval-envs: must be a number of environments >= 1"),
         # SB3: iteration % log_interval, a ZeroDivisionError at the first log
         (["--log-interval", "0"], "argument --log-interval: must be a number of iterations >= 1, -1"),
     ],
@@ -95,8 +92,15 @@ def test_counts_that_rl_zoo3_allows_pass() -> None:
     check_train_counts(argparse.Namespace(**defaults, log_interval=-1))
     check_train_counts(argparse.Namespace(**{**defaults, "n_jobs": -1, "n_timesteps": 1, "log_interval": -2}))
     check_train_counts(argparse.Namespace(log_interval=-5))  # flags that the command lacks are skipped
-    with pytest.raises(ValueError, match=r"argument -n/--n-timesteps: .* got -2"):
-        check_train_counts(argparse.Namespace(**{**defaults, "n_timesteps": -2}))
+    # counts of what is off, which rl-zoo3 does not read: evaluation (--eval-freq -1), the search (no -optimize)
+    unused = dict(eval_episodes=0, n_eval_envs=0, n_trials=0, n_jobs=0, n_evaluations=0, max_total_trials=0)
+    check_train_counts(argparse.Namespace(**{**defaults, **unused}, eval_freq=-1, optimize_hyperparameters=False))
+    with pytest.raises(ValueError, match=r"argument --n-trials: must be a number of trials >= 1, got 0"):
+        check_train_counts(argparse.Namespace(**{**defaults, "n_trials": 0}, optimize_hyperparameters=True))
+    # -n 0 or below -1: rl-zoo3 trains the entry's budget (-n -100 trained 100,000 steps), so this warns
+    for n_timesteps in (0, -2):
+        with pytest.warns(UserWarning, match=rf"^-n {n_timesteps}: rl-zoo3 reads a budget of 0 or less as the hyperparameter"):
+            check_train_counts(argparse.Namespace(**{**defaults, "n_timesteps": n_timesteps}))
 
 
 # -params values

@@ -436,8 +436,12 @@ ENTRY_ORIGIN = "-params or the hyperparameter entry of --algo ppo_ewma"
     [
         # SB3's VecFrameStack asserted it without a message
         (["frame_stack:0"], f"frame_stack must be an integer >= 1, got 0 ({ENTRY_ORIGIN}; nothing was written)"),
-        # learn refused it after the run folder existed, as total_timesteps
-        (["n_timesteps:-5"], f"n_timesteps must be a finite number >= 0, got -5 ({ENTRY_ORIGIN}; nothing was written)"),
+        # rl-zoo3: "invalid literal for int() with base 10", after reading the entry
+        (
+            ["n_timesteps:'1e5'"],
+            f"n_timesteps must be a number of steps (rl-zoo3 reads it with int()), got '1e5' ({ENTRY_ORIGIN}; nothing was "
+            f"written)",
+        ),
         # rl-zoo3: "could not convert string to float: 'abc'"
         (
             ["learning_rate:'lin_abc'"],
@@ -499,7 +503,10 @@ def test_the_entrys_n_timesteps_is_checked_only_when_it_is_used() -> None:
 
     check_entry_counts("ppo_ewma", {"n_timesteps": -5}, n_timesteps_flag=64)  # -n 64 replaces it, as in rl-zoo3
     check_entry_counts("ppo_ewma", {"n_timesteps": 1e5, "frame_stack": None, "n_envs": 8})
-    with pytest.raises(ValueError, match=r"^n_timesteps must be a finite number >= 0, got '1e5' \(-params or the"):
+    # what rl-zoo3's int() reads: a string of digits, 0 or less (nothing trains)
+    for n_timesteps in ("256", -1, 0):
+        check_entry_counts("ppo_ewma", {"n_timesteps": n_timesteps})
+    with pytest.raises(ValueError, match=r"^n_timesteps must be a number of steps .*got '1e5' \(-params or the"):
         check_entry_counts("ppo_ewma", {"n_timesteps": "1e5"})
 
 
@@ -753,3 +760,14 @@ def test_a_number_rl_zoo3_makes_a_schedule_of_warns_as_in_a_script() -> None:
         warnings.simplefilter("always")
         check_entry_values("ppo_ewma", PPO_EWMA, {"policy": "MlpPolicy", "clip_range": -1.0}, {"clip_range": -1.0})
     assert not caught
+
+
+def test_normalize_is_read_as_rl_zoo3_reads_it() -> None:
+    # its truth value for a number (rl-zoo3: `if self.normalize:` with no keyword arguments), a dict or "dict(...)"
+    from sb3_ewma.zoo.derivation import normalize_settings
+
+    assert normalize_settings(1) == {} and normalize_settings(1.0) == {} and normalize_settings(True) == {}
+    assert normalize_settings(0) is None and normalize_settings(False) is None and normalize_settings(None) is None
+    assert normalize_settings("dict(norm_obs=False)") == {"norm_obs": False}
+    with pytest.raises(ValueError, match=r"^normalize must be a bool, a dict or a 'dict\(...\)' string, got \[1\]"):
+        normalize_settings([1])

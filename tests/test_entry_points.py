@@ -41,9 +41,9 @@ def test_python_m_sb3_ewma_lists_and_dispatches_the_commands(tmp_path: Path) -> 
     for command in ("train", "enjoy", "record_video", "push_to_hub", "load_from_hub", "scale", "plots"):
         assert re.search(rf"^  {command} +\S", result.stdout, re.MULTILINE), result.stdout
     # a command's own errors, with its name
-    result = run("-m", "sb3_ewma", "train", "--algo", "ppo_ewma", "-n", "-5", "-f", str(tmp_path))
+    result = run("-m", "sb3_ewma", "train", "--algo", "ppo_ewma", "--log-interval", "0", "-f", str(tmp_path))
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert "python -m sb3_ewma train: error: argument -n/--n-timesteps: must be a number of steps >= 1" in result.stderr
+    assert "python -m sb3_ewma train: error: argument --log-interval: must be a number of iterations >= 1" in result.stderr
     assert list(tmp_path.iterdir()) == []
     result = run("-m", "sb3_ewma", "traint")
     assert result.returncode == 1 and "error: unknown command 'traint': choose one of train, enjoy" in result.stderr

@@ -4,6 +4,7 @@ The command line of ``python -m sb3_ewma.train``: rl-zoo3's parser with this pac
 """
 
 import argparse
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar, overload
@@ -173,14 +174,9 @@ class TrainArgumentParser(ZooArgumentParser):
         self.exit(2, f"usage: {self.prog} [flags] (-h lists them)\n{self.prog}: error: {message}\n")
 
 
-# rl-zoo3's counts: flag -> (its attribute, what it allows, the values it allows besides integers >= 1)
+# rl-zoo3's counts: flag -> (its attribute, what it allows, the values it allows besides integers >= 1); -n's values
+# <= 0 are the entry's budget, as rl-zoo3 reads them (check_train_counts warns of 0 and below -1)
 TRAIN_COUNTS: dict[str, tuple[str, str, tuple[int | None, ...]]] = {
-    "-n/--n-timesteps": (
-        "n_timesteps",
-        "a number of steps >= 1, or -1 (the default: the hyperparameter entry's n_timesteps; rl-zoo3 reads any value "
-        "<= 0 so, which would train the entry's whole budget)",
-        (-1,),
-    ),
     "--n-trials": ("n_trials", "a number of trials >= 1", ()),
     "--max-total-trials": ("max_total_trials", "a number of trials >= 1, or left out (--n-trials per worker)", (None,)),
     "--n-jobs": ("n_jobs", "a number of parallel jobs >= 1, or -1 (one per CPU, as Optuna reads it)", (-1,)),
@@ -207,8 +203,22 @@ def check_train_counts(args: argparse.Namespace) -> None:
 
     :param args: the parsed arguments of rl-zoo3's ``train``
     """
+    n_timesteps = getattr(args, "n_timesteps", -1)
+    if n_timesteps <= 0 and n_timesteps != -1:
+        warnings.warn(
+            f"-n {n_timesteps}: rl-zoo3 reads a budget of 0 or less as the hyperparameter entry's n_timesteps, which "
+            "this run trains (-1, the default, says so)",
+            UserWarning,
+            stacklevel=2,
+        )
+    # counts of what is off are not read: evaluation (--eval-freq 0 or less), the hyperparameter search (no -optimize)
+    unused = set()
+    if getattr(args, "eval_freq", 1) <= 0:
+        unused |= {"eval_episodes", "n_eval_envs"}
+    if not getattr(args, "optimize_hyperparameters", True):
+        unused |= {"n_trials", "max_total_trials", "n_jobs", "n_evaluations"}
     for flag, (name, allowed, also_allowed) in TRAIN_COUNTS.items():
-        if not hasattr(args, name):
+        if not hasattr(args, name) or name in unused:
             continue
         value = getattr(args, name)
         if value in also_allowed or (name == "log_interval" and value is not None and value < -1):

@@ -319,13 +319,22 @@ def entry_origin(algo: str, scale_n_envs: int | None = None) -> str:
     return f"-params or the hyperparameter entry of --algo {algo}{rescaled}"
 
 
+def _is_step_count(value: Any) -> bool:
+    try:
+        int(value)
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return not isinstance(value, bool)
+
+
 ENTRY_RULES = (
     # rl-zoo3 passes it to make_vec_env: 0 fails with DummyVecEnv's IndexError after the run folder exists
     Rule("n_envs", "an integer >= 1", integer(1)),
     # SB3's VecFrameStack asserts it without a message
     Rule("frame_stack", "an integer >= 1", optional(integer(1))),
-    # what learn gets without -n (rl-zoo3 reads it with int(): 1e5 is its usual form)
-    Rule("n_timesteps", "a finite number >= 0", number(0)),
+    # what learn gets without -n (rl-zoo3 reads it with int(): 1e5 is its usual form, '256' works too; 0 or less trains
+    # nothing)
+    Rule("n_timesteps", "a number of steps (rl-zoo3 reads it with int())", _is_step_count),
 )
 """The rules of the entry's own counts (rl-zoo3's keys, not the constructor's)."""
 

@@ -16,6 +16,7 @@ import copy
 import importlib.resources
 import inspect
 import math
+import numbers
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -156,8 +157,8 @@ def normalize_settings(normalize: Any) -> dict[str, Any] | None:
             raise ValueError(f"{NORMALIZE_ALLOWED}, got {normalize!r}: {error}") from error
     if normalize is None or normalize is False:
         return None
-    if normalize is True:
-        return {}
+    if normalize is True or isinstance(normalize, numbers.Number):  # a number: its truth value, as rl-zoo3 reads it
+        return {} if normalize else None
     if isinstance(normalize, dict):
         return dict(normalize)
     raise ValueError(f"{NORMALIZE_ALLOWED}, got {normalize!r}")

@@ -4,8 +4,9 @@ minibatch's gradient), each with a :class:`~sb3_ewma.common.checks.NonFiniteErro
 before any update uses it.
 """
 
+import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -71,6 +72,22 @@ def _first_non_finite_of(observation: Any) -> tuple[str, np.ndarray, tuple[int, 
         if index is not None:
             return key, array, index
     return None
+
+
+@contextlib.contextmanager
+def naming_non_finite_observations(observation: Any) -> Iterator[None]:
+    """
+    Around a parent's ``predict``: an observation holding NaN is refused first (SB3's action distribution refuses what
+    the policy makes of it, unless a ``torch.compile`` in this process turned torch's validation of distributions off);
+    an infinity only where the parent fails on it (a tanh network may keep its outputs finite, and then SB3 predicts).
+    """
+    check_finite_prediction_input(observation, nan_only=True)
+    try:
+        yield
+    except (ValueError, RuntimeError):
+        # torch's "Expected parameter logits ... found invalid values" names the policy's output, not the input
+        check_finite_prediction_input(observation)
+        raise
 
 
 def check_finite_rollout(buffer: Any, last_observation: Any, num_timesteps: int) -> None:

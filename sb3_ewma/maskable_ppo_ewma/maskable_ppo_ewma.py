@@ -18,7 +18,7 @@ from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
 from sb3_ewma.common.distributed import rank_local_settings
 from sb3_ewma.common.distributions import policy_latents
 from sb3_ewma.common.export import to_parent_algorithm
-from sb3_ewma.common.finite import check_finite_prediction_input
+from sb3_ewma.common.finite import naming_non_finite_observations
 from sb3_ewma.common.keywords import check_policy_keywords
 from sb3_ewma.common.rules import CONTRIB_RULES, check_arguments, trains
 from sb3_ewma.maskable_ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
@@ -305,9 +305,5 @@ class MaskablePPO_EWMA(DecoupledAlgorithm, MaskablePPO):
     ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
         """``MaskablePPO.predict``; masks checked first; where it fails on a non-finite observation, the error says so."""
         check_action_masks(action_masks, self.action_space, count_observations(observation, self.observation_space))
-        check_finite_prediction_input(observation, nan_only=True)  # as DecoupledAlgorithm.predict
-        try:
+        with naming_non_finite_observations(observation):
             return MaskablePPO.predict(self, observation, state, episode_start, deterministic, action_masks)
-        except (ValueError, RuntimeError):
-            check_finite_prediction_input(observation)
-            raise

@@ -326,6 +326,11 @@ class PPG(DecoupledAlgorithm):
         return self._minibatch_size if self.aux_batch_size is None else int(self.aux_batch_size)
 
     @property
+    def _aux_minibatches_per_epoch(self) -> int:
+        """Optimizer steps per auxiliary epoch: the auxiliary buffer's steps over ``_aux_minibatch_size``."""
+        return math.ceil(self.n_policy_iterations * self.n_steps * self.n_envs / self._aux_minibatch_size)
+
+    @property
     def _aux_micro_batch_size(self) -> int:
         """Most samples on the device at once in the auxiliary phase: ``aux_micro_batch_size``, by default the minibatch."""
         return self._aux_minibatch_size if self.aux_micro_batch_size is None else int(self.aux_micro_batch_size)
@@ -373,8 +378,7 @@ class PPG(DecoupledAlgorithm):
                     f"{human_bytes(self.aux_buffer.nbytes)} of host memory (+ pi_old)"
                 )
         super()._setup_decoupled_training()
-        aux_minibatches = math.ceil(self.n_policy_iterations * self.n_steps * self.n_envs / self._aux_minibatch_size)
-        self.aux_gradient_noise = self._new_gradient_noise(self._aux_minibatch_size, aux_minibatches)
+        self.aux_gradient_noise = self._new_gradient_noise(self._aux_minibatch_size, self._aux_minibatches_per_epoch)
 
     @property
     def _aux_rollout_length(self) -> int | None:
@@ -485,8 +489,7 @@ class PPG(DecoupledAlgorithm):
     def _planned_optimizer_steps(self, iterations: int) -> int:
         """The policy phase's epochs (of the policy, the value function or both) and the auxiliary phases' epochs."""
         policy_phase = iterations * max(self.n_epochs, self.n_value_epochs) * self.minibatches_per_epoch
-        aux_minibatches = math.ceil(self.n_policy_iterations * self.n_steps * self.n_envs / self._aux_minibatch_size)
-        return policy_phase + iterations // self.n_policy_iterations * self.n_aux_epochs * aux_minibatches
+        return policy_phase + iterations // self.n_policy_iterations * self.n_aux_epochs * self._aux_minibatches_per_epoch
 
     def _auxiliary_losses(self, buffer: AuxiliaryBuffer, indices: np.ndarray) -> tuple[th.Tensor, ...]:
         """The auxiliary losses of the rows ``indices``: compiled when ``compile_step`` is in effect."""

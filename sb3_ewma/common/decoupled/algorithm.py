@@ -63,8 +63,8 @@ from sb3_ewma.common.distributions import (
 from sb3_ewma.common.ewma import ParameterEWMA, center_of_mass_from_ewma_decay
 from sb3_ewma.common.finite import (
     check_finite_gradient_norm,
-    check_finite_prediction_input,
     check_finite_rollout,
+    naming_non_finite_observations,
     scheduled_value,
 )
 from sb3_ewma.common.format import without_rounding_noise
@@ -907,18 +907,10 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
         """
         SB3's ``predict``; an observation that holds NaN, or an infinity where SB3 fails on it, gets a sentence that
-        says so (:func:`~sb3_ewma.common.finite.check_finite_prediction_input`): what SB3 predicts, this predicts.
+        says so (:func:`~sb3_ewma.common.finite.naming_non_finite_observations`): what SB3 predicts, this predicts.
         """
-        # NaN: SB3's action distribution refuses what the policy makes of it (torch validates the distributions'
-        # arguments, unless a torch.compile in this process turned that off); an infinity the network may turn into
-        # finite outputs (a tanh), and then SB3 predicts
-        check_finite_prediction_input(observation, nan_only=True)
-        try:
+        with naming_non_finite_observations(observation):
             return super().predict(observation, state, episode_start, deterministic)
-        except (ValueError, RuntimeError):
-            # torch's "Expected parameter logits ... found invalid values" names the policy's output, not the input
-            check_finite_prediction_input(observation)
-            raise
 
     def set_env(self, env: GymEnv | str, force_reset: bool = True) -> None:
         """SB3's ``set_env``; ``env`` may also be a registered environment id, made as the constructor makes it."""

@@ -188,7 +188,7 @@ def check_iterations_identical(out_dir: Path) -> None:
             assert len(model.ep_info_buffer) == sum(counts) > counts[0], (len(model.ep_info_buffer), counts)
         # the losses rank 0 logs are the mean over the ranks (each rank's own data): averaged at the next iteration
         local_losses = gather(model.logger.name_to_value["train/value_loss"])
-        model.data_parallel.synchronize_iteration(model, True)
+        model.data_parallel.synchronize_iteration(True, model.logger, model.ep_info_buffer, model.ep_success_buffer, model.env)
         if rank() == 0:
             assert local_losses[0] != local_losses[1]
             assert abs(model.logger.name_to_value["train/value_loss"] - np.mean(local_losses)) < 1e-12

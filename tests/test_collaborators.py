@@ -328,7 +328,7 @@ def test_rank_0_runs_the_data_parallel_callback_before_the_users(given):
             return True
 
     user = {"none": None, "callback": Mine(), "list": [Mine(), Mine()], "function": lambda _locals, _globals: True}[given]
-    callback, progress_bar = data_parallel.start_learn(model, 64, user, True)
+    callback, progress_bar = data_parallel.start_learn(64, 0, user, True, model.set_logger)
     assert isinstance(callback, CallbackList) and progress_bar
     assert isinstance(callback.callbacks[0], DataParallelCallback)
     expected = {"none": 0, "callback": 1, "list": 2, "function": 1}[given]
@@ -341,6 +341,8 @@ def test_rank_0_runs_the_data_parallel_callback_before_the_users(given):
 
 def test_other_ranks_run_the_data_parallel_callback_alone_without_progress_bar():
     model = PPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL)
-    callback, progress_bar = fake_data_parallel(FakeContext(rank=1)).start_learn(model, 64, [ConvertCallback(None)], True)
+    callback, progress_bar = fake_data_parallel(FakeContext(rank=1)).start_learn(
+        64, 0, [ConvertCallback(None)], True, model.set_logger
+    )
     assert isinstance(callback, DataParallelCallback) and not progress_bar
     assert model.logger.output_formats == []  # this rank writes no log

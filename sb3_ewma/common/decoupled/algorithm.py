@@ -6,6 +6,7 @@ the parent's methods (``PPO_EWMA``'s MRO: ``PPO_EWMA, DecoupledAlgorithm, PPO, O
 """
 
 import contextlib
+import dataclasses
 import io
 import math
 import pathlib
@@ -23,6 +24,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
+from stable_baselines3.common.save_util import recursive_getattr
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, RolloutBufferSamples, Schedule
 from stable_baselines3.common.utils import explained_variance, update_learning_rate
 from stable_baselines3.common.vec_env import VecEnv
@@ -51,6 +53,7 @@ from sb3_ewma.common.decoupled.step import (
 from sb3_ewma.common.distributed import (
     DataParallelTraining,
     SingleProcessTraining,
+    data_parallel_settings,
     previous_world_size_change,
     wants_data_parallel,
     warn_world_size_change,
@@ -86,6 +89,23 @@ class PolicyLossTerms(NamedTuple):
     policy_loss: th.Tensor
     entropy_loss: th.Tensor
     approx_kl_div: th.Tensor
+
+
+@dataclasses.dataclass
+class IterationLosses:
+    """The losses of an iteration's minibatches, logged after its loop as SB3's PPO logs them."""
+
+    entropy_losses: list[th.Tensor] = dataclasses.field(default_factory=list)
+    value_losses: list[th.Tensor] = dataclasses.field(default_factory=list)
+    approx_kl_divs: list[th.Tensor] = dataclasses.field(default_factory=list)  # the last policy epoch's
+    loss: th.Tensor | None = None  # the last minibatch's
+
+    def add(self, terms: MinibatchTerms) -> None:
+        """A joint minibatch's terms."""
+        self.loss = terms.loss
+        self.value_losses.append(terms.value_loss.detach())
+        self.entropy_losses.append(terms.entropy_loss.detach())
+        self.approx_kl_divs.append(terms.approx_kl_div)
 
 
 class DecoupledAlgorithm(OnPolicyAlgorithm):
@@ -225,7 +245,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         # a loaded model that continues at another world size is warned when it learns
         self._world_size_change = previous_world_size_change(getattr(self, "trained_world_size", None), self.world_size)
         self.trained_world_size = self.world_size
-        self.data_parallel.setup(self)
+        self.data_parallel.setup(data_parallel_settings(self), self._state_holders(), self.policy)
         self.advantage_normalizer.reducer = self.data_parallel.advantage_reducer
 
     def _new_proximal_policy(self) -> ProximalPolicy:
@@ -331,87 +351,111 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         # [decoupled] the advantage moments of this iteration ("ewma" normalization)
         buffer = self.rollout_buffer
         buffer.advantages = self.advantage_normalizer.start_iteration(buffer.advantages)
-        policy_objective = DecoupledPolicyObjective(clip_range, self.kl_coef, self.kl_estimator, self.imp_samp_max)
+        objective = DecoupledPolicyObjective(clip_range, self.kl_coef, self.kl_estimator, self.imp_samp_max)
         # [compiled] each minibatch's loss, backward pass, clipping, optimizer step and EWMA step as one function
         one_function, sentence = self.compiled_step.steps_whole(self._step_in_pieces, clip_range, clip_range_vf)
         if sentence is not None:
             self._announce(sentence)
 
-        entropy_losses, value_losses = [], []
-        # logged after the loop: the last policy epoch's KL estimates and the last minibatch's loss
-        approx_kl_divs: list[th.Tensor] = []
-        loss: th.Tensor | None = None
-        continue_training = True
+        losses = IterationLosses()
+        train_policy = True
         for epoch in range(max(self.n_epochs, n_value_epochs)):
-            policy_epoch = continue_training and epoch < self.n_epochs
-            value_epoch = epoch < n_value_epochs and (continue_training or value_outlives_target_kl)
-            if not (policy_epoch or value_epoch):
+            train_policy = train_policy and epoch < self.n_epochs
+            train_value = epoch < n_value_epochs and (train_policy or value_outlives_target_kl)
+            if not (train_policy or train_value):
                 break
-            if policy_epoch:
-                approx_kl_divs = []
+            if train_policy:
+                losses.approx_kl_divs = []  # logged: the last policy epoch's
             # Do a complete pass on the rollout buffer (a value-only epoch needs no advantages)
-            for rollout_data in self._minibatches(buffer) if policy_epoch else self._sampled_minibatches(buffer):
-                train_policy = continue_training and policy_epoch
-                if train_policy and value_epoch:
-                    # [decoupled] the policy loss: importance sampling with the behavior policy, clipping (or a KL
-                    # penalty) at the proximal policy; the entropy and value losses; the approximate KL from the
-                    # behavior policy
-                    stepped = one_function and self.compiled_step.whole
-                    if stepped:
-                        # [compiled] with the optimization step below (backward, clipping, Adam, the EWMA step)
-                        terms = self._whole_step(rollout_data, policy_objective, clip_range_vf)
-                    else:
-                        terms = self._minibatch_loss(rollout_data, policy_objective, clip_range, clip_range_vf)
-                    value_losses.append(terms.value_loss.detach())
-                    entropy_losses.append(terms.entropy_loss.detach())
-                    approx_kl_divs.append(terms.approx_kl_div)
-                    minibatch_loss = terms.loss
-                    if stepped:
-                        loss = minibatch_loss
-                        continue
-                    if self._reached_target_kl(terms.approx_kl_div, epoch):
-                        continue_training = train_policy = False
-                        if not value_outlives_target_kl:
-                            loss = minibatch_loss  # logged, as SB3's PPO logs it, though not optimized
-                            break
-                        minibatch_loss = self.vf_coef * terms.value_loss
-                elif train_policy:
-                    # PPG: a policy-only epoch
-                    _, policy_loss, entropy_loss, approx_kl_div = self._policy_loss_terms(rollout_data, policy_objective)
-                    entropy_losses.append(entropy_loss.detach())
-                    approx_kl_divs.append(approx_kl_div)
-                    if self._reached_target_kl(approx_kl_div, epoch):
-                        continue_training = False
-                        break
-                    minibatch_loss = policy_loss + self.ent_coef * entropy_loss
+            for rollout_data in self._minibatches(buffer) if train_policy else self._sampled_minibatches(buffer):
+                if not train_policy:
+                    self._value_step(rollout_data, clip_range_vf, losses)
+                    continue
+                if train_value:
+                    whole = one_function and self.compiled_step.whole
+                    train_policy = self._joint_step(
+                        rollout_data, objective, clip_range, clip_range_vf, losses, epoch, whole, value_outlives_target_kl
+                    )
                 else:
-                    # PPG: a value-only epoch, or the value epochs after target_kl
-                    value_loss = self._value_loss(rollout_data, clip_range_vf)
-                    value_losses.append(value_loss.detach())
-                    minibatch_loss = self.vf_coef * value_loss
-                loss = minibatch_loss
-
-                # Optimization step
-                self.policy.optimizer.zero_grad()
-                loss.backward()
-                # the gradient noise scale of the policy updates (not of value-only steps)
-                self._apply_gradients(self.policy.optimizer, self.gradient_noise if train_policy else None, "train")
-                if train_policy:
-                    # [decoupled] the EWMA step, after policy updates only (value-only steps do not count)
-                    self.proximal.step()
-
+                    train_policy = self._policy_step(rollout_data, objective, losses, epoch)
+                if not train_policy and not (train_value and value_outlives_target_kl):
+                    break  # target_kl reached: the iteration ends
             self._n_updates += 1
 
         self._record_train_logs(
             buffer,
-            policy_objective.mean_stats(),
-            entropy_losses=entropy_losses,
-            value_losses=value_losses,
-            approx_kl_divs=approx_kl_divs,
-            loss=loss,
+            objective.mean_stats(),
+            entropy_losses=losses.entropy_losses,
+            value_losses=losses.value_losses,
+            approx_kl_divs=losses.approx_kl_divs,
+            loss=losses.loss,
             clip_range=clip_range,
             clip_range_vf=clip_range_vf,
         )
+
+    def _joint_step(
+        self,
+        rollout_data: Any,
+        objective: DecoupledPolicyObjective,
+        clip_range: float | None,
+        clip_range_vf: float | None,
+        losses: IterationLosses,
+        epoch: int,
+        whole: bool,
+        value_outlives_target_kl: bool,
+    ) -> bool:
+        """
+        SB3 PPO's minibatch, the policy and the value function together; returns whether the policy trains on (False:
+        ``target_kl`` reached, and this minibatch's policy step not taken; PPG still takes its value step).
+        """
+        if whole:
+            # [compiled] the loss with its whole optimization step (backward, clipping, Adam, the EWMA step)
+            terms = self._whole_step(rollout_data, objective, clip_range_vf)
+            losses.add(terms)
+            return True
+        # [decoupled] the policy loss: importance sampling with the behavior policy, clipping (or a KL penalty) at the
+        # proximal policy; the entropy and value losses; the approximate KL from the behavior policy
+        terms = self._minibatch_loss(rollout_data, objective, clip_range, clip_range_vf)
+        losses.add(terms)
+        if self._reached_target_kl(terms.approx_kl_div, epoch):
+            # SB3's PPO logs this minibatch's loss, not optimized; PPG optimizes (and logs) its value loss
+            if value_outlives_target_kl:
+                losses.loss = self.vf_coef * terms.value_loss
+                self._optimize(losses.loss, policy_update=False)
+            return False
+        self._optimize(terms.loss, policy_update=True)
+        return True
+
+    def _policy_step(
+        self, rollout_data: Any, objective: DecoupledPolicyObjective, losses: IterationLosses, epoch: int
+    ) -> bool:
+        """PPG's policy-only minibatch (its epochs past ``n_value_epochs``); returns whether the policy trains on."""
+        _, policy_loss, entropy_loss, approx_kl_div = self._policy_loss_terms(rollout_data, objective)
+        losses.entropy_losses.append(entropy_loss.detach())
+        losses.approx_kl_divs.append(approx_kl_div)
+        if self._reached_target_kl(approx_kl_div, epoch):
+            return False
+        losses.loss = policy_loss + self.ent_coef * entropy_loss
+        self._optimize(losses.loss, policy_update=True)
+        return True
+
+    def _value_step(self, rollout_data: Any, clip_range_vf: float | None, losses: IterationLosses) -> None:
+        """PPG's value-only minibatch (its epochs past ``n_epochs``, or after ``target_kl`` stopped the policy's)."""
+        value_loss = self._value_loss(rollout_data, clip_range_vf)
+        losses.value_losses.append(value_loss.detach())
+        losses.loss = self.vf_coef * value_loss
+        self._optimize(losses.loss, policy_update=False)
+
+    def _optimize(self, loss: th.Tensor, policy_update: bool) -> None:
+        """SB3 PPO's optimization step; after a policy update (not a value-only step), the proximal EWMA's step."""
+        # Optimization step
+        self.policy.optimizer.zero_grad()
+        loss.backward()
+        # the gradient noise scale of the policy updates (not of value-only steps)
+        self._apply_gradients(self.policy.optimizer, self.gradient_noise if policy_update else None, "train")
+        if policy_update:
+            # [decoupled] the EWMA step
+            self.proximal.step()
 
     def _minibatch_loss(
         self,
@@ -688,7 +732,12 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         )
         super().set_parameters(params, exact_match=exact_match, device=device)
         # whatever each rank loaded, they continue from rank 0's (nothing to do on one process)
-        self.data_parallel.broadcast_state(self)
+        self.data_parallel.broadcast_state(self._state_holders())
+
+    def _state_holders(self) -> dict[str, Any]:
+        """The modules and optimizers whose states ``save`` writes, by name (the policy's, the proximal network's)."""
+        names, _ = self._get_torch_save_params()
+        return {name: recursive_getattr(self, name) for name in names}
 
     def _excluded_save_params(self) -> list[str]:
         # the collaborators (rebuilt by _setup_model), this run's state (world size change, the overlapped rollouts)
@@ -720,8 +769,9 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         if self._world_size_change is not None and self.rank == 0:
             warn_world_size_change(*self._world_size_change, self.n_envs)
         self._world_size_change = None
+        starts_from = 0 if reset_num_timesteps else self.num_timesteps
         callback, progress_bar = self.data_parallel.start_learn(
-            self, total_timesteps, callback, progress_bar, reset_num_timesteps
+            total_timesteps, starts_from, callback, progress_bar, self.set_logger
         )
         self._start_compiled_step(total_timesteps)
         overlapped = self.overlapped_rollouts = OverlappedRollouts(self.rollout_collector) if self.async_rollouts else None
@@ -759,7 +809,9 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             # the rollout collected during the last train() (the first of a learn call: collected now)
             continue_training = overlapped.collect(self, env, callback)
         # once per iteration, after the rollout: whether training goes on (on every rank, when data-parallel)
-        continue_training = self.data_parallel.synchronize_iteration(self, continue_training)
+        continue_training = self.data_parallel.synchronize_iteration(
+            continue_training, self.logger, self.ep_info_buffer, self.ep_success_buffer, self.env
+        )
         if overlapped is not None and continue_training and self.num_timesteps < self._total_timesteps:
             overlapped.start_next(env)  # collected while SB3's loop trains on this one
         return continue_training

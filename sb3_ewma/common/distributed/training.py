@@ -2,6 +2,7 @@
 
 import contextlib
 import warnings
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -10,7 +11,6 @@ import torch as th
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ConvertCallback
 from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
-from stable_baselines3.common.save_util import recursive_getattr
 from stable_baselines3.common.type_aliases import MaybeCallback
 from stable_baselines3.common.vec_env import VecEnv, unwrap_vec_normalize
 
@@ -85,14 +85,17 @@ class DataParallelTraining:
         """Sums a tensor over the ranks: the advantage moments are then those of every rank's advantages."""
         return self.context.all_reduce_sum
 
-    def setup(self, algorithm: OnPolicyAlgorithm) -> None:
+    def setup(self, settings: dict[str, Any], state_holders: dict[str, Any], policy: th.nn.Module) -> None:
         """
-        At the end of ``_setup_model``: check that every rank has the same settings, give every rank rank 0's state,
-        and average the gradients of every backward pass from then on.
+        At the end of ``_setup_model``: check that every rank has the same ``settings``
+        (:func:`data_parallel_settings`), give every rank rank 0's state, and average the gradients of every backward
+        pass through ``policy`` from then on.
+
+        :param state_holders: the model's modules and optimizers by name (:meth:`broadcast_state`)
         """
-        self.context.check_same_settings(data_parallel_settings(algorithm))
-        self.broadcast_state(algorithm)
-        self._average_gradients_after_backward(algorithm.policy)
+        self.context.check_same_settings(settings)
+        self.broadcast_state(state_holders)
+        self._average_gradients_after_backward(policy)
 
     def _average_gradients_after_backward(self, policy: th.nn.Module) -> None:
         """
@@ -132,35 +135,35 @@ class DataParallelTraining:
         finally:
             self._accumulating = False
 
-    def broadcast_state(self, algorithm: OnPolicyAlgorithm) -> None:
-        """Rank 0's parameters, optimizer states and proximal EWMA on every rank."""
-        names, _ = algorithm._get_torch_save_params()
-        self.context.broadcast_state_dicts({name: recursive_getattr(algorithm, name) for name in names})
+    def broadcast_state(self, state_holders: dict[str, Any]) -> None:
+        """Rank 0's state of each module and optimizer (the parameters, optimizer states, proximal EWMA) on every rank."""
+        self.context.broadcast_state_dicts(state_holders)
 
     def start_learn(
         self,
-        algorithm: OnPolicyAlgorithm,
         total_timesteps: int,
+        starts_from: int,
         callback: MaybeCallback,
         progress_bar: bool,
-        reset_num_timesteps: bool = True,
+        set_logger: Callable[[Logger], None],
     ) -> tuple[MaybeCallback, bool]:
         """
         At the start of ``learn``: check that the ranks agree on the budget; ranks other than 0 log nothing and run
         only a :class:`DataParallelCallback`, rank 0 runs it before the user's callbacks.
 
+        :param starts_from: the ``num_timesteps`` the call starts from (0 when ``learn`` resets the count)
+        :param set_logger: the model's ``set_logger``, given a logger with no output on ranks other than 0
         :return: this rank's callback and progress bar setting
         """
         # before anything is collected: a rank that would stop early would leave the others waiting (a count that
         # starts again from 0 is the same on every rank, whatever an earlier call stopped at)
-        starts_from = 0 if reset_num_timesteps else algorithm.num_timesteps
         self.context.check_same_settings(
             {"total_timesteps (learn)": total_timesteps, "num_timesteps (start of learn)": starts_from},
             advice="call learn() with the same total_timesteps on every rank (and the same model state)",
         )
         if self.rank != 0:
             # a logger with no output; SB3 then creates no log folder on this rank
-            algorithm.set_logger(Logger(folder=None, output_formats=[]))
+            set_logger(Logger(folder=None, output_formats=[]))
             return DataParallelCallback(self), False
         if callback is None:
             callbacks: list[BaseCallback] = []
@@ -192,30 +195,37 @@ class DataParallelTraining:
         if episodes or successes:
             self.pending_episodes.append((episodes, successes))
 
-    def synchronize_iteration(self, algorithm: OnPolicyAlgorithm, continue_training: bool) -> bool:
+    def synchronize_iteration(
+        self,
+        continue_training: bool,
+        logger: Logger,
+        ep_info_buffer: deque | None,
+        ep_success_buffer: deque | None,
+        env: VecEnv | None,
+    ) -> bool:
         """
         Once per iteration, on the main thread, after the rollout and before ``train()``: agree on going on, gather
-        the episode statistics and ``train()`` diagnostics on rank 0, and pool ``VecNormalize`` statistics.
+        the episode statistics (into rank 0's ``ep_info_buffer`` and ``ep_success_buffer``) and ``train()``
+        diagnostics (into rank 0's ``logger``), and pool the statistics of ``env``'s ``VecNormalize``.
 
         :return: whether every rank goes on
         """
         context = self.context
-        logger = algorithm.logger
         diagnostics = training_diagnostics(logger.name_to_value)
         gathered = context.all_gather_objects((continue_training, self.pending_episodes, diagnostics))
         self.pending_episodes = []
         if context.rank == 0:
             # set by SB3's _setup_learn, which ran before the first iteration
-            assert algorithm.ep_info_buffer is not None and algorithm.ep_success_buffer is not None
+            assert ep_info_buffer is not None and ep_success_buffer is not None
             for rank, (_, pending, _) in enumerate(gathered):
                 if rank == 0:
                     continue  # already in this rank's buffers
                 for episodes, successes in pending:
-                    algorithm.ep_info_buffer.extend(episodes)
-                    algorithm.ep_success_buffer.extend(successes)
+                    ep_info_buffer.extend(episodes)
+                    ep_success_buffer.extend(successes)
             # the last train()'s losses and diagnostics, not yet dumped: their mean over the ranks
             logger.name_to_value.update(mean_over_ranks([ranks_diagnostics for _, _, ranks_diagnostics in gathered]))
-        vec_normalize = unwrap_vec_normalize(algorithm.env) if algorithm.env is not None else None
+        vec_normalize = unwrap_vec_normalize(env) if env is not None else None
         if vec_normalize is not None and vec_normalize.training:
             self.vec_normalize_pool.pool(vec_normalize, context)
         logger.record("time/communication_s", context.take_communication_time())
@@ -238,10 +248,10 @@ class SingleProcessTraining:
     rank = 0
     advantage_reducer = None
 
-    def setup(self, algorithm: OnPolicyAlgorithm) -> None:
+    def setup(self, settings: dict[str, Any], state_holders: dict[str, Any], policy: th.nn.Module) -> None:
         """Nothing to agree on."""
 
-    def broadcast_state(self, algorithm: OnPolicyAlgorithm) -> None:
+    def broadcast_state(self, state_holders: dict[str, Any]) -> None:
         """Nothing to send."""
 
     def accumulating(self) -> contextlib.AbstractContextManager[None]:
@@ -249,18 +259,25 @@ class SingleProcessTraining:
 
     def start_learn(
         self,
-        algorithm: OnPolicyAlgorithm,
         total_timesteps: int,
+        starts_from: int,
         callback: MaybeCallback,
         progress_bar: bool,
-        reset_num_timesteps: bool = True,
+        set_logger: Callable[[Logger], None],
     ) -> tuple[MaybeCallback, bool]:
         return callback, progress_bar
 
     def check_same_settings(self, settings: dict[str, Any], advice: str) -> None:
         """One process agrees with itself."""
 
-    def synchronize_iteration(self, algorithm: OnPolicyAlgorithm, continue_training: bool) -> bool:
+    def synchronize_iteration(
+        self,
+        continue_training: bool,
+        logger: Logger,
+        ep_info_buffer: deque | None,
+        ep_success_buffer: deque | None,
+        env: VecEnv | None,
+    ) -> bool:
         return continue_training
 
     def seed_for_rank(self, seed: int | None, n_envs: int) -> int | None:

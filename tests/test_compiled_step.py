@@ -32,6 +32,7 @@ from sb3_ewma.common.decoupled.step import (
     LossSettings,
     LossTargets,
     minibatch_loss,
+    overridden_step,
 )
 from sb3_ewma.common.distributions import (
     masked_action_dims,
@@ -298,7 +299,8 @@ def test_a_subclass_that_evaluates_its_own_way_steps_eagerly():
     with pytest.warns(UserWarning, match="_EvaluationMixin overrides _evaluate_policy"):
         mixed.learn(16)
     assert not mixed.compiled_step.active
-    assert PPO_EWMA("MlpPolicy", "CartPole-v1")._compiled_evaluation_here() == "observations"
+    assert overridden_step(PPO_EWMA, ("_evaluate_policy",), "compiled step") is None
+    assert overridden_step(_OwnEvaluation, ("_evaluate_policy",), "compiled step").startswith("_OwnEvaluation overrides")
 
 
 def filled_recurrent_model(env_id: str, layout: dict) -> RecurrentPPO_EWMA:

@@ -49,6 +49,8 @@ from sb3_ewma.common.decoupled.step import (
     CompiledStep,
     MinibatchTerms,
     compile_unsupported,
+    overridden_step,
+    planned_iterations,
 )
 from sb3_ewma.common.distributed import (
     DataParallelTraining,
@@ -76,7 +78,7 @@ from sb3_ewma.common.keywords import unknown_policy_message
 from sb3_ewma.common.losses import clipped_values
 from sb3_ewma.common.minibatches import rollout_minibatches
 from sb3_ewma.common.precision import FLOAT32, TrainingPrecision
-from sb3_ewma.common.rules import check_learn_arguments, step_budget
+from sb3_ewma.common.rules import check_learn_arguments
 from sb3_ewma.common.saved_files import check_load_keywords, saved_model_name
 
 SelfDecoupledAlgorithm = TypeVar("SelfDecoupledAlgorithm", bound="DecoupledAlgorithm")
@@ -859,17 +861,15 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     # compile_step: what the compiled step (self.compiled_step) takes from the model
     def _start_compiled_step(self, total_timesteps: int) -> None:
         """Whether this ``learn`` call's training and acting steps run compiled (``compile_step``), said in one line."""
-        # SB3's budget: NaN or 0 trains nothing, infinity until a callback stops training
-        budget = step_budget(total_timesteps) / (int(self.n_steps) * self._timesteps_per_env_step)
-        iterations = budget if math.isinf(budget) else 0 if math.isnan(budget) else math.ceil(budget)
+        iterations = planned_iterations(total_timesteps, int(self.n_steps) * self._timesteps_per_env_step)
         planned = iterations if math.isinf(iterations) else self._planned_optimizer_steps(int(iterations))
-        unsupported = (
-            None
-            if self.compile_step is False
-            else compile_unsupported(
-                self.policy, self.device, self._compiled_evaluation_here(), needs_distributions=self._needs_distributions
+        unsupported = None
+        if self.compile_step is not False:
+            # a subclass's own _evaluate_policy is not what the compiled step computes
+            evaluation = overridden_step(type(self), ("_evaluate_policy",), "compiled step") or self._compiled_evaluation
+            unsupported = compile_unsupported(
+                self.policy, self.device, evaluation, needs_distributions=self._needs_distributions
             )
-        )
         sentence = self.compiled_step.start_learn(
             planned,
             unsupported,
@@ -884,17 +884,6 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         """The optimizer steps of ``iterations`` iterations of ``train()``: ``n_epochs`` epochs of minibatches."""
         return iterations * self.n_epochs * self.minibatches_per_epoch
 
-    def _compiled_evaluation_here(self) -> str:
-        """:attr:`_compiled_evaluation`, unless a class before the one that set it in the method resolution order (a
-        subclass, or a mixin placed first) evaluates its own way: an :meth:`_evaluate_policy` the compiled step would
-        not follow."""
-        mro = type(self).__mro__
-        setter = next(klass for klass in mro if "_compiled_evaluation" in vars(klass))
-        evaluator = next(klass for klass in mro if "_evaluate_policy" in vars(klass))
-        if mro.index(evaluator) < mro.index(setter):  # a subclass's, or a mixin's placed before the algorithm
-            return f"{evaluator.__name__} overrides _evaluate_policy, which the compiled step does not follow"
-        return self._compiled_evaluation
-
     def _step_in_pieces(self) -> str | None:
         """
         Why a compiled training step cannot be one function (``CompiledStep.whole_step``) for this model (None: it
@@ -907,10 +896,8 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             return "the gradient noise scale reads the gradients"
         if self.world_size > 1:
             return "data-parallel gradients are averaged during backward()"
-        for name in ("_minibatch_loss", "_apply_gradients"):
-            if getattr(type(self), name) is not getattr(DecoupledAlgorithm, name):
-                return f"{type(self).__name__} overrides {name}, which the whole step does not call"
-        return CompiledStep.not_whole(self.policy, self.policy.optimizer)
+        overridden = overridden_step(type(self), ("_minibatch_loss", "_apply_gradients"), "whole step")
+        return overridden or CompiledStep.not_whole(self.policy, self.policy.optimizer)
 
     def _whole_step(
         self, rollout_data: Any, policy_objective: DecoupledPolicyObjective, clip_range_vf: float | None

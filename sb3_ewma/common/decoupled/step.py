@@ -48,6 +48,7 @@ from sb3_ewma.common.finite import check_finite_gradient_norm
 from sb3_ewma.common.losses import capped_behavior_log_prob, clipped_surrogate_loss, log_clip_bounds, sampled_kl
 from sb3_ewma.common.policies import LeanActingMixin
 from sb3_ewma.common.precision import autocast
+from sb3_ewma.common.rules import step_budget
 
 COMPILATION_ERRORS = (dynamo_exc.TorchDynamoException, dynamo_exc.FailOnRecompileLimitHit, inductor_exc.InductorError)
 """What a later call's failed compilation (another shape) raises; other errors (out of memory) propagate."""
@@ -349,6 +350,27 @@ def compile_unsupported(policy: th.nn.Module, device: th.device, evaluation: str
     if needs_distributions:
         return "kl_estimator='exact' needs the action distributions"
     return compiler_missing(device)
+
+
+def overridden_step(algorithm_class: type, methods: tuple[str, ...], step: str) -> str | None:
+    """
+    Why the compiled ``step`` would not do what ``algorithm_class`` does (None: it would): one of ``methods``, which the
+    compiled step computes its own way, overridden by a class placed before the one that says how the compiled step
+    evaluates its policy (``_compiled_evaluation``), a user's subclass or a mixin placed first.
+    """
+    mro = algorithm_class.__mro__
+    anchor = next(index for index, klass in enumerate(mro) if "_compiled_evaluation" in vars(klass))
+    for name in methods:
+        definer = next(index for index, klass in enumerate(mro) if name in vars(klass))
+        if definer < anchor:
+            return f"{mro[definer].__name__} overrides {name}, which the {step} does not call"
+    return None
+
+
+def planned_iterations(total_timesteps: Any, timesteps_per_iteration: int) -> float:
+    """The iterations a ``learn(total_timesteps)`` call plans: SB3's budget (NaN or 0: none; infinity: no end)."""
+    budget = step_budget(total_timesteps) / timesteps_per_iteration
+    return budget if math.isinf(budget) else 0 if math.isnan(budget) else math.ceil(budget)
 
 
 def compiler_missing(device: th.device) -> str | None:

@@ -24,6 +24,7 @@ from torch._dynamo.utils import counters
 
 from sb3_ewma import PPG, PPG_EWMA, PPO_EWMA, MaskablePPO_EWMA, RecurrentPPO_EWMA
 from sb3_ewma.common.decoupled import step as step_module
+from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
 from sb3_ewma.common.decoupled.step import (
     AUTO_MIN_ACTING_STEPS,
@@ -299,8 +300,11 @@ def test_a_subclass_that_evaluates_its_own_way_steps_eagerly():
     with pytest.warns(UserWarning, match="_EvaluationMixin overrides _evaluate_policy"):
         mixed.learn(16)
     assert not mixed.compiled_step.active
-    assert overridden_step(PPO_EWMA, ("_evaluate_policy",), "compiled step") is None
-    assert overridden_step(_OwnEvaluation, ("_evaluate_policy",), "compiled step").startswith("_OwnEvaluation overrides")
+    assert overridden_step(PPO_EWMA, ("_evaluate_policy",), DecoupledAlgorithm) is None
+    assert overridden_step(MaskablePPO_EWMA, ("_evaluate_policy",), MaskablePPO_EWMA) is None
+    assert (
+        overridden_step(_OwnEvaluation, ("_evaluate_policy",), MaskablePPO_EWMA) == "_OwnEvaluation overrides _evaluate_policy"
+    )
 
 
 def filled_recurrent_model(env_id: str, layout: dict) -> RecurrentPPO_EWMA:

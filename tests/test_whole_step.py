@@ -17,6 +17,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 from sb3_ewma import PPG_EWMA, PPO_EWMA, MaskablePPO_EWMA
 from sb3_ewma.common.checks import NonFiniteError
 from sb3_ewma.common.decoupled import step as step_module
+from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
 from sb3_ewma.common.decoupled.step import AdamSettings, AdamTensors, adam_step_, clip_by_total_norm
 
@@ -251,6 +252,26 @@ def test_a_frozen_parameter_or_an_overridden_step_keeps_the_step_in_pieces():
 
     other = ClippedOtherwise("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2, seed=0), n_steps=16, batch_size=32)
     assert other._step_in_pieces() == "ClippedOtherwise overrides _apply_gradients, which the whole step does not call"
+
+    # the same class saying how the compiled step evaluates its policy, or a mixin placed after the algorithm
+    class OwnLoss(PPO_EWMA):
+        _compiled_evaluation = "observations"
+
+        def _minibatch_loss(self, rollout_data, policy_objective, clip_range, clip_range_vf):
+            return super()._minibatch_loss(rollout_data, policy_objective, clip_range, clip_range_vf)
+
+    own = OwnLoss("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2, seed=0), n_steps=16, batch_size=32)
+    assert own._step_in_pieces() == "OwnLoss overrides _minibatch_loss, which the whole step does not call"
+
+    class GradientsMixin(DecoupledAlgorithm):
+        def _apply_gradients(self, optimizer, gradient_noise, log_prefix):
+            super()._apply_gradients(optimizer, gradient_noise, log_prefix)
+
+    class MaskedMixedIn(MaskablePPO_EWMA, GradientsMixin):
+        pass
+
+    masked = MaskedMixedIn("MlpPolicy", InvalidActionEnvDiscrete(dim=4, n_invalid_actions=1), n_steps=16, batch_size=16)
+    assert masked._step_in_pieces() == "GradientsMixin overrides _apply_gradients, which the whole step does not call"
 
 
 @needs_compiler

@@ -102,8 +102,8 @@ class IterationLosses:
     approx_kl_divs: list[th.Tensor] = dataclasses.field(default_factory=list)  # the last policy epoch's
     loss: th.Tensor | None = None  # the last minibatch's
 
-    def add(self, terms: MinibatchTerms) -> None:
-        """A joint minibatch's terms."""
+    def add_joint(self, terms: MinibatchTerms) -> None:
+        """A minibatch's terms of the policy and the value function together, its loss the last one."""
         self.loss = terms.loss
         self.value_losses.append(terms.value_loss.detach())
         self.entropy_losses.append(terms.entropy_loss.detach())
@@ -353,40 +353,48 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         # [decoupled] the advantage moments of this iteration ("ewma" normalization)
         buffer = self.rollout_buffer
         buffer.advantages = self.advantage_normalizer.start_iteration(buffer.advantages)
-        objective = DecoupledPolicyObjective(clip_range, self.kl_coef, self.kl_estimator, self.imp_samp_max)
+        policy_objective = DecoupledPolicyObjective(clip_range, self.kl_coef, self.kl_estimator, self.imp_samp_max)
         # [compiled] each minibatch's loss, backward pass, clipping, optimizer step and EWMA step as one function
         one_function, sentence = self.compiled_step.steps_whole(self._step_in_pieces, clip_range, clip_range_vf)
         if sentence is not None:
             self._announce(sentence)
 
         losses = IterationLosses()
-        train_policy = True
+        continue_training = True
         for epoch in range(max(self.n_epochs, n_value_epochs)):
-            train_policy = train_policy and epoch < self.n_epochs
-            train_value = epoch < n_value_epochs and (train_policy or value_outlives_target_kl)
-            if not (train_policy or train_value):
+            policy_epoch = continue_training and epoch < self.n_epochs
+            value_epoch = epoch < n_value_epochs and (continue_training or value_outlives_target_kl)
+            if not (policy_epoch or value_epoch):
                 break
-            if train_policy:
+            if policy_epoch:
                 losses.approx_kl_divs = []  # logged: the last policy epoch's
             # Do a complete pass on the rollout buffer (a value-only epoch needs no advantages)
-            for rollout_data in self._minibatches(buffer) if train_policy else self._sampled_minibatches(buffer):
-                if not train_policy:
+            for rollout_data in self._minibatches(buffer) if policy_epoch else self._sampled_minibatches(buffer):
+                if not (policy_epoch and continue_training):
+                    # PPG: a value-only epoch, or the value steps after target_kl
                     self._value_step(rollout_data, clip_range_vf, losses)
                     continue
-                if train_value:
-                    whole = one_function and self.compiled_step.whole
-                    train_policy = self._joint_step(
-                        rollout_data, objective, clip_range, clip_range_vf, losses, epoch, whole, value_outlives_target_kl
+                if value_epoch:
+                    continue_training = self._joint_step(
+                        rollout_data,
+                        policy_objective,
+                        clip_range,
+                        clip_range_vf,
+                        epoch,
+                        losses,
+                        # read at each minibatch: a whole step that fails to compile leaves the rest in pieces
+                        whole=one_function and self.compiled_step.whole,
+                        value_outlives_target_kl=value_outlives_target_kl,
                     )
                 else:
-                    train_policy = self._policy_step(rollout_data, objective, losses, epoch)
-                if not train_policy and not (train_value and value_outlives_target_kl):
+                    continue_training = self._policy_step(rollout_data, policy_objective, epoch, losses)
+                if not continue_training and not (value_epoch and value_outlives_target_kl):
                     break  # target_kl reached: the iteration ends
             self._n_updates += 1
 
         self._record_train_logs(
             buffer,
-            objective.mean_stats(),
+            policy_objective.mean_stats(),
             entropy_losses=losses.entropy_losses,
             value_losses=losses.value_losses,
             approx_kl_divs=losses.approx_kl_divs,
@@ -398,29 +406,32 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     def _joint_step(
         self,
         rollout_data: Any,
-        objective: DecoupledPolicyObjective,
+        policy_objective: DecoupledPolicyObjective,
         clip_range: float | None,
         clip_range_vf: float | None,
-        losses: IterationLosses,
         epoch: int,
+        losses: IterationLosses,
+        *,
         whole: bool,
         value_outlives_target_kl: bool,
     ) -> bool:
         """
-        SB3 PPO's minibatch, the policy and the value function together; returns whether the policy trains on (False:
-        ``target_kl`` reached, and this minibatch's policy step not taken; PPG still takes its value step).
+        SB3 PPO's minibatch, the policy and the value function together.
+
+        :param whole: the loss and its optimization step as one compiled function
+        :param value_outlives_target_kl: PPG: when ``target_kl`` is reached, this minibatch's value step is taken
+        :return: SB3's ``continue_training`` (False: ``target_kl`` reached, the policy step not taken)
         """
         if whole:
             # [compiled] the loss with its whole optimization step (backward, clipping, Adam, the EWMA step)
-            terms = self._whole_step(rollout_data, objective, clip_range_vf)
-            losses.add(terms)
+            losses.add_joint(self._whole_step(rollout_data, policy_objective, clip_range_vf))
             return True
         # [decoupled] the policy loss: importance sampling with the behavior policy, clipping (or a KL penalty) at the
         # proximal policy; the entropy and value losses; the approximate KL from the behavior policy
-        terms = self._minibatch_loss(rollout_data, objective, clip_range, clip_range_vf)
-        losses.add(terms)
+        terms = self._minibatch_loss(rollout_data, policy_objective, clip_range, clip_range_vf)
+        losses.add_joint(terms)
         if self._reached_target_kl(terms.approx_kl_div, epoch):
-            # SB3's PPO logs this minibatch's loss, not optimized; PPG optimizes (and logs) its value loss
+            # SB3's PPO logs this minibatch's loss (add_joint), not optimized; PPG optimizes and logs its value loss
             if value_outlives_target_kl:
                 losses.loss = self.vf_coef * terms.value_loss
                 self._optimize(losses.loss, policy_update=False)
@@ -429,10 +440,10 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         return True
 
     def _policy_step(
-        self, rollout_data: Any, objective: DecoupledPolicyObjective, losses: IterationLosses, epoch: int
+        self, rollout_data: Any, policy_objective: DecoupledPolicyObjective, epoch: int, losses: IterationLosses
     ) -> bool:
-        """PPG's policy-only minibatch (its epochs past ``n_value_epochs``); returns whether the policy trains on."""
-        _, policy_loss, entropy_loss, approx_kl_div = self._policy_loss_terms(rollout_data, objective)
+        """PPG's policy-only minibatch (its epochs past ``n_value_epochs``); returns SB3's ``continue_training``."""
+        _, policy_loss, entropy_loss, approx_kl_div = self._policy_loss_terms(rollout_data, policy_objective)
         losses.entropy_losses.append(entropy_loss.detach())
         losses.approx_kl_divs.append(approx_kl_div)
         if self._reached_target_kl(approx_kl_div, epoch):
@@ -449,7 +460,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         self._optimize(losses.loss, policy_update=False)
 
     def _optimize(self, loss: th.Tensor, policy_update: bool) -> None:
-        """SB3 PPO's optimization step; after a policy update (not a value-only step), the proximal EWMA's step."""
+        """SB3 PPO's optimization step, then the proximal EWMA's after a policy update (not after a value-only step)."""
         # Optimization step
         self.policy.optimizer.zero_grad()
         loss.backward()
@@ -865,8 +876,13 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         planned = iterations if math.isinf(iterations) else self._planned_optimizer_steps(int(iterations))
         unsupported = None
         if self.compile_step is not False:
-            # a subclass's own _evaluate_policy is not what the compiled step computes
-            evaluation = overridden_step(type(self), ("_evaluate_policy",), "compiled step") or self._compiled_evaluation
+            # a subclass's own _evaluate_policy is not what the compiled step computes (the class that says how it
+            # evaluates the policy is the reference)
+            evaluation = self._compiled_evaluation
+            reference = next(klass for klass in type(self).__mro__ if "_compiled_evaluation" in vars(klass))
+            overridden = overridden_step(type(self), ("_evaluate_policy",), reference)
+            if overridden is not None:
+                evaluation = f"{overridden}, which the compiled step does not follow"
             unsupported = compile_unsupported(
                 self.policy, self.device, evaluation, needs_distributions=self._needs_distributions
             )
@@ -896,8 +912,10 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             return "the gradient noise scale reads the gradients"
         if self.world_size > 1:
             return "data-parallel gradients are averaged during backward()"
-        overridden = overridden_step(type(self), ("_minibatch_loss", "_apply_gradients"), "whole step")
-        return overridden or CompiledStep.not_whole(self.policy, self.policy.optimizer)
+        overridden = overridden_step(type(self), ("_minibatch_loss", "_apply_gradients"), DecoupledAlgorithm)
+        if overridden is not None:
+            return f"{overridden}, which the whole step does not call"
+        return CompiledStep.not_whole(self.policy, self.policy.optimizer)
 
     def _whole_step(
         self, rollout_data: Any, policy_objective: DecoupledPolicyObjective, clip_range_vf: float | None

@@ -352,18 +352,17 @@ def compile_unsupported(policy: th.nn.Module, device: th.device, evaluation: str
     return compiler_missing(device)
 
 
-def overridden_step(algorithm_class: type, methods: tuple[str, ...], step: str) -> str | None:
+def overridden_step(algorithm_class: type, methods: tuple[str, ...], reference: type) -> str | None:
     """
-    Why the compiled ``step`` would not do what ``algorithm_class`` does (None: it would): one of ``methods``, which the
-    compiled step computes its own way, overridden by a class placed before the one that says how the compiled step
-    evaluates its policy (``_compiled_evaluation``), a user's subclass or a mixin placed first.
+    ``"<class> overrides <method>"`` for the first of ``methods`` (which the compiled step computes its own way) that a
+    class placed before ``reference`` in ``algorithm_class``'s method resolution order defines: a user's subclass, or
+    a mixin placed first. None: the compiled step does what ``algorithm_class`` does.
     """
     mro = algorithm_class.__mro__
-    anchor = next(index for index, klass in enumerate(mro) if "_compiled_evaluation" in vars(klass))
     for name in methods:
-        definer = next(index for index, klass in enumerate(mro) if name in vars(klass))
-        if definer < anchor:
-            return f"{mro[definer].__name__} overrides {name}, which the {step} does not call"
+        definer = next(klass for klass in mro if name in vars(klass))
+        if mro.index(definer) < mro.index(reference):
+            return f"{definer.__name__} overrides {name}"
     return None
 
 

@@ -59,12 +59,12 @@ class OverlappedRollouts:
         self.collector: RolloutCollector | None = None
         self._buffers: tuple[RolloutBuffer, RolloutBuffer] | None = None  # trained on, being collected into
 
-    def collect(self, algorithm: CollectingAlgorithm, env: VecEnv, callback: BaseCallback) -> bool:
+    def collect(self, algorithm: CollectingAlgorithm, env: VecEnv, callback: BaseCallback) -> tuple[bool, RolloutBuffer]:
         """
-        Put the rollout to train on next in ``algorithm.rollout_buffer``: the one collected in the background, replayed
-        to the callbacks (at the first call of a ``learn`` call, one collected now).
+        The rollout to train on next: the one collected in the background, replayed to the callbacks (at the first call
+        of a ``learn`` call, one collected now into ``algorithm.rollout_buffer``), and the collection times logged.
 
-        :return: False if a callback stopped training
+        :return: False if a callback stopped training, and the buffer that holds the rollout
         """
         if self.collector is None:
             self.collector = self._new_collector(algorithm, callback)
@@ -72,13 +72,11 @@ class OverlappedRollouts:
             continue_training = self.collector.collect(env, algorithm.rollout_buffer)
         else:
             assert self._buffers is not None
-            collected, trained = self._buffers[1], self._buffers[0]
-            self._buffers = (collected, trained)
-            algorithm.rollout_buffer = collected
+            self._buffers = (self._buffers[1], self._buffers[0])
             continue_training = self.collector.hand_off()
         algorithm.logger.record("time/collection_s", self.collector.collection_seconds)
         algorithm.logger.record("time/collection_wait_s", self.collector.wait_seconds)
-        return continue_training
+        return continue_training, self._buffers[0]
 
     def _new_collector(self, algorithm: CollectingAlgorithm, callback: BaseCallback) -> RolloutCollector:
         if self.kind == "process":

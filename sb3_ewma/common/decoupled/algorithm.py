@@ -820,7 +820,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             continue_training = self._collect_rollout_with(self.policy, env, callback, rollout_buffer, n_rollout_steps)
         else:
             # the rollout collected during the last train() (the first of a learn call: collected now)
-            continue_training = overlapped.collect(self, env, callback)
+            continue_training, self.rollout_buffer = overlapped.collect(self, env, callback)
         # once per iteration, after the rollout: whether training goes on (on every rank, when data-parallel)
         continue_training = self.data_parallel.synchronize_iteration(
             continue_training, self.logger, self.ep_info_buffer, self.ep_success_buffer, self.env

@@ -96,13 +96,17 @@ def test_a_file_saved_by_0_1_0_is_saved_again_without_its_stale_attributes(name:
     assert again.advantage_normalizer.moments.weight == model.advantage_normalizer.moments.weight
 
 
-@pytest.mark.parametrize("name, parent", [("ppo_ewma", PPO), ("ppo_lstm_ewma", RecurrentPPO), ("ppo_mask_ewma", MaskablePPO)])
+@pytest.mark.parametrize(
+    "name, parent",
+    [("ppo_ewma", PPO), ("ppo_lstm_ewma", RecurrentPPO), ("ppo_mask_ewma", MaskablePPO), ("ppg_ewma", PPO)],
+)
 def test_a_checkpoint_is_the_parent_s_plus_the_proximal_policy(name: str, parent) -> None:
     """
-    A checkpoint after an iteration of 640 minibatches (PPO_EWMA's; 80 for the others) is the parent algorithm's with
-    the same settings, plus the proximal policy's state dict (as the file holds it: in ``data``, serialized as SB3
-    serializes a value JSON cannot hold), within a few kilobytes: the per-minibatch statistics of the advantage
-    normalization are not saved.
+    A checkpoint after an iteration of 640 minibatches (PPO_EWMA's and PPG_EWMA's; 80 for the others) is the parent
+    algorithm's with the same settings (SB3's PPO for PPG_EWMA, whose files it opens), plus the proximal policy's state
+    dict (as the file holds it: in ``data``, serialized as SB3 serializes a value JSON cannot hold) and PPG's auxiliary
+    optimizer's, within a few kilobytes (PPG's auxiliary value head among them): the per-minibatch statistics of the
+    advantage normalization are not saved.
     """
     settings: dict = {"batch_size": 32, "seed": 0, "device": "cpu"}
     policy, steps = "MlpPolicy", 2048
@@ -113,11 +117,16 @@ def test_a_checkpoint_is_the_parent_s_plus_the_proximal_policy(name: str, parent
         settings.update(n_steps=256)
         steps = 256
     sb3_size, _ = saved_file(parent(policy, env_for(name), **settings).learn(steps))
-    model = ALGORITHMS[name](policy, env_for(name), **settings).learn(steps)
+    own = {"n_policy_iterations": 1} if name == "ppg_ewma" else {}  # PPG: an auxiliary phase after the iteration
+    model = ALGORITHMS[name](policy, env_for(name), **settings, **own).learn(steps)
     size, data = saved_file(model)
     proximal_state = {name: value.detach().cpu() for name, value in model.proximal_ewma.state_dict().items()}
     proximal_size = len(data_to_json({"proximal_policy_state": proximal_state}))
-    assert size <= sb3_size + proximal_size + 4 * 1024
+    aux_size = 0
+    if name == "ppg_ewma":
+        assert data["aux_optimizer_state"] and model.n_aux_phases == 1  # the auxiliary phase ran and is saved
+        aux_size = len(data_to_json({"aux_optimizer_state": model.aux_optimizer.state_dict()}))
+    assert size <= sb3_size + proximal_size + aux_size + 4 * 1024
     normalizer = data["advantage_normalizer"]
     assert b"iteration_means" not in base64.b64decode(normalizer[":serialized:"])
     assert normalizer["iteration_means"] == normalizer["iteration_stds"] == []  # the readable copy SB3 writes beside

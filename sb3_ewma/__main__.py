@@ -1,8 +1,9 @@
 """
 ``python -m sb3_ewma <command> [flags]`` and the console command ``sb3-ewma <command> [flags]``: the entry points
-``train``, ``enjoy``, ``record_video``, ``push_to_hub``, ``load_from_hub`` (rl-zoo3's, :mod:`sb3_ewma.zoo`), ``scale``
-(:mod:`sb3_ewma.scale.cli`) and ``plots`` (:mod:`sb3_ewma.plots`), each as ``python -m sb3_ewma.<command>``. A
-command may be written with ``-`` for ``_`` (``record-video``). ``--version`` prints the package's version.
+``train``, ``enjoy``, ``record_video``, ``record_training``, ``push_to_hub``, ``load_from_hub`` (rl-zoo3's,
+:mod:`sb3_ewma.zoo`), ``scale`` (:mod:`sb3_ewma.scale.cli`) and ``plots`` (:mod:`sb3_ewma.plots`), each as
+``python -m sb3_ewma.<command>``. A command may be written with ``-`` for ``_`` (``record-video``). ``--version``
+prints the package's version.
 """
 
 import importlib
@@ -15,13 +16,14 @@ COMMANDS: dict[str, str] = {
     "train": "train a model with rl-zoo3 (python -m rl_zoo3.train's flags, --scale-n-envs)",
     "enjoy": "play a trained model (rl-zoo3's enjoy; --no-render on a machine without a display)",
     "record_video": "record a video of a trained model (rl-zoo3's record_video)",
+    "record_training": "record videos of a run's checkpoints and join them (rl-zoo3's record_training; needs ffmpeg)",
     "push_to_hub": "evaluate a trained model and upload it to the Hugging Face Hub (rl-zoo3's push_to_hub)",
     "load_from_hub": "download a model from the Hugging Face Hub into the log folder (rl-zoo3's load_from_hub)",
     "scale": "rescale a hyperparameter entry for another number of environments (batch size-invariance)",
     "plots": "plot the training curves of runs (rl-zoo3's plot_train, also for short runs)",
 }
 """The commands, each the ``main`` of the module ``sb3_ewma.<command>``."""
-ZOO_COMMANDS = ("train", "enjoy", "record_video", "push_to_hub", "load_from_hub")
+ZOO_COMMANDS = ("train", "enjoy", "record_video", "record_training", "push_to_hub", "load_from_hub")
 """The commands of :mod:`sb3_ewma.zoo` (rl-zoo3's scripts)."""
 
 

@@ -258,6 +258,43 @@ def test_enjoy_plays_the_newest_run_with_a_model(entry_point: str, tmp_path: Pat
     assert f"Loading {tmp_path / 'ppo_ewma' / 'CartPole-v1_1' / 'CartPole-v1.zip'}" in out
 
 
+FAKE_FFMPEG = """#!{python}
+# a stand-in for the ffmpeg program: writes its output file (its last .mp4 or .gif argument that is not its input)
+import sys
+args = sys.argv[1:]
+source = args[args.index("-i") + 1]
+open([arg for arg in args if arg.endswith((".mp4", ".gif")) and arg != source][-1], "wb").write(b"video")
+"""
+
+
+def test_record_training_records_each_checkpoint_with_this_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """rl-zoo3's record_training records each video with `python -m rl_zoo3.record_video`, which does not know
+    ppo_ewma: here each is this package's record_video, then ffmpeg (a stand-in) joins them."""
+    train(tmp_path, "-n", "64", "-params", "n_envs:2", "n_steps:32", "--save-freq", "64")
+    args = ["--algo", "ppo_ewma", "--env", "CartPole-v1", "-f", str(tmp_path), "-n", "5"]
+    videos = tmp_path / "ppo_ewma" / "CartPole-v1_1" / "videos"
+    monkeypatch.setenv("PATH", str(tmp_path / "no_ffmpeg"))
+    with pytest.raises(OSError, match="record_training joins its videos with the ffmpeg program, which is not on PATH"):
+        zoo.record_training(args)
+    assert not videos.exists()  # refused before anything is written
+    bin_folder = tmp_path / "bin"
+    bin_folder.mkdir()
+    (bin_folder / "ffmpeg").write_text(FAKE_FFMPEG.format(python=sys.executable))
+    (bin_folder / "ffmpeg").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_folder}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    zoo.record_training(args)
+    recorded = sorted(path.name for path in videos.iterdir())
+    assert recorded == [
+        "checkpoint-64-ppo_ewma-CartPole-v1-step-0-to-step-5.mp4",
+        "final-model-ppo_ewma-CartPole-v1-step-0-to-step-5.mp4",
+        "training.mp4",
+    ]
+    assert f"Saving video to {videos / 'training.mp4'}" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("entry_point", ["enjoy", "record_video"])
 @pytest.mark.parametrize(
     "flags, message",

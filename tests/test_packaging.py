@@ -20,6 +20,7 @@ MODULE_EXTRAS = {
     "sb3_ewma.train": "zoo",
     "sb3_ewma.enjoy": "zoo",
     "sb3_ewma.record_video": "zoo",
+    "sb3_ewma.record_training": "zoo",
     "sb3_ewma.push_to_hub": "zoo",
     "sb3_ewma.load_from_hub": "zoo",
     "sb3_ewma.hyperparams_opt": "zoo",

@@ -1,7 +1,8 @@
 """
 rl-zoo3 integration: this package's algorithms (:data:`sb3_ewma.algorithms.ALGORITHMS`), the Procgen ids
 ``procgen-<game>-<easy|hard>``, this package's hyperparameter files and samplers, for ``python -m sb3_ewma.train`` /
-``enjoy`` / ``record_video`` / ``push_to_hub`` / ``load_from_hub``, which accept every rl-zoo3 flag. See :ref:`rl_zoo`.
+``enjoy`` / ``record_video`` / ``record_training`` / ``push_to_hub`` / ``load_from_hub``, which accept every rl-zoo3
+flag. See :ref:`rl_zoo`.
 
 :func:`register_zoo` adds the algorithms, samplers and Procgen ids to rl-zoo3's registries; :class:`ExperimentManager`
 subclasses rl-zoo3's; where rl-zoo3 has no extension point, a name of its modules is replaced for the duration of one
@@ -20,7 +21,7 @@ from sb3_ewma.zoo.arguments import (  # noqa: E402
     add_scale_arguments,
     scale_options_from_args,
 )
-from sb3_ewma.zoo.commands import enjoy, record_video, train  # noqa: E402
+from sb3_ewma.zoo.commands import enjoy, record_training, record_video, train  # noqa: E402
 from sb3_ewma.zoo.experiment import POLICY_KWARGS_NAMESPACE, ExperimentManager, zoo_hyperparams_per_rank  # noqa: E402
 from sb3_ewma.zoo.hub import load_from_hub, model_card, push_to_hub  # noqa: E402
 from sb3_ewma.zoo.procgen import create_test_env, is_procgen_env_id, make_procgen_vec_env  # noqa: E402
@@ -51,6 +52,7 @@ __all__ = [
     "make_procgen_vec_env",
     "model_card",
     "push_to_hub",
+    "record_training",
     "record_video",
     "register_zoo",
     "scale_options_from_args",

@@ -1,10 +1,13 @@
 """
-The entry points ``python -m sb3_ewma.train`` / ``enjoy`` / ``record_video``: rl-zoo3's, run with :func:`register_zoo`
-done and this package's names in place of rl-zoo3's for the duration of the call.
+The entry points ``python -m sb3_ewma.train`` / ``enjoy`` / ``record_video`` / ``record_training``: rl-zoo3's, run with
+:func:`register_zoo` done and this package's names in place of rl-zoo3's for the duration of the call.
 """
 
 import functools
 import runpy
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -128,5 +131,45 @@ def record_video(argv: Sequence[str], prog: str = "python -m sb3_ewma.record_vid
             th.set_num_threads(1)  # one observation at a time: one thread (see sb3_ewma.zoo.threads)
         try:
             runpy.run_module("rl_zoo3.record_video", run_name="__main__", alter_sys=False)
+        except ModuleNotFoundError as error:
+            raise ImportError(f"{ZOO_INSTALL_MESSAGE} (missing module: {error.name})") from error
+
+
+def recording_with_this_package(call: Callable[..., int]) -> Callable[..., int]:
+    """``subprocess.call``, with rl-zoo3's ``python -m rl_zoo3.record_video`` run as this package's ``record_video``."""
+
+    def call_record_video(args: Sequence[str], *rest: Any, **kwargs: Any) -> int:
+        if list(args[:3]) == ["python", "-m", "rl_zoo3.record_video"]:
+            # this interpreter (a virtualenv's "python" may not be first on PATH), and this package's algorithms
+            args = [sys.executable, "-m", "sb3_ewma.record_video", *args[3:]]
+        return call(args, *rest, **kwargs)
+
+    return call_record_video
+
+
+def record_training(argv: Sequence[str], prog: str = "python -m sb3_ewma.record_training") -> None:
+    """
+    Run rl-zoo3's ``record_training`` script (a video of the final model, the best one and every checkpoint of a run,
+    each by ``record_video``, then joined into ``training.mp4`` by the ``ffmpeg`` program) with :func:`register_zoo`
+    done, each video recorded by ``python -m sb3_ewma.record_video``. As rl-zoo3's, it empties the output folder
+    (default: the run's ``videos``) first.
+
+    :param argv: rl-zoo3's command line arguments (without the program name)
+    :param prog: the program name shown in messages
+    """
+    register_zoo()
+    if "-h" not in argv and "--help" not in argv and shutil.which("ffmpeg") is None:
+        # rl-zoo3's script would record every video and then fail on the missing files of ffmpeg's steps
+        raise OSError("record_training joins its videos with the ffmpeg program, which is not on PATH: install ffmpeg")
+    check_play_counts(argv, prog, check_device=False)
+    with (
+        # rl-zoo3's record_training is a script: it reads sys.argv and records each video with `python -m
+        # rl_zoo3.record_video`, whose process would not know this package's algorithms
+        patched(subprocess, "call", recording_with_this_package(subprocess.call)),
+        patched(rl_zoo3.utils, "get_latest_run_id", latest_run_with_model),
+        patched_argv(prog, argv),
+    ):
+        try:
+            runpy.run_module("rl_zoo3.record_training", run_name="__main__", alter_sys=False)
         except ModuleNotFoundError as error:
             raise ImportError(f"{ZOO_INSTALL_MESSAGE} (missing module: {error.name})") from error

@@ -14,8 +14,11 @@ from pathlib import Path
 import pytest
 import torch as th
 import yaml
+from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.utils import LinearSchedule
 
+from sb3_ewma import PPG_EWMA
+from sb3_ewma.common.ewma import ewma_decay_from_center_of_mass
 from sb3_ewma.scale import ScaledSchedule, algorithm_defaults, main, scale_hyperparams, scale_hyperparams_with_report
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -109,7 +112,8 @@ def test_input_not_mutated_and_order_kept():
     scaled = scale_hyperparams(settings, 16, scale_adam_betas=True)
     assert settings == original
     assert isinstance(scaled, OrderedDict)
-    assert list(scaled) == list(settings)
+    assert list(scaled) == [*settings, "aux_optimizer_kwargs"]  # pinned to the reference ones, at the end
+    assert scaled["aux_optimizer_kwargs"] == {"eps": 1e-5}
     assert scaled["policy_kwargs"]["optimizer_kwargs"]["eps"] == 1e-5
     assert scaled["policy_kwargs"]["optimizer_class"] is th.optim.Adam
     assert scaled["n_timesteps"] == settings["n_timesteps"]
@@ -176,6 +180,8 @@ def test_there_and_back(n_envs):
     options = dict(scale_adam_betas=True, scale_aux_learning_rate=True)
     there = scale_hyperparams(settings, n_envs, **options)
     back = scale_hyperparams(there, 64, **options)
+    # the auxiliary optimizer's settings pinned on the way there, to the reference ones (AdamW: no eps of SB3's)
+    assert back.pop("aux_optimizer_kwargs") == {"betas": (0.9, 0.99)}
     assert_close(back, settings)
     # a callable schedule comes back as (a copy of) itself
     schedule = LinearSchedule(1e-3, 0.0, 1.0)
@@ -286,10 +292,12 @@ def test_adam_betas():
     scaled = scale_quietly(ppo_settings(), 2, scale_adam_betas=True)
     # an rl-zoo3 entry (it has n_timesteps) gets a string policy_kwargs
     assert isinstance(scaled["policy_kwargs"], str)
-    assert eval(scaled["policy_kwargs"], {"th": th}) == {"optimizer_kwargs": {"betas": pytest.approx(expected)}}
+    # with the eps SB3's policy gives torch's Adam when there is no optimizer_kwargs (which one written would drop)
+    written = {"optimizer_kwargs": {"eps": 1e-5, "betas": pytest.approx(expected)}}
+    assert eval(scaled["policy_kwargs"], {"th": th}) == written
     constructor_kwargs = {"n_envs": 8, "batch_size": 128, "n_epochs": 1}
     scaled = scale_quietly(constructor_kwargs, 2, scale_adam_betas=True)
-    assert scaled["policy_kwargs"] == {"optimizer_kwargs": {"betas": pytest.approx(expected)}}
+    assert scaled["policy_kwargs"] == written
     # strings keep everything else
     for source, expected_betas in (
         ("dict(net_arch=[64, 64], optimizer_kwargs=dict(betas=(0.5, 0.9), eps=1e-5))", (0.5**0.25, 0.9**0.25)),
@@ -301,7 +309,7 @@ def test_adam_betas():
         scaled = scale_quietly(ppo_settings(policy_kwargs=source), 2, scale_adam_betas=True)
         evaluated, original = eval(scaled["policy_kwargs"], {"th": th}), eval(source, {"th": th})
         assert evaluated["optimizer_kwargs"].pop("betas") == pytest.approx(expected_betas), source
-        original.setdefault("optimizer_kwargs", {}).pop("betas", None)
+        original.setdefault("optimizer_kwargs", {"eps": 1e-5}).pop("betas", None)  # SB3's for no optimizer_kwargs
         assert evaluated == original, source
     # off by default
     assert "policy_kwargs" not in scale_quietly(ppo_settings(), 2)
@@ -489,3 +497,48 @@ def test_cli_finds_the_packaged_file_from_algo_and_env(capsys):
                 "4",
             ]
         )
+
+
+@pytest.mark.parametrize("policy_kwargs", [None, {"net_arch": [16]}, "dict(net_arch=[16])"])
+def test_scaled_betas_keep_ppg_s_auxiliary_optimizer_and_sb3_s_eps(policy_kwargs):
+    """
+    PPG's auxiliary optimizer follows the policy's optimizer_kwargs when aux_optimizer_kwargs is None: rescaled betas
+    would change the auxiliary phase, which stays as the reference's. And an optimizer_kwargs written where there was
+    none keeps the eps=1e-5 that SB3's policy gives torch's Adam (an optimizer_kwargs given replaces it).
+    """
+    reference = {"n_envs": 8, "n_steps": 32, "batch_size": 64, "n_policy_iterations": 4, "n_epochs": 1}
+    if policy_kwargs is not None:
+        reference["policy_kwargs"] = policy_kwargs
+    scaled = scale_hyperparams(reference, 4, algo="ppg_ewma", scale_adam_betas=True)
+    models = []
+    for settings, n_envs in ((reference, 8), (scaled, 4)):
+        settings = {key: value for key, value in settings.items() if key != "n_envs"}
+        if isinstance(settings.get("policy_kwargs"), str):  # as rl-zoo3 reads it
+            settings["policy_kwargs"] = eval(settings["policy_kwargs"])
+        models.append(PPG_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=n_envs), **settings))
+    before, after = models
+    assert after.aux_optimizer.defaults["betas"] == before.aux_optimizer.defaults["betas"] == (0.9, 0.999)
+    assert after.aux_optimizer.defaults["eps"] == before.aux_optimizer.defaults["eps"] == 1e-5
+    assert after.policy.optimizer.defaults["eps"] == before.policy.optimizer.defaults["eps"] == 1e-5
+    assert after.policy.optimizer.defaults["betas"] == pytest.approx((0.9**0.5, 0.999**0.5))
+
+
+@pytest.mark.parametrize("algo", ["ppo_lstm_ewma", "ppo_mask_ewma"])
+def test_sb3_contrib_s_whole_rollout_batch_passes_through(algo):
+    """sb3-contrib's batch_size=None (the whole rollout, one minibatch per epoch) shrinks with the rollout itself."""
+    scaled, report = scale_hyperparams_with_report(
+        {"n_envs": 8, "n_steps": 256, "batch_size": None, "ewma_decay": "auto"}, 4, algo=algo
+    )
+    assert scaled["batch_size"] is None
+    assert any(line.startswith("batch_size: None (the whole rollout") for line in report)
+    # one minibatch per epoch (M = 1) and sb3-contrib's 10 epochs: "auto" is the mean age E x M / 2 = 5, times c = 2
+    assert scaled["ewma_decay"] == pytest.approx(ewma_decay_from_center_of_mass(10 * 1 / 2 * 2))
+
+
+def test_a_batch_that_whole_rollout_sampling_cannot_take_is_refused():
+    """minibatch_sampling="rollouts" needs a batch_size that is a multiple or a divisor of n_steps: said when rescaling,
+    not when the model is built."""
+    settings = {"n_envs": 64, "n_steps": 256, "batch_size": 2048, "minibatch_sampling": "rollouts"}
+    with pytest.raises(ValueError, match="2048 / c = 96 is neither a multiple nor a divisor of n_steps=256"):
+        scale_hyperparams(settings, 3, algo="ppo_ewma")
+    assert scale_hyperparams(settings, 16, algo="ppo_ewma")["batch_size"] == 512  # whole rollouts: 2 per minibatch

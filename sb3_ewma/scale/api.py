@@ -15,6 +15,7 @@ from typing import Any
 from sb3_ewma.algorithms import ALGORITHMS
 from sb3_ewma.scale.rules import (
     ScaleLog,
+    pin_aux_optimizer_kwargs,
     scale_advantage_ewma,
     scale_batch_size,
     scale_betas,
@@ -133,7 +134,7 @@ def scale_with_log(
         raise ValueError(f"scale_adam_betas=True needs an Adam-type optimizer (with betas), got {description}")
 
     # the rules that may raise come first, those that may only warn last
-    reference_batch_size = scale_batch_size(scaled, defaults, c, log)
+    reference_batch_size = scale_batch_size(scaled, defaults, c, reference, log)
     if is_ppg:
         scale_policy_iterations(scaled, defaults, c, log)
         if scaled.get("aux_batch_size") is None:
@@ -143,6 +144,8 @@ def scale_with_log(
                 f"aux_batch_size: None -> {reference_batch_size} (the reference batch_size: auxiliary phase unchanged)"
             )
     if scale_adam_betas:
+        if is_ppg:
+            pin_aux_optimizer_kwargs(scaled, log)
         scale_betas(scaled, float(c), log)
     scale_learning_rates(scaled, defaults, c, is_ppg, rule, description, scale_aux_learning_rate, log)
     scale_proximal_ewma(scaled, defaults, c, reference, reference_batch_size, log)

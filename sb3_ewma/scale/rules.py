@@ -8,7 +8,7 @@ import math
 import numbers
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 from sb3_ewma.common.ewma import (
     center_of_mass_from_ewma_decay,
@@ -19,7 +19,13 @@ from sb3_ewma.common.ewma import (
 )
 from sb3_ewma.common.ewma_age import ewma_age_rule, ewma_center_of_mass_by_rule
 from sb3_ewma.scale import batch_size_rules
-from sb3_ewma.scale.zoo_entry import DEFAULT_ADAM_BETAS, default_betas, scale_betas_in_string, scale_rate, scaled_betas
+from sb3_ewma.scale.zoo_entry import (
+    default_betas,
+    policy_optimizer_kwargs,
+    scale_betas_in_string,
+    scale_rate,
+    scaled_betas,
+)
 
 
 @dataclass
@@ -49,25 +55,46 @@ def format_value(value: Any) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
+def pin_aux_optimizer_kwargs(scaled: dict[str, Any], log: ScaleLog) -> None:
+    """
+    PPG: an ``aux_optimizer_kwargs`` of ``None`` follows the policy's ``optimizer_kwargs``, whose betas are about to be
+    rescaled: pin it to the reference ones to keep the auxiliary phase unchanged.
+    """
+    if scaled.get("aux_optimizer_kwargs") is not None:
+        return
+    policy_kwargs = scaled.get("policy_kwargs")
+    reference = policy_optimizer_kwargs(policy_kwargs)
+    if reference is None:
+        log.caveats.append(
+            f"aux_optimizer_kwargs=None follows the policy's optimizer_kwargs, whose betas are rescaled; those of "
+            f"policy_kwargs {policy_kwargs!r} cannot be read: set aux_optimizer_kwargs explicitly to keep the auxiliary "
+            "phase unchanged"
+        )
+        return
+    scaled["aux_optimizer_kwargs"] = reference
+    log.lines.append(
+        f"aux_optimizer_kwargs: None -> {format_value(reference)} (the reference optimizer_kwargs: auxiliary phase "
+        "unchanged)"
+    )
+
+
 def scale_betas(scaled: dict[str, Any], c: float, log: ScaleLog) -> None:
     policy_kwargs = scaled.get("policy_kwargs")
     if isinstance(policy_kwargs, str):
         scaled["policy_kwargs"], old, new = scale_betas_in_string(policy_kwargs, c)
     else:
-        if policy_kwargs is None:
-            old = DEFAULT_ADAM_BETAS
-            new = scaled_betas(old, c)
-            if "n_timesteps" in scaled:
-                # an rl-zoo3 entry: write policy_kwargs the way rl-zoo3 files do, as a string it evals
-                scaled["policy_kwargs"] = f"dict(optimizer_kwargs=dict(betas={new!r}))"
-            else:
-                scaled["policy_kwargs"] = {"optimizer_kwargs": {"betas": new}}
+        # what SB3's policy builds its optimizer with: an optimizer_kwargs written here keeps SB3's default eps
+        optimizer_kwargs = cast(dict[str, Any], policy_optimizer_kwargs(policy_kwargs))
+        old = optimizer_kwargs.get("betas", default_betas(policy_kwargs))
+        new = scaled_betas(old, c)
+        optimizer_kwargs["betas"] = new
+        if policy_kwargs is None and "n_timesteps" in scaled:
+            # an rl-zoo3 entry: write policy_kwargs the way rl-zoo3 files do, as a string it evals
+            items = ", ".join(f"{key}={value!r}" for key, value in optimizer_kwargs.items())
+            scaled["policy_kwargs"] = f"dict(optimizer_kwargs=dict({items}))"
+        elif policy_kwargs is None:
+            scaled["policy_kwargs"] = {"optimizer_kwargs": optimizer_kwargs}
         else:
-            optimizer_kwargs = policy_kwargs.get("optimizer_kwargs")
-            optimizer_kwargs = {} if optimizer_kwargs is None else optimizer_kwargs
-            old = optimizer_kwargs.get("betas", default_betas(policy_kwargs))
-            new = scaled_betas(old, c)
-            optimizer_kwargs["betas"] = new
             policy_kwargs["optimizer_kwargs"] = optimizer_kwargs
     log.lines.append(f"policy_kwargs optimizer betas: {format_value(tuple(old))} -> {format_value(tuple(new))} (** 1/c)")
 
@@ -118,15 +145,30 @@ def scale_learning_rates(
         )
 
 
-def scale_batch_size(scaled: dict[str, Any], defaults: dict[str, Any], c: Fraction, log: ScaleLog) -> int:
-    """Divide ``batch_size`` by ``c``; return the reference batch size."""
+def scale_batch_size(
+    scaled: dict[str, Any], defaults: dict[str, Any], c: Fraction, reference_n_envs: int, log: ScaleLog
+) -> int:
+    """Divide ``batch_size`` by ``c``; return the reference batch size (sb3-contrib's ``None``: the whole rollout)."""
     default_note = "" if "batch_size" in scaled else " (default)"
-    old = whole_number("batch_size", scaled.get("batch_size", defaults["batch_size"]))
+    given = scaled.get("batch_size", defaults["batch_size"])
+    if given is None:
+        # sb3-contrib's whole rollout, which shrinks by c itself: one minibatch per epoch, as in the reference
+        log.lines.append(f"batch_size: None{default_note} (the whole rollout, / c with it; one minibatch per epoch)")
+        return whole_number("n_steps", scaled.get("n_steps", defaults["n_steps"])) * reference_n_envs
+    old = whole_number("batch_size", given)
     new = batch_size_rules.optimization_batch_size(old, c)
     if new.denominator != 1 or new < 1:
         raise ValueError(
             f"batch_size {old} / c = {old} * n_envs / reference_n_envs = {float(new):g} is not a whole number >= 1: "
             "choose n_envs so that it is (or change batch_size first)"
+        )
+    sampling = scaled.get("minibatch_sampling", defaults.get("minibatch_sampling", "steps"))
+    n_steps = scaled.get("n_steps", defaults["n_steps"])
+    if sampling == "rollouts" and isinstance(n_steps, numbers.Integral) and int(new) % n_steps and n_steps % int(new):
+        raise ValueError(
+            f"batch_size {old} / c = {int(new)} is neither a multiple nor a divisor of n_steps={n_steps}, which "
+            "minibatch_sampling='rollouts' needs (whole rollouts, or contiguous pieces of one): choose n_envs so that "
+            "it is"
         )
     scaled["batch_size"] = int(new)
     log.lines.append(f"batch_size: {old}{default_note} -> {int(new)} (/ c; minibatches per epoch unchanged)")

@@ -11,6 +11,7 @@ import numbers
 from collections.abc import Callable
 from typing import Any, cast
 
+import torch as th
 import yaml
 
 from sb3_ewma.common.ewma import check_decay
@@ -167,6 +168,43 @@ def scaled_betas(betas: Any, c: float) -> tuple[float, float] | list[float]:
     return list(scaled) if isinstance(betas, list) else scaled
 
 
+SB3_ADAM_EPS = 1e-5
+"""The ``eps`` SB3's policies give torch's Adam when ``optimizer_kwargs`` is None (an ``optimizer_kwargs`` written by the
+helper keeps it)."""
+
+
+def _is_torch_adam(optimizer_class: Any) -> bool:
+    """Whether ``optimizer_class`` (a class, or its source text in a ``policy_kwargs`` string) is torch's Adam."""
+    if isinstance(optimizer_class, str):
+        return optimizer_class in ("th.optim.Adam", "torch.optim.Adam", "optim.Adam")
+    return optimizer_class is th.optim.Adam
+
+
+def policy_optimizer_kwargs(policy_kwargs: Any) -> dict[str, Any] | None:
+    """
+    The ``optimizer_kwargs`` SB3's policy builds its optimizer with, for a ``policy_kwargs`` dict (or None): the given
+    ones, or for none SB3's default (``eps=1e-5`` for torch's Adam); None where a string cannot be read.
+    """
+    if isinstance(policy_kwargs, str):
+        items = PolicyKwargsSource.items(PolicyKwargsSource(policy_kwargs).tree)
+        if items is None:
+            return None
+        if "optimizer_kwargs" in items:
+            try:
+                given = ast.literal_eval(items["optimizer_kwargs"])
+            except ValueError:
+                given = None
+            if not isinstance(given, dict):
+                return None
+            return given
+        optimizer_class = ast.unparse(items["optimizer_class"]) if "optimizer_class" in items else th.optim.Adam
+        return {"eps": SB3_ADAM_EPS} if _is_torch_adam(optimizer_class) else {}
+    policy_kwargs = policy_kwargs or {}
+    if policy_kwargs.get("optimizer_kwargs") is not None:
+        return dict(policy_kwargs["optimizer_kwargs"])
+    return {"eps": SB3_ADAM_EPS} if _is_torch_adam(policy_kwargs.get("optimizer_class", th.optim.Adam)) else {}
+
+
 def default_betas(policy_kwargs: Any) -> tuple[float, float]:
     optimizer_class = policy_kwargs.get("optimizer_class") if isinstance(policy_kwargs, dict) else None
     if isinstance(optimizer_class, type):
@@ -187,7 +225,12 @@ def scale_betas_in_string(source: str, c: float) -> tuple[str, Any, Any]:
     if "optimizer_kwargs" not in items:
         old = DEFAULT_ADAM_BETAS
         new = scaled_betas(old, c)
-        value_text = f"dict(betas={new!r})" if isinstance(parsed.tree, ast.Call) else f"{{'betas': {new!r}}}"
+        # with SB3's default eps for torch's Adam, which an optimizer_kwargs given would otherwise drop
+        eps = policy_optimizer_kwargs(source) or {}
+        if isinstance(parsed.tree, ast.Call):
+            value_text = "dict(" + "".join(f"{key}={value!r}, " for key, value in eps.items()) + f"betas={new!r})"
+        else:
+            value_text = "{" + "".join(f"{key!r}: {value!r}, " for key, value in eps.items()) + f"'betas': {new!r}}}"
         return parsed.add_item(parsed.tree, "optimizer_kwargs", value_text), old, new
     optimizer_kwargs = items["optimizer_kwargs"]
     optimizer_items = PolicyKwargsSource.items(optimizer_kwargs)

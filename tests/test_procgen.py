@@ -241,6 +241,17 @@ def test_argument_validation():
         make_procgen_env("maze", distribution_mode="exploration", num_levels=10)
 
 
+def test_arguments_are_checked_before_procgen_is_imported(monkeypatch):
+    """A seed that is no integer, or a gamma that is no number, is said even where procgen is not installed."""
+    monkeypatch.setitem(sys.modules, "procgen", None)
+    with pytest.raises(ValueError, match="seed must be an integer or None, got 'x'"):
+        make_procgen_env("coinrun", seed="x")
+    with pytest.raises(ValueError, match=r"gamma must be a number in \[0, 1\], got '0\.99'"):
+        make_procgen_env("coinrun", normalize_reward=True, gamma="0.99")
+    with pytest.raises(ValueError, match="clip_reward must be a number > 0, got None"):
+        make_procgen_env("coinrun", normalize_reward=True, clip_reward=None)
+
+
 def test_missing_procgen_raises_install_hint(monkeypatch):
     monkeypatch.setitem(sys.modules, "procgen", None)
     # a fresh import of the package works without procgen (the original modules are restored afterwards)

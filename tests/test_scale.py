@@ -486,6 +486,12 @@ def test_cli_finds_the_packaged_file_from_algo_and_env(capsys):
         with pytest.raises(SystemExit) as error:
             main(argv)
         assert error.value.code == 2
+    # an algorithm without a packaged file (the command line derives its entries): said, not "No such file"
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as error:
+        main(["--algo", "ppo_mask_ewma", "--env", "CartPole-v1", "--n-envs", "4"])
+    assert error.value.code == 2
+    assert "this package has no hyperparameter file for --algo ppo_mask_ewma" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(
             [

@@ -3,6 +3,7 @@ Procgen (Cobbe et al. 2020) for Stable-Baselines3: :class:`ProcgenVecEnv`, and t
 it shares with :mod:`sb3_ewma.envs.procgen_gymnasium`. The ``procgen`` module is imported lazily.
 """
 
+import numbers
 import re
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -390,11 +391,13 @@ def make_procgen_env(
     :return: the ``VecEnv``
     """
     check_procgen_args(env_name, n_envs, num_levels, start_level, distribution_mode, render_mode, procgen_kwargs)
+    if seed is not None:
+        to_procgen_seed(seed)  # a seed that is no integer is said before procgen is imported
     if normalize_reward:
-        if not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
-        if not clip_reward > 0:
-            raise ValueError(f"clip_reward must be > 0, got {clip_reward!r}")
+        if not (isinstance(gamma, numbers.Real) and 0.0 <= gamma <= 1.0):
+            raise ValueError(f"gamma must be a number in [0, 1], got {gamma!r}")
+        if not (isinstance(clip_reward, numbers.Real) and clip_reward > 0):
+            raise ValueError(f"clip_reward must be a number > 0, got {clip_reward!r}")
     # raises the ImportError with the install hint before any work when procgen is missing
     _procgen_env_class()
     procgen_env = ProcgenVecEnv(

@@ -59,6 +59,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.algo is None:
             parser.error("give a hyperparameter FILE, or --algo to read this package's hyperparams/<algo>.yml")
         args.file = str(packaged_hyperparams_file(args.algo))
+        if not Path(args.file).is_file():  # ppo_mask_ewma: the command line derives its entries from rl-zoo3's
+            parser.error(
+                f"this package has no hyperparameter file for --algo {args.algo} (python -m sb3_ewma.train derives its "
+                "entries from rl-zoo3's): give a hyperparameter FILE"
+            )
     if args.entry is None:
         parser.error("give the entry (ENTRY after FILE, or --env)")
     try:

@@ -548,3 +548,13 @@ def test_a_batch_that_whole_rollout_sampling_cannot_take_is_refused():
     with pytest.raises(ValueError, match="2048 / c = 96 is neither a multiple nor a divisor of n_steps=256"):
         scale_hyperparams(settings, 3, algo="ppo_ewma")
     assert scale_hyperparams(settings, 16, algo="ppo_ewma")["batch_size"] == 512  # whole rollouts: 2 per minibatch
+
+
+def test_a_yaml_number_read_as_a_string_gets_a_hint():
+    """YAML 1.1 (PyYAML, rl-zoo3) reads 1e-3 as the string '1e-3': the error says how to write it."""
+    entry = yaml.safe_load("n_envs: 8\nlearning_rate: 1e-3\n")
+    assert entry["learning_rate"] == "1e-3"
+    with pytest.raises(ValueError, match=re.escape("(a YAML file reads 1e-3 as a string: write 0.001 or !!float 1e-3)")):
+        scale_hyperparams(entry, 4)
+    with pytest.raises(ValueError, match=r"cannot read 'fast'; .* like 'lin_2\.5e-4'$"):
+        scale_hyperparams({"n_envs": 8, "learning_rate": "fast"}, 4)

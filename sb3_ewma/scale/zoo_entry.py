@@ -140,8 +140,14 @@ def schedule_start(name: str, value: str) -> float:
             raise ValueError
         return float(parts[1])
     except ValueError:
+        try:
+            float(value)
+        except ValueError:
+            hint = ""
+        else:  # YAML 1.1 reads 1e-3 (no dot in the mantissa) as a string, and so does rl-zoo3
+            hint = f" (a YAML file reads {value} as a string: write {float(value)!r} or !!float {value})"
         raise ValueError(
-            f"{name}: cannot read {value!r}; rl-zoo3 takes a number or a schedule string like 'lin_2.5e-4'"
+            f"{name}: cannot read {value!r}; rl-zoo3 takes a number or a schedule string like 'lin_2.5e-4'{hint}"
         ) from None
 
 

@@ -6,6 +6,7 @@ and pickle as eager ones do.
 
 import copy
 import io
+import math
 import pickle
 import warnings
 import zipfile
@@ -273,6 +274,74 @@ def test_a_later_compilation_that_fails_falls_back(monkeypatch):
     with pytest.warns(UserWarning, match="compilation failed: FailOnRecompileLimitHit: recompile limit"):
         assert step.run(squared_norm, th.ones(4)).item() == 4
     assert not step.active and "recompile limit" in step.start_learn(10**9, None)
+
+
+def test_a_first_call_whose_computation_fails_is_no_compilation_failure(monkeypatch):
+    """
+    At a function's first call any error may be a compilation's: the eager function tells. An error it raises too (a
+    NaN that torch's multinomial refuses) propagates, without a warning, and the step stays compiled (the next call
+    compiles again); an error of the compiled function alone is a failed compilation (one warning, eager from then on).
+    """
+
+    def sampled(probabilities: th.Tensor) -> th.Tensor:
+        if th.isnan(probabilities).any():
+            raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+        return probabilities.sum()
+
+    broken = [False]
+
+    def compile_as_is(function, **kwargs):
+        def compiled(*args, **kwargs):
+            if broken[0]:
+                raise RuntimeError("a lowering that does not work")
+            return function(*args, **kwargs)
+
+        return compiled
+
+    monkeypatch.setattr(step_module.th, "compile", compile_as_is)
+    step = CompiledStep(True)
+    step.start_learn(1, None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "compilation failed" warning
+        with pytest.raises(RuntimeError, match="probability tensor contains"):
+            step.run(sampled, th.tensor([0.5, math.nan]))
+    assert step.active and step.failure is None
+    assert step.run(sampled, th.tensor([0.5, 0.5])).item() == 1 and step.verified
+    other = CompiledStep(True)
+    other.start_learn(1, None)
+    broken[0] = True
+    with pytest.warns(UserWarning, match="compilation failed: RuntimeError: a lowering that does not work"):
+        assert other.run(sampled, th.tensor([0.5, 0.5])).item() == 1
+    assert not other.active and other.failure is not None
+
+
+def test_compile_step_is_read_at_each_learn_and_a_failure_warns_again(capsys):
+    """model.compile_step set between learn calls takes effect; with compile_step=True, a model whose compilation
+    failed says so with a warning at each learn call, not only at the first."""
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, compile_step=True, verbose=1)
+    model.compile_step = False
+    model._start_compiled_step(64)
+    assert model.compiled_step.setting is False and not model.compiled_step.active
+    assert "training step eager (compile_step=False)" in capsys.readouterr().out
+    model.compile_step = True
+    model.compiled_step.failure = "compilation failed: RuntimeError: a lowering that does not work"
+    with pytest.warns(UserWarning, match="training step eager \\(compilation failed: RuntimeError: a lowering"):
+        model._start_compiled_step(64)
+
+
+def test_a_squashed_policy_is_named_for_its_squashing():
+    model = PPO_EWMA("MlpPolicy", "Pendulum-v1", use_sde=True, policy_kwargs=dict(squash_output=True), compile_step=True)
+    with pytest.warns(UserWarning, match="squashes its actions \\(squash_output=True\\)"):
+        model._start_compiled_step(64)
+
+
+@needs_compiler
+def test_with_async_rollouts_the_acting_step_stays_eager(capsys):
+    """The collector's copy of the policy acts, eagerly: the line says so, and the first rollout is not compiled for."""
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, compile_step=True, async_rollouts=True, verbose=1)
+    model._start_compiled_step(10**9)
+    assert model.compiled_step.active and not model.compiled_step.acting_active
+    assert "acting step eager (a collector's copy of the policy acts, eagerly)" in capsys.readouterr().out
 
 
 class _OwnEvaluation(MaskablePPO_EWMA):

@@ -872,6 +872,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     # compile_step: what the compiled step (self.compiled_step) takes from the model
     def _start_compiled_step(self, total_timesteps: int) -> None:
         """Whether this ``learn`` call's training and acting steps run compiled (``compile_step``), said in one line."""
+        self.compiled_step.setting = self.compile_step  # as the model holds it now (a user may have set it)
         iterations = planned_iterations(total_timesteps, int(self.n_steps) * self._timesteps_per_env_step)
         planned = iterations if math.isinf(iterations) else self._planned_optimizer_steps(int(iterations))
         unsupported = None
@@ -893,8 +894,10 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             acting_covered=CompiledStep.covers_acting(self.policy),
             in_pieces=self._step_in_pieces(),
             auto_min_optimizer_steps=self._auto_compile_min_steps,
+            acting_elsewhere="a collector's copy of the policy acts, eagerly" if self.async_rollouts else None,
         )
-        self._announce(sentence, warn=self.compile_step is True and unsupported is not None)
+        cannot_follow = unsupported is not None or self.compiled_step.failure is not None
+        self._announce(sentence, warn=self.compile_step is True and cannot_follow)
 
     def _planned_optimizer_steps(self, iterations: int) -> int:
         """The optimizer steps of ``iterations`` iterations of ``train()``: ``n_epochs`` epochs of minibatches."""

@@ -339,6 +339,8 @@ def compile_unsupported(policy: th.nn.Module, device: th.device, evaluation: str
         (MaskablePPO), ``"sequences"`` (RecurrentPPO, :func:`recurrent_minibatch_loss`), or why it cannot be compiled
     :param needs_distributions: whether the loss needs whole action distributions (``kl_estimator="exact"``)
     """
+    if getattr(policy, "squash_output", False):
+        return f"{type(policy).__name__} squashes its actions (squash_output=True), which the compiled step does not cover"
     if evaluation == "observations" and not has_lean_log_prob(policy):
         return f"{type(policy).__name__} is not one of SB3's categorical, diagonal Gaussian or gSDE ActorCriticPolicy"
     if evaluation == "action_masks" and not has_lean_masked_evaluation(policy):
@@ -506,6 +508,7 @@ class CompiledStep:
         acting_covered: bool = True,
         in_pieces: str | None = None,
         auto_min_optimizer_steps: int = AUTO_MIN_OPTIMIZER_STEPS,
+        acting_elsewhere: str | None = None,
     ) -> str:
         """
         Decide whether this ``learn`` call's training and acting steps run compiled; returns the sentence that says so.
@@ -516,6 +519,8 @@ class CompiledStep:
         :param acting_covered: whether the policy's acting step compiles (:meth:`covers_acting`)
         :param in_pieces: why the training step cannot be one function (:func:`minibatch_step`) in this call (None: it can)
         :param auto_min_optimizer_steps: the optimizer steps from which ``"auto"`` compiles
+        :param acting_elsewhere: why the rollouts act with another policy than the model's (a collector's copy, which
+            acts eagerly); None: they act with the model's
         """
         self._fused_steps, self._plans, self._whole_plans = {}, {}, {}
         if self.setting is False:
@@ -535,13 +540,15 @@ class CompiledStep:
             planned = "no end" if math.isinf(planned_optimizer_steps) else f"{planned_optimizer_steps} optimizer steps"
             self.reason = "compile_step=True" if self.setting is True else f"{planned} planned"
         long_enough = self.setting is True or planned_acting_steps >= AUTO_MIN_ACTING_STEPS
-        self.acting_active = self.active and acting_covered and long_enough
+        self.acting_active = self.active and acting_covered and long_enough and acting_elsewhere is None
         self.whole = self.active and in_pieces is None
         sentence = f"training step {'compiled' if self.active else 'eager'} ({self.reason})"
         if self.active:
             sentence += ", as one function" if self.whole else f", in pieces ({in_pieces})"
             sentence += f", acting step {'compiled' if self.acting_active else 'eager'}"
-            if not acting_covered:
+            if acting_elsewhere is not None:
+                sentence += f" ({acting_elsewhere})"
+            elif not acting_covered:
                 sentence += " (the policy acts its own way)"
             elif not self.acting_active:
                 sentence += f" ({planned_acting_steps} steps planned, fewer than {AUTO_MIN_ACTING_STEPS})"
@@ -620,7 +627,10 @@ class CompiledStep:
         try:
             with tracing:
                 result = compiled(*args, **kwargs)
-        except caught as error:  # a graph that does not compile
+        except caught as error:  # a graph that does not compile, or (a first call's) an error of the computation
+            # the eager function tells which: an error of its own (a NaN that torch's multinomial refuses, an input
+            # of the wrong shape) propagates, and the next call compiles again
+            result = function(*args, **kwargs)
             if function is minibatch_step:  # the steps in pieces from now on (their own compilation may still work)
                 self.whole = False
                 self._compiled.pop(function, None)
@@ -628,7 +638,7 @@ class CompiledStep:
                 warnings.warn(sentence, UserWarning, stacklevel=5)
             else:
                 warnings.warn(self.fall_back(error), UserWarning, stacklevel=5)
-            return function(*args, **kwargs), False
+            return result, False
         finally:
             if with_backward:
                 aot_autograd_config.force_non_lazy_backward_lowering = previous_lowering

@@ -320,13 +320,18 @@ def test_aux_phase_never_runs_with_no_epochs_or_long_phases(kwargs):
 
 
 def test_micro_batching_gives_the_same_update():
-    params = []
+    """Micro-batches of 5 rows (5, 5, 5, 1 for a minibatch of 16) give the update and the logged losses of whole
+    minibatches: each micro-batch counts by its share of the minibatch."""
+    params, logged = [], []
     for micro_batch_size in (None, 5):
         model = make_model(aux_batch_size=16, aux_micro_batch_size=micro_batch_size, n_aux_epochs=2)
         model.learn(2 * ROLLOUT)
         assert model.n_aux_phases == 1
         params.append(flat_params(model.policy))
+        logged.append({key: value for key, value in model.logger.name_to_value.items() if key.startswith("aux/")})
     assert th.allclose(params[0], params[1], atol=1e-5)
+    for key in ("aux/aux_value_loss", "aux/clone_kl", "aux/value_loss", "aux/loss"):
+        assert logged[1][key] == pytest.approx(logged[0][key], rel=1e-5, abs=1e-8), key
 
 
 def test_policy_and_value_epochs():

@@ -464,16 +464,20 @@ class PPG(DecoupledAlgorithm):
             for minibatch in buffer.minibatch_indices(self._aux_minibatch_size, self._aux_rollout_length):
                 self.aux_optimizer.zero_grad()
                 starts = range(0, len(minibatch), self._aux_micro_batch_size)
+                minibatch_losses: list[th.Tensor] = []
                 for start_index in starts:
                     indices = minibatch[start_index : start_index + self._aux_micro_batch_size]
                     losses = self._auxiliary_losses(buffer, indices)
                     # the minibatch loss is the mean over its samples: weight each micro-batch by its share; the
                     # ranks average the accumulated gradient once, after the last micro-batch
+                    share = len(indices) / len(minibatch)
                     last = start_index == starts[-1]
                     with contextlib.nullcontext() if last else self.data_parallel.accumulating():
-                        (losses[-1] * (len(indices) / len(minibatch))).backward()
-                    for key, value in zip(stats, losses):
-                        stats[key].append(value.detach())
+                        (losses[-1] * share).backward()
+                    weighted = [value.detach() * share for value in losses]
+                    minibatch_losses = [a + b for a, b in zip(minibatch_losses, weighted)] if minibatch_losses else weighted
+                for key, value in zip(stats, minibatch_losses):
+                    stats[key].append(value)
                 self._apply_gradients(self.aux_optimizer, self.aux_gradient_noise, "aux")
                 n_updates += 1
 

@@ -411,6 +411,32 @@ def test_an_env_error_in_the_collector_process_ends_learn_with_it():
     assert not child_processes()
 
 
+class SimulatorLost(Exception):
+    """An exception that pickles but cannot be rebuilt from its args (its constructor takes two)."""
+
+    def __init__(self, code: int, detail: str) -> None:
+        super().__init__(f"code={code}: {detail}")
+        self.code = code
+
+
+class LosingEnv(CrashingEnv):
+    def step(self, action):
+        if self.steps + 1 == self.crash_at:
+            raise SimulatorLost(7, "simulator lost")
+        return super().step(action)
+
+
+def test_an_env_error_that_does_not_unpickle_still_names_itself():
+    """The child sends its type and message when the exception would not come back from pickle (a TypeError of its
+    constructor in the parent hid the environment's error and the child's traceback)."""
+    env = DummyVecEnv([lambda: LosingEnv(crash_at=2 * N_STEPS + 5) for _ in range(N_ENVS)])
+    model = PPO_EWMA("MlpPolicy", env, async_rollouts="process", **SETTINGS)
+    with pytest.raises(RuntimeError, match="SimulatorLost: code=7: simulator lost") as error:
+        model.learn(10 * ROLLOUT)
+    assert isinstance(error.value.__cause__, CollectorError) and "in step" in str(error.value.__cause__)
+    assert not child_processes()
+
+
 class RaisingCallback(BaseCallback):
     def __init__(self, at: int) -> None:
         super().__init__()

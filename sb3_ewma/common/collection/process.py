@@ -12,6 +12,7 @@ import faulthandler
 import gc
 import multiprocessing
 import os
+import pickle
 import signal
 import time
 import traceback
@@ -168,8 +169,11 @@ def _collector_main(
         except BaseException as error:  # sent to the parent, which raises it
             text = traceback.format_exc()
             try:
+                # an exception that pickles but cannot be rebuilt from its args (a constructor of two parameters) would
+                # fail in the parent's recv: tried here
+                pickle.loads(pickle.dumps(error))
                 connection.send(("error", (error, text)))
-            except Exception:  # the exception does not pickle: its type and message
+            except Exception:  # the exception does not pickle, or not back: its type and message
                 connection.send(("error", (RuntimeError(f"{type(error).__name__}: {error}"), text)))
             return
 

@@ -22,7 +22,7 @@ import numpy as np
 import torch as th
 import torch.distributed as dist
 from sb3_contrib.common.envs import InvalidActionEnvDiscrete
-from stable_baselines3.common.callbacks import CheckpointCallback
+from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.vec_env import VecNormalize
@@ -188,7 +188,9 @@ def check_iterations_identical(out_dir: Path) -> None:
             assert len(model.ep_info_buffer) == sum(counts) > counts[0], (len(model.ep_info_buffer), counts)
         # the losses rank 0 logs are the mean over the ranks (each rank's own data): averaged at the next iteration
         local_losses = gather(model.logger.name_to_value["train/value_loss"])
-        model.data_parallel.synchronize_iteration(True, model.logger, model.ep_info_buffer, model.ep_success_buffer, model.env)
+        model.data_parallel.synchronize_iteration(
+            True, model.num_timesteps, model.logger, model.ep_info_buffer, model.ep_success_buffer, model.env
+        )
         if rank() == 0:
             assert local_losses[0] != local_losses[1]
             assert abs(model.logger.name_to_value["train/value_loss"] - np.mean(local_losses)) < 1e-12
@@ -273,6 +275,27 @@ def check_rank0_writer(out_dir: Path) -> None:
         assert (out_dir / "model_rank0.zip").exists() and not (out_dir / "model_rank1.zip").exists()
         assert any((out_dir / "checkpoints_rank0").iterdir()) and not (out_dir / "checkpoints_rank1").exists()
         assert [p.name for p in (out_dir / "tensorboard").iterdir()] == ["PPO_EWMA_1"]
+
+
+class StopAt(BaseCallback):
+    """Rank 0's callback that stops training in the middle of a rollout."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__()
+        self.steps = steps
+
+    def _on_step(self) -> bool:
+        return self.num_timesteps < self.steps
+
+
+def check_rank0_stop() -> None:
+    """A rank-0 callback that stops in the middle of a rollout: every rank keeps rank 0's count and can continue."""
+    model = PPO_EWMA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2), n_steps=16, batch_size=32, seed=0)
+    model.learn(2_000, callback=StopAt(200))
+    assert gather(model.num_timesteps) == [200, 200], gather(model.num_timesteps)
+    model.learn(256, reset_num_timesteps=False)
+    assert len(set(gather(model.num_timesteps))) == 1
+    assert_same_on_ranks(model, "after a stop and a continuation")
 
 
 def check_settings_differ() -> None:
@@ -379,6 +402,8 @@ def main() -> None:
         recorder.passed_check("rank0_writer")
         check_settings_differ()
         recorder.passed_check("settings_differ")
+        check_rank0_stop()
+        recorder.passed_check("rank0_stop")
         check_vec_normalize()
         recorder.passed_check("vec_normalize")
         check_resume(out_dir)

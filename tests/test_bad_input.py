@@ -317,6 +317,28 @@ def test_rank_mismatch_shows_none_as_none_and_absent_as_not_set() -> None:
     assert data_parallel_settings(model)["target_kl"] is None  # None-valued settings are compared too
 
 
+@pytest.mark.parametrize("name", ["PPO_EWMA", "PPG_EWMA", "RecurrentPPO_EWMA", "MaskablePPO_EWMA"])
+def test_the_ranks_compare_schedules_classes_and_numpy_numbers(name: str) -> None:
+    """
+    Settings that differ between ranks where the check once saw nothing: clip ranges (schedules after SB3's setup),
+    learning-rate schedules, a policy's activation class; numpy numbers compare as Python's. Two models built alike
+    have equal settings (no address or object identity in them).
+    """
+
+    def settings(**kwargs: Any) -> dict[str, Any]:
+        return data_parallel_settings(make(name, **kwargs))
+
+    assert settings() == settings()
+    assert settings(n_steps=np.int64(32)) == settings(n_steps=32)
+    assert settings(clip_range=0.2)["clip_range"] == "schedule 0.2 -> 0.2" != settings(clip_range=0.3)["clip_range"]
+    assert settings(learning_rate=lambda progress: 3e-4 * progress)["lr_schedule"] == "schedule 0.0003 -> 0.0"
+    assert settings(learning_rate=3e-4)["lr_schedule"] == "schedule 0.0003 -> 0.0003"
+    tanh, relu = ({"activation_fn": activation} for activation in (th.nn.Tanh, th.nn.ReLU))
+    assert settings(policy_kwargs=tanh)["policy_kwargs"] != settings(policy_kwargs=relu)["policy_kwargs"]
+    with pytest.raises(ValueError, match=r"clip_range_vf differs \(rank 0: None, rank 1: 'schedule 0.5 -> 0.5'\)"):
+        GatheringContext([settings(clip_range_vf=0.5)]).check_same_settings(settings())
+
+
 def test_loading_a_missing_file_names_the_path(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"no saved model at .*nothere nor .*nothere.zip"):
         PPO_EWMA.load(tmp_path / "nothere")

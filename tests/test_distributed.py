@@ -124,6 +124,11 @@ def test_different_settings_are_named(core_run: tuple[Path, int, str]) -> None:
     _assert_passed(core_run, "settings_differ")
 
 
+def test_a_rank0_callback_stop_leaves_every_rank_with_its_count(core_run: tuple[Path, int, str]) -> None:
+    # rank 0 stops at the step its callback says, the others at the end of the rollout: they take rank 0's count
+    _assert_passed(core_run, "rank0_stop")
+
+
 def test_vec_normalize_pooled(core_run: tuple[Path, int, str]) -> None:
     _assert_passed(core_run, "vec_normalize")
 

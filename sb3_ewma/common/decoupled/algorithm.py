@@ -821,9 +821,10 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         else:
             # the rollout collected during the last train() (the first of a learn call: collected now)
             continue_training, self.rollout_buffer = overlapped.collect(self, env, callback)
-        # once per iteration, after the rollout: whether training goes on (on every rank, when data-parallel)
-        continue_training = self.data_parallel.synchronize_iteration(
-            continue_training, self.logger, self.ep_info_buffer, self.ep_success_buffer, self.env
+        # once per iteration, after the rollout: whether training goes on, and from which count (every rank's, when
+        # data-parallel)
+        continue_training, self.num_timesteps = self.data_parallel.synchronize_iteration(
+            continue_training, self.num_timesteps, self.logger, self.ep_info_buffer, self.ep_success_buffer, self.env
         )
         if overlapped is not None and continue_training and self.num_timesteps < self._total_timesteps:
             overlapped.start_next(env)  # collected while SB3's loop trains on this one

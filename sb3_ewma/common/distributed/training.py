@@ -4,7 +4,7 @@ import contextlib
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch as th
@@ -41,8 +41,44 @@ class DataParallelCallback(BaseCallback):
         return True
 
 
+SCHEDULES = ("learning_rate", "lr_schedule", "clip_range", "clip_range_vf", "aux_learning_rate", "aux_lr_schedule")
+"""Settings that may be schedules: the ranks compare their values at the start and the end of training."""
+
+
+_NO_SETTING = object()
+
+
+def _comparable(value: Any, schedule: bool = False) -> Any:
+    """
+    A setting as the ranks compare it, or ``_NO_SETTING`` (an environment, a buffer): numbers, strings and None as they
+    are (numpy's as Python's), a schedule by its values at progress 1 and 0, a class or a function by its qualified
+    name, containers item by item (an item of another kind by its type's name).
+    """
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    if schedule and callable(value):
+        schedule_of_progress = cast(Callable[[float], Any], value)
+        try:
+            return f"schedule {float(schedule_of_progress(1.0))!r} -> {float(schedule_of_progress(0.0))!r}"
+        except Exception:  # not a schedule of the progress remaining: compared by name below
+            pass
+    if isinstance(value, type) or (callable(value) and hasattr(value, "__qualname__")):
+        return f"{getattr(value, '__module__', '')}.{value.__qualname__}"
+    if isinstance(value, (list, tuple, dict)):
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        compared = {key: _comparable(item) for key, item in items}
+        compared = {key: f"<{type(value[key]).__name__}>" if item is _NO_SETTING else item for key, item in compared.items()}
+        return compared if isinstance(value, dict) else type(value)(compared.values())
+    return _NO_SETTING
+
+
 def data_parallel_settings(algorithm: OnPolicyAlgorithm) -> dict[str, Any]:
-    """The settings every rank must share: the plain-valued hyperparameters, spaces and parameter shapes."""
+    """
+    The settings every rank must share: the hyperparameters (:func:`_comparable`: schedules by their values, classes
+    by name, ``policy_kwargs`` item by item), spaces and parameter shapes.
+    """
     settings: dict[str, Any] = {
         "algorithm": type(algorithm).__name__,
         "observation_space": repr(algorithm.observation_space),
@@ -50,9 +86,11 @@ def data_parallel_settings(algorithm: OnPolicyAlgorithm) -> dict[str, Any]:
         "policy parameters": [(name, tuple(p.shape)) for name, p in algorithm.policy.named_parameters()],
     }
     for key, value in vars(algorithm).items():
-        plain = value is None or isinstance(value, (bool, int, float, str))
-        if not key.startswith("_") and key not in RANK_LOCAL_SETTINGS and plain:
-            settings[key] = value
+        if key.startswith("_") or key in RANK_LOCAL_SETTINGS:
+            continue
+        comparable = _comparable(value, schedule=key in SCHEDULES)
+        if comparable is not _NO_SETTING:
+            settings[key] = comparable
     return settings
 
 
@@ -198,39 +236,41 @@ class DataParallelTraining:
     def synchronize_iteration(
         self,
         continue_training: bool,
+        num_timesteps: int,
         logger: Logger,
         ep_info_buffer: deque | None,
         ep_success_buffer: deque | None,
         env: VecEnv | None,
-    ) -> bool:
+    ) -> tuple[bool, int]:
         """
         Once per iteration, on the main thread, after the rollout and before ``train()``: agree on going on, gather
         the episode statistics (into rank 0's ``ep_info_buffer`` and ``ep_success_buffer``) and ``train()``
         diagnostics (into rank 0's ``logger``), and pool the statistics of ``env``'s ``VecNormalize``.
 
-        :return: whether every rank goes on
+        :return: whether every rank goes on, and the ``num_timesteps`` every rank continues from: rank 0's (a rank-0
+            callback that stops training stops rank 0 at its step, the others at the end of the rollout)
         """
         context = self.context
         diagnostics = training_diagnostics(logger.name_to_value)
-        gathered = context.all_gather_objects((continue_training, self.pending_episodes, diagnostics))
+        gathered = context.all_gather_objects((continue_training, self.pending_episodes, diagnostics, num_timesteps))
         self.pending_episodes = []
         if context.rank == 0:
             # set by SB3's _setup_learn, which ran before the first iteration
             assert ep_info_buffer is not None and ep_success_buffer is not None
-            for rank, (_, pending, _) in enumerate(gathered):
+            for rank, (_, pending, _, _) in enumerate(gathered):
                 if rank == 0:
                     continue  # already in this rank's buffers
                 for episodes, successes in pending:
                     ep_info_buffer.extend(episodes)
                     ep_success_buffer.extend(successes)
             # the last train()'s losses and diagnostics, not yet dumped: their mean over the ranks
-            logger.name_to_value.update(mean_over_ranks([ranks_diagnostics for _, _, ranks_diagnostics in gathered]))
+            logger.name_to_value.update(mean_over_ranks([ranks_diagnostics for _, _, ranks_diagnostics, _ in gathered]))
         vec_normalize = unwrap_vec_normalize(env) if env is not None else None
         if vec_normalize is not None and vec_normalize.training:
             self.vec_normalize_pool.pool(vec_normalize, context)
         logger.record("time/communication_s", context.take_communication_time())
         logger.record("time/world_size", context.world_size)
-        return all(flag for flag, _, _ in gathered)
+        return all(flag for flag, _, _, _ in gathered), gathered[0][3]
 
     def seed_for_rank(self, seed: int | None, n_envs: int) -> int | None:
         """This rank's seed: ``seed + rank * n_envs``, so that the ranks' environments differ, reproducibly."""
@@ -273,12 +313,13 @@ class SingleProcessTraining:
     def synchronize_iteration(
         self,
         continue_training: bool,
+        num_timesteps: int,
         logger: Logger,
         ep_info_buffer: deque | None,
         ep_success_buffer: deque | None,
         env: VecEnv | None,
-    ) -> bool:
-        return continue_training
+    ) -> tuple[bool, int]:
+        return continue_training, num_timesteps
 
     def seed_for_rank(self, seed: int | None, n_envs: int) -> int | None:
         return seed

@@ -323,7 +323,7 @@ def test_async_rollouts_and_staleness_are_refused_by_the_contrib_algorithms():
     for algorithm, stale in ((RecurrentPPO_EWMA, StaleRecurrentPPO_EWMA), (MaskablePPO_EWMA, StaleMaskablePPO_EWMA)):
         with pytest.raises(ValueError, match="artificial staleness needs a model with async_rollouts=False"):
             make_model(stale, async_rollouts=True).set_staleness(1)
-        with pytest.raises(ValueError, match=r"mode must be 'decoupled' or 'behavior' with staleness > 0"):
+        with pytest.raises(ValueError, match=r"mode must be 'decoupled' or 'behavior' with stale data"):
             make_model(stale).set_staleness(1, "proximal")
         with pytest.raises(ValueError, match="async_rollouts must be False, True"):
             make_model(algorithm, async_rollouts="fork")

@@ -2,6 +2,7 @@
 
 import csv
 import inspect
+import warnings
 
 import numpy as np
 import pytest
@@ -139,3 +140,17 @@ def test_measured_before_gradient_clipping(monkeypatch):
     monkeypatch.setattr(GradientNoiseScale, "observe", record)
     model.learn(64)
     assert len(seen) == 4 and min(seen) > 1e-3
+
+
+def test_one_minibatch_per_epoch_is_said_to_the_constructor_s_caller(tmp_path):
+    """The estimate needs at least 2 minibatches per epoch: with one (sb3-contrib's batch_size=None, the whole rollout)
+    the constructor warns at the user's line that nothing will be logged; a load of such a model does not warn again."""
+    from sb3_ewma import RecurrentPPO_EWMA
+
+    with pytest.warns(UserWarning, match="logs no train/gradient_noise_scale with 1 minibatch per epoch") as caught:
+        model = RecurrentPPO_EWMA("MlpLstmPolicy", "CartPole-v1", n_steps=16, batch_size=None, log_gradient_noise_scale=True)
+    assert caught[0].filename == __file__
+    model.save(tmp_path / "model.zip")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        RecurrentPPO_EWMA.load(tmp_path / "model.zip")

@@ -11,6 +11,7 @@ import shutil
 import zipfile
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch as th
@@ -140,12 +141,12 @@ def trained_buffers(model):
     return trained_on
 
 
-def stale_contrib_model(algorithm):
+def stale_contrib_model(algorithm, **kwargs):
     if algorithm is StaleRecurrentPPO_EWMA:
         policy_kwargs = dict(lstm_hidden_size=8, net_arch=[16])
-        return StaleRecurrentPPO_EWMA("MlpLstmPolicy", "CartPole-v1", policy_kwargs=policy_kwargs, **SMALL)
+        return StaleRecurrentPPO_EWMA("MlpLstmPolicy", "CartPole-v1", policy_kwargs=policy_kwargs, **SMALL, **kwargs)
     env = DummyVecEnv([lambda: InvalidActionEnvDiscrete(dim=4, ep_length=8, n_invalid_actions=1)])
-    return StaleMaskablePPO_EWMA("MlpPolicy", env, **SMALL)
+    return StaleMaskablePPO_EWMA("MlpPolicy", env, **SMALL, **kwargs)
 
 
 @pytest.mark.parametrize("algorithm", [StaleRecurrentPPO_EWMA, StaleMaskablePPO_EWMA], ids=lambda a: a.__name__)
@@ -213,7 +214,7 @@ def test_set_staleness_before_the_model_is_built():
     assert model.proximal.kind == "snapshot" and len(model.stale_rollouts) == 0
 
 
-@pytest.mark.parametrize("mode, kind", [("decoupled", "snapshot"), ("behavior", "behavior"), ("proximal", "behavior")])
+@pytest.mark.parametrize("mode, kind", [("decoupled", "snapshot"), ("behavior", "behavior")])  # "proximal": refused
 def test_with_async_rollouts_the_mode_chooses_the_anchor_of_the_one_iteration_stale_data(mode, kind):
     model = StalePPO_EWMA("MlpPolicy", "CartPole-v1", ewma_decay=None, async_rollouts=True, **SMALL)
     assert model.proximal.kind == "snapshot"  # as PPO_EWMA's with async_rollouts: the recent policy
@@ -233,3 +234,56 @@ def test_setting_staleness_again_drops_the_waiting_rollouts_and_logs_them(tmp_pa
     assert len(model.stale_rollouts) == 0
     model.learn(32, reset_num_timesteps=False)  # buffers one rollout again: nothing trained yet
     assert model._n_updates == 0 and len(model.stale_rollouts) == 1
+
+
+class MultiBinaryActions(gym.Env):
+    """Three binary actions; the buffer stores them as the space's integers."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.MultiBinary(3)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.steps = 0
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        self.steps += 1
+        return self.observation_space.sample(), float(action.sum()), self.steps == 10, False, {}
+
+
+def test_the_proximal_mode_rescores_multi_binary_actions():
+    """The recent policy's log-probabilities of stored MultiBinary actions (integers in the buffer, floats to SB3's
+    Bernoulli distribution, as the buffer's samples give them)."""
+    model = StalePPO_EWMA("MlpPolicy", DummyVecEnv([MultiBinaryActions] * 2), **SMALL).set_staleness(2, "proximal")
+    model.learn(5 * 64)
+    assert model._n_updates == 3  # 5 iterations, the first 2 waiting
+
+
+def test_with_async_rollouts_the_proximal_mode_is_refused():
+    """async_rollouts' data is one iteration stale, and "proximal" would rescore it with the recent policy, which the
+    collector's hand-off does not: refused (it trained as "behavior", silently)."""
+    model = StalePPO_EWMA("MlpPolicy", "CartPole-v1", async_rollouts=True, ewma_decay=None, **SMALL)
+    with pytest.raises(ValueError, match="mode='proximal' rescores the stored data with the recent policy"):
+        model.set_staleness(0, "proximal")
+    assert model.set_staleness(0, "behavior").proximal.kind == "behavior"
+    recurrent = stale_contrib_model(StaleRecurrentPPO_EWMA, async_rollouts=True)
+    with pytest.raises(ValueError, match=r"'proximal' is StalePPO_EWMA's only"):
+        recurrent.set_staleness(0, "proximal")
+
+
+@pytest.mark.parametrize(
+    "settings, keywords, message",
+    [
+        ({}, {"async_rollouts": True}, "artificial staleness needs a model with async_rollouts=False"),
+        ({"ewma_decay": None}, {"kl_estimator": "exact", "kl_coef": 0.1}, "kl_estimator='exact' needs the proximal"),
+    ],
+)
+def test_load_s_keywords_meet_the_checks_of_set_staleness_when_learning(settings, keywords, message, tmp_path):
+    """load(..., keyword) sets attributes without set_staleness's checks: learn makes them, before anything runs."""
+    model = StalePPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL, **settings).set_staleness(2, "behavior")
+    model.save(tmp_path / "stale.zip")
+    loaded = StalePPO_EWMA.load(tmp_path / "stale.zip", env=model.get_env(), **keywords)
+    with pytest.raises(ValueError, match=message):
+        loaded.learn(64)
+    assert loaded.num_timesteps == 0 and loaded._n_updates == 0

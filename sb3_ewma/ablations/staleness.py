@@ -82,6 +82,8 @@ def replace_behavior_log_probs(policy: ActorCriticPolicy, buffer: RolloutBuffer,
         action_batch = th.as_tensor(actions[rows], device=policy.device)
         if isinstance(policy.action_space, spaces.Discrete):
             action_batch = action_batch.long().flatten()
+        else:  # as the buffer's samples give them (MultiBinary's are stored as the space's integers)
+            action_batch = action_batch.float()
         distribution = policy.get_distribution(obs_as_tensor(obs_batch, policy.device))
         log_probs[rows] = distribution.log_prob(action_batch).cpu().numpy()
     policy.set_training_mode(training)
@@ -120,7 +122,8 @@ class ArtificialStaleness(DecoupledAlgorithm):
             start of the iteration), ``"behavior"`` (both with the behavior policy: PPO on stale data) or
             ``"proximal"`` (both with the recent policy; :class:`StalePPO_EWMA` only). With an EWMA (``ewma_decay``
             not None) the EWMA replaces only the clipping anchor, in every mode. With ``async_rollouts`` (staleness 0,
-            data one iteration stale) the mode chooses the clipping anchor likewise.
+            data one iteration stale) the mode chooses the clipping anchor likewise (``"proximal"``, which would rescore the
+            data with the recent policy, is refused there).
         :return: the model
         """
         self._check_staleness(staleness, mode)
@@ -140,14 +143,21 @@ class ArtificialStaleness(DecoupledAlgorithm):
             raise ValueError(f"staleness must be an integer >= 0 (iterations), got {staleness!r}")
         if mode not in STALENESS_MODES:
             raise ValueError(f"mode must be one of {STALENESS_MODES}, got {mode!r}")
-        if staleness == 0:
+        if staleness == 0 and not self.async_rollouts:
             return
         if mode not in self.staleness_modes:
             # the recent policy's log-probabilities on stored data need the rollout's LSTM states or action masks
             raise ValueError(
-                f"mode must be {' or '.join(map(repr, self.staleness_modes))} with staleness > 0 for "
+                f"mode must be {' or '.join(map(repr, self.staleness_modes))} with stale data for "
                 f"{type(self).__name__} ('proximal' is StalePPO_EWMA's only), got {mode!r}"
             )
+        if self.async_rollouts and mode == "proximal":
+            raise ValueError(
+                f"mode='proximal' rescores the stored data with the recent policy, which async_rollouts="
+                f"{self.rollout_collector!r} (data one iteration stale) does not: use 'decoupled' or 'behavior'"
+            )
+        if staleness == 0:
+            return
         if self.async_rollouts:
             raise ValueError(
                 f"async_rollouts={self.rollout_collector!r} trains on data one iteration stale already: artificial "
@@ -177,6 +187,8 @@ class ArtificialStaleness(DecoupledAlgorithm):
         tb_log_name: str = "run",
         progress_bar: bool = False,
     ) -> tuple[int, BaseCallback]:
+        # the setting as the model now holds it (load's keywords are not set_staleness's): before anything is written
+        self._check_staleness(self.staleness, self.staleness_mode)
         # the setting is set on a model after its setup: the ranks agree on it when learn starts
         self.data_parallel.check_same_settings(
             {"staleness": self.staleness, "staleness_mode": self.staleness_mode},

@@ -378,7 +378,9 @@ class PPG(DecoupledAlgorithm):
                     f"{human_bytes(self.aux_buffer.nbytes)} of host memory (+ pi_old)"
                 )
         super()._setup_decoupled_training()
-        self.aux_gradient_noise = self._new_gradient_noise(self._aux_minibatch_size, self._aux_minibatches_per_epoch)
+        self.aux_gradient_noise = self._new_gradient_noise(
+            self._aux_minibatch_size, self._aux_minibatches_per_epoch, "aux/gradient_noise_scale"
+        )
 
     @property
     def _aux_rollout_length(self) -> int | None:

@@ -30,7 +30,13 @@ from stable_baselines3.common.utils import explained_variance, update_learning_r
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
 
-from sb3_ewma.common.checks import check_callback, check_device_name, check_observation_space, check_save_folders
+from sb3_ewma.common.checks import (
+    check_callback,
+    check_device_name,
+    check_observation_space,
+    check_save_folders,
+    warn_at_caller,
+)
 from sb3_ewma.common.collection.overlap import OverlappedRollouts, rollout_collector_kind, rollout_settings
 from sb3_ewma.common.collection.rollout import RolloutView, new_rollout_buffer
 from sb3_ewma.common.decoupled.advantages import AdvantageNormalizer
@@ -268,10 +274,18 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         """
         return self._needs_distributions or self.async_rollouts
 
-    def _new_gradient_noise(self, batch_size: int, minibatches_per_epoch: int) -> GradientNoiseScale | None:
+    def _new_gradient_noise(
+        self, batch_size: int, minibatches_per_epoch: int, log_key: str = "train/gradient_noise_scale"
+    ) -> GradientNoiseScale | None:
         """The gradient noise scale of a phase's minibatches (global ones: of every rank), or None when not logged."""
         if not self.log_gradient_noise_scale:
             return None
+        if minibatches_per_epoch < 2 and not self._loading:  # said to the constructor's caller, not at every load
+            warn_at_caller(
+                f"log_gradient_noise_scale=True logs no {log_key} with {minibatches_per_epoch} minibatch per epoch: the "
+                "estimate compares an epoch's minibatch gradients with their mean, and needs at least 2 (a batch size "
+                "below the rollout's)"
+            )
         return GradientNoiseScale(batch_size * self.world_size, minibatches_per_epoch)
 
     def set_training_precision(self, training_precision: TrainingPrecision) -> None:

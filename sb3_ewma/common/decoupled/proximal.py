@@ -67,7 +67,8 @@ def proximal_action_log_prob(proximal: ParameterEWMA, obs: PyTorchObs, actions: 
 
 def warn_missing_proximal(algorithm_name: str) -> None:
     warnings.warn(
-        f"The loaded parameters have no proximal policy (a file saved without one: by SB3's PPO, or by PPG): "
+        f"The loaded parameters have no proximal policy (a file saved without one: by SB3's or sb3-contrib's parent "
+        f"algorithm, or by PPG): "
         f"{algorithm_name} starts its EWMA from the loaded policy.",
         UserWarning,
         stacklevel=4,  # the caller of set_parameters

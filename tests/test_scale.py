@@ -505,7 +505,9 @@ def test_cli_finds_the_packaged_file_from_algo_and_env(capsys):
         )
 
 
-@pytest.mark.parametrize("policy_kwargs", [None, {"net_arch": [16]}, "dict(net_arch=[16])"])
+@pytest.mark.parametrize(
+    "policy_kwargs", [None, {"net_arch": [16]}, "dict(net_arch=[16])", "dict(net_arch=[16], optimizer_kwargs=dict(eps=1e-5))"]
+)
 def test_scaled_betas_keep_ppg_s_auxiliary_optimizer_and_sb3_s_eps(policy_kwargs):
     """
     PPG's auxiliary optimizer follows the policy's optimizer_kwargs when aux_optimizer_kwargs is None: rescaled betas

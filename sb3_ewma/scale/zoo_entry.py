@@ -196,13 +196,11 @@ def policy_optimizer_kwargs(policy_kwargs: Any) -> dict[str, Any] | None:
         if items is None:
             return None
         if "optimizer_kwargs" in items:
+            optimizer_items = PolicyKwargsSource.items(items["optimizer_kwargs"])  # dict(...) or {...}
             try:
-                given = ast.literal_eval(items["optimizer_kwargs"])
-            except ValueError:
-                given = None
-            if not isinstance(given, dict):
+                return None if optimizer_items is None else {k: ast.literal_eval(v) for k, v in optimizer_items.items()}
+            except ValueError:  # not literal values
                 return None
-            return given
         optimizer_class = ast.unparse(items["optimizer_class"]) if "optimizer_class" in items else th.optim.Adam
         return {"eps": SB3_ADAM_EPS} if _is_torch_adam(optimizer_class) else {}
     policy_kwargs = policy_kwargs or {}

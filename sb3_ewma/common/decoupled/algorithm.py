@@ -253,7 +253,8 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         # a loaded model that continues at another world size is warned when it learns
         self._world_size_change = previous_world_size_change(getattr(self, "trained_world_size", None), self.world_size)
         self.trained_world_size = self.world_size
-        self.data_parallel.setup(data_parallel_settings(self), self._state_holders(), self.policy)
+        if isinstance(self.data_parallel, DataParallelTraining):  # the settings are read only for ranks to compare
+            self.data_parallel.setup(data_parallel_settings(self), self._state_holders(), self.policy)
         self.advantage_normalizer.reducer = self.data_parallel.advantage_reducer
 
     def _new_proximal_policy(self) -> ProximalPolicy:

@@ -287,3 +287,14 @@ def test_load_s_keywords_meet_the_checks_of_set_staleness_when_learning(settings
     with pytest.raises(ValueError, match=message):
         loaded.learn(64)
     assert loaded.num_timesteps == 0 and loaded._n_updates == 0
+
+
+def test_a_new_run_starts_without_the_last_runs_waiting_rollouts():
+    model = StalePPO_EWMA("MlpPolicy", "CartPole-v1", **SMALL).set_staleness(2)
+    model.learn(64)  # two rollouts wait
+    assert len(model.stale_rollouts) == 2 and model._n_updates == 0
+    model.learn(32, reset_num_timesteps=False)  # the same run: the oldest is trained on
+    assert len(model.stale_rollouts) == 2 and model._n_updates > 0
+    updates = model._n_updates
+    model.learn(32)  # reset_num_timesteps=True, SB3's new run (the environments reset): buffers its first rollout
+    assert len(model.stale_rollouts) == 1 and model._n_updates == updates

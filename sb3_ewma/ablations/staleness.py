@@ -112,7 +112,8 @@ class ArtificialStaleness(DecoupledAlgorithm):
     def set_staleness(self: SelfArtificialStaleness, staleness: int, mode: str = "decoupled") -> SelfArtificialStaleness:
         """
         Train on the data of each iteration ``staleness`` iterations after it was collected. ``save`` and ``load`` keep
-        the setting; ``staleness=0`` removes it and drops the rollouts waiting. :class:`StalePPO_EWMA` computes the
+        the setting; ``staleness=0`` removes it and drops the rollouts waiting, as a new run does (``learn`` with
+        ``reset_num_timesteps=True``). :class:`StalePPO_EWMA` computes the
         advantages of stale data when it is used, bootstrapped from the current value function; the other two keep
         those of the collection.
 
@@ -194,6 +195,8 @@ class ArtificialStaleness(DecoupledAlgorithm):
             {"staleness": self.staleness, "staleness_mode": self.staleness_mode},
             advice="call set_staleness() with the same arguments on every rank",
         )
+        if reset_num_timesteps:  # a new run: the rollouts waiting belong to the last one
+            self.stale_rollouts.clear()
         return super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
 
     def train(self) -> None:

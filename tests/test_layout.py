@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from sb3_contrib import MaskablePPO, RecurrentPPO
 from stable_baselines3 import PPO
-from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 import sb3_ewma
 from sb3_ewma import PPG, PPG_EWMA, PPO_EWMA, MaskablePPO_EWMA, RecurrentPPO_EWMA
@@ -191,9 +190,9 @@ def test_every_ppo_variant_is_its_parent_with_the_decoupled_training(algorithm, 
     assert algorithm.__mro__[1:] == (DecoupledAlgorithm, *parent.__mro__)
 
 
-def test_ppg_is_an_on_policy_algorithm_and_ppg_ewma_adds_the_ewma():
-    """As sb3-contrib's algorithms: PPG holds the algorithm (its phases); PPG_EWMA only adds ``ewma_decay``."""
-    assert PPG.__bases__ == (DecoupledAlgorithm,) and issubclass(PPG, OnPolicyAlgorithm)
+def test_ppg_is_ppo_with_its_phases_and_ppg_ewma_adds_the_ewma():
+    """PPG is SB3's PPO (its policy phase) with an auxiliary phase; PPG_EWMA only adds ``ewma_decay``."""
+    assert PPG.__bases__ == (DecoupledAlgorithm, PPO) and PPG.__mro__[1:] == (DecoupledAlgorithm, *PPO.__mro__)
     assert PPG_EWMA.__bases__ == (PPG,)
     assert {"train", "_auxiliary_phase"} <= set(vars(PPG)) and not {"train", "_auxiliary_phase"} & set(vars(PPG_EWMA))
     assert "ewma_decay" in inspect.signature(PPG_EWMA).parameters and "ewma_decay" not in inspect.signature(PPG).parameters

@@ -229,5 +229,3 @@ def test_the_objectives_diagnostics_are_each_minibatchs_value_averaged_over_mini
     for key, values in expected.items():
         assert stats[key] == pytest.approx(np.mean(values), rel=1e-6), key
     assert 0 < stats["clip_fraction"] < 1 and 0 < stats["imp_samp_capped_fraction"] < 1  # the data exercises both
-    objective.reset_stats()
-    assert objective.mean_stats() == {}

@@ -214,7 +214,6 @@ def check_constructor_settings(algorithm: type, policy: object, settings: Mappin
 
 KL_ESTIMATORS = ("sample", "exact")
 ADVANTAGE_NORMALIZATIONS = ("minibatch", "ewma")
-SCHEDULE = "a number > 0 or a schedule (a function of the progress remaining)"
 
 
 def _normalizes(settings: Mapping[str, Any]) -> bool:

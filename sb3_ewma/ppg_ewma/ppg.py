@@ -9,7 +9,6 @@ from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch as th
-from gymnasium import spaces
 from stable_baselines3 import PPO
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
@@ -41,7 +40,7 @@ from sb3_ewma.ppg_ewma.policies import (
 )
 
 
-class PPG(DecoupledAlgorithm):
+class PPG(DecoupledAlgorithm, PPO):  # type: ignore[misc]  # batch_size, as PPO_EWMA
     """
     Phasic Policy Gradient (PPG; Cobbe et al. 2020): PPO's policy phase, whose proximal policy is the behavior policy as
     in PPO, alternating with an auxiliary phase that distills the value function into the policy network;
@@ -212,8 +211,14 @@ class PPG(DecoupledAlgorithm):
             env,
             learning_rate=learning_rate,
             n_steps=n_steps,
+            batch_size=batch_size,
+            n_epochs=n_epochs,
             gamma=gamma,
             gae_lambda=gae_lambda,
+            # no clipping: an infinite clip range
+            clip_range=math.inf if clip_range is None else clip_range,
+            clip_range_vf=clip_range_vf,
+            normalize_advantage=normalize_advantage,
             ent_coef=ent_coef,
             vf_coef=vf_coef,
             max_grad_norm=max_grad_norm,
@@ -221,6 +226,7 @@ class PPG(DecoupledAlgorithm):
             sde_sample_freq=sde_sample_freq,
             rollout_buffer_class=rollout_buffer_class,
             rollout_buffer_kwargs=rollout_buffer_kwargs,
+            target_kl=target_kl,
             stats_window_size=stats_window_size,
             tensorboard_log=tensorboard_log,
             policy_kwargs={**(policy_kwargs or {}), "arch": arch},
@@ -228,16 +234,8 @@ class PPG(DecoupledAlgorithm):
             seed=seed,
             device=device,
             _init_setup_model=False,
-            supported_action_spaces=(spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary),
         )
-        self.batch_size = batch_size
-        self.n_epochs = n_epochs
         self.n_value_epochs = n_value_epochs
-        # no clipping: an infinite clip range
-        self.clip_range = math.inf if clip_range is None else clip_range
-        self.clip_range_vf = clip_range_vf
-        self.normalize_advantage = normalize_advantage
-        self.target_kl = target_kl
         self.n_policy_iterations = int(n_policy_iterations)
         self.n_aux_epochs = int(n_aux_epochs)
         self.beta_clone = float(beta_clone)
@@ -275,16 +273,6 @@ class PPG(DecoupledAlgorithm):
         rollout_size = self.n_steps * self.n_envs
         if self.normalize_advantage and rollout_size <= 1:
             raise HyperparameterError(f"n_steps * n_envs must be > 1 with normalize_advantage=True, got {rollout_size}")
-        batch_size = self._minibatch_size  # PPG's batch_size (an int, never sb3-contrib's None)
-        if rollout_size % batch_size > 0:
-            warnings.warn(
-                f"You have specified a mini-batch size of {batch_size},"
-                f" but because the `RolloutBuffer` is of size `n_steps * n_envs = {rollout_size}`,"
-                f" after every {rollout_size // batch_size} untruncated mini-batches,"
-                f" there will be a truncated mini-batch of size {rollout_size % batch_size}\n"
-                f"We recommend using a `batch_size` that is a factor of `n_steps * n_envs`.\n"
-                f"Info: (n_steps={self.n_steps} and n_envs={self.n_envs})"
-            )
         problem = self._aux_batch_size_problem()
         if problem is None:
             return
@@ -348,14 +336,9 @@ class PPG(DecoupledAlgorithm):
 
     def _setup_decoupled_training(self) -> None:
         """
-        After ``OnPolicyAlgorithm._setup_model`` (also on load): PPO's clip-range schedules, the auxiliary phase's
-        optimizer and buffer, then the decoupled training (the proximal policy; the ranks, which share the auxiliary
-        optimizer's state too).
+        After ``PPO._setup_model`` (also on load): the auxiliary phase's optimizer and buffer, then the decoupled
+        training (the proximal policy; the ranks, which share the auxiliary optimizer's state too).
         """
-        # Initialize schedules for policy/value clipping
-        self.clip_range = FloatSchedule(self.clip_range)  # type: ignore[arg-type]
-        if self.clip_range_vf is not None:
-            self.clip_range_vf = FloatSchedule(self.clip_range_vf)
         # the auxiliary buffer is not saved: a loaded model restarts its current policy phase (a no-op when building;
         # without an auxiliary phase there is no buffer to refill)
         if self.n_aux_epochs > 0:

@@ -1,7 +1,7 @@
 """
 :class:`DecoupledAlgorithm`: what every algorithm of this package adds to its parent, in one class between the two:
-``PPO_EWMA(DecoupledAlgorithm, PPO)``, and likewise with sb3-contrib's ``RecurrentPPO`` and ``MaskablePPO``, and SB3's
-``OnPolicyAlgorithm`` for PPG. It derives from ``OnPolicyAlgorithm``, as its parents do, so its ``super()`` calls reach
+``PPO_EWMA(DecoupledAlgorithm, PPO)``, and likewise with sb3-contrib's ``RecurrentPPO`` and ``MaskablePPO``, and
+``PPG(DecoupledAlgorithm, PPO)``. It derives from ``OnPolicyAlgorithm``, as its parents do, so its ``super()`` calls reach
 the parent's methods (``PPO_EWMA``'s MRO: ``PPO_EWMA, DecoupledAlgorithm, PPO, OnPolicyAlgorithm, BaseAlgorithm``).
 """
 
@@ -44,7 +44,6 @@ from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective, mean_o
 from sb3_ewma.common.decoupled.options import resolve_ewma_decay
 from sb3_ewma.common.decoupled.proximal import (
     ProximalPolicy,
-    check_loadable,
     is_policy_parameter,
     parameters_with_proximal_state,
     with_states_in_data,
@@ -85,7 +84,7 @@ from sb3_ewma.common.losses import clipped_values
 from sb3_ewma.common.minibatches import rollout_minibatches
 from sb3_ewma.common.precision import FLOAT32, TrainingPrecision
 from sb3_ewma.common.rules import check_learn_arguments
-from sb3_ewma.common.saved_files import check_load_keywords, saved_model_name
+from sb3_ewma.common.saved_files import check_load_keywords, check_saved_file, saved_model_name
 
 SelfDecoupledAlgorithm = TypeVar("SelfDecoupledAlgorithm", bound="DecoupledAlgorithm")
 
@@ -710,7 +709,9 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         loaded policy); ``env`` may be a registered environment id.
         """
         check_device_name(device)  # before the file is opened
-        data = check_loadable(cls, path)
+        data = check_saved_file(cls, path)
+        if data is not None:
+            cls._check_saved_data(data, path)
         check_load_keywords(cls, kwargs, data)
         if isinstance(env, str):
             env = maybe_make_env(env, kwargs.get("verbose", (data or {}).get("verbose", 0)))

@@ -75,12 +75,8 @@ class DecoupledPolicyObjective:
         self.stats["policy_gradient_loss"].append(policy_loss.detach())
         self.log_probs.append((log_prob.detach(), proximal_log_prob.detach(), behavior_log_prob.detach()))
 
-    def reset_stats(self) -> None:
-        self.stats.clear()
-        self.log_probs.clear()
-
     def mean_stats(self) -> dict[str, float]:
-        """Mean over the minibatches since the last ``reset_stats`` of each minibatch's diagnostics (as SB3 logs them)."""
+        """Mean over the minibatches this objective computed (one iteration's) of each one's diagnostics (as SB3 logs them)."""
         stats = {key: mean_of(values) for key, values in self.stats.items() if values}
         per_minibatch: dict[str, list[th.Tensor]] = defaultdict(list)
         # the minibatches of one size stacked (n, size): one computation per size

@@ -15,7 +15,7 @@ from stable_baselines3.common.type_aliases import PyTorchObs
 from sb3_ewma.common.distributions import has_lean_log_prob, lean_action_log_prob
 from sb3_ewma.common.ewma import ParameterEWMA
 from sb3_ewma.common.policies import policy_copy
-from sb3_ewma.common.saved_files import check_saved_algorithm, read_saved_values, state_on_cpu
+from sb3_ewma.common.saved_files import read_saved_values, state_on_cpu
 
 # the attribute (hence ``data`` entry) that holds the proximal policy's state in a saved file, and the update count
 # those states were saved at (a file saved again by SB3's parent, which keeps them unread, has another count)
@@ -170,20 +170,6 @@ class ProximalPolicy:
             distribution = self.distribution(minibatch)
             return distribution.log_prob(actions), distribution if with_distribution else None
         return proximal_action_log_prob(self.ewma, minibatch.observations, actions), None
-
-
-def check_loadable(algorithm: type, path: Any) -> dict[str, Any] | None:
-    """
-    Before SB3's ``load`` of ``algorithm``: check that the file was saved by an algorithm whose files this one opens
-    (its own policies' modules, then ``loadable_parent_policy_modules``) and run the algorithm's
-    ``_check_saved_data``. Returns the file's ``data`` (None where it cannot be read before SB3's ``load``).
-    """
-    own_modules = tuple(policy.__module__ for policy in getattr(algorithm, "policy_aliases", {}).values())
-    parent_modules = getattr(algorithm, "loadable_parent_policy_modules", ())
-    data = check_saved_algorithm(algorithm.__name__, (*own_modules, *parent_modules), path)
-    if data is not None:
-        algorithm._check_saved_data(data, path)  # type: ignore[attr-defined]
-    return data
 
 
 SelfAlgorithm = TypeVar("SelfAlgorithm", bound=BaseAlgorithm)

@@ -851,17 +851,3 @@ class CompiledStep:
             "_plans": {},
             "_whole_plans": {},
         }
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        # defaults for a state pickled without these attributes
-        fresh: dict[str, Any] = {
-            "acting_active": False,
-            "whole": False,
-            "acting_mode": None,
-            "_fused_steps": {},
-            "_plans": {},
-            "_whole_plans": {},
-            "_constants": (None, None),
-        }
-        self.__dict__.update({**fresh, **state})
-        self.__dict__.pop("_clip_tensors", None)

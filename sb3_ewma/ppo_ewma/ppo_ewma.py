@@ -72,8 +72,8 @@ class PPO_EWMA(DecoupledAlgorithm, PPO):  # type: ignore[misc]
     :param device: Device (cpu, cuda, ...) on which the code should be run.
         Setting it to auto, the code will be run on the GPU if possible.
     :param ewma_decay: Decay of the EWMA of the policy's parameters that is the proximal policy: a number in [0, 1), an
-        age rule, ``"auto"`` (default), ``"paper"``, ``"max_age"`` or ``"mean_age"``, or ``None`` (no EWMA: SB3's PPO).
-        See :ref:`ewma-decay`.
+        age rule, ``"auto"`` (default), ``"paper"``, ``"max_age"`` or ``"mean_age"``, or ``None`` (no EWMA: SB3's PPO;
+        bit for bit when it trains eagerly, ``compile_step=False``). See :ref:`ewma-decay`.
     :param kl_coef: Coefficient ``>= 0`` of the decoupled KL penalty ``KL[pi_prox, pi]`` (default 0: no penalty).
         See :ref:`decoupled-objectives`.
     :param kl_estimator: The KL penalty's estimate: ``"sample"`` (default, the authors') or ``"exact"``.

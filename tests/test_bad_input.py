@@ -541,6 +541,26 @@ def test_load_checks_its_hyperparameters_as_the_constructor_does(tmp_path: Path)
     assert PPG_EWMA.load(tmp_path / "ppg.zip", n_policy_iterations=2).n_policy_iterations == 2
 
 
+def test_load_checks_the_hyperparameters_custom_objects_replaces(tmp_path: Path) -> None:
+    # SB3's load puts custom_objects' values in place of the file's, unchecked: batch_size=0 trained forever
+    make("PPO_EWMA").save(tmp_path / "ppo.zip")
+    for replaced, sentence in (
+        ({"batch_size": 0}, r"batch_size must be an integer >= 2, got 0"),
+        ({"kl_coef": -1.0}, r"kl_coef must be a finite number >= 0, got -1.0"),
+        ({"minibatch_sampling": "bogus"}, r"minibatch_sampling must be one of \('steps', 'rollouts'\), got 'bogus'"),
+    ):
+        with pytest.raises(ValueError, match=rf"^load\(\.\.\., custom_objects=\.\.\.\): {sentence}$"):
+            PPO_EWMA.load(tmp_path / "ppo.zip", env=DummyVecEnv([CountingEnv]), custom_objects=replaced)
+    # a keyword wins over custom_objects in SB3's load: the keyword is what is checked
+    model = PPO_EWMA.load(tmp_path / "ppo.zip", custom_objects={"batch_size": 0}, batch_size=8)
+    assert model.batch_size == 8
+    # rl-zoo3's enjoy and record_video load every model with these, silently (no advice about a learning rate of 0)
+    enjoy = {"learning_rate": 0.0, "lr_schedule": lambda _: 0.0, "clip_range": lambda _: 0.0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        assert PPO_EWMA.load(tmp_path / "ppo.zip", custom_objects=enjoy).learning_rate == 0.0
+
+
 def test_a_folder_that_cannot_be_written_is_refused_before_training(tmp_path: Path) -> None:
     from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback, EvalCallback, EveryNTimesteps
 

@@ -7,6 +7,7 @@ import io
 import json
 import numbers
 import os
+import warnings
 import zipfile
 import zlib
 from collections.abc import Iterable
@@ -248,23 +249,43 @@ _SETTINGS_CHECKED_TOGETHER = (
 _LOAD_OWN_ARGUMENTS = ("policy", "env", "device", "verbose", "_init_setup_model")
 
 
-def check_load_keywords(algorithm: type, keywords: dict[str, Any], saved: dict[str, Any] | None) -> None:
+def check_load_keywords(
+    algorithm: type, keywords: dict[str, Any], saved: dict[str, Any] | None, custom_objects: dict[str, Any] | None = None
+) -> None:
     """
     Check the keyword arguments of ``load`` that change a hyperparameter as the constructor checks a new model's,
     against the saved settings, before anything is loaded (SB3 sets them unchecked). A keyword that is neither a
-    constructor argument nor saved (a misspelt setting) gets a warning at the caller's line.
+    constructor argument nor saved (a misspelt setting) gets a warning at the caller's line. The hyperparameters that
+    ``custom_objects`` replaces in the file (SB3's ``load`` takes them unchecked too) are refused as the constructor
+    refuses them; they get no advice (rl-zoo3's ``enjoy`` replaces ``learning_rate`` by 0 for every model it loads).
 
     :param algorithm: the class whose ``load`` it is
     :param keywords: ``load``'s ``**kwargs``
     :param saved: the file's ``data``, or None
+    :param custom_objects: ``load``'s ``custom_objects``
     """
     import inspect
 
-    from sb3_ewma.common.checks import warn_at_caller
+    from sb3_ewma.common.checks import HyperparameterError, warn_at_caller
     from sb3_ewma.common.keywords import unknown_keyword_message
     from sb3_ewma.common.rules import check_constructor_settings
 
     parameters = inspect.signature(algorithm).parameters
+    policy = next(iter(getattr(algorithm, "policy_aliases", {"MlpPolicy": None})))
+    replaced = {
+        name: value
+        for name, value in (custom_objects or {}).items()
+        if name in parameters and name not in _LOAD_OWN_ARGUMENTS and name not in keywords
+    }
+    if replaced:
+        saved_settings = {name: saved[name] for name in _SETTINGS_CHECKED_TOGETHER if saved is not None and name in saved}
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                check_constructor_settings(algorithm, policy, {"verbose": 0, **saved_settings, **replaced})
+        except HyperparameterError as error:
+            raise HyperparameterError(f"load(..., custom_objects=...): {error}") from None
+        saved = {**(saved or {}), **replaced}
     for name, value in keywords.items():
         # SB3's load sets any keyword as an attribute: one that no setting or saved entry has is most likely misspelt
         if name not in parameters and not name.startswith("_") and (saved is None or name not in saved):
@@ -288,5 +309,4 @@ def check_load_keywords(algorithm: type, keywords: dict[str, Any], saved: dict[s
         del given["batch_size"]
     if not given:
         return
-    policy = next(iter(getattr(algorithm, "policy_aliases", {"MlpPolicy": None})))
     check_constructor_settings(algorithm, policy, {"verbose": 0, **context, **given})

@@ -218,3 +218,25 @@ def test_set_parameters_reads_only_the_entries_it_needs(tmp_path: Path, monkeypa
             other.set_parameters(source, exact_match=True, device="cpu")
         for key, value in averaged_state(model).items():
             np.testing.assert_array_equal(averaged_state(other)[key], value)
+
+
+@pytest.mark.parametrize("options", [dict(async_rollouts=True), dict(kl_coef=0.1, kl_estimator="exact")], ids=str)
+def test_a_snapshot_proximal_policy_is_not_saved_and_takes_sb3_ppos_parameters(options, tmp_path):
+    # without an EWMA, the proximal network is the policy at the iteration's start (retaken each iteration): the
+    # parameters are SB3's PPO's, as with ewma_decay=None alone
+    kwargs = dict(n_steps=32, batch_size=16, n_epochs=1, seed=0, device="cpu")
+    sb3 = PPO("MlpPolicy", "CartPole-v1", **kwargs)
+    model = PPO_EWMA("MlpPolicy", "CartPole-v1", ewma_decay=None, **kwargs, **options)
+    assert model.proximal.kind == "snapshot"
+    assert set(model.get_parameters()) == set(sb3.get_parameters()) == {"policy", "policy.optimizer"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        model.set_parameters(sb3.get_parameters())
+        model.learn(64).save(tmp_path / "snapshot.zip")
+        loaded = PPO_EWMA.load(tmp_path / "snapshot.zip", device="cpu")
+    assert loaded.proximal.kind == "snapshot"
+    for name, value in model.policy.state_dict().items():
+        assert th.equal(loaded.policy.state_dict()[name], value), name
+    loaded.set_env(model.get_env())
+    loaded.learn(32, reset_num_timesteps=False)  # the snapshot retaken from the loaded policy
+    assert loaded._n_updates == model._n_updates + 1

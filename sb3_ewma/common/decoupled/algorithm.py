@@ -300,8 +300,9 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     @property
     def proximal_ewma(self) -> ParameterEWMA | None:
         """
-        The proximal policy's network (an EWMA or a snapshot of the policy), or None: the entry ``proximal_ewma`` of
-        ``get_parameters()`` (a saved file keeps it in its ``data`` as ``proximal_policy_state``).
+        The proximal policy's network (an EWMA or a snapshot of the policy), or None. An EWMA is the entry
+        ``proximal_ewma`` of ``get_parameters()`` (a saved file keeps it in its ``data`` as ``proximal_policy_state``); a
+        snapshot, retaken from the policy at each iteration's start, is not saved.
         """
         proximal: ProximalPolicy | None = getattr(self, "proximal", None)
         return None if proximal is None else proximal.ewma
@@ -712,7 +713,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         data = check_saved_file(cls, path)
         if data is not None:
             cls._check_saved_data(data, path)
-        check_load_keywords(cls, kwargs, data)
+        check_load_keywords(cls, kwargs, data, custom_objects)
         if isinstance(env, str):
             env = maybe_make_env(env, kwargs.get("verbose", (data or {}).get("verbose", 0)))
         # as the constructor stores it (True: a thread, whatever the file's collector); a collector process that cannot
@@ -751,13 +752,25 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         # the parent's modules and the proximal network, if any (none in the copy that ``save`` writes)
         state_dicts, torch_variables = super()._get_torch_save_params()
-        return ([*state_dicts, "proximal_ewma"] if self.proximal_ewma is not None else state_dicts), torch_variables
+        return ([*state_dicts, "proximal_ewma"] if self._saved_ewma is not None else state_dicts), torch_variables
+
+    @property
+    def _saved_ewma(self) -> ParameterEWMA | None:
+        """The proximal EWMA, which ``save`` and ``get_parameters`` keep (None: no EWMA; a snapshot is not kept)."""
+        return self.proximal_ewma if self.proximal_decay is not None else None
 
     def set_parameters(
         self, load_path_or_dict: str | dict[str, th.Tensor], exact_match: bool = True, device: th.device | str = "auto"
     ) -> None:
         params = parameters_with_proximal_state(
-            self, self.proximal_ewma, load_path_or_dict, exact_match, device, self._modules_saved_in_data, self._loading
+            self,
+            self._saved_ewma,
+            load_path_or_dict,
+            exact_match,
+            device,
+            self._modules_saved_in_data,
+            self._loading,
+            has_snapshot=self.proximal_ewma is not None and self._saved_ewma is None,
         )
         super().set_parameters(params, exact_match=exact_match, device=device)
         # whatever each rank loaded, they continue from rank 0's (nothing to do on one process)

@@ -187,7 +187,7 @@ def with_states_in_data(algorithm: SelfAlgorithm, modules_in_data: Mapping[str, 
     saved = copy.copy(algorithm)  # a new __dict__ holding the same objects
     moved = False
     proximal: ProximalPolicy | None = getattr(algorithm, "proximal", None)
-    if proximal is not None and proximal.ewma is not None:
+    if proximal is not None and proximal.ewma is not None and proximal.kind == "ewma":  # a snapshot is not saved
         # no proximal network: ``_get_torch_save_params``, hence SB3's ``get_parameters``, names the parent's modules
         vars(saved).update({"proximal": None, PROXIMAL_STATE_KEY: state_on_cpu(proximal.ewma.state_dict())})
         moved = True
@@ -248,6 +248,7 @@ def parameters_with_proximal_state(
     device: th.device | str,
     modules_in_data: Mapping[str, str] | None = None,
     loading: bool = False,
+    has_snapshot: bool = False,
 ) -> dict[str, Any]:
     """
     The parameters for SB3's ``set_parameters``, with the proximal policy's state (and those of ``modules_in_data``,
@@ -259,8 +260,10 @@ def parameters_with_proximal_state(
     ``load`` of a file saved by another algorithm (SB3's PPO) restarts the EWMA with a warning instead of failing.
 
     :param algorithm: the model whose parameters are set (``load`` left the file's proximal state on it)
-    :param ewma: its proximal network, or None (no proximal network to fill)
+    :param ewma: its proximal EWMA, or None (no proximal network to fill)
     :param loading: whether ``load`` sets them (a file of another algorithm then restarts the states), not a user's call
+    :param has_snapshot: the model's proximal network is a snapshot of the policy (retaken at each iteration's start: a
+        saved proximal state is not needed)
     """
     entries = {"proximal_ewma": PROXIMAL_STATE_KEY, **(modules_in_data or {})}
     params, data = _saved_parameters(algorithm, load_path_or_dict, (*entries.values(), STATES_AT_UPDATE_KEY), device)
@@ -310,7 +313,8 @@ def parameters_with_proximal_state(
             if isinstance(optimizer, th.optim.Optimizer) and isinstance(state, dict) and "param_groups" in state:
                 params = {**params, module: _with_settings_of(optimizer, state)}
     if ewma is None and "proximal_ewma" in params:
-        # e.g. a PPO_EWMA file loaded with ewma_decay=None: this model has no proximal network to fill
-        warnings.warn(f"{name} has no proximal policy: the saved one is ignored", UserWarning, stacklevel=3)
+        # e.g. a PPO_EWMA file loaded with ewma_decay=None: this model has no proximal EWMA to fill
+        if not has_snapshot:
+            warnings.warn(f"{name} has no proximal policy: the saved one is ignored", UserWarning, stacklevel=3)
         params = {module: value for module, value in params.items() if module != "proximal_ewma"}
     return params

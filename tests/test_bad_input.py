@@ -339,6 +339,20 @@ def test_the_ranks_compare_schedules_classes_and_numpy_numbers(name: str) -> Non
         GatheringContext([settings(clip_range_vf=0.5)]).check_same_settings(settings())
 
 
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_learn_without_an_environment_says_how_to_give_one(name: str, tmp_path: Path) -> None:
+    make(name).save(tmp_path / "model.zip")
+    algorithm = ALGORITHMS[name][0]
+    model = algorithm.load(tmp_path / "model.zip", device="cpu", tensorboard_log=str(tmp_path / "tb"))
+    # SB3 asserts it without a word: an AssertionError still, with the sentence
+    with pytest.raises(AssertionError, match=rf"^{name} has no environment to learn from .* or call model.set_env\(env\)"):
+        model.learn(16)
+    assert not (tmp_path / "tb").exists()
+    PPO("MlpPolicy", DummyVecEnv([CountingEnv]), **SMALL).save(tmp_path / "sb3.zip")
+    with pytest.raises(AssertionError):
+        PPO.load(tmp_path / "sb3.zip", device="cpu").learn(16)
+
+
 def test_loading_a_missing_file_names_the_path(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"no saved model at .*nothere nor .*nothere.zip"):
         PPO_EWMA.load(tmp_path / "nothere")
@@ -465,6 +479,21 @@ def test_ppg_batch_size_larger_than_the_rollout_is_named_and_trains_as_sb3s_ppo(
     # an aux_batch_size of the user's that does not divide the buffer is refused (PPO has no such setting)
     with pytest.raises(ValueError, match=r"aux_batch_size \(default: batch_size\) must divide .* got 48"):
         make("PPG", n_steps=32, batch_size=32, n_policy_iterations=4, aux_batch_size=48)
+
+
+def test_ppg_load_refuses_an_aux_batch_size_its_keywords_give_and_warns_of_one_fewer_environments_make(tmp_path: Path) -> None:
+    envs = DummyVecEnv([CountingEnv, CountingEnv])
+    settings = dict(n_steps=16, batch_size=16, n_policy_iterations=3, aux_batch_size=32, device="cpu")
+    PPG("MlpPolicy", envs, **settings).save(tmp_path / "ppg.zip")  # an auxiliary buffer of 3 * 16 * 2 = 96 steps
+    # a keyword of load that makes it not fit: refused as the constructor refuses it, whatever the environments
+    for keywords in (dict(aux_batch_size=7), dict(n_steps=8)):
+        with pytest.raises(ValueError, match=r"aux_batch_size \(default: batch_size\) must divide"):
+            PPG.load(tmp_path / "ppg.zip", env=envs, device="cpu", **keywords)
+    # the saved model with fewer environments (to predict or evaluate): a warning, learn() refuses until it is fixed
+    with pytest.warns(UserWarning, match=r"aux_batch_size \(default: batch_size\) must divide .*; learn\(\) will raise"):
+        model = PPG.load(tmp_path / "ppg.zip", env=DummyVecEnv([CountingEnv]), device="cpu")
+    with pytest.raises(ValueError, match=r"aux_batch_size \(default: batch_size\) must divide"):
+        model.learn(16)
 
 
 COUNTING_ENV_ID = "Sb3EwmaTestCounting-v0"

@@ -104,6 +104,12 @@ def test_truncated_or_garbled_files_name_the_file_and_what_is_wrong(saved: dict[
         with pytest.raises(ValueError, match=rf"cannot load {path}: {message}"):
             PPO_EWMA.load(path, device="cpu")
         assert path.is_file()  # nothing the user saved is touched
+    # cut anywhere: said truncated (zipfile may find the zip that torch.save wrote inside policy.pth)
+    for numerator in range(1, 40):
+        path = tmp_path / "cut.zip"
+        path.write_bytes(content[: len(content) * numerator // 40])
+        with pytest.raises(ValueError, match=rf"cannot load {path}: it (is not a zip archive .*: the file )?is truncated"):
+            check_saved_file(PPO_EWMA, path)
     # bytes flipped inside a member: its checksum
     flipped = bytearray(content)
     with zipfile.ZipFile(original) as archive:

@@ -51,6 +51,19 @@ class UnsupportedSpaceError(HyperparameterError, NotImplementedError):
     """An observation space that no policy takes; also a ``NotImplementedError``, as SB3 raises for these spaces."""
 
 
+class MissingEnvironmentError(ValueError, AssertionError):
+    """``learn`` of a model without an environment; also an ``AssertionError``, as SB3 asserts one."""
+
+
+def check_has_env(env: object, class_name: str) -> None:
+    """Before ``learn`` writes anything: a model loaded without ``env`` has none to learn from (SB3 asserts it bare)."""
+    if env is None:
+        raise MissingEnvironmentError(
+            f"{class_name} has no environment to learn from (a model loaded without env=): pass one to "
+            f"{class_name}.load(path, env=...) or call model.set_env(env) before learn()"
+        )
+
+
 class NonFiniteError(ValueError):
     """A NaN or an infinity where training needs a finite number (:mod:`sb3_ewma.common.finite`)."""
 

@@ -182,6 +182,9 @@ def saved_zip_problem(path: Any) -> str | None:
                                 pass
                     except (zipfile.BadZipFile, zlib.error):
                         return f"its member {name!r} is damaged (its bytes do not match its checksum)"
+            if "data" not in names and any(name.endswith("data.pkl") for name in names):
+                # the archive zipfile found is a member's own (torch.save's zip inside the cut file)
+                return "it is truncated: what remains of it ends inside a member that torch.save wrote, a zip of its own"
             if "data" not in names:
                 return "it has no 'data' member (the model's settings): it is not a model saved by Stable-Baselines3"
             try:

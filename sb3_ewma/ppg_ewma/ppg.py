@@ -39,6 +39,9 @@ from sb3_ewma.ppg_ewma.policies import (
     ppg_policy_class,
 )
 
+# the settings that the auxiliary minibatches' fit to the auxiliary buffer depends on (besides the environments)
+_AUX_BUFFER_SETTINGS = ("n_steps", "batch_size", "n_policy_iterations", "aux_batch_size", "aux_minibatch_sampling")
+
 
 class PPG(DecoupledAlgorithm, PPO):  # type: ignore[misc]  # batch_size, as PPO_EWMA
     """
@@ -286,8 +289,8 @@ class PPG(DecoupledAlgorithm, PPO):  # type: ignore[misc]  # batch_size, as PPO_
                 stacklevel=2,
             )
             return
-        if not self._loading:
-            raise ValueError(problem)
+        if not self._loading or self._load_keywords & set(_AUX_BUFFER_SETTINGS):
+            raise ValueError(problem)  # the constructor's, or load's keywords that set it
         # a saved model loaded with fewer environments (to predict, evaluate, record videos): it cannot learn as it is
         warnings.warn(f"{problem}; learn() will raise until then", UserWarning, stacklevel=2)
 

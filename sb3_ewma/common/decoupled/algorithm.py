@@ -33,6 +33,7 @@ from torch.nn import functional as F
 from sb3_ewma.common.checks import (
     check_callback,
     check_device_name,
+    check_has_env,
     check_observation_space,
     check_save_folders,
     warn_at_caller,
@@ -163,6 +164,8 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     loadable_parent_policy_modules: ClassVar[tuple[str, ...]] = ()
     # True while `load` rebuilds the model from a file (not a user's call of set_parameters)
     _loading: bool = False
+    # the settings that `load`'s keywords give (a check that needs the environment tells them from the file's)
+    _load_keywords: frozenset[str] = frozenset()
 
     # PPO's hyperparameters, set by the parent's constructor (PPG's own); the clip ranges are schedules after
     # _setup_model (an infinite clip_range: no clipping); sb3-contrib's batch_size may be None (the whole rollout)
@@ -722,9 +725,9 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
             collector = rollout_collector_kind(kwargs["async_rollouts"])
             kwargs.update(async_rollouts=collector is not None, rollout_collector=collector or "thread")
         # SB3's load sets its keywords as the model's attributes before _setup_model and set_parameters
-        kwargs = {**kwargs, "_loading": True}
+        kwargs = {**kwargs, "_loading": True, "_load_keywords": frozenset(kwargs)}
         model = super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
-        del model._loading
+        del model._loading, model._load_keywords
         if data is None:  # a stream, read by SB3's load alone: the same checks on what it set
             cls._check_saved_data(vars(model), path)
         # entries of older files that these classes do not read (SB3's load puts every entry in __dict__)
@@ -804,6 +807,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         :param tb_log_name: the name of the run for TensorBoard logging (default: the algorithm's name)
         """
         check_learn_arguments(total_timesteps, log_interval)
+        check_has_env(self.env, type(self).__name__)
         check_callback(callback)
         check_save_folders(callback, self.tensorboard_log)
         if tb_log_name is None:  # the package's class, also for a user's subclass of it

@@ -873,14 +873,3 @@ def test_an_acting_step_that_does_not_compile_falls_back(monkeypatch):
     assert not step.active and not step.acting_active
     step.act(model.policy, observations)  # the rest of the rollout: eager, no new attempt
     assert len(compilations) == 1
-
-
-def test_a_compiled_step_pickled_before_the_acting_step_unpickles():
-    """The state of a CompiledStep pickled by an earlier version (no acting step): the acting step eager."""
-    state = CompiledStep(True).__getstate__()
-    for name in ("acting_active", "acting_mode"):
-        state.pop(name)
-    old = object.__new__(CompiledStep)
-    old.__setstate__(state)
-    assert old.acting_active is False and old.acting_mode is None and old.setting is True
-    assert "acting step compiled" in old.start_learn(1, None, 1)

@@ -147,6 +147,7 @@ class PPG(DecoupledAlgorithm, PPO):  # type: ignore[misc]  # batch_size, as PPO_
     # (a mutable attribute, so pyright wants the parent's type unchanged)
     policy: PPGPolicy  # pyright: ignore[reportIncompatibleVariableOverride]
     aux_buffer: AuxiliaryBuffer | None
+    aux_minibatch_sampling: str = "steps"  # files saved before the option existed: "steps"
     _is_proximal_parameter = staticmethod(is_ppg_policy_parameter)
     # the auxiliary buffer is not saved: a loaded model restarts its current policy phase
     _unsaved_attributes = ("aux_buffer", "aux_lr_schedule", "aux_gradient_noise", "_policy_phase_time")
@@ -371,7 +372,7 @@ class PPG(DecoupledAlgorithm, PPO):  # type: ignore[misc]  # batch_size, as PPO_
     @property
     def _aux_rollout_length(self) -> int | None:
         """Rows per auxiliary minibatch unit: ``n_steps`` (whole rollouts) or None (random steps)."""
-        return self.n_steps if getattr(self, "aux_minibatch_sampling", "steps") == "rollouts" else None
+        return self.n_steps if self.aux_minibatch_sampling == "rollouts" else None
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         # the auxiliary optimizer, if any (none in the copy that ``save`` writes, where it is the data entry

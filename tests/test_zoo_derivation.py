@@ -24,6 +24,7 @@ from sb3_contrib.common.maskable.utils import get_action_masks
 from sb3_ewma import zoo
 from sb3_ewma.algorithms import ALGORITHMS
 from sb3_ewma.envs.action_masks import ActionMaskOrAllValid, all_valid_action_mask
+from sb3_ewma.zoo import derivation
 from sb3_ewma.zoo.derivation import (
     ACTION_MASK_WRAPPER,
     PARENT_ALGOS,
@@ -146,7 +147,11 @@ def test_entry_choice() -> None:
     choice = zoo_entry_for("ppo_lstm_ewma", "Acrobot-v1")
     assert (choice.source, choice.path.name, choice.derivation.entry["policy"]) == ("derived", "ppo_lstm.yml", "MlpLstmPolicy")
     assert zoo_entry_for("ppo_lstm_ewma", "Foo-v0").key == "default"
-    assert zoo_entry_for("ppo_mask_ewma", "Foo-v0").source == "missing"
+    # an environment no file lists: rl-zoo3's parent `default` entry derived, as rl-zoo3 uses its own
+    for algo in ("ppo_ewma", "ppo_mask_ewma", "ppg", "ppg_ewma"):
+        choice = zoo_entry_for(algo, "Foo-v0")
+        assert (choice.source, choice.key, choice.path.name) == ("derived", "default", "ppo.yml")
+        assert choice.derivation.entry == derive(algo, PPO_ENTRIES["default"]).entry
     assert zoo_entry_for("ppo_mask_ewma", "CartPole-v1").source == "derived"
 
 
@@ -270,9 +275,16 @@ def test_scale_n_envs_on_a_derived_entry(tmp_path: Path, capsys: pytest.CaptureF
     assert model.ewma_decay == pytest.approx(256 / 257)
 
 
-def test_unknown_env_keeps_rl_zoo3_error_plus_hint(tmp_path: Path) -> None:
+def test_an_env_without_entry_trains_with_the_default_entry_as_rl_zoo3s_ppo(tmp_path: Path, monkeypatch) -> None:
     gym.register("SB3EwmaUnknownTask-v0", entry_point="gymnasium.envs.classic_control:CartPoleEnv")
     try:
+        for algo in ("ppo_ewma", "ppo_mask_ewma"):
+            hyperparams, _ = _manager(algo, "SB3EwmaUnknownTask-v0", tmp_path).read_hyperparameters()
+            assert hyperparams["policy"] == "MlpPolicy" and hyperparams["ewma_decay"] == "auto"
+        # an rl-zoo3 file without a `default` entry: rl-zoo3's error plus where to put one
+        without_default = tmp_path / "ppo.yml"
+        without_default.write_text(yaml.safe_dump({k: v for k, v in PPO_ENTRIES.items() if k != "default"}))
+        monkeypatch.setattr(derivation, "zoo_hyperparams_file", lambda parent: without_default)
         for algo in ("ppo_ewma", "ppo_mask_ewma"):
             manager = _manager(algo, "SB3EwmaUnknownTask-v0", tmp_path)
             with pytest.raises(ValueError) as error:
@@ -280,8 +292,23 @@ def test_unknown_env_keeps_rl_zoo3_error_plus_hint(tmp_path: Path) -> None:
             message = str(error.value)
             assert message.startswith(f"Hyperparameters not found for {algo}-SB3EwmaUnknownTask-v0")
             assert message.endswith(missing_entry_hint(algo)) and "-conf" in message and "-params" in message
+        assert "this package's ppo_mask_ewma.yml" not in missing_entry_hint("ppo_mask_ewma")  # it has none
     finally:
         gym.registry.pop("SB3EwmaUnknownTask-v0")
+
+
+@pytest.mark.parametrize("params", [dict(n_envs=1), dict(n_steps=64), dict(n_steps=64, aux_batch_size=128)], ids=str)
+def test_a_derived_ppg_entrys_phase_sizes_follow_the_command_lines_params(params: dict, tmp_path: Path) -> None:
+    # LunarLanderContinuous-v3: rl-zoo3's 16 envs x 1024 steps; the auxiliary minibatch of 4 rollouts must divide the
+    # auxiliary buffer of the sizes the run has, which -params sets (rl-zoo3's --algo ppo trains with them)
+    manager = _manager("ppg_ewma", "LunarLanderContinuous-v3", tmp_path, hyperparams=params)
+    hyperparams, _ = manager.read_hyperparameters()
+    entry = {**PPO_ENTRIES["LunarLanderContinuous-v3"], **{k: v for k, v in params.items() if k != "aux_batch_size"}}
+    expected = ppg_phase_settings(entry)
+    assert hyperparams["n_policy_iterations"] == expected["n_policy_iterations"]
+    assert hyperparams["aux_batch_size"] == params.get("aux_batch_size", expected["aux_batch_size"])
+    buffer = hyperparams["n_policy_iterations"] * hyperparams["n_steps"] * hyperparams["n_envs"]
+    assert buffer % hyperparams["aux_batch_size"] == 0
 
 
 def test_action_mask_wrapper() -> None:

@@ -9,7 +9,7 @@ the parent algorithm (:data:`PARENT_ALGOS`) in the installed ``rl_zoo3`` package
   (:func:`ppg_reward_normalization`).
 
 :func:`zoo_entry_for` chooses the entry: the package's own, else rl-zoo3's parent entry derived, else the package's
-``default``.
+``default``, else rl-zoo3's parent ``default`` derived (as rl-zoo3 uses it).
 """
 
 import copy
@@ -140,6 +140,23 @@ def ppg_phase_settings(entry: dict[str, Any], parent: str = "ppo") -> dict[str, 
     }
 
 
+PPG_SIZE_KEYS = ("n_envs", "n_steps", "batch_size", "n_timesteps")
+"""The settings of an entry that a derived PPG entry's sizes (:data:`PPG_SIZED_SETTINGS`) follow."""
+PPG_SIZED_SETTINGS = ("batch_size", "n_policy_iterations", "aux_batch_size")
+
+
+def ppg_sizes_with_overrides(entry: dict[str, Any], overrides: dict[str, Any], parent: str = "ppo") -> dict[str, Any]:
+    """
+    The sizes of :func:`ppg_phase_settings` for a parent ``entry`` whose :data:`PPG_SIZE_KEYS` the command line's
+    ``-params`` (``overrides``) change, but those that ``overrides`` sets itself (its other values stay the user's).
+    """
+    given = {key: overrides[key] for key in PPG_SIZE_KEYS if key in overrides}
+    if not given or not all(isinstance(value, numbers.Real) and not isinstance(value, bool) for value in given.values()):
+        return {}  # nothing to follow, or a value the entry's checks refuse in a sentence of their own
+    settings = ppg_phase_settings({**entry, **given}, parent)
+    return {key: settings[key] for key in PPG_SIZED_SETTINGS if key not in overrides}
+
+
 NORMALIZE_ALLOWED = "normalize must be a bool, a dict or a 'dict(...)' string"
 
 
@@ -267,7 +284,8 @@ class EntryChoice:
 def zoo_entry_for(algo: str, env_id: str, is_atari: bool = False) -> EntryChoice:
     """
     Choose ``algo``'s entry for ``env_id``: the package's entry for the environment (or ``atari``), else rl-zoo3's
-    parent entry for it (or ``atari``) derived, else the package's ``default``, else ``"missing"``.
+    parent entry for it (or ``atari``) derived, else the package's ``default``, else rl-zoo3's parent ``default``
+    derived, else ``"missing"``.
 
     :param algo: one of this package's algorithms
     :param env_id: the gymnasium id
@@ -290,14 +308,18 @@ def zoo_entry_for(algo: str, env_id: str, is_atari: bool = False) -> EntryChoice
                 return EntryChoice("derived", parent_file, key, derive(algo, entries[key]))
     if "default" in package:
         return EntryChoice("package", package_file, "default")
+    if parent is not None and "default" in entries:
+        # rl-zoo3's own choice for an environment its file does not list ("Using 'default' hyperparameters")
+        return EntryChoice("derived", parent_file, "default", derive(algo, entries["default"]))
     return EntryChoice("missing")
 
 
 def missing_entry_hint(algo: str) -> str:
     """The line added to rl-zoo3's "Hyperparameters not found" error."""
     parent = PARENT_ALGOS.get(algo, "ppo")
+    package = f"this package's {algo}.yml nor " if packaged_hyperparams_file(algo).is_file() else ""
     return (
-        f"Neither this package's {algo}.yml nor rl-zoo3's {parent}.yml has an entry for this environment: pass a "
+        f"Neither {package}rl-zoo3's {parent}.yml has an entry for this environment (nor a 'default' one): pass a "
         f"hyperparameter file with -conf FILE.yml holding an entry named after the env id (a copy of a similar "
         f"entry of rl-zoo3's {parent}.yml, with n_timesteps and policy); -params key:value then changes its settings."
     )

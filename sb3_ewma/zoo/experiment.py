@@ -39,7 +39,15 @@ from sb3_ewma.zoo.checks import (
     remove_unused_run_folder,
     yaml_error_message,
 )
-from sb3_ewma.zoo.derivation import EntryChoice, missing_entry_hint, normalize_settings, zoo_entry_for
+from sb3_ewma.zoo.derivation import (
+    PARENT_ALGOS,
+    EntryChoice,
+    missing_entry_hint,
+    normalize_settings,
+    ppg_sizes_with_overrides,
+    zoo_entries,
+    zoo_entry_for,
+)
 from sb3_ewma.zoo.patching import patched
 from sb3_ewma.zoo.procgen import is_procgen_env_id, make_procgen_vec_env
 from sb3_ewma.zoo.registry import ZOO_ALGORITHMS, ZOO_ALGOS, default_conf_file
@@ -225,7 +233,19 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
         if choice is not None and choice.source == "derived":
             assert choice.derivation is not None
             print(choice.message(self.algo, self.env_name.gym_id))
-            return self._read_entry_from({self.env_name.gym_id: choice.derivation.entry}, "sb3_ewma_derived_")
+            entry = choice.derivation.entry
+            if self.algo in ("ppg", "ppg_ewma") and self.custom_hyperparams:
+                # the phase sizes follow -params' n_envs, n_steps, batch_size, n_timesteps, as the derivation does
+                assert choice.key is not None
+                parent = PARENT_ALGOS[self.algo]
+                sizes = ppg_sizes_with_overrides(zoo_entries(parent)[choice.key], self.custom_hyperparams, parent)
+                changed = [
+                    f"{key}: {entry.get(key)!r} -> {value!r}" for key, value in sizes.items() if entry.get(key) != value
+                ]
+                if changed:
+                    print(f"sb3-ewma: the phase sizes follow -params: {', '.join(changed)}")
+                entry = {**entry, **sizes}
+            return self._read_entry_from({self.env_name.gym_id: entry}, "sb3_ewma_derived_")
         if self.config is not None and str(self.config).endswith(".json") and Path(self.config).is_file():
             # rl-zoo3 reads YAML files, Python files and modules: a JSON file is read here, as sb3_ewma.scale reads it
             print(f"Reading {self.config} as JSON (rl-zoo3 reads it from a YAML copy)")

@@ -730,6 +730,29 @@ def test_an_environment_whose_dependency_is_not_installed_names_it(
     assert not log_folder.exists()
 
 
+def test_a_gym_package_that_does_not_exist_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # rl-zoo3 said "No module named 'sb3_ewma_no_such_package'", without the flag
+    log_folder = tmp_path / "logs"
+    for packages in (["sb3_ewma_no_such_package"], ["gymnasium", "sb3_ewma_no_such_package.envs"]):
+        status, err = run_train(
+            capsys,
+            monkeypatch,
+            "--algo",
+            "ppo_ewma",
+            "--env",
+            "CartPole-v1",
+            "--gym-packages",
+            *packages,
+            "-f",
+            str(log_folder),
+        )
+        assert status == 2
+        assert err[-1].startswith(f"{TRAIN}: error: argument --gym-packages: no module named {packages[-1]!r} (install")
+    assert not log_folder.exists()
+
+
 def test_env_package_problem_leaves_other_ids_to_rl_zoo3(monkeypatch: pytest.MonkeyPatch) -> None:
     from gymnasium.envs.registration import EnvSpec
 

@@ -252,7 +252,7 @@ def check_env_argument(args: argparse.Namespace) -> None:
     """
     Raise a ``ValueError`` for an ``--env`` that needs a package this machine lacks
     (:func:`sb3_ewma.zoo.checks.env_package_problem`), after importing the modules of ``--gym-packages`` as rl-zoo3
-    does. Arguments without ``env`` are skipped.
+    does (one that does not exist is named). Arguments without ``env`` are skipped.
     """
     import importlib
 
@@ -262,6 +262,13 @@ def check_env_argument(args: argparse.Namespace) -> None:
     for module in getattr(args, "gym_packages", None) or ():
         try:
             importlib.import_module(module)
+        except ModuleNotFoundError as error:
+            if error.name is not None and module.startswith(error.name):  # the module named, not one it imports
+                raise ValueError(
+                    f"argument --gym-packages: no module named {module!r} (install the package that provides it, or "
+                    "check the name: rl-zoo3 imports each one to register its environments)"
+                ) from None
+            return  # rl-zoo3 reports it as it imports the module
         except Exception:
             return
     problem = env_package_problem(env_id)

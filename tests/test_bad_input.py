@@ -846,6 +846,14 @@ def test_load_names_a_device_that_is_not_one(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"^device must be 'auto', 'cpu', 'cuda', 'cuda:N' .*got 'gpu'$"):
         PPO_EWMA.load(tmp_path / "model.zip", device="gpu")
     assert PPO_EWMA.load(tmp_path / "model.zip", device="cpu").device == th.device("cpu")
+    # an indexed CPU: SB3's load fails inside torch.load ("don't know how to restore data location"); a sentence here
+    for device in ("cpu:0", th.device("cpu", 0)):
+        with pytest.raises(
+            ValueError, match=r"^device=.*: torch loads saved tensors to 'cpu', not an indexed CPU: pass 'cpu'$"
+        ):
+            PPO_EWMA.load(tmp_path / "model.zip", device=device)
+    with pytest.raises(RuntimeError, match="restore data location"):
+        PPO.load(tmp_path / "model.zip", device="cpu:0")
 
 
 @pytest.mark.parametrize("total_timesteps, trained", [(-5, 0), (0, 0), (16.5, 32)])

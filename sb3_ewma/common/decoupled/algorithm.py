@@ -31,6 +31,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
 
 from sb3_ewma.common.checks import (
+    HyperparameterError,
     check_callback,
     check_device_name,
     check_has_env,
@@ -712,7 +713,10 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         SB3's ``load``, for the files this algorithm opens (its own, and its parent's: the EWMA then starts from the
         loaded policy); ``env`` may be a registered environment id.
         """
-        check_device_name(device)  # before the file is opened
+        parsed_device = check_device_name(device)  # before the file is opened
+        if parsed_device is not None and parsed_device.type == "cpu" and parsed_device.index is not None:
+            # SB3's load fails in torch.load ("don't know how to restore data location ... cpu:0")
+            raise HyperparameterError(f"device={device!r}: torch loads saved tensors to 'cpu', not an indexed CPU: pass 'cpu'")
         data = check_saved_file(cls, path)
         if data is not None:
             cls._check_saved_data(data, path)

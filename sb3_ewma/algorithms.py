@@ -10,7 +10,7 @@ from pathlib import Path
 
 from stable_baselines3.common.base_class import BaseAlgorithm
 
-from sb3_ewma.common.keywords import register_algorithms
+from sb3_ewma.common.checks import register_algorithms
 
 
 class AlgorithmRegistry(Mapping[str, type[BaseAlgorithm]]):
@@ -48,7 +48,7 @@ ALGORITHMS: Mapping[str, type[BaseAlgorithm]] = AlgorithmRegistry(
     }
 )
 """Algorithm class by rl-zoo3 name (a class is imported when first looked up)."""
-# the algorithms that the errors of sb3_ewma.common.keywords name ("it is an argument of PPG_EWMA")
+# the algorithms that the errors of sb3_ewma.common.checks name ("it is an argument of PPG_EWMA")
 register_algorithms(ALGORITHMS)
 
 HYPERPARAMS_DIR = Path(__file__).parent / "hyperparams"

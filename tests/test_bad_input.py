@@ -17,8 +17,8 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from sb3_ewma import PPG, PPG_EWMA, PPO_EWMA, MaskablePPO_EWMA, RecurrentPPO_EWMA, scale_hyperparams
+from sb3_ewma.common.checks import unknown_keyword_message
 from sb3_ewma.common.distributed import DataParallelContext, data_parallel_settings
-from sb3_ewma.common.keywords import unknown_keyword_message
 
 SMALL = dict(n_steps=16, batch_size=16, seed=0, device="cpu")
 

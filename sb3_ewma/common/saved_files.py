@@ -269,8 +269,7 @@ def check_load_keywords(
     """
     import inspect
 
-    from sb3_ewma.common.checks import HyperparameterError, warn_at_caller
-    from sb3_ewma.common.keywords import unknown_keyword_message
+    from sb3_ewma.common.checks import HyperparameterError, unknown_keyword_message, warn_at_caller
     from sb3_ewma.common.rules import check_constructor_settings
 
     parameters = inspect.signature(algorithm).parameters

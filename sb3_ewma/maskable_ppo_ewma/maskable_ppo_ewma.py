@@ -13,13 +13,12 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.vec_env import VecEnv
 
-from sb3_ewma.common.checks import check_action_masks, count_observations, warn_at_caller
+from sb3_ewma.common.checks import check_action_masks, check_policy_keywords, count_observations, warn_at_caller
 from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
 from sb3_ewma.common.distributed import rank_local_settings
 from sb3_ewma.common.distributions import policy_latents
 from sb3_ewma.common.export import to_parent_algorithm
 from sb3_ewma.common.finite import naming_non_finite_observations
-from sb3_ewma.common.keywords import check_policy_keywords
 from sb3_ewma.common.rules import CONTRIB_RULES, check_arguments, trains
 from sb3_ewma.maskable_ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 

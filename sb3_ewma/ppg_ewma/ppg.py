@@ -17,13 +17,12 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from stable_baselines3.common.utils import FloatSchedule, update_learning_rate
 from stable_baselines3.common.vec_env import VecEnv
 
-from sb3_ewma.common.checks import HyperparameterError
+from sb3_ewma.common.checks import HyperparameterError, check_policy_keywords
 from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
 from sb3_ewma.common.decoupled.objective import mean_of
 from sb3_ewma.common.distributed import rank_local_settings
 from sb3_ewma.common.finite import scheduled_value
 from sb3_ewma.common.format import human_bytes
-from sb3_ewma.common.keywords import check_policy_keywords
 from sb3_ewma.common.rules import check_arguments
 from sb3_ewma.common.saved_files import saved_model_name
 from sb3_ewma.ppg_ewma.auxiliary import auxiliary_losses, compute_old_policy, lean_auxiliary_losses

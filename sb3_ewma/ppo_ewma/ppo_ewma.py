@@ -7,10 +7,10 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
+from sb3_ewma.common.checks import check_policy_keywords
 from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
 from sb3_ewma.common.distributed import rank_local_settings
 from sb3_ewma.common.export import to_sb3_ppo
-from sb3_ewma.common.keywords import check_policy_keywords
 from sb3_ewma.common.rules import check_arguments
 from sb3_ewma.ppo_ewma.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 

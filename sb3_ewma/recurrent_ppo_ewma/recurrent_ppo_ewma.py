@@ -14,14 +14,13 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.vec_env import VecEnv
 
-from sb3_ewma.common.checks import check_episode_starts, count_observations
+from sb3_ewma.common.checks import check_episode_starts, check_policy_keywords, count_observations
 from sb3_ewma.common.collection.rollout import tensors_to
 from sb3_ewma.common.decoupled.algorithm import DecoupledAlgorithm
 from sb3_ewma.common.decoupled.objective import DecoupledPolicyObjective
 from sb3_ewma.common.decoupled.step import CompiledMinibatch
 from sb3_ewma.common.distributed import rank_local_settings
 from sb3_ewma.common.export import to_parent_algorithm
-from sb3_ewma.common.keywords import check_policy_keywords
 from sb3_ewma.common.minibatches import rollout_minibatches
 from sb3_ewma.common.rules import CONTRIB_RULES, check_arguments
 from sb3_ewma.recurrent_ppo_ewma.buffers import ValidStepsRecurrentDictRolloutBuffer, ValidStepsRecurrentRolloutBuffer

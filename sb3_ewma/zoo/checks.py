@@ -15,7 +15,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium import spaces
 
-from sb3_ewma.common.keywords import constructor_keywords, unknown_keyword_message
+from sb3_ewma.common.checks import constructor_keywords, unknown_keyword_message
 from sb3_ewma.common.rules import Rule, check_constructor_settings, check_hyperparameters, integer, number, optional
 from sb3_ewma.scale.zoo_entry import ZOO_ENTRY_KEYS, read_hyperparameter_file, schedule_start
 

@@ -37,6 +37,7 @@ from sb3_ewma.common.checks import (
     check_has_env,
     check_observation_space,
     check_save_folders,
+    unknown_policy_message,
     warn_at_caller,
 )
 from sb3_ewma.common.collection.overlap import OverlappedRollouts, rollout_collector_kind, rollout_settings
@@ -81,7 +82,6 @@ from sb3_ewma.common.finite import (
 )
 from sb3_ewma.common.format import without_rounding_noise
 from sb3_ewma.common.gradient_noise import GradientNoiseScale
-from sb3_ewma.common.keywords import unknown_policy_message
 from sb3_ewma.common.losses import clipped_values
 from sb3_ewma.common.minibatches import rollout_minibatches
 from sb3_ewma.common.precision import FLOAT32, TrainingPrecision

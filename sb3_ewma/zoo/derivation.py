@@ -300,15 +300,14 @@ def zoo_entry_for(algo: str, env_id: str, is_atari: bool = False) -> EntryChoice
         if key in package:
             return EntryChoice("package", package_file, key)
     parent = PARENT_ALGOS.get(algo)
-    if parent is not None:
-        parent_file = zoo_hyperparams_file(parent)
-        entries = _load(parent_file)
-        for key in keys:
-            if key in entries:
-                return EntryChoice("derived", parent_file, key, derive(algo, entries[key]))
+    parent_file = None if parent is None else zoo_hyperparams_file(parent)
+    entries = {} if parent_file is None else _load(parent_file)
+    for key in keys:
+        if key in entries:
+            return EntryChoice("derived", parent_file, key, derive(algo, entries[key]))
     if "default" in package:
         return EntryChoice("package", package_file, "default")
-    if parent is not None and "default" in entries:
+    if "default" in entries:
         # rl-zoo3's own choice for an environment its file does not list ("Using 'default' hyperparameters")
         return EntryChoice("derived", parent_file, "default", derive(algo, entries["default"]))
     return EntryChoice("missing")

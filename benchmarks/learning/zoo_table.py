@@ -105,11 +105,11 @@ def conf_file(job: Job, out_dir: Path) -> Path | None:
     """For tasks rl-zoo3 has no PPO entry for: the task's entry, written as ``-conf`` file (derived for PPG)."""
     if job.task.conf is None:
         return None
-    from sb3_ewma.zoo.derivation import derive_entry
+    from sb3_ewma.zoo.derivation import derive
 
     entry = dict(job.task.conf)
     if not job.variant.is_reference:
-        entry, _ = derive_entry(job.variant.algo, entry)
+        entry = derive(job.variant.algo, entry).entry
     path = out_dir / "zoo_logs" / "conf" / f"{job.variant.algo}__{job.task.env.replace('/', '_')}.yml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump({job.task.env: entry}))

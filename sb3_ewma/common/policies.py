@@ -27,9 +27,8 @@ def check_head_init_scale(head_init_scale: object) -> None:
         isinstance(head_init_scale, bool)
         or not isinstance(head_init_scale, (int, float))
         or not math.isfinite(head_init_scale)
+        or head_init_scale <= 0
     ):
-        raise ValueError(f"head_init_scale must be None or a finite number > 0, got {head_init_scale!r}")
-    if head_init_scale <= 0:
         raise ValueError(f"head_init_scale must be None or a finite number > 0, got {head_init_scale!r}")
 
 

@@ -246,7 +246,6 @@ class ProcgenVecEnv(VecEnv):
             self._env.close()
             self._env = None
         self._env = _make_procgen(self._num, rand_seed, self)
-        self.current_seed = rand_seed
         _, ob, _ = self._env.observe()
         self._obs: np.ndarray = ob["rgb"]
         self._level_seeds = [int(info["level_seed"]) for info in self._env.get_info()]

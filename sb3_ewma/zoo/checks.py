@@ -18,6 +18,7 @@ from gymnasium import spaces
 from sb3_ewma.common.checks import constructor_keywords, unknown_keyword_message
 from sb3_ewma.common.rules import Rule, check_constructor_settings, check_hyperparameters, integer, number, optional
 from sb3_ewma.scale.zoo_entry import ZOO_ENTRY_KEYS, read_hyperparameter_file, schedule_start
+from sb3_ewma.zoo.derivation import ACTION_MASK_WRAPPER
 
 SET_BY_COMMAND_LINE: dict[str, str] = {
     "env": "--env",
@@ -33,8 +34,6 @@ ACTION_SPACES: tuple[type[spaces.Space], ...] = (spaces.Box, spaces.Discrete, sp
 
 MASKABLE_ACTION_SPACES: tuple[type[spaces.Space], ...] = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 """The action spaces of sb3-contrib's ``MaskablePPO``: discrete ones only."""
-
-MASK_WRAPPER = "sb3_ewma.envs.action_masks.ActionMaskOrAllValid"
 
 
 def check_entry_keys(algo: str, algorithm: type, hyperparams: dict[str, Any]) -> None:
@@ -117,7 +116,7 @@ def check_env_spaces(
         if _is_maskable(algorithm) and not env.has_wrapper_attr("action_masks"):
             raise ValueError(
                 f"--algo {algo} ({algorithm.__name__}) asks the environment for its action masks, and {env_id} (with the "
-                f"entry's env_wrapper) has no action_masks() method: add env_wrapper: {MASK_WRAPPER} to the entry "
+                f"entry's env_wrapper) has no action_masks() method: add env_wrapper: {ACTION_MASK_WRAPPER} to the entry "
                 "(every action valid where the environment has no masks), or give the environment an action_masks() "
                 "method (sb3-contrib's ActionMasker wrapper). Nothing was written."
             )

@@ -250,12 +250,6 @@ def derive(algo: str, entry: dict[str, Any]) -> Derivation:
     return Derivation(derived, added, changed, removed)
 
 
-def derive_entry(algo: str, entry: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """:func:`derive`, as ``(entry, summary)``."""
-    derivation = derive(algo, entry)
-    return derivation.entry, derivation.summary()
-
-
 @dataclass
 class EntryChoice:
     """

@@ -13,12 +13,9 @@ from sb3_ewma.common.collection.process import ProcessRolloutCollector, check_fo
 from sb3_ewma.common.collection.rollout import CollectingAlgorithm
 from sb3_ewma.common.collection.thread import RolloutCollector
 
-ASYNC_ROLLOUTS = (False, True, "thread", "process")
-"""The values of ``async_rollouts``: off, a collector thread (``True`` or ``"thread"``) or a collector process."""
-
 
 def check_async_rollouts(async_rollouts: object) -> None:
-    """Raise a ``ValueError`` for an ``async_rollouts`` not in :data:`ASYNC_ROLLOUTS`."""
+    """Raise a ``ValueError`` for an ``async_rollouts`` that is not off, a collector thread or a collector process."""
     if not (isinstance(async_rollouts, (bool, np.bool_)) or async_rollouts in ("thread", "process")):
         raise ValueError(
             "async_rollouts must be False, True (a collector thread), 'thread' or 'process' (a collector process), "

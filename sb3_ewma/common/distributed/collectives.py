@@ -11,7 +11,7 @@ import torch.distributed as dist
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import VecNormalize
 
-from sb3_ewma.common.distributed.process_group import init_process_group
+from sb3_ewma.common.distributed.process_group import SAME_SETTINGS_ADVICE, init_process_group
 from sb3_ewma.common.saved_files import state_on_cpu
 
 
@@ -96,7 +96,7 @@ class DataParallelContext:
     def check_same_settings(
         self,
         settings: dict[str, Any],
-        advice: str = "give every rank the same n_envs, n_steps, batch_size and algorithm settings",
+        advice: str = SAME_SETTINGS_ADVICE,
     ) -> None:
         """Raise the same ``ValueError`` on every rank, naming the first setting whose value differs between ranks."""
         all_settings = self.all_gather_objects(settings)

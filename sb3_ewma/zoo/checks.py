@@ -154,6 +154,22 @@ def missing_folders(path: str) -> tuple[str, ...]:
     return tuple(missing)
 
 
+def _holds_a_link(path: str) -> bool:
+    """Whether the folder ``path`` is or holds a symbolic link (a removal would reach what it points to)."""
+    return os.path.islink(path) or any(
+        os.path.islink(os.path.join(root, name)) for root, folders, files in os.walk(path) for name in (*folders, *files)
+    )
+
+
+def _remove_empty_parents(created_parents: tuple[str, ...]) -> None:
+    """Remove the folders of ``created_parents`` (innermost first) while they are empty."""
+    for parent in created_parents:
+        try:
+            os.rmdir(parent)
+        except OSError:
+            break  # not empty (another run's folder)
+
+
 def remove_unused_run_folder(path: str, created_parents: tuple[str, ...] = (), written_files: tuple[str, ...] = ()) -> bool:
     """
     Remove the run folder ``path`` of a start that failed before training if it holds nothing but empty folders,
@@ -164,12 +180,10 @@ def remove_unused_run_folder(path: str, created_parents: tuple[str, ...] = (), w
     :param written_files: files that the failed start wrote in it, which may go with it
     :return: whether the run folder was removed
     """
-    if not os.path.isdir(path) or os.path.islink(path):
+    if not os.path.isdir(path) or _holds_a_link(path):
         return False
     removable = {os.path.abspath(file) for file in written_files}
-    for root, folders, files in os.walk(path):
-        if any(os.path.islink(os.path.join(root, name)) for name in (*folders, *files)):
-            return False
+    for root, _, files in os.walk(path):
         for name in files:
             file = os.path.join(root, name)
             if os.path.abspath(file) not in removable and not _is_unused_monitor_file(file):
@@ -183,11 +197,7 @@ def remove_unused_run_folder(path: str, created_parents: tuple[str, ...] = (), w
         os.rmdir(path)
     except OSError:
         return False  # something was written meanwhile: it stays
-    for parent in created_parents:
-        try:
-            os.rmdir(parent)
-        except OSError:
-            break  # not empty (another run's folder)
+    _remove_empty_parents(created_parents)
     return True
 
 
@@ -610,18 +620,11 @@ def remove_run_folder_without_model(path: str, env_name: str, created_parents: t
     """
     import shutil
 
-    if not os.path.isdir(path) or os.path.islink(path) or has_model(path, env_name):
+    if not os.path.isdir(path) or _holds_a_link(path) or has_model(path, env_name):
         return False
-    for root, folders, files in os.walk(path):
-        if any(os.path.islink(os.path.join(root, name)) for name in (*folders, *files)):
-            return False
     try:
         shutil.rmtree(path)
     except OSError:
         return False
-    for parent in created_parents:
-        try:
-            os.rmdir(parent)
-        except OSError:
-            break  # not empty (another run's folder)
+    _remove_empty_parents(created_parents)
     return True

@@ -727,3 +727,30 @@ def test_a_stuck_collector_process_is_killed_not_waited_for(monkeypatch, capfd):
     # before it was killed, the child printed where it waited: the environment's step
     stderr = capfd.readouterr().err
     assert "Current thread" in stderr and 'test_async_rollouts.py", line' in stderr and "in step" in stderr, stderr
+
+
+class MaskingSeen(BaseCallback):
+    """The rollout loop's use_masking, as the callbacks see it at each step."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def _on_step(self):
+        self.seen.append(self.locals.get("use_masking"))
+        return True
+
+
+@pytest.mark.parametrize("async_rollouts", [True, "process"])
+@pytest.mark.parametrize("use_masking", [True, False])
+def test_a_replayed_rollout_gives_the_callbacks_maskable_ppos_use_masking(async_rollouts, use_masking):
+    from sb3_contrib.common.envs import InvalidActionEnvDiscrete
+
+    from sb3_ewma import MaskablePPO_EWMA
+
+    env = DummyVecEnv([lambda: InvalidActionEnvDiscrete(dim=4, n_invalid_actions=2)])
+    model = MaskablePPO_EWMA("MlpPolicy", env, n_steps=16, batch_size=16, n_epochs=1, async_rollouts=async_rollouts)
+    callback = MaskingSeen()
+    model.learn(64, callback=callback, use_masking=use_masking)
+    # MaskablePPO's loop has it as an argument: every step, also of the rollouts replayed at the hand-off (3 of 4)
+    assert callback.seen == [use_masking] * 64

@@ -31,14 +31,24 @@ def policy_side(policy: th.nn.Module) -> dict[str, th.Tensor]:
     return {name: p.detach().clone() for name, p in policy.named_parameters() if is_policy_parameter(name)}
 
 
-@pytest.mark.parametrize("env_id, kwargs", [("CartPole-v1", {}), ("Pendulum-v1", {}), ("Pendulum-v1", {"use_sde": True})])
-def test_same_parameters_as_sb3_ppo_without_ewma(env_id, kwargs):
+@pytest.mark.parametrize(
+    "env_id, kwargs",
+    [("CartPole-v1", {}), ("CartPole-v1", {"learning_rate": 3e-2}), ("Pendulum-v1", {}), ("Pendulum-v1", {"use_sde": True})],
+)
+def test_same_parameters_and_logs_as_sb3_ppo_without_ewma(env_id, kwargs):
     settings = dict(n_steps=64, batch_size=32, n_epochs=3, seed=3, device="cpu", **kwargs)
     ppo = PPO("MlpPolicy", env_id, **settings).learn(256)
     ppo_ewma = PPO_EWMA("MlpPolicy", env_id, ewma_decay=None, **settings).learn(256)
     assert ppo_ewma.proximal_ewma is None
     # bit for bit: SB3's gradient clipping and optimizer step, on the same minibatches
     np.testing.assert_array_equal(ppo_ewma.policy.parameters_to_vector(), ppo.policy.parameters_to_vector())
+    # SB3's logs, value and type (its console prints a numpy float32 approx_kl in full, a float with 3 digits)
+    sb3_logs = {key: value for key, value in ppo.logger.name_to_value.items() if key.startswith("train/")}
+    assert {key: ppo_ewma.logger.name_to_value[key] for key in sb3_logs} == sb3_logs
+    for key, value in sb3_logs.items():
+        assert type(ppo_ewma.logger.name_to_value[key]) is type(value), key
+    if "learning_rate" in kwargs:
+        assert sb3_logs["train/clip_fraction"] > 0  # the clipped case compared too
 
 
 def test_proximal_policy_is_the_closed_form_ewma_of_the_parameter_history():

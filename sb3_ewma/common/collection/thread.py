@@ -159,12 +159,13 @@ class RolloutCollector:
     ) -> bool:
         """
         What the rollout loop does with the callbacks and the counters, for a rollout collected elsewhere. The loop's
-        other variables (``names``), not recorded, are None in ``locals`` (else they would keep earlier values).
+        arguments are given as the loop had them (MaskablePPO's ``use_masking`` too); its other variables (``names``),
+        not recorded, are None in ``locals`` (else they would keep earlier values).
         """
         algorithm, callback = self.algorithm, self.callback
         loop: dict[str, Any] = {name: None for name in names}
         loop.update(self=algorithm, env=self._env, callback=callback, rollout_buffer=rollout_buffer)
-        loop.update(n_rollout_steps=algorithm.n_steps)
+        loop.update(n_rollout_steps=algorithm.n_steps, **algorithm._rollout_loop_kwargs())
         callback.on_rollout_start()
         for n_steps, (infos, dones, rewards) in enumerate(steps):
             algorithm.num_timesteps += algorithm._timesteps_per_env_step

@@ -133,7 +133,7 @@ class AdvantageNormalizer:
         self.iteration_means, self.iteration_stds = [], []
         self._epoch_moments = deque()
 
-    def stats(self) -> dict[str, float]:
+    def stats(self) -> dict[str, np.float64]:
         """
         The mean and std that normalized the iteration's advantages (averaged over the minibatches), for the logger;
         cleared once read.

@@ -635,7 +635,7 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
     def _record_train_logs(
         self,
         buffer: RolloutBuffer,
-        stats: dict[str, float],
+        stats: dict[str, np.float64],
         *,
         entropy_losses: list[th.Tensor],
         value_losses: list[th.Tensor],
@@ -658,7 +658,8 @@ class DecoupledAlgorithm(OnPolicyAlgorithm):
         if value_losses:
             self.logger.record("train/value_loss", mean_of(value_losses))
         if approx_kl_divs:
-            self.logger.record("train/approx_kl", mean_of(approx_kl_divs))
+            # SB3's mean of the minibatches' float32 values (a numpy float32, which its console prints in full)
+            self.logger.record("train/approx_kl", np.mean(th.stack(approx_kl_divs).float().cpu().numpy()))
         if clip_range is not None and "clip_fraction" in stats:
             self.logger.record("train/clip_fraction", stats["clip_fraction"])
         if loss is not None:

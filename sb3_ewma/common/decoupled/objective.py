@@ -11,9 +11,12 @@ from sb3_ewma.common.distributions import distribution_kl
 from sb3_ewma.common.losses import capped_fraction, clip_fraction, decoupled_policy_loss, sampled_kl
 
 
-def mean_of(values: "list[float] | list[th.Tensor] | list[float | th.Tensor]") -> float:
-    """Mean of numbers or 0-dim tensors (read once, after the optimization loop, so the device syncs once)."""
-    return float(np.mean([float(value) for value in values]))
+def mean_of(values: "list[float] | list[th.Tensor] | list[float | th.Tensor]") -> np.float64:
+    """
+    Mean of numbers or 0-dim tensors (read once, after the optimization loop, so the device syncs once): a numpy float64,
+    as SB3's ``np.mean`` of its ``.item()`` values.
+    """
+    return np.float64(np.mean([float(value) for value in values]))
 
 
 @dataclass
@@ -75,7 +78,7 @@ class DecoupledPolicyObjective:
         self.stats["policy_gradient_loss"].append(policy_loss.detach())
         self.log_probs.append((log_prob.detach(), proximal_log_prob.detach(), behavior_log_prob.detach()))
 
-    def mean_stats(self) -> dict[str, float]:
+    def mean_stats(self) -> dict[str, np.float64]:
         """Mean over the minibatches this objective computed (one iteration's) of each one's diagnostics (as SB3 logs them)."""
         stats = {key: mean_of(values) for key, values in self.stats.items() if values}
         per_minibatch: dict[str, list[th.Tensor]] = defaultdict(list)
@@ -90,5 +93,5 @@ class DecoupledPolicyObjective:
                 per_minibatch["clip_fraction"].append(clip_fraction(log_prob, proximal_log_prob, self.clip_range, dim=1))
             capped = capped_fraction(log_prob, behavior_log_prob, self.imp_samp_max, dim=1)
             per_minibatch["imp_samp_capped_fraction"].append(capped)
-        stats.update({key: float(th.cat(values).double().mean()) for key, values in per_minibatch.items()})
+        stats.update({key: np.float64(th.cat(values).double().mean()) for key, values in per_minibatch.items()})
         return stats

@@ -753,6 +753,21 @@ def test_a_gym_package_that_does_not_exist_is_named(
     assert not log_folder.exists()
 
 
+def test_an_env_kwarg_the_environment_does_not_take_names_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # rl-zoo3: "TypeError: CartPoleEnv.__init__() got an unexpected keyword argument 'foo'", and a run folder left
+    log_folder = tmp_path / "logs"
+    for flag in ("--env-kwargs", "--eval-env-kwargs"):
+        status, err = run_train(
+            capsys, monkeypatch, "--algo", "ppo_ewma", "--env", "CartPole-v1", flag, "foo:1", "-n", "64", "-f", str(log_folder)
+        )
+        assert status == 1
+        assert err[0].startswith(f"{TRAIN}: error: {flag}")
+        assert "{'foo': 1}: CartPoleEnv.__init__() got an unexpected keyword argument 'foo'" in err[0]
+    assert not log_folder.exists()
+
+
 def test_env_package_problem_leaves_other_ids_to_rl_zoo3(monkeypatch: pytest.MonkeyPatch) -> None:
     from gymnasium.envs.registration import EnvSpec
 

@@ -324,7 +324,16 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
                 super().create_callbacks()
 
     def create_envs(self, n_envs: int, eval_env: bool = False, no_log: bool = False) -> VecEnv:
-        return super().create_envs(n_envs, eval_env=eval_env, no_log=no_log or self.rank != 0)
+        try:
+            return super().create_envs(n_envs, eval_env=eval_env, no_log=no_log or self.rank != 0)
+        except TypeError as error:
+            kwargs = self.eval_env_kwargs if eval_env else self.env_kwargs
+            if not kwargs or "unexpected keyword argument" not in str(error):
+                raise
+            # the environment's constructor refused one of them: say where they come from
+            flag = eval_env and self._eval_env_kwargs_args is not None
+            source = "--eval-env-kwargs" if flag else "--env-kwargs (or the entry's env_kwargs)"
+            raise ValueError(f"{source} {kwargs}: {error}") from error
 
     def _save_config(self, saved_hyperparams: dict[str, Any]) -> None:
         if self.rank == 0:

@@ -768,6 +768,36 @@ def test_an_env_kwarg_the_environment_does_not_take_names_the_flag(
     assert not log_folder.exists()
 
 
+def test_env_kwargs_that_change_a_procgen_runs_game_or_mode_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # they trained another game or mode under the id's name and hyperparameter entry
+    pytest.importorskip("procgen")
+    log_folder = tmp_path / "logs"
+    for pair, shown in (
+        ("env_name:'coinrun'", "env_name='coinrun'"),
+        ("distribution_mode:'hard'", "distribution_mode='hard'"),
+    ):
+        status, err = run_train(
+            capsys,
+            monkeypatch,
+            "--algo",
+            "ppo_ewma",
+            "--env",
+            "procgen-starpilot-easy",
+            "--env-kwargs",
+            pair,
+            "-f",
+            str(log_folder),
+        )
+        assert status == 1
+        assert err[0] == (
+            f"{TRAIN}: error: --env-kwargs {shown}: a Procgen run's game and mode are those of --env procgen-starpilot-easy "
+            "(procgen-<game>-<easy|hard>, whose entry this run takes): pass that id instead"
+        )
+    assert not log_folder.exists()
+
+
 def test_env_package_problem_leaves_other_ids_to_rl_zoo3(monkeypatch: pytest.MonkeyPatch) -> None:
     from gymnasium.envs.registration import EnvSpec
 

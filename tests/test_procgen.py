@@ -1,4 +1,5 @@
 import importlib
+import re
 import sys
 import warnings
 
@@ -23,6 +24,7 @@ from sb3_ewma.envs import (
     parse_procgen_env_id,
     register_procgen_envs,
 )
+from sb3_ewma.envs.procgen import check_procgen_args
 
 try:
     import procgen
@@ -239,6 +241,24 @@ def test_argument_validation():
         make_procgen_env("coinrun", rand_seed=3)
     with pytest.raises(ValueError, match="num_levels and start_level"):
         make_procgen_env("maze", distribution_mode="exploration", num_levels=10)
+
+
+def test_procgen_option_values_that_abort_the_process_are_refused(monkeypatch, tmp_path):
+    # procgen: "fassert failed 'num_threads >= 0'", "fatal: invalid dtype for option ...", "fatal: failed to load
+    # image", each ending the process without a Python error; said before procgen is imported
+    monkeypatch.setitem(sys.modules, "procgen", None)
+    for options, message in (
+        (dict(num_threads=-1), "num_threads must be an integer >= 0, got -1"),
+        (dict(num_threads="2"), "num_threads must be an integer >= 0, got '2'"),
+        (dict(debug_mode=1.5), "debug_mode must be an integer, got 1.5"),
+        (dict(resource_root=str(tmp_path / "none") + "/"), "resource_root must be the path of an existing folder"),
+        (dict(resource_root=str(tmp_path)), "resource_root must be the path of an existing folder ending with '/'"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            make_procgen_env("coinrun", **options)
+    # what procgen takes: its boolean options as any value, a negative debug_mode
+    check_procgen_args("coinrun", procgen_kwargs=dict(num_threads=0, debug_mode=-1, use_backgrounds=1, center_agent=0))
+    check_procgen_args("coinrun", procgen_kwargs=dict(resource_root=str(tmp_path) + "/"))
 
 
 def test_arguments_are_checked_before_procgen_is_imported(monkeypatch):

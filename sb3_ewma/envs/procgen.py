@@ -4,6 +4,7 @@ it shares with :mod:`sb3_ewma.envs.procgen_gymnasium`. The ``procgen`` module is
 """
 
 import numbers
+import os
 import re
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -142,6 +143,16 @@ def check_procgen_args(
             f"unknown procgen keyword argument(s) {unknown}: allowed are {PROCGEN_KWARGS} "
             "(the seed is set with `seed`, the number of environments with `n_envs`)"
         )
+    # the values on which procgen aborts the process ("fatal: invalid dtype", "fassert failed", "failed to load image")
+    options = procgen_kwargs or {}
+    python_int = {name: isinstance(options[name], int) and not isinstance(options[name], bool) for name in options}
+    if "num_threads" in options and not (python_int["num_threads"] and options["num_threads"] >= 0):
+        raise ValueError(f"num_threads must be an integer >= 0, got {options['num_threads']!r}")
+    if "debug_mode" in options and not python_int["debug_mode"]:
+        raise ValueError(f"debug_mode must be an integer, got {options['debug_mode']!r}")
+    root = options.get("resource_root", os.sep)
+    if not (isinstance(root, str) and root.endswith(os.sep) and os.path.isdir(root)):
+        raise ValueError(f"resource_root must be the path of an existing folder ending with {os.sep!r}, got {root!r}")
 
 
 class ProcgenSettings(Protocol):

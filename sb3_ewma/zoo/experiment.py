@@ -145,6 +145,13 @@ class ExperimentManager(rl_zoo3.exp_manager.ExperimentManager):
             raise ValueError(f"--compile-step sets the compile_step of {ZOO_ALGOS}, not of {algo!r}")
         self.is_procgen = is_procgen_env_id(env_id)
         if self.is_procgen:
+            named = sorted(set(self.env_kwargs) & {"env_name", "distribution_mode"})
+            if named:
+                # the run's name and hyperparameter entry are the id's: another game or mode would train under them
+                raise ValueError(
+                    f"--env-kwargs {named[0]}={self.env_kwargs[named[0]]!r}: a Procgen run's game and mode are those of "
+                    f"--env {env_id} (procgen-<game>-<easy|hard>, whose entry this run takes): pass that id instead"
+                )
             cast(_ZooVecEnvClass, self).vec_env_class = make_procgen_vec_env
             self.vec_env_kwargs = {}
             self.deterministic_eval = False

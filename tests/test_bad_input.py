@@ -580,6 +580,11 @@ def test_load_checks_the_hyperparameters_custom_objects_replaces(tmp_path: Path)
     ):
         with pytest.raises(ValueError, match=rf"^load\(\.\.\., custom_objects=\.\.\.\): {sentence}$"):
             PPO_EWMA.load(tmp_path / "ppo.zip", env=DummyVecEnv([CountingEnv]), custom_objects=replaced)
+    # batch_size=1, which SB3's load takes (its constructor refuses it with normalized advantages), trains as SB3's
+    PPO("MlpPolicy", DummyVecEnv([CountingEnv]), **SMALL).save(tmp_path / "sb3.zip")
+    for algorithm, path in ((PPO, "sb3.zip"), (PPO_EWMA, "ppo.zip")):
+        model = algorithm.load(tmp_path / path, env=DummyVecEnv([CountingEnv]), custom_objects={"batch_size": 1})
+        assert model.learn(16).num_timesteps == 16 and model.batch_size == 1
     # a keyword wins over custom_objects in SB3's load: the keyword is what is checked
     model = PPO_EWMA.load(tmp_path / "ppo.zip", custom_objects={"batch_size": 0}, batch_size=8)
     assert model.batch_size == 8

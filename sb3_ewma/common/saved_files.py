@@ -252,6 +252,19 @@ _SETTINGS_CHECKED_TOGETHER = (
 _LOAD_OWN_ARGUMENTS = ("policy", "env", "device", "verbose", "_init_setup_model")
 
 
+def _checked_by_the_constructor(settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings ``load`` sets that the constructor's checks apply to: not load's own arguments, nor ``batch_size=1``
+    (SB3's load takes it, which its constructor refuses with normalized advantages: its train(), and this package's,
+    leaves a minibatch of one sample unnormalized; and 1 divides every rollout size)."""
+    one = settings.get("batch_size")
+    unchecked = isinstance(one, numbers.Integral) and not isinstance(one, bool) and one == 1
+    return {
+        name: value
+        for name, value in settings.items()
+        if name not in _LOAD_OWN_ARGUMENTS and not (unchecked and name == "batch_size")
+    }
+
+
 def check_load_keywords(
     algorithm: type, keywords: dict[str, Any], saved: dict[str, Any] | None, custom_objects: dict[str, Any] | None = None
 ) -> None:
@@ -274,11 +287,9 @@ def check_load_keywords(
 
     parameters = inspect.signature(algorithm).parameters
     policy = next(iter(getattr(algorithm, "policy_aliases", {"MlpPolicy": None})))
-    replaced = {
-        name: value
-        for name, value in (custom_objects or {}).items()
-        if name in parameters and name not in _LOAD_OWN_ARGUMENTS and name not in keywords
-    }
+    replaced = _checked_by_the_constructor(
+        {name: value for name, value in (custom_objects or {}).items() if name in parameters and name not in keywords}
+    )
     if replaced:
         saved_settings = {name: saved[name] for name in _SETTINGS_CHECKED_TOGETHER if saved is not None and name in saved}
         try:
@@ -297,18 +308,13 @@ def check_load_keywords(
                     f"load(..., {name}={value!r}): {message}{' ' if message.endswith('?') else '. '}SB3's load sets it "
                     "as an attribute of the model, which nothing reads"
                 )
-    given = {name: value for name, value in keywords.items() if name in parameters and name not in _LOAD_OWN_ARGUMENTS}
+    given = _checked_by_the_constructor({name: value for name, value in keywords.items() if name in parameters})
     # the saved settings that the given ones are checked against (batch_size against n_steps, ...)
     context = {
         name: saved[name]
         for name in _SETTINGS_CHECKED_TOGETHER
         if saved is not None and name in saved and name in parameters and name not in given
     }
-    one = given.get("batch_size")
-    if isinstance(one, numbers.Integral) and not isinstance(one, bool) and one == 1:
-        # SB3's load takes it, which its constructor refuses with normalized advantages: its train() (and this
-        # package's) leaves a minibatch of one sample unnormalized; and 1 divides every rollout size
-        del given["batch_size"]
     if not given:
         return
     check_constructor_settings(algorithm, policy, {"verbose": 0, **context, **given})
